@@ -1,0 +1,381 @@
+/*
+ * conn: the channel to the host. Reads and parses frames, dispatches requests
+ * through a table, keeps the live operations of the connection and the out
+ * queue with its watermarks, and ends everything silently on disconnect.
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define READ_CHUNK (256u * 1024)
+
+void conn_init(struct conn *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->fd = -1;
+}
+
+void conn_open(struct conn *c, int fd)
+{
+	c->fd = fd;
+	c->up = true;
+	c->broken = false;
+	c->throttled = false;
+}
+
+size_t conn_pending(const struct conn *c)
+{
+	return c->out.len - c->out_head;
+}
+
+static void update_throttle(struct conn *c)
+{
+	size_t n = conn_pending(c);
+	if (n > OUT_HIGH)
+		c->throttled = true;
+	else if (n < OUT_LOW)
+		c->throttled = false;
+}
+
+bool conn_want_read(const struct conn *c)
+{
+	return c->up && !c->broken && conn_pending(c) < OUT_HARD && !proc_stdin_full();
+}
+
+struct op *op_find(struct conn *c, uint32_t id)
+{
+	for (int i = 0; i < c->nops; i++)
+		if (c->ops[i]->id == id)
+			return c->ops[i];
+	return NULL;
+}
+
+struct op *op_open(struct conn *c, uint32_t id, enum op_kind kind)
+{
+	if (c->nops >= MAX_OPS) {
+		send_error(c, id, EAGAIN, "too many operations (%d)", MAX_OPS);
+		return NULL;
+	}
+	struct op *op = calloc(1, sizeof(*op));
+	if (!op) {
+		send_error(c, id, ENOMEM, "out of memory");
+		return NULL;
+	}
+	op->id = id;
+	op->kind = kind;
+	op->fd = -1;
+	c->ops[c->nops++] = op;
+	if (kind == OP_FWRITE)
+		c->nfwrite++;
+	if (kind == OP_FREAD)
+		c->nfread++;
+	return op;
+}
+
+void op_close(struct conn *c, struct op *op)
+{
+	switch (op->kind) {
+	case OP_EXEC:
+	case OP_ATTACH:
+		proc_unsubscribe(op->proc, true);
+		break;
+	case OP_WAIT:
+		proc_unsubscribe(op->proc, false);
+		break;
+	case OP_FWRITE:
+		fwrite_release(op);
+		c->nfwrite--;
+		break;
+	case OP_FREAD:
+		if (op->fd >= 0)
+			close(op->fd);
+		c->nfread--;
+		break;
+	}
+	for (int i = 0; i < c->nops; i++) {
+		if (c->ops[i] == op) {
+			c->ops[i] = c->ops[--c->nops];
+			break;
+		}
+	}
+	free(op);
+}
+
+void conn_drop(struct conn *c)
+{
+	/* Highest index first: op_close moves the last entry into the hole. */
+	while (c->nops > 0)
+		op_close(c, c->ops[c->nops - 1]);
+	pbuf_release(&c->in);
+	pbuf_release(&c->out);
+	c->out_head = 0;
+	c->up = false;
+	c->broken = false;
+	c->throttled = false;
+	if (c->is_socket && c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
+	}
+}
+
+/* --- sending --- */
+
+int out_begin(struct conn *c, uint16_t type, uint16_t flags, uint32_t id)
+{
+	if (!c->up || c->broken)
+		return -ENOTCONN;
+	return proto_begin(&c->out, type, flags, id);
+}
+
+void out_end(struct conn *c, int r)
+{
+	if (r == -ENOTCONN)
+		return;
+	if (r == 0)
+		r = proto_end(&c->out);
+	if (r < 0) {
+		proto_abort(&c->out);
+		alog("cannot queue a frame: %s", strerror(-r));
+		c->broken = true;
+		return;
+	}
+	update_throttle(c);
+}
+
+void send_raw(struct conn *c, uint16_t type, uint16_t flags, uint32_t id, const void *p, size_t n)
+{
+	int r = out_begin(c, type, flags, id);
+	if (r == 0)
+		r = pbuf_append(&c->out, p, n);
+	out_end(c, r);
+}
+
+void send_ok(struct conn *c, uint32_t id)
+{
+	out_end(c, out_begin(c, P_OK, 0, id));
+}
+
+void send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...)
+{
+	char msg[PROTO_MAX_STR + 1];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	int r = out_begin(c, P_ERROR, 0, id);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_ERRNO, (uint32_t)err);
+	if (r == 0)
+		r = proto_put_str(&c->out, A_MESSAGE, msg);
+	out_end(c, r);
+}
+
+void send_attr_error(struct conn *c, uint32_t id, int r, const char *what)
+{
+	if (r == -ENOENT)
+		send_error(c, id, EINVAL, "missing attribute '%s'", what);
+	else if (r == -ENAMETOOLONG)
+		send_error(c, id, ENAMETOOLONG, "attribute '%s' is too long", what);
+	else if (r == -EINVAL)
+		send_error(c, id, EINVAL, "attribute '%s' holds a NUL byte", what);
+	else
+		send_error(c, id, EPROTO, "attribute '%s' has the wrong size", what);
+}
+
+void conn_flush(struct conn *c)
+{
+	while (c->up && !c->broken && conn_pending(c) > 0) {
+		ssize_t n = write(c->fd, c->out.data + c->out_head, conn_pending(c));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				c->broken = true;
+			break;
+		}
+		c->out_head += (size_t)n;
+	}
+	if (c->out_head == c->out.len) {
+		c->out.len = c->out.mark = 0;
+		c->out_head = 0;
+	} else if (c->out_head > OUT_LOW && c->out_head > conn_pending(c)) {
+		/* Compact rarely: the queue can hold megabytes and the port takes
+		 * 32 KiB per write, so consuming on every write would be quadratic. */
+		pbuf_consume(&c->out, c->out_head);
+		c->out.mark = c->out.len;
+		c->out_head = 0;
+	}
+	update_throttle(c);
+}
+
+int conn_flush_wait(struct conn *c, int timeout_ms)
+{
+	int64_t end = now_ms() + timeout_ms;
+	while (c->up && !c->broken && conn_pending(c) > 0) {
+		int64_t left = end - now_ms();
+		if (left <= 0)
+			return -ETIMEDOUT;
+		struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+		if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
+			return -errno;
+		if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+			return -EPIPE;
+		conn_flush(c);
+	}
+	return c->broken ? -EPIPE : 0;
+}
+
+/* --- requests handled here --- */
+
+static void req_hello(struct conn *c, const struct proto_frame *f)
+{
+	uint32_t v;
+	int r = proto_get_u32(f, A_VERSION, &v);
+	if (r == -EPROTO) {
+		send_attr_error(c, f->id, r, "version");
+		return;
+	}
+	/* A hello starts a session: whatever the previous host left open (it may
+	 * have gone and come back within one reconnect tick) ends silently. */
+	for (int i = c->nops - 1; i >= 0; i--)
+		op_close(c, c->ops[i]);
+	r = out_begin(c, P_OK, 0, f->id);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_VERSION, PROTO_VERSION);
+	if (r == 0)
+		r = proto_put_str(&c->out, A_AGENT, AGENT_VERSION);
+	if (r == 0 && agent.ready_ns)
+		r = proto_put_u64(&c->out, A_BOOT_NS, agent.boot_ns);
+	if (r == 0 && agent.ready_ns)
+		r = proto_put_u64(&c->out, A_READY_NS, agent.ready_ns);
+	out_end(c, r);
+}
+
+static void req_ping(struct conn *c, const struct proto_frame *f)
+{
+	send_ok(c, f->id);
+}
+
+static void req_cancel(struct conn *c, const struct proto_frame *f)
+{
+	uint32_t target;
+	int r = proto_get_u32(f, A_TARGET, &target);
+	if (r < 0) {
+		send_attr_error(c, f->id, r, "target");
+		return;
+	}
+	struct op *op = target ? op_find(c, target) : NULL;
+	if (op) {
+		send_error(c, op->id, ECANCELED, "operation cancelled");
+		op_close(c, op);
+	}
+	/* An unknown target is not an error: it may have just ended. */
+	send_ok(c, f->id);
+}
+
+typedef void req_fn(struct conn *c, const struct proto_frame *f);
+
+static req_fn *const requests[] = {
+    [P_HELLO] = req_hello,     [P_PING] = req_ping,	    [P_EXEC] = req_exec,
+    [P_ATTACH] = req_attach,   [P_WAIT] = req_wait,	    [P_SIGNAL] = req_signal,
+    [P_PS] = req_ps,	       [P_FWRITE] = req_fwrite,	    [P_FREAD] = req_fread,
+    [P_STAT] = req_stat,       [P_LIST] = req_list,	    [P_MKDIR] = req_mkdir,
+    [P_REMOVE] = req_remove,   [P_RENAME] = req_rename,	    [P_SETTIME] = req_settime,
+    [P_ENTROPY] = req_entropy, [P_POWEROFF] = req_poweroff, [P_CANCEL] = req_cancel,
+};
+
+static void on_data(struct conn *c, const struct proto_frame *f)
+{
+	struct op *op = op_find(c, f->id);
+	/* Data for an operation that is gone may race its end: ignore it. */
+	if (!op)
+		return;
+	bool eof = f->flags & PF_EOF;
+	switch (op->kind) {
+	case OP_EXEC:
+	case OP_ATTACH:
+		proc_stdin(op->proc, f->payload, f->len, eof);
+		break;
+	case OP_FWRITE:
+		fwrite_data(c, op, f);
+		break;
+	default:
+		break;
+	}
+}
+
+static void dispatch(struct conn *c, const struct proto_frame *f)
+{
+	if (f->type == P_DATA) {
+		on_data(c, f);
+		return;
+	}
+	/* Id 0 belongs to notices; a request on it has nowhere to be answered. */
+	if (f->id == 0)
+		return;
+	req_fn *fn = f->type < sizeof(requests) / sizeof(requests[0]) ? requests[f->type] : NULL;
+	if (!fn) {
+		send_error(c, f->id, ENOSYS, "unknown request type %u", f->type);
+		return;
+	}
+	if (op_find(c, f->id)) {
+		send_error(c, f->id, EBUSY, "operation %u is already live", f->id);
+		return;
+	}
+	if (proto_check_attrs(f) < 0) {
+		send_error(c, f->id, EPROTO, "malformed attribute list in '%s'",
+			   proto_type_name(f->type));
+		return;
+	}
+	fn(c, f);
+}
+
+void conn_read(struct conn *c)
+{
+	/* A bounded turn (4 MiB), so a long upload does not starve the pipes. */
+	for (int turn = 0; turn < 16 && conn_want_read(c); turn++) {
+		if (pbuf_reserve(&c->in, READ_CHUNK) < 0) {
+			c->broken = true;
+			return;
+		}
+		ssize_t n = read(c->fd, c->in.data + c->in.len, READ_CHUNK);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				c->broken = true;
+			return;
+		}
+		if (n == 0) {
+			c->broken = true;
+			return;
+		}
+		c->in.len += (size_t)n;
+		size_t off = 0;
+		while (c->up && !c->broken) {
+			struct proto_frame f;
+			ssize_t m = proto_parse(c->in.data + off, c->in.len - off, &f);
+			if (m < 0) {
+				alog("bad frame from host: %s", strerror((int)-m));
+				c->broken = true;
+				return;
+			}
+			if (m == 0)
+				break;
+			dispatch(c, &f);
+			off += (size_t)m;
+		}
+		if (c->broken)
+			return;
+		pbuf_consume(&c->in, off);
+		/* A handler may want the loop (poweroff): stop reading. */
+		if (agent.shutdown != SHUT_NONE)
+			return;
+	}
+}

@@ -1,0 +1,429 @@
+/*
+ * exec: the process requests (EXEC, ATTACH, WAIT, SIGNAL, PS) and the delivery
+ * of a process's output and exit to the operations subscribed to it.
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BASE_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+static void put_exit(struct conn *c, uint32_t id, const struct proc *p)
+{
+	int r = out_begin(c, P_EXIT, 0, id);
+	if (r == 0) {
+		if (WIFSIGNALED(p->status))
+			r = proto_put_u32(&c->out, A_SIGNAL, (uint32_t)WTERMSIG(p->status));
+		else
+			r = proto_put_u32(&c->out, A_EXIT_CODE, (uint32_t)WEXITSTATUS(p->status));
+	}
+	if (r == 0 && p->timed_out)
+		r = proto_put_u32(&c->out, A_TIMED_OUT, 1);
+	out_end(c, r);
+}
+
+static void put_started(struct conn *c, uint16_t type, uint32_t id, const struct proc *p)
+{
+	int r = out_begin(c, type, 0, id);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_PROC, p->id);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_PID, (uint32_t)p->pid);
+	out_end(c, r);
+}
+
+static void put_output(struct conn *c, uint32_t id, int stream, const uint8_t *buf, size_t n)
+{
+	uint16_t type = stream ? P_STDERR : P_STDOUT;
+	while (n > 0) {
+		size_t k = n < PROTO_DATA_CHUNK ? n : PROTO_DATA_CHUNK;
+		send_raw(c, type, 0, id, buf, k);
+		buf += k;
+		n -= k;
+	}
+}
+
+void exec_output(struct proc *p, int stream, const uint8_t *buf, size_t n)
+{
+	struct conn *c = &agent.conn;
+	if (p->nstream == 0)
+		return;
+	for (int i = 0; i < c->nops; i++) {
+		struct op *op = c->ops[i];
+		if (op->proc == p && (op->kind == OP_EXEC || op->kind == OP_ATTACH))
+			put_output(c, op->id, stream, buf, n);
+	}
+}
+
+void exec_ended(struct proc *p)
+{
+	struct conn *c = &agent.conn;
+	bool told = false;
+	/* Downwards: op_close moves the last entry into the freed slot. */
+	for (int i = c->nops - 1; i >= 0; i--) {
+		if (i >= c->nops)
+			continue;
+		struct op *op = c->ops[i];
+		if (op->proc != p || op->kind > OP_WAIT)
+			continue;
+		put_exit(c, op->id, p);
+		op_close(c, op);
+		told = true;
+	}
+	if (told)
+		proc_collect(p);
+}
+
+/* Replays the kept output of p to operation id. */
+static void replay(struct conn *c, uint32_t id, const struct proc *p)
+{
+	for (int s = 0; s < 2; s++) {
+		const uint8_t *span[2];
+		size_t len[2];
+		ring_spans(&p->ring[s], span, len);
+		for (int k = 0; k < 2; k++)
+			put_output(c, id, s, span[k], len[k]);
+	}
+}
+
+/* --- EXEC --- */
+
+struct exec_req {
+	char *argv[MAX_ARGS + 4];
+	int argc;
+	char *env[MAX_ARGS + 8];
+	int envc;
+	char cmd[CMD_MAX + 1];
+	struct user user;
+	char cwd[PROTO_MAX_STR + 1];
+	char home_env[PROTO_MAX_STR + 8];
+	char user_env[300], logname_env[300];
+};
+
+/* Copies a validated string attribute: NULL when out of memory. */
+static char *attr_dup(const struct proto_attr *a)
+{
+	char *s = malloc(a->len + 1);
+	if (s) {
+		memcpy(s, a->val, a->len);
+		s[a->len] = '\0';
+	}
+	return s;
+}
+
+static void add_cmd(char *cmd, const char *s)
+{
+	size_t n = strlen(cmd);
+	if (n && n < CMD_MAX)
+		cmd[n++] = ' ';
+	while (*s && n < CMD_MAX)
+		cmd[n++] = *s++;
+	cmd[n] = '\0';
+}
+
+/* Sets NAME=value in env, replacing an earlier entry of the same name. */
+static void env_set(struct exec_req *x, char *entry)
+{
+	size_t k = (size_t)(strchr(entry, '=') - entry);
+	for (int i = 0; i < x->envc; i++) {
+		if (strncmp(x->env[i], entry, k + 1) == 0) {
+			x->env[i] = entry;
+			return;
+		}
+	}
+	x->env[x->envc++] = entry;
+	x->env[x->envc] = NULL;
+}
+
+/* Fills x from the frame; on error sends P_ERROR and returns -1. Strings the
+ * request owns are freed by exec_req_release, even after an error. */
+static int parse_exec(struct conn *c, const struct proto_frame *f, struct exec_req *x, char **owned,
+		      int *nowned)
+{
+	size_t off = 0;
+	struct proto_attr a;
+	int nargs = 0, nenv = 0, nshell = 0;
+	while (proto_next(f, &off, &a) == 1) {
+		if (a.tag != A_ARG && a.tag != A_ENV && a.tag != A_SHELL)
+			continue;
+		const char *what = a.tag == A_ARG ? "arg" : a.tag == A_ENV ? "env" : "shell";
+		int r = proto_check_str(&a);
+		if (r < 0) {
+			send_attr_error(c, f->id, r, what);
+			return -1;
+		}
+		if ((a.tag == A_ARG && ++nargs > MAX_ARGS) ||
+		    (a.tag == A_ENV && ++nenv > MAX_ARGS)) {
+			send_error(c, f->id, E2BIG, "too many '%s' attributes (max %d)", what,
+				   MAX_ARGS);
+			return -1;
+		}
+		if (a.tag == A_SHELL && ++nshell > 1) {
+			send_error(c, f->id, EINVAL, "more than one 'shell' attribute");
+			return -1;
+		}
+		if (a.tag == A_ENV &&
+		    (!memchr(a.val, '=', a.len) || a.len == 0 || a.val[0] == '=')) {
+			send_error(c, f->id, EINVAL, "env entry '%.*s' is not NAME=value",
+				   (int)(a.len > 200 ? 200 : a.len), (const char *)a.val);
+			return -1;
+		}
+		char *s = attr_dup(&a);
+		if (!s) {
+			send_error(c, f->id, ENOMEM, "out of memory");
+			return -1;
+		}
+		owned[(*nowned)++] = s;
+		if (a.tag == A_ENV)
+			continue; /* applied after the base environment */
+		if (a.tag == A_SHELL) {
+			x->argv[0] = "/bin/sh";
+			x->argv[1] = "-c";
+			x->argv[2] = s;
+			x->argv[3] = NULL;
+			snprintf(x->cmd, sizeof(x->cmd), "%s", s);
+		} else if (!nshell) {
+			x->argv[x->argc++] = s;
+			x->argv[x->argc] = NULL;
+			add_cmd(x->cmd, s);
+		}
+	}
+	if (nshell && nargs) {
+		send_error(c, f->id, EINVAL, "both 'arg' and 'shell' given");
+		return -1;
+	}
+	if (!nshell && !nargs) {
+		send_error(c, f->id, EINVAL, "missing attribute 'arg' or 'shell'");
+		return -1;
+	}
+	if (!nshell && x->argv[0][0] == '\0') {
+		send_error(c, f->id, EINVAL, "empty program name");
+		return -1;
+	}
+	return 0;
+}
+
+void req_exec(struct conn *c, const struct proto_frame *f)
+{
+	struct exec_req *x = calloc(1, sizeof(*x));
+	char **owned = calloc(2 * MAX_ARGS + 2, sizeof(char *));
+	int nowned = 0;
+	if (!x || !owned) {
+		send_error(c, f->id, ENOMEM, "out of memory");
+		goto out;
+	}
+	if (parse_exec(c, f, x, owned, &nowned) < 0)
+		goto out;
+
+	char name[256] = "root";
+	int r = proto_get_str(f, A_USER, name, sizeof(name));
+	if (r < 0 && r != -ENOENT) {
+		send_attr_error(c, f->id, r, "user");
+		goto out;
+	}
+	r = user_lookup(name, &x->user);
+	if (r < 0) {
+		if (r == -ENOENT)
+			send_error(c, f->id, EINVAL, "unknown user '%s'", name);
+		else
+			send_error(c, f->id, -r, "cannot read '/etc/passwd': %s", strerror(-r));
+		goto out;
+	}
+	bool setids = geteuid() == 0;
+	if (!setids && x->user.uid != geteuid()) {
+		send_error(c, f->id, EPERM, "cannot run as '%s': agent is not root", name);
+		goto out;
+	}
+
+	uint64_t timeout = 0;
+	uint32_t want_stdin = 0, background = 0;
+	if ((r = proto_get_u64(f, A_TIMEOUT_MS, &timeout)) == -EPROTO) {
+		send_attr_error(c, f->id, r, "timeout_ms");
+		goto out;
+	}
+	if ((r = proto_get_u32(f, A_STDIN, &want_stdin)) == -EPROTO) {
+		send_attr_error(c, f->id, r, "stdin");
+		goto out;
+	}
+	if ((r = proto_get_u32(f, A_BACKGROUND, &background)) == -EPROTO) {
+		send_attr_error(c, f->id, r, "background");
+		goto out;
+	}
+
+	r = proto_get_str(f, A_CWD, x->cwd, sizeof(x->cwd));
+	if (r < 0 && r != -ENOENT) {
+		send_attr_error(c, f->id, r, "cwd");
+		goto out;
+	}
+	struct stat st;
+	if (r == -ENOENT) {
+		/* The user's home, or / when the image lacks it. */
+		snprintf(x->cwd, sizeof(x->cwd), "%s", x->user.home);
+		if (stat(x->cwd, &st) < 0 || !S_ISDIR(st.st_mode))
+			strcpy(x->cwd, "/");
+	} else if (x->cwd[0] != '/') {
+		send_error(c, f->id, EINVAL, "cwd '%s' is not absolute", x->cwd);
+		goto out;
+	} else if (stat(x->cwd, &st) < 0) {
+		send_error(c, f->id, errno, "cannot use cwd '%s': %s", x->cwd, strerror(errno));
+		goto out;
+	} else if (!S_ISDIR(st.st_mode)) {
+		send_error(c, f->id, ENOTDIR, "cannot use cwd '%s': %s", x->cwd, strerror(ENOTDIR));
+		goto out;
+	}
+
+	snprintf(x->home_env, sizeof(x->home_env), "HOME=%s", x->user.home);
+	snprintf(x->user_env, sizeof(x->user_env), "USER=%s", x->user.name);
+	snprintf(x->logname_env, sizeof(x->logname_env), "LOGNAME=%s", x->user.name);
+	char *base[] = {BASE_PATH,	x->home_env,	x->user_env,
+			x->logname_env, "LANG=C.UTF-8", "TERM=xterm"};
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		env_set(x, base[i]);
+	size_t off = 0;
+	struct proto_attr a;
+	int k = 0;
+	while (proto_next(f, &off, &a) == 1) {
+		if (a.tag == A_ARG || a.tag == A_SHELL)
+			k++;
+		else if (a.tag == A_ENV)
+			env_set(x, owned[k++]);
+	}
+
+	struct op *op = NULL;
+	if (!background && !(op = op_open(c, f->id, OP_EXEC)))
+		goto out;
+	struct spawn sp = {
+	    .argv = x->argv,
+	    .env = x->env,
+	    .cwd = x->cwd,
+	    .user = &x->user,
+	    .setids = setids,
+	    .want_stdin = want_stdin != 0,
+	    .timeout_ms = timeout,
+	    .cmd = x->cmd,
+	};
+	struct proc *p;
+	r = proc_spawn(&sp, &p);
+	if (r < 0) {
+		if (op)
+			op_close(c, op);
+		if (r == -EAGAIN)
+			send_error(c, f->id, EAGAIN, "too many processes (%d)", MAX_PROCS);
+		else
+			send_error(c, f->id, -r, "cannot start '%s': %s", x->argv[0], strerror(-r));
+		goto out;
+	}
+	if (background) {
+		put_started(c, P_OK, f->id, p);
+	} else {
+		op->proc = p;
+		proc_subscribe(p, true);
+		put_started(c, P_STARTED, f->id, p);
+	}
+out:
+	for (int i = 0; i < nowned; i++)
+		free(owned[i]);
+	free(owned);
+	free(x);
+}
+
+/* --- ATTACH, WAIT, SIGNAL, PS --- */
+
+static struct proc *get_proc(struct conn *c, const struct proto_frame *f)
+{
+	uint32_t id;
+	int r = proto_get_u32(f, A_PROC, &id);
+	if (r < 0) {
+		send_attr_error(c, f->id, r, "proc");
+		return NULL;
+	}
+	struct proc *p = proc_find(id);
+	if (!p)
+		send_error(c, f->id, ESRCH, "no process %u", id);
+	return p;
+}
+
+void req_attach(struct conn *c, const struct proto_frame *f)
+{
+	struct proc *p = get_proc(c, f);
+	if (!p)
+		return;
+	struct op *op = op_open(c, f->id, OP_ATTACH);
+	if (!op)
+		return;
+	op->proc = p;
+	proc_subscribe(p, true);
+	put_started(c, P_STARTED, f->id, p);
+	replay(c, f->id, p);
+	if (p->ended)
+		exec_ended(p);
+}
+
+void req_wait(struct conn *c, const struct proto_frame *f)
+{
+	struct proc *p = get_proc(c, f);
+	if (!p)
+		return;
+	struct op *op = op_open(c, f->id, OP_WAIT);
+	if (!op)
+		return;
+	op->proc = p;
+	proc_subscribe(p, false);
+	if (p->ended)
+		exec_ended(p);
+}
+
+void req_signal(struct conn *c, const struct proto_frame *f)
+{
+	uint32_t sig;
+	int r = proto_get_u32(f, A_SIGNO, &sig);
+	if (r < 0) {
+		send_attr_error(c, f->id, r, "signo");
+		return;
+	}
+	if (sig > (uint32_t)SIGRTMAX) {
+		send_error(c, f->id, EINVAL, "invalid signal %u", sig);
+		return;
+	}
+	struct proc *p = get_proc(c, f);
+	if (!p)
+		return;
+	r = proc_kill(p, (int)sig);
+	if (r < 0)
+		send_error(c, f->id, -r, "cannot signal process %u: %s", p->id, strerror(-r));
+	else
+		send_ok(c, f->id);
+}
+
+void req_ps(struct conn *c, const struct proto_frame *f)
+{
+	for (struct proc *p = proc_next(NULL); p && !c->broken; p = proc_next(p)) {
+		int r = out_begin(c, P_ENTRY, 0, f->id);
+		if (r == 0)
+			r = proto_put_u32(&c->out, A_PROC, p->id);
+		if (r == 0)
+			r = proto_put_u32(&c->out, A_PID, (uint32_t)p->pid);
+		if (r == 0)
+			r = proto_put_u32(&c->out, A_STATE, p->ended ? PS_EXITED : PS_RUNNING);
+		if (r == 0)
+			r = proto_put_str(&c->out, A_CMD, p->cmd);
+		if (r == 0 && p->ended) {
+			if (WIFSIGNALED(p->status))
+				r = proto_put_u32(&c->out, A_SIGNAL, (uint32_t)WTERMSIG(p->status));
+			else
+				r = proto_put_u32(&c->out, A_EXIT_CODE,
+						  (uint32_t)WEXITSTATUS(p->status));
+		}
+		if (r == 0 && p->timed_out)
+			r = proto_put_u32(&c->out, A_TIMED_OUT, 1);
+		out_end(c, r);
+	}
+	send_ok(c, f->id);
+}

@@ -1,0 +1,585 @@
+/*
+ * proc: the process table. Spawns processes in their own session, process
+ * group and cgroup, keeps the last RING_SIZE bytes of each output stream,
+ * feeds stdin, enforces timeouts, reaps, and decides when a process has ended.
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CGROUP_ROOT	  "/sys/fs/cgroup/cpuos"
+#define MAX_STALE_CGROUPS 1024
+
+static struct proc *head, *tail;
+static uint32_t last_id;
+static int nlive;  /* not ended */
+static int nended; /* ended, not collected */
+static uint64_t end_seq;
+static bool use_cgroups;
+/* Cgroups whose rmdir failed (a descendant still lives): retried on SIGCHLD. */
+static char *stale[MAX_STALE_CGROUPS];
+static int nstale;
+
+extern char **environ;
+
+void proc_init(bool cgroups)
+{
+	use_cgroups = cgroups;
+}
+
+struct proc *proc_next(struct proc *p)
+{
+	p = p ? p->next : head;
+	while (p && p->dead)
+		p = p->next;
+	return p;
+}
+
+struct proc *proc_find(uint32_t id)
+{
+	for (struct proc *p = proc_next(NULL); p; p = proc_next(p))
+		if (p->id == id)
+			return p;
+	return NULL;
+}
+
+/* --- ring buffers --- */
+
+static void ring_append(struct ring *r, const uint8_t *p, size_t n)
+{
+	if (!r->buf)
+		r->buf = malloc(RING_SIZE);
+	if (!r->buf) {
+		r->total += n; /* out of memory: count the bytes, keep none */
+		return;
+	}
+	if (n > RING_SIZE) {
+		r->total += n - RING_SIZE;
+		p += n - RING_SIZE;
+		n = RING_SIZE;
+	}
+	size_t pos = (size_t)(r->total % RING_SIZE);
+	size_t first = n < RING_SIZE - pos ? n : RING_SIZE - pos;
+	memcpy(r->buf + pos, p, first);
+	memcpy(r->buf, p + first, n - first);
+	r->total += n;
+}
+
+void ring_spans(const struct ring *r, const uint8_t *span[2], size_t len[2])
+{
+	span[0] = span[1] = NULL;
+	len[0] = len[1] = 0;
+	if (!r->buf || r->total == 0)
+		return;
+	size_t have = r->total < RING_SIZE ? (size_t)r->total : RING_SIZE;
+	size_t start = (size_t)((r->total - have) % RING_SIZE);
+	span[0] = r->buf + start;
+	len[0] = have < RING_SIZE - start ? have : RING_SIZE - start;
+	span[1] = r->buf;
+	len[1] = have - len[0];
+}
+
+/* --- cgroups --- */
+
+static void cgroup_rmdir(char *path)
+{
+	if (rmdir(path) == 0 || errno == ENOENT) {
+		free(path);
+		return;
+	}
+	if (nstale < MAX_STALE_CGROUPS) {
+		stale[nstale++] = path;
+		return;
+	}
+	free(path);
+}
+
+static void cgroup_retry(void)
+{
+	for (int i = nstale - 1; i >= 0; i--) {
+		if (rmdir(stale[i]) == 0 || errno == ENOENT) {
+			free(stale[i]);
+			stale[i] = stale[--nstale];
+		}
+	}
+}
+
+static void cgroup_kill(const char *dir)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/cgroup.kill", dir);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (write(fd, "1", 1) < 0)
+		alog("cannot write '%s': %s", path, strerror(errno));
+	close(fd);
+}
+
+/* --- lifecycle --- */
+
+static void proc_free(struct proc *p)
+{
+	for (int i = 0; i < 2; i++) {
+		if (p->out_fd[i] >= 0)
+			close(p->out_fd[i]);
+		free(p->ring[i].buf);
+	}
+	if (p->in_fd >= 0)
+		close(p->in_fd);
+	pbuf_release(&p->in);
+	if (p->cgroup)
+		cgroup_rmdir(p->cgroup);
+	free(p->cmd);
+	free(p);
+}
+
+void proc_collect(struct proc *p)
+{
+	if (p->dead || !p->ended)
+		return;
+	p->dead = true;
+	nended--;
+}
+
+void proc_sweep(void)
+{
+	struct proc *p = head;
+	while (p) {
+		struct proc *next = p->next;
+		if (p->dead) {
+			if (p->prev)
+				p->prev->next = p->next;
+			else
+				head = p->next;
+			if (p->next)
+				p->next->prev = p->prev;
+			else
+				tail = p->prev;
+			proc_free(p);
+		}
+		p = next;
+	}
+}
+
+void proc_subscribe(struct proc *p, bool stream)
+{
+	if (stream)
+		p->nstream++;
+	else
+		p->nwait++;
+}
+
+void proc_unsubscribe(struct proc *p, bool stream)
+{
+	if (stream)
+		p->nstream--;
+	else
+		p->nwait--;
+}
+
+static void close_stdin(struct proc *p)
+{
+	if (p->in_fd >= 0)
+		close(p->in_fd);
+	p->in_fd = -1;
+	pbuf_release(&p->in);
+	p->in_head = 0;
+	p->in_eof = false;
+}
+
+/* Keeps at most MAX_EXITED ended processes nobody collected: oldest go. */
+static void evict_exited(void)
+{
+	while (nended > MAX_EXITED) {
+		struct proc *old = NULL;
+		for (struct proc *p = proc_next(NULL); p; p = proc_next(p))
+			if (p->ended && (!old || p->end_seq < old->end_seq))
+				old = p;
+		if (!old)
+			return;
+		proc_collect(old);
+	}
+}
+
+/* A process has ended once reaped and both pipes are closed. */
+static void check_end(struct proc *p)
+{
+	if (p->ended || !p->reaped || p->out_fd[0] >= 0 || p->out_fd[1] >= 0)
+		return;
+	p->ended = true;
+	p->end_seq = ++end_seq;
+	p->deadline = 0;
+	nlive--;
+	nended++;
+	close_stdin(p);
+	if (p->cgroup) {
+		cgroup_rmdir(p->cgroup);
+		p->cgroup = NULL;
+	}
+	exec_ended(p);
+	evict_exited();
+}
+
+/* Reads once from a pipe: returns bytes read, 0 at EOF (pipe closed), -1
+ * when nothing is there. */
+static ssize_t read_pipe(struct proc *p, int stream)
+{
+	static uint8_t buf[PROTO_DATA_CHUNK];
+	ssize_t n = read(p->out_fd[stream], buf, sizeof(buf));
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return -1;
+	if (n <= 0) {
+		close(p->out_fd[stream]);
+		p->out_fd[stream] = -1;
+		return 0;
+	}
+	ring_append(&p->ring[stream], buf, (size_t)n);
+	exec_output(p, stream, buf, (size_t)n);
+	return n;
+}
+
+static void write_stdin(struct proc *p)
+{
+	while (p->in_fd >= 0 && p->in.len > p->in_head) {
+		ssize_t n = write(p->in_fd, p->in.data + p->in_head, p->in.len - p->in_head);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				close_stdin(p); /* EPIPE: the reader is gone */
+			return;
+		}
+		p->in_head += (size_t)n;
+	}
+	if (p->in_fd >= 0) {
+		p->in.len = p->in_head = 0;
+		if (p->in_eof)
+			close_stdin(p);
+	}
+}
+
+void proc_stdin(struct proc *p, const void *buf, size_t n, bool eof)
+{
+	if (p->in_fd < 0)
+		return;
+	if (n && pbuf_append(&p->in, buf, n) < 0) {
+		close_stdin(p);
+		return;
+	}
+	if (eof)
+		p->in_eof = true;
+	write_stdin(p);
+}
+
+bool proc_stdin_full(void)
+{
+	for (struct proc *p = proc_next(NULL); p; p = proc_next(p))
+		if (p->in_fd >= 0 && p->in.len - p->in_head > STDIN_CAP)
+			return true;
+	return false;
+}
+
+int proc_kill(struct proc *p, int sig)
+{
+	if (sig == SIGKILL && p->cgroup)
+		cgroup_kill(p->cgroup);
+	if (killpg(p->pid, sig) < 0) {
+		/* The leader may have left the group; it alone may still be there. */
+		if (!p->reaped && kill(p->pid, sig) == 0)
+			return 0;
+		return (sig == SIGKILL && p->cgroup) ? 0 : -errno;
+	}
+	return 0;
+}
+
+void proc_kill_all(void)
+{
+	for (struct proc *p = proc_next(NULL); p; p = proc_next(p))
+		if (!p->ended)
+			proc_kill(p, SIGKILL);
+}
+
+/* --- spawning --- */
+
+/* In the child: never returns. Only raw system calls and the error line. */
+static __attribute__((noreturn)) void child(const struct spawn *s, int fds[3], int cgfd)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	/* The agent ignores SIGPIPE and blocks its signalfd signals; exec keeps
+	 * both, and a shell pipeline would misbehave with them. */
+	signal(SIGPIPE, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	/* Join the cgroup before exec, so every descendant is inside it. */
+	if (cgfd >= 0 && write(cgfd, "0", 1) < 0)
+		dprintf(fds[2], "cpuos-agent: cannot join cgroup: %s\n", strerror(errno));
+	for (int i = 0; i < 3; i++)
+		if (dup2(fds[i], i) < 0)
+			_exit(127);
+	close_range(3, ~0u, 0);
+	const char *err = NULL;
+	if (s->setids) {
+		const struct user *u = s->user;
+		if (setgroups((size_t)u->ngroups, u->groups) < 0)
+			err = "setgroups";
+		else if (setgid(u->gid) < 0)
+			err = "setgid";
+		else if (setuid(u->uid) < 0)
+			err = "setuid";
+		if (err) {
+			dprintf(2, "cpuos-agent: cannot %s for '%s': %s\n", err, u->name,
+				strerror(errno));
+			_exit(127);
+		}
+	}
+	if (chdir(s->cwd) < 0) {
+		dprintf(2, "cpuos-agent: cannot chdir to '%s': %s\n", s->cwd, strerror(errno));
+		_exit(127);
+	}
+	/* execvp searches the PATH of environ: make it the child's. */
+	environ = s->env;
+	execvp(s->argv[0], s->argv);
+	dprintf(2, "cpuos-agent: cannot run '%s': %s\n", s->argv[0], strerror(errno));
+	_exit(127);
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+static int make_cgroup(uint32_t id, char **dir, int *procs_fd)
+{
+	char path[256];
+	snprintf(path, sizeof(path), CGROUP_ROOT "/p%u", id);
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	char *d = strdup(path);
+	if (!d) {
+		rmdir(path);
+		return -ENOMEM;
+	}
+	snprintf(path, sizeof(path), CGROUP_ROOT "/p%u/cgroup.procs", id);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int r = -errno;
+		rmdir(d);
+		free(d);
+		return r;
+	}
+	*dir = d;
+	*procs_fd = fd;
+	return 0;
+}
+
+int proc_spawn(const struct spawn *s, struct proc **out)
+{
+	if (nlive >= MAX_PROCS)
+		return -EAGAIN;
+	int r = -ENOMEM;
+	int opipe[2] = {-1, -1}, epipe[2] = {-1, -1}, ipipe[2] = {-1, -1};
+	int cgfd = -1;
+	struct proc *p = calloc(1, sizeof(*p));
+	if (!p)
+		goto fail;
+	p->out_fd[0] = p->out_fd[1] = p->in_fd = -1;
+	p->cmd = strdup(s->cmd);
+	if (!p->cmd)
+		goto fail;
+	if (pipe2(opipe, O_CLOEXEC) < 0 || pipe2(epipe, O_CLOEXEC) < 0)
+		goto fail_errno;
+	if (s->want_stdin) {
+		if (pipe2(ipipe, O_CLOEXEC) < 0)
+			goto fail_errno;
+	} else {
+		ipipe[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (ipipe[0] < 0)
+			goto fail_errno;
+	}
+	if ((r = set_nonblock(opipe[0])) < 0 || (r = set_nonblock(epipe[0])) < 0)
+		goto fail;
+	if (ipipe[1] >= 0 && (r = set_nonblock(ipipe[1])) < 0)
+		goto fail;
+	p->id = ++last_id;
+	if (use_cgroups && make_cgroup(p->id, &p->cgroup, &cgfd) < 0)
+		p->cgroup = NULL; /* killpg alone then */
+
+	pid_t pid = fork();
+	if (pid < 0)
+		goto fail_errno;
+	if (pid == 0) {
+		int fds[3] = {ipipe[0], opipe[1], epipe[1]};
+		child(s, fds, cgfd);
+	}
+	if (cgfd >= 0)
+		close(cgfd);
+	close(opipe[1]);
+	close(epipe[1]);
+	close(ipipe[0]);
+	p->pid = pid;
+	p->out_fd[0] = opipe[0];
+	p->out_fd[1] = epipe[0];
+	p->in_fd = ipipe[1];
+	if (s->timeout_ms) {
+		uint64_t ms = s->timeout_ms > (uint64_t)INT32_MAX * 1000
+				  ? (uint64_t)INT32_MAX * 1000
+				  : s->timeout_ms;
+		p->deadline = now_ms() + (int64_t)ms;
+	}
+	p->prev = tail;
+	if (tail)
+		tail->next = p;
+	else
+		head = p;
+	tail = p;
+	nlive++;
+	*out = p;
+	return 0;
+
+fail_errno:
+	r = -errno;
+fail:
+	for (int i = 0; i < 2; i++) {
+		if (opipe[i] >= 0)
+			close(opipe[i]);
+		if (epipe[i] >= 0)
+			close(epipe[i]);
+		if (ipipe[i] >= 0)
+			close(ipipe[i]);
+	}
+	if (cgfd >= 0)
+		close(cgfd);
+	if (p) {
+		if (p->cgroup) {
+			rmdir(p->cgroup);
+			free(p->cgroup);
+		}
+		free(p->cmd);
+		free(p);
+	}
+	return r;
+}
+
+/* --- events --- */
+
+int proc_poll_fill(struct pollfd *pfd, struct ptag *tag, int max, bool throttled)
+{
+	int n = 0;
+	for (struct proc *p = proc_next(NULL); p; p = proc_next(p)) {
+		if (p->ended)
+			continue;
+		/* Backpressure applies only to streams someone is receiving: the
+		 * others always drain into the ring so their writers never block. */
+		bool hold = throttled && p->nstream > 0;
+		for (int i = 0; i < 2 && !hold; i++) {
+			if (p->out_fd[i] < 0 || n >= max)
+				continue;
+			pfd[n] = (struct pollfd){.fd = p->out_fd[i], .events = POLLIN};
+			tag[n++] = (struct ptag){.p = p, .what = i};
+		}
+		if (p->in_fd >= 0 && p->in.len > p->in_head && n < max) {
+			pfd[n] = (struct pollfd){.fd = p->in_fd, .events = POLLOUT};
+			tag[n++] = (struct ptag){.p = p, .what = 2};
+		}
+	}
+	return n;
+}
+
+void proc_poll_event(const struct ptag *t, short revents)
+{
+	struct proc *p = t->p;
+	if (p->dead || p->ended)
+		return;
+	if (t->what == 2) {
+		if (revents & (POLLERR | POLLHUP | POLLNVAL))
+			close_stdin(p);
+		else if (p->in_fd >= 0)
+			write_stdin(p);
+		return;
+	}
+	if (p->out_fd[t->what] < 0)
+		return;
+	read_pipe(p, t->what);
+	check_end(p);
+}
+
+void proc_reap(void)
+{
+	int status;
+	pid_t pid;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		struct proc *p;
+		for (p = proc_next(NULL); p; p = proc_next(p))
+			if (p->pid == pid && !p->reaped)
+				break;
+		if (!p)
+			continue; /* an orphan we adopted as PID 1 */
+		p->reaped = true;
+		p->status = status;
+		close_stdin(p);
+		p->grace = now_ms() + GRACE_MS;
+		check_end(p);
+	}
+	cgroup_retry();
+}
+
+int64_t proc_next_timer(void)
+{
+	int64_t t = 0;
+	for (struct proc *p = proc_next(NULL); p; p = proc_next(p)) {
+		if (p->ended)
+			continue;
+		if (p->deadline && (!t || p->deadline < t))
+			t = p->deadline;
+		if (p->reaped && (!t || p->grace < t))
+			t = p->grace;
+	}
+	return t;
+}
+
+void proc_timers(int64_t now, bool throttled)
+{
+	for (struct proc *p = proc_next(NULL); p; p = proc_next(p)) {
+		if (p->ended)
+			continue;
+		if (p->deadline && now >= p->deadline) {
+			p->deadline = 0;
+			p->timed_out = true;
+			proc_kill(p, SIGKILL);
+		}
+		if (!p->reaped || now < p->grace)
+			continue;
+		/* Output the process itself wrote may still sit in a pipe we
+		 * stopped reading for backpressure: wait for the host first. */
+		if (throttled && p->nstream > 0) {
+			p->grace = now + GRACE_MS;
+			continue;
+		}
+		/* A descendant still holds a pipe: take what is there, stop waiting. */
+		for (int i = 0; i < 2; i++) {
+			for (int k = 0; k < 16 && p->out_fd[i] >= 0; k++)
+				if (read_pipe(p, i) <= 0)
+					break;
+			if (p->out_fd[i] >= 0) {
+				close(p->out_fd[i]);
+				p->out_fd[i] = -1;
+			}
+		}
+		check_end(p);
+	}
+}
