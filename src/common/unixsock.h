@@ -1,0 +1,16 @@
+/*
+ * unixsock: connecting to a Unix stream socket that may not exist yet (QEMU
+ * creates its sockets a moment after it starts).
+ */
+#ifndef CPUOS_UNIXSOCK_H
+#define CPUOS_UNIXSOCK_H
+
+/* Connects to path, retrying every 5 ms while it is missing or refuses, for
+ * up to timeout_ms. Returns a blocking, close-on-exec descriptor, or -errno
+ * (-ENAMETOOLONG for a path that cannot be a socket address). */
+int unix_connect(const char *path, int timeout_ms);
+
+/* Monotonic milliseconds, for deadlines. */
+long long mono_ms(void);
+
+#endif

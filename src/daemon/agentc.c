@@ -1,0 +1,321 @@
+/*
+ * agentc: operation table, frame dispatch and the non-blocking socket for
+ * one agent connection. The agent is hostile: its frames are parsed by the
+ * shared codec and a malformed one ends the connection, not the host.
+ */
+#include "daemon/agentc.h"
+
+#include "common/unixsock.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct op {
+	uint32_t id;
+	agentc_cb cb;
+	void *arg;
+};
+
+struct agentc {
+	int fd;
+	struct pbuf in, out;
+	struct op *ops;
+	size_t nops, capops;
+	uint32_t next_id;
+	uint32_t building; /* id of the request between begin and end */
+	agentc_cb notice_cb;
+	void *notice_arg;
+	char version[64];
+	uint64_t boot_ns, ready_ns;
+	int dead;
+};
+
+static struct op *find_op(struct agentc *c, uint32_t id)
+{
+	for (size_t i = 0; i < c->nops; i++)
+		if (c->ops[i].id == id)
+			return &c->ops[i];
+	return NULL;
+}
+
+static void remove_op(struct agentc *c, struct op *o)
+{
+	*o = c->ops[--c->nops];
+}
+
+static int is_terminal(uint16_t type)
+{
+	return type == P_OK || type == P_ERROR || type == P_EXIT;
+}
+
+/* Tells every pending operation that the connection is gone. */
+static void fail_all(struct agentc *c, int err)
+{
+	struct pbuf b = { 0 };
+	struct proto_frame f;
+	if (proto_begin(&b, P_ERROR, 0, 0) || proto_put_u32(&b, A_ERRNO, (uint32_t)err) ||
+	    proto_put_str(&b, A_MESSAGE, "agent connection lost") || proto_end(&b) ||
+	    proto_parse(b.data, b.len, &f) <= 0) {
+		c->nops = 0; /* out of memory: callers see no answer, not a crash */
+		pbuf_release(&b);
+		return;
+	}
+	while (c->nops) {
+		struct op o = c->ops[--c->nops];
+		if (o.cb)
+			o.cb(o.arg, &f);
+	}
+	pbuf_release(&b);
+}
+
+static void dispatch(struct agentc *c, const struct proto_frame *f)
+{
+	if (f->id == 0) {
+		if (f->type == P_NOTICE && c->notice_cb)
+			c->notice_cb(c->notice_arg, f);
+		return;
+	}
+	struct op *o = find_op(c, f->id);
+	if (!o)
+		return; /* a late frame for a cancelled operation */
+	agentc_cb cb = o->cb;
+	void *arg = o->arg;
+	/* Remove before calling: the callback may start new operations. */
+	if (is_terminal(f->type))
+		remove_op(c, o);
+	if (cb)
+		cb(arg, f);
+}
+
+static int flush_out(struct agentc *c)
+{
+	while (c->out.len) {
+		ssize_t n = send(c->fd, c->out.data, c->out.len, MSG_NOSIGNAL);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		pbuf_consume(&c->out, (size_t)n);
+	}
+	return 0;
+}
+
+static int read_in(struct agentc *c)
+{
+	for (;;) {
+		int r = pbuf_reserve(&c->in, 64 * 1024);
+		if (r < 0)
+			return r;
+		ssize_t n = read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		c->in.len += (size_t)n;
+		size_t off = 0;
+		struct proto_frame f;
+		ssize_t used;
+		while ((used = proto_parse(c->in.data + off, c->in.len - off, &f)) > 0) {
+			off += (size_t)used;
+			dispatch(c, &f);
+		}
+		pbuf_consume(&c->in, off);
+		if (used < 0)
+			return (int)used;
+	}
+}
+
+int agentc_io(struct agentc *c, short revents)
+{
+	if (c->dead)
+		return -ECONNRESET;
+	int r = 0;
+	if (revents & (POLLIN | POLLHUP | POLLERR))
+		r = read_in(c);
+	if (r == 0)
+		r = flush_out(c);
+	if (r < 0) {
+		c->dead = 1;
+		fail_all(c, -r == EPROTO || -r == EMSGSIZE ? EPROTO : ECONNRESET);
+	}
+	return r;
+}
+
+int agentc_fd(const struct agentc *c)
+{
+	return c->fd;
+}
+
+short agentc_events(const struct agentc *c)
+{
+	return POLLIN | (c->out.len ? POLLOUT : 0);
+}
+
+size_t agentc_queued(const struct agentc *c)
+{
+	return c->out.len;
+}
+
+struct pbuf *agentc_begin(struct agentc *c, uint16_t type, agentc_cb cb, void *arg, uint32_t *id)
+{
+	if (c->nops == c->capops) {
+		size_t cap = c->capops ? c->capops * 2 : 16;
+		struct op *ops = realloc(c->ops, cap * sizeof(*ops));
+		if (!ops)
+			return NULL;
+		c->ops = ops;
+		c->capops = cap;
+	}
+	do
+		c->next_id++;
+	while (c->next_id == 0 || find_op(c, c->next_id));
+	if (proto_begin(&c->out, type, 0, c->next_id) < 0)
+		return NULL;
+	c->ops[c->nops++] = (struct op){ .id = c->next_id, .cb = cb, .arg = arg };
+	c->building = c->next_id;
+	if (id)
+		*id = c->next_id;
+	return &c->out;
+}
+
+int agentc_end(struct agentc *c)
+{
+	int r = proto_end(&c->out);
+	if (r < 0) {
+		struct op *o = find_op(c, c->building);
+		if (o)
+			remove_op(c, o);
+	}
+	c->building = 0;
+	return r;
+}
+
+int agentc_data(struct agentc *c, uint32_t id, uint16_t flags, const void *p, size_t n)
+{
+	do {
+		size_t chunk = n > PROTO_DATA_CHUNK ? PROTO_DATA_CHUNK : n;
+		uint16_t fl = chunk == n ? flags : 0;
+		int r = proto_raw(&c->out, P_DATA, fl, id, p, chunk);
+		if (r < 0)
+			return r;
+		p = (const uint8_t *)p + chunk;
+		n -= chunk;
+	} while (n);
+	return 0;
+}
+
+void agentc_on_notice(struct agentc *c, agentc_cb cb, void *arg)
+{
+	c->notice_cb = cb;
+	c->notice_arg = arg;
+}
+
+const char *agentc_version(const struct agentc *c)
+{
+	return c->version;
+}
+
+void agentc_boot_times(const struct agentc *c, uint64_t *start_ns, uint64_t *ready_ns)
+{
+	*start_ns = c->boot_ns;
+	*ready_ns = c->ready_ns;
+}
+
+int agentc_wait(struct agentc *c, const int *done, int timeout_ms)
+{
+	long long deadline = mono_ms() + timeout_ms;
+	while (!*done) {
+		long long left = deadline - mono_ms();
+		if (left <= 0)
+			return -ETIMEDOUT;
+		struct pollfd p = { .fd = c->fd, .events = agentc_events(c) };
+		int r = poll(&p, 1, (int)left);
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r > 0 && (r = agentc_io(c, p.revents)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+struct hello {
+	struct agentc *c;
+	int done, err;
+	char msg[256];
+};
+
+static void hello_cb(void *arg, const struct proto_frame *f)
+{
+	struct hello *h = arg;
+	uint32_t v = 0, e = EPROTO;
+	h->done = 1;
+	if (f->type != P_OK || proto_check_attrs(f) < 0) {
+		proto_get_u32(f, A_ERRNO, &e);
+		h->err = (int)e;
+		proto_get_str(f, A_MESSAGE, h->msg, sizeof(h->msg));
+		return;
+	}
+	if (proto_get_u32(f, A_VERSION, &v) < 0 || v != PROTO_VERSION) {
+		h->err = EPROTONOSUPPORT;
+		snprintf(h->msg, sizeof(h->msg), "agent speaks protocol %u, not %u", v, PROTO_VERSION);
+		return;
+	}
+	proto_get_str(f, A_AGENT, h->c->version, sizeof(h->c->version));
+	proto_get_u64(f, A_BOOT_NS, &h->c->boot_ns);
+	proto_get_u64(f, A_READY_NS, &h->c->ready_ns);
+}
+
+int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *err, size_t errlen)
+{
+	long long deadline = mono_ms() + timeout_ms;
+	struct agentc *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	int r = unix_connect(path, timeout_ms);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot connect to agent socket '%s': %s", path, strerror(-r));
+		free(c);
+		return r;
+	}
+	c->fd = r;
+	int fl = 1;
+	if (ioctl(c->fd, FIONBIO, &fl) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	struct hello h = { .c = c };
+	struct pbuf *b = agentc_begin(c, P_HELLO, hello_cb, &h, NULL);
+	if (!b || proto_put_u32(b, A_VERSION, PROTO_VERSION) < 0 || agentc_end(c) < 0) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	r = agentc_wait(c, &h.done, (int)(deadline - mono_ms()));
+	if (r == 0 && h.err)
+		r = -h.err;
+	if (r < 0) {
+		snprintf(err, errlen, "agent did not answer: %s", h.msg[0] ? h.msg : strerror(-r));
+		goto fail;
+	}
+	*out = c;
+	return 0;
+fail:
+	agentc_close(c);
+	return r;
+}
+
+void agentc_close(struct agentc *c)
+{
+	if (!c)
+		return;
+	fail_all(c, ECONNRESET);
+	if (c->fd >= 0)
+		close(c->fd);
+	pbuf_release(&c->in);
+	pbuf_release(&c->out);
+	free(c->ops);
+	free(c);
+}

@@ -1,0 +1,111 @@
+/*
+ * disk: scratch layer creation with mkfs.ext4 and qemu-img. The cached base
+ * is written to a temporary name and renamed, so concurrent creators and a
+ * crash halfway leave either no base or a complete one.
+ */
+#include "daemon/disk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int disk_run(char *const argv[], char *err, size_t errlen)
+{
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return -e;
+	}
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execvp(argv[0], argv);
+		dprintf(2, "cannot run '%s': %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(pfd[1]);
+	char out[4096];
+	size_t len = 0;
+	ssize_t n;
+	/* Keep the tail: the last line is the one that says what went wrong. */
+	while ((n = read(pfd[0], out + len, sizeof(out) - 1 - len)) > 0 || (n < 0 && errno == EINTR)) {
+		if (n < 0)
+			continue;
+		len += (size_t)n;
+		if (len == sizeof(out) - 1) {
+			memmove(out, out + len / 2, len - len / 2);
+			len -= len / 2;
+		}
+	}
+	close(pfd[0]);
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	out[len] = '\0';
+	while (len && out[len - 1] == '\n')
+		out[--len] = '\0';
+	char *last = strrchr(out, '\n');
+	snprintf(err, errlen, "%s failed: %s", argv[0], last ? last + 1 : len ? out : "no output");
+	return -EIO;
+}
+
+static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size_t baselen,
+		       char *err, size_t errlen)
+{
+	char dir[4096], tmp[4200], size[32];
+	snprintf(dir, sizeof(dir), "%s/scratch", cache_dir);
+	if (snprintf(base, baselen, "%s/ext4-%um.raw", dir, size_mb) >= (int)baselen)
+		return -ENAMETOOLONG;
+	if (access(base, R_OK) == 0)
+		return 0;
+	if (mkdir(cache_dir, 0755) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "cannot create '%s': %s", cache_dir, strerror(errno));
+		return -errno;
+	}
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
+		return -errno;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", base, (int)getpid());
+	snprintf(size, sizeof(size), "%um", size_mb);
+	/* Lazy init keeps the base sparse: a 10 GiB layer costs a few MB. The
+	 * root of the new filesystem is owned by nobody in particular; the
+	 * agent makes upper/ and work/ inside it at first boot. */
+	char *argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "scratch",
+			 "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp, size, NULL };
+	int r = disk_run(argv, err, errlen);
+	if (r == 0 && rename(tmp, base) < 0)
+		r = -errno;
+	if (r < 0)
+		unlink(tmp);
+	return r;
+}
+
+int disk_scratch_create(const char *cache_dir, unsigned size_mb, const char *path,
+			char *err, size_t errlen)
+{
+	if (size_mb < DISK_MIN_MB || size_mb > DISK_MAX_MB) {
+		snprintf(err, errlen, "disk size %u MB is outside %u..%u", size_mb, DISK_MIN_MB,
+			 DISK_MAX_MB);
+		return -EINVAL;
+	}
+	char base[4096];
+	int r = ensure_base(cache_dir, size_mb, base, sizeof(base), err, errlen);
+	if (r < 0)
+		return r;
+	char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base,
+			 (char *)path, NULL };
+	return disk_run(argv, err, errlen);
+}

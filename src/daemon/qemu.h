@@ -1,0 +1,46 @@
+/*
+ * qemu: everything about the QEMU process that is pure policy: which
+ * accelerator to use and the exact command line of a microvm guest. No I/O
+ * beyond the accelerator probe, so the command line is unit-tested.
+ */
+#ifndef CPUOS_QEMU_H
+#define CPUOS_QEMU_H
+
+enum qemu_accel { QEMU_ACCEL_AUTO = 0, QEMU_ACCEL_KVM, QEMU_ACCEL_TCG };
+
+struct qemu_config {
+	const char *binary;   /* qemu-system-x86_64 */
+	enum qemu_accel accel; /* resolved: KVM or TCG */
+	unsigned vcpus;
+	unsigned memory_mb;
+	const char *kernel;   /* bzImage */
+	const char *initrd;   /* initramfs carrying cpuos-agent */
+	const char *template; /* read-only root image (erofs) */
+	const char *scratch;  /* per-VM writable layer (qcow2) */
+	const char *run_dir;  /* holds qmp.sock, agent.sock, console.sock */
+	const char *hostname;
+	const char *extra_append; /* appended to the kernel command line, or NULL */
+	const char *const *extra_args; /* NULL-terminated, appended as they are */
+};
+
+/* Parses "auto", "kvm" or "tcg": 0 or -EINVAL. */
+int qemu_accel_parse(const char *s, enum qemu_accel *out);
+const char *qemu_accel_name(enum qemu_accel a);
+
+/* Resolves QEMU_ACCEL_AUTO: KVM only when the CPU has hardware virtualization
+ * (vmx/svm), the kvm_intel or kvm_amd module drives /dev/kvm and it opens.
+ * A paravirtual /dev/kvm (kvm_pvm) cannot run a normal guest kernel, so it
+ * does not count. */
+enum qemu_accel qemu_accel_probe(void);
+
+/* Builds the argv (NULL-terminated, malloc'd strings in a malloc'd array;
+ * free with qemu_argv_free). 0 or -errno (-EINVAL for a bad config). */
+int qemu_argv(const struct qemu_config *c, char ***out);
+void qemu_argv_free(char **argv);
+
+/* Socket paths inside the run directory, shared by the runner and tests. */
+#define QEMU_QMP_SOCK "qmp.sock"
+#define QEMU_AGENT_SOCK "agent.sock"
+#define QEMU_CONSOLE_SOCK "console.sock"
+
+#endif

@@ -1,0 +1,531 @@
+/*
+ * vm: one QEMU microvm and its three sockets. QEMU runs in its own session
+ * so it can outlive its starter (the daemon re-attaches later); until then
+ * the starter reaps it. The end state is decided from what was seen: the
+ * host's own stop, the agent's poweroff notice, a panic on the console, or
+ * QEMU's exit status.
+ */
+#include "daemon/vm.h"
+
+#include "common/proto.h"
+#include "common/unixsock.h"
+#include "daemon/agentc.h"
+#include "daemon/disk.h"
+#include "daemon/qmp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CONSOLE_TAIL (64 * 1024)
+
+struct vm {
+	char run_dir[256];
+	pid_t pid;
+	struct qmp *qmp;
+	struct agentc *agent;
+	int console_fd;
+	int console_log; /* file descriptor of run_dir/console.log */
+	size_t console_written, console_cap;
+	char tail[CONSOLE_TAIL + 1];
+	size_t tail_len;
+	enum vm_state state;
+	int stopping;  /* the host asked it to stop */
+	int notice;    /* PN_POWEROFF / PN_REBOOT seen */
+	char reason[256];
+	struct vm_timings t;
+};
+
+static double now_ms_f(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+const char *vm_state_name(enum vm_state s)
+{
+	static const char *const names[] = {
+		[VM_BOOTING] = "booting", [VM_RUNNING] = "running", [VM_STOPPED] = "stopped",
+		[VM_POWEROFF] = "poweroff", [VM_REBOOT] = "reboot", [VM_PANIC] = "panic",
+		[VM_CRASHED] = "crashed",
+	};
+	return s <= VM_CRASHED ? names[s] : "?";
+}
+
+static void console_take(struct vm *vm, const char *p, size_t n)
+{
+	if (vm->console_log >= 0 && vm->console_written < vm->console_cap) {
+		size_t w = n < vm->console_cap - vm->console_written ? n : vm->console_cap - vm->console_written;
+		if (write(vm->console_log, p, w) > 0)
+			vm->console_written += w;
+		if (vm->console_written == vm->console_cap)
+			dprintf(vm->console_log, "\n[console log truncated]\n");
+	}
+	/* The in-memory tail always keeps the newest bytes: a panic is at the
+	 * end. Callers pass at most CONSOLE_TAIL bytes at a time. */
+	if (vm->tail_len + n > CONSOLE_TAIL) {
+		size_t drop = vm->tail_len + n - CONSOLE_TAIL;
+		memmove(vm->tail, vm->tail + drop, vm->tail_len - drop);
+		vm->tail_len -= drop;
+	}
+	memcpy(vm->tail + vm->tail_len, p, n);
+	vm->tail_len += n;
+	vm->tail[vm->tail_len] = '\0';
+}
+
+static void console_drain(struct vm *vm)
+{
+	char buf[16384];
+	ssize_t n;
+	while (vm->console_fd >= 0 && (n = read(vm->console_fd, buf, sizeof(buf))) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return;
+			n = 0;
+		}
+		if (n == 0)
+			break;
+		console_take(vm, buf, (size_t)n);
+	}
+	if (vm->console_fd >= 0) { /* EOF or error: QEMU is going away */
+		close(vm->console_fd);
+		vm->console_fd = -1;
+	}
+}
+
+/* The last non-empty line of the run directory's qemu.log: QEMU's reason
+ * for refusing to start or for dying. */
+static void qemu_log_last_line(const struct vm *vm, char *out, size_t outlen)
+{
+	char path[300], buf[4096];
+	snprintf(path, sizeof(path), "%s/qemu.log", vm->run_dir);
+	out[0] = '\0';
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	off_t size = lseek(fd, 0, SEEK_END);
+	off_t from = size > (off_t)sizeof(buf) - 1 ? size - (off_t)sizeof(buf) + 1 : 0;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+	close(fd);
+	if (n <= 0)
+		return;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	buf[n] = '\0';
+	char *last = strrchr(buf, '\n');
+	snprintf(out, outlen, "%.180s", last ? last + 1 : buf);
+}
+
+/* QEMU has exited (status st): settle the end state. */
+static void finish(struct vm *vm, int st)
+{
+	console_drain(vm);
+	if (vm->stopping) {
+		vm->state = VM_STOPPED;
+		snprintf(vm->reason, sizeof(vm->reason), "stopped by the host");
+	} else if (vm->notice == PN_POWEROFF) {
+		vm->state = VM_POWEROFF;
+		snprintf(vm->reason, sizeof(vm->reason), "the guest powered off");
+	} else if (vm->notice == PN_REBOOT) {
+		vm->state = VM_REBOOT;
+		snprintf(vm->reason, sizeof(vm->reason), "the guest rebooted");
+	} else if (strstr(vm->tail, "Kernel panic")) {
+		vm->state = VM_PANIC;
+		const char *p = strstr(vm->tail, "Kernel panic");
+		size_t n = strcspn(p, "\r\n");
+		snprintf(vm->reason, sizeof(vm->reason), "%.*s", (int)n, p);
+	} else {
+		vm->state = VM_CRASHED;
+		char last[200];
+		qemu_log_last_line(vm, last, sizeof(last));
+		if (WIFSIGNALED(st))
+			snprintf(vm->reason, sizeof(vm->reason), "qemu killed by signal %d",
+				 WTERMSIG(st));
+		else if (WEXITSTATUS(st))
+			snprintf(vm->reason, sizeof(vm->reason), "qemu exited with status %d: %s",
+				 WEXITSTATUS(st), last);
+		else
+			snprintf(vm->reason, sizeof(vm->reason), "the guest reset without a word (%s)",
+				 qmp_shutdown_reason(vm->qmp) ? qmp_shutdown_reason(vm->qmp) : "no event");
+	}
+	vm->pid = 0;
+}
+
+/* Reaps QEMU if it exited; waits up to wait_ms for it. 1 if it is gone. */
+static int reap(struct vm *vm, int wait_ms)
+{
+	if (vm->pid <= 0)
+		return 1;
+	double deadline = now_ms_f() + wait_ms;
+	for (;;) {
+		int st;
+		pid_t r = waitpid(vm->pid, &st, WNOHANG);
+		if (r == vm->pid) {
+			if (vm->qmp)
+				qmp_poll_events(vm->qmp);
+			finish(vm, st);
+			return 1;
+		}
+		if (r < 0 && errno == ECHILD) { /* not our child: can only watch */
+			if (kill(vm->pid, 0) < 0) {
+				finish(vm, 0);
+				return 1;
+			}
+		}
+		if (now_ms_f() >= deadline)
+			return 0;
+		usleep(2000);
+	}
+}
+
+static void notice_cb(void *arg, const struct proto_frame *f)
+{
+	struct vm *vm = arg;
+	uint32_t kind;
+	if (proto_check_attrs(f) == 0 && proto_get_u32(f, A_NOTICE, &kind) == 0 &&
+	    (kind == PN_POWEROFF || kind == PN_REBOOT))
+		vm->notice = (int)kind;
+}
+
+static int spawn_qemu(struct vm *vm, char **argv, char *err, size_t errlen)
+{
+	char log[300];
+	snprintf(log, sizeof(log), "%s/qemu.log", vm->run_dir);
+	int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (logfd < 0) {
+		snprintf(err, errlen, "cannot create '%s': %s", log, strerror(errno));
+		return -errno;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(logfd);
+		snprintf(err, errlen, "cannot fork: %s", strerror(e));
+		return -e;
+	}
+	if (pid == 0) {
+		/* Own session: a Ctrl-C meant for the CLI or a daemon restart
+		 * does not reach QEMU. */
+		setsid();
+		int null = open("/dev/null", O_RDONLY);
+		dup2(null, 0);
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execvp(argv[0], argv);
+		dprintf(2, "cannot run '%s': %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(logfd);
+	vm->pid = pid;
+	return 0;
+}
+
+static int find_in_path(const char *name)
+{
+	if (strchr(name, '/'))
+		return access(name, X_OK);
+	const char *path = getenv("PATH");
+	if (!path)
+		path = "/usr/bin:/bin";
+	char buf[4096];
+	while (*path) {
+		size_t n = strcspn(path, ":");
+		snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path, name);
+		if (access(buf, X_OK) == 0)
+			return 0;
+		path += n + (path[n] == ':');
+	}
+	return -1;
+}
+
+/* A failure during start: if the VM died meanwhile, that is the news. */
+static void start_failed(struct vm *vm, char *err, size_t errlen)
+{
+	if (reap(vm, 200))
+		snprintf(err, errlen, "vm ended during boot (%s): %s", vm_state_name(vm->state),
+			 vm->reason);
+}
+
+int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen)
+{
+	const char *qemu = cfg->qemu ? cfg->qemu : "qemu-system-x86_64";
+	const struct { const char *what, *path; } files[] = {
+		{ "kernel", cfg->kernel }, { "initramfs", cfg->initrd }, { "template", cfg->template },
+	};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		if (!files[i].path || access(files[i].path, R_OK) < 0) {
+			int e = files[i].path ? errno : EINVAL;
+			snprintf(err, errlen, "cannot find %s '%s': %s", files[i].what,
+				 files[i].path ? files[i].path : "", strerror(e));
+			return -e;
+		}
+	}
+	if (find_in_path(qemu) < 0) {
+		snprintf(err, errlen, "cannot find QEMU binary '%s' (apt-get install qemu-system-x86)", qemu);
+		return -ENOENT;
+	}
+	if (strlen(cfg->run_dir) > 80) { /* socket paths must fit sun_path */
+		snprintf(err, errlen, "run directory path too long: '%s'", cfg->run_dir);
+		return -ENAMETOOLONG;
+	}
+
+	struct vm *vm = calloc(1, sizeof(*vm));
+	if (!vm)
+		return -ENOMEM;
+	vm->console_fd = vm->console_log = -1;
+	vm->console_cap = cfg->console_cap ? cfg->console_cap : 1024 * 1024;
+	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", cfg->run_dir);
+	char **argv = NULL;
+	char path[300], scratch[300];
+	int r;
+
+	if (mkdir(vm->run_dir, 0700) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(err, errlen, "cannot create '%s': %s", vm->run_dir, strerror(errno));
+		goto fail;
+	}
+	snprintf(scratch, sizeof(scratch), "%s/scratch.qcow2", vm->run_dir);
+	r = disk_scratch_create(cfg->cache_dir, cfg->disk_mb ? cfg->disk_mb : 2048, scratch, err, errlen);
+	if (r < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/console.log", vm->run_dir);
+	vm->console_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	struct qemu_config qc = {
+		.binary = qemu,
+		.accel = cfg->accel == QEMU_ACCEL_AUTO ? qemu_accel_probe() : cfg->accel,
+		.vcpus = cfg->vcpus ? cfg->vcpus : 1,
+		.memory_mb = cfg->memory_mb ? cfg->memory_mb : 512,
+		.kernel = cfg->kernel,
+		.initrd = cfg->initrd,
+		.template = cfg->template,
+		.scratch = scratch,
+		.run_dir = vm->run_dir,
+		.hostname = cfg->hostname,
+		.extra_append = cfg->extra_append,
+		.extra_args = cfg->extra_args,
+	};
+	r = qemu_argv(&qc, &argv);
+	if (r < 0) {
+		snprintf(err, errlen, "invalid VM configuration (vcpus 1..64, memory >= 64 MB, "
+				      "no commas in paths)");
+		goto fail;
+	}
+	/* Stale sockets from an earlier VM in this directory would be found
+	 * before QEMU makes its own. */
+	const char *socks[] = { QEMU_QMP_SOCK, QEMU_AGENT_SOCK, QEMU_CONSOLE_SOCK };
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", vm->run_dir, socks[i]);
+		unlink(path);
+	}
+
+	double t0 = now_ms_f();
+	r = spawn_qemu(vm, argv, err, errlen);
+	if (r < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
+	r = qmp_connect(path, 10000, &vm->qmp, err, errlen);
+	if (r < 0) {
+		if (reap(vm, 500)) {
+			char last[200];
+			qemu_log_last_line(vm, last, sizeof(last));
+			snprintf(err, errlen, "qemu did not start: %s", last[0] ? last : vm->reason);
+		}
+		goto fail;
+	}
+	vm->t.qemu_ms = now_ms_f() - t0;
+	snprintf(path, sizeof(path), "%s/" QEMU_CONSOLE_SOCK, vm->run_dir);
+	vm->console_fd = unix_connect(path, 2000);
+	if (vm->console_fd >= 0) {
+		int on = 1;
+		ioctl(vm->console_fd, FIONBIO, &on);
+	}
+	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
+	r = agentc_connect(path, cfg->boot_timeout_ms ? cfg->boot_timeout_ms : 60000, &vm->agent,
+			   err, errlen);
+	if (r < 0) {
+		start_failed(vm, err, errlen);
+		goto fail;
+	}
+	agentc_on_notice(vm->agent, notice_cb, vm);
+	vm->t.total_ms = now_ms_f() - t0;
+	uint64_t boot_ns, ready_ns;
+	agentc_boot_times(vm->agent, &boot_ns, &ready_ns);
+	if (ready_ns) {
+		vm->t.kernel_ms = (double)boot_ns / 1e6;
+		vm->t.agent_ms = (double)(ready_ns - boot_ns) / 1e6;
+	}
+	vm->state = VM_RUNNING;
+	qemu_argv_free(argv);
+	*out = vm;
+	return 0;
+fail:
+	qemu_argv_free(argv);
+	vm_free(vm, 1);
+	return r;
+}
+
+int vm_pump(struct vm *vm, int timeout_ms)
+{
+	if (vm->state != VM_RUNNING)
+		return -ESHUTDOWN;
+	struct pollfd p[3];
+	int n = 0, ia = -1, iq = -1, ic = -1;
+	if (vm->agent) {
+		ia = n;
+		p[n++] = (struct pollfd){ .fd = agentc_fd(vm->agent), .events = agentc_events(vm->agent) };
+	}
+	if (vm->qmp) {
+		iq = n;
+		p[n++] = (struct pollfd){ .fd = qmp_fd(vm->qmp), .events = POLLIN };
+	}
+	if (vm->console_fd >= 0) {
+		ic = n;
+		p[n++] = (struct pollfd){ .fd = vm->console_fd, .events = POLLIN };
+	}
+	int r = poll(p, (nfds_t)n, timeout_ms);
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	int gone = 0;
+	if (ic >= 0 && p[ic].revents)
+		console_drain(vm);
+	if (iq >= 0 && p[iq].revents && qmp_poll_events(vm->qmp) == -EPIPE)
+		gone = 1;
+	if (ia >= 0 && p[ia].revents && agentc_io(vm->agent, p[ia].revents) < 0) {
+		agentc_close(vm->agent);
+		vm->agent = NULL;
+		gone = 1;
+	}
+	if (gone && reap(vm, 3000))
+		return -ESHUTDOWN;
+	return 0;
+}
+
+int vm_run(struct vm *vm, const int *done, int timeout_ms)
+{
+	double deadline = now_ms_f() + timeout_ms;
+	while (!*done) {
+		double left = deadline - now_ms_f();
+		if (left <= 0)
+			return -ETIMEDOUT;
+		int r = vm_pump(vm, (int)left + 1);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static void ignore_cb(void *arg, const struct proto_frame *f)
+{
+	(void)arg;
+	(void)f;
+}
+
+int vm_stop(struct vm *vm, int grace_ms)
+{
+	if (vm->state != VM_RUNNING && vm->state != VM_BOOTING)
+		return 0;
+	vm->stopping = 1;
+	if (vm->agent && agentc_begin(vm->agent, P_POWEROFF, ignore_cb, NULL, NULL))
+		agentc_end(vm->agent);
+	double deadline = now_ms_f() + grace_ms;
+	while (vm->pid > 0 && now_ms_f() < deadline)
+		if (vm_pump(vm, 50) == -ESHUTDOWN || reap(vm, 0))
+			return 0;
+	char err[128];
+	if (vm->qmp && qmp_command(vm->qmp, "quit", NULL, 1000, NULL, err, sizeof(err)) == 0 &&
+	    reap(vm, 2000))
+		return 0;
+	if (vm->pid > 0)
+		kill(vm->pid, SIGKILL);
+	reap(vm, 5000);
+	return 0;
+}
+
+void vm_free(struct vm *vm, int keep)
+{
+	if (!vm)
+		return;
+	if (vm->pid > 0) {
+		kill(vm->pid, SIGKILL);
+		reap(vm, 5000);
+	}
+	agentc_close(vm->agent);
+	qmp_close(vm->qmp);
+	if (vm->console_fd >= 0)
+		close(vm->console_fd);
+	if (vm->console_log >= 0)
+		close(vm->console_log);
+	if (!keep && vm->run_dir[0]) {
+		const char *files[] = { QEMU_QMP_SOCK, QEMU_AGENT_SOCK, QEMU_CONSOLE_SOCK,
+					"scratch.qcow2", "qemu.log", "console.log" };
+		char path[300];
+		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+			snprintf(path, sizeof(path), "%s/%s", vm->run_dir, files[i]);
+			unlink(path);
+		}
+		rmdir(vm->run_dir);
+	}
+	free(vm);
+}
+
+int vm_reconnect(struct vm *vm, char *err, size_t errlen)
+{
+	if (vm->state != VM_RUNNING) {
+		snprintf(err, errlen, "vm is %s", vm_state_name(vm->state));
+		return -ESHUTDOWN;
+	}
+	agentc_close(vm->agent);
+	vm->agent = NULL;
+	char path[300];
+	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
+	int r = agentc_connect(path, 10000, &vm->agent, err, errlen);
+	if (r == 0)
+		agentc_on_notice(vm->agent, notice_cb, vm);
+	return r;
+}
+
+struct agentc *vm_agent(struct vm *vm)
+{
+	return vm->agent;
+}
+
+enum vm_state vm_state(const struct vm *vm)
+{
+	return vm->state;
+}
+
+const char *vm_reason(const struct vm *vm)
+{
+	return vm->reason;
+}
+
+pid_t vm_pid(const struct vm *vm)
+{
+	return vm->pid;
+}
+
+const struct vm_timings *vm_timings(const struct vm *vm)
+{
+	return &vm->t;
+}
+
+const char *vm_console_tail(const struct vm *vm)
+{
+	return vm->tail;
+}

@@ -1,0 +1,89 @@
+/*
+ * vm: the VM runner. Starts a QEMU microvm for (kernel, template, vCPUs,
+ * memory, writable-layer size), waits for the agent, drives its sockets
+ * (QMP, console, agent) from one poll loop, and stops it: gracefully through
+ * the agent, then QMP quit, then SIGKILL. How the VM ended is a state.
+ */
+#ifndef CPUOS_VM_H
+#define CPUOS_VM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/qemu.h"
+
+struct agentc;
+
+struct vm_config {
+	const char *qemu;     /* binary name or path; NULL = qemu-system-x86_64 */
+	enum qemu_accel accel; /* AUTO probes */
+	unsigned vcpus;        /* 0 = 1 */
+	unsigned memory_mb;    /* 0 = 512 */
+	unsigned disk_mb;      /* writable layer; 0 = 2048 */
+	const char *kernel, *initrd, *template;
+	const char *run_dir;   /* created; holds sockets, logs, the layer */
+	const char *cache_dir; /* cached layer bases */
+	const char *hostname;
+	const char *extra_append;
+	const char *const *extra_args; /* more QEMU arguments (benchmarks) */
+	int boot_timeout_ms;   /* 0 = 60 s */
+	size_t console_cap;    /* bytes of console.log kept; 0 = 1 MiB */
+};
+
+/* Lifecycle. BOOTING -> RUNNING -> one of the ended states. */
+enum vm_state {
+	VM_BOOTING,
+	VM_RUNNING,
+	VM_STOPPED,  /* the host stopped it */
+	VM_POWEROFF, /* the guest powered off (the agent said so) */
+	VM_REBOOT,   /* the guest asked for a reboot; a microVM ends instead */
+	VM_PANIC,    /* the guest kernel panicked */
+	VM_CRASHED,  /* QEMU died, or the guest reset with no word why */
+};
+
+struct vm_timings {
+	double qemu_ms;  /* spawn -> QMP answering */
+	double kernel_ms; /* guest boot clock when the agent started */
+	double agent_ms; /* agent start -> agent serving (guest clock) */
+	double total_ms; /* spawn -> agent answered P_HELLO; the rest of it is
+			  * kernel loading and decompression before the guest
+			  * clock starts, and host-side connects */
+};
+
+struct vm;
+
+/* Starts the VM and returns once its agent answered, or fails with -errno
+ * and one readable line in err (a missing file, QEMU refusing to start, the
+ * guest dying during boot, the boot timeout). */
+int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen);
+
+/* One round of the poll loop over QMP, console and agent, waiting at most
+ * timeout_ms. 0, or -ESHUTDOWN once the VM has ended. */
+int vm_pump(struct vm *vm, int timeout_ms);
+/* Pumps until *done, the VM ends (-ESHUTDOWN) or timeout_ms (-ETIMEDOUT). */
+int vm_run(struct vm *vm, const int *done, int timeout_ms);
+
+/* Stops the VM: asks the agent to power off and waits grace_ms, then QMP
+ * quit, then SIGKILL. The state becomes VM_STOPPED unless it had ended. */
+int vm_stop(struct vm *vm, int grace_ms);
+/* Kills QEMU if still running and frees everything; removes the run
+ * directory's sockets and the writable layer unless keep is set. */
+void vm_free(struct vm *vm, int keep);
+
+/* Drops the agent connection (pending operations end with ECONNRESET,
+ * their processes live on in the guest) and connects anew. 0 or -errno. */
+int vm_reconnect(struct vm *vm, char *err, size_t errlen);
+
+/* The agent connection, or NULL after it was lost. */
+struct agentc *vm_agent(struct vm *vm);
+enum vm_state vm_state(const struct vm *vm);
+const char *vm_state_name(enum vm_state s);
+/* Why it ended ("kernel panic", "qemu killed by signal 9"), or "". */
+const char *vm_reason(const struct vm *vm);
+pid_t vm_pid(const struct vm *vm);
+const struct vm_timings *vm_timings(const struct vm *vm);
+/* The last console bytes kept in memory (up to 64 KiB), NUL-terminated. */
+const char *vm_console_tail(const struct vm *vm);
+
+#endif

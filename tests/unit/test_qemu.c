@@ -1,0 +1,274 @@
+/* Unit tests for the QEMU command line and the QMP client. */
+#include "daemon/qemu.h"
+#include "daemon/qmp.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct qemu_config base_config(void)
+{
+	return (struct qemu_config){
+		.binary = "qemu-system-x86_64", .accel = QEMU_ACCEL_TCG, .vcpus = 2,
+		.memory_mb = 512, .kernel = "/k/bzImage", .initrd = "/k/initramfs.cpio",
+		.template = "/t/python.erofs", .scratch = "/r/scratch.qcow2", .run_dir = "/r",
+		.hostname = "sbx1",
+	};
+}
+
+/* The value following option opt, the n-th time it appears (0-based). */
+static const char *opt_value(char **argv, const char *opt, int n)
+{
+	for (char **p = argv; *p; p++)
+		if (!strcmp(*p, opt) && p[1] && n-- == 0)
+			return p[1];
+	return NULL;
+}
+
+static int has_value(char **argv, const char *opt, const char *needle)
+{
+	const char *v;
+	for (int i = 0; (v = opt_value(argv, opt, i)); i++)
+		if (strstr(v, needle))
+			return 1;
+	return 0;
+}
+
+static void test_tcg_cmdline(void)
+{
+	struct qemu_config c = base_config();
+	char **argv;
+	if (!CHECK(qemu_argv(&c, &argv) == 0))
+		return;
+	CHECK(!strcmp(argv[0], "qemu-system-x86_64"));
+	CHECK(has_value(argv, "-M", "microvm,acpi=off"));
+	CHECK(has_value(argv, "-accel", "tcg,thread=multi,tb-size="));
+	CHECK(has_value(argv, "-cpu", "max"));
+	CHECK(!strcmp(opt_value(argv, "-smp", 0), "2"));
+	CHECK(!strcmp(opt_value(argv, "-m", 0), "512"));
+	CHECK(!strcmp(opt_value(argv, "-kernel", 0), "/k/bzImage"));
+	CHECK(!strcmp(opt_value(argv, "-initrd", 0), "/k/initramfs.cpio"));
+	CHECK(has_value(argv, "-append", "panic=-1"));
+	CHECK(has_value(argv, "-append", "reboot=t"));
+	CHECK(has_value(argv, "-append", "cpuos.hostname=sbx1"));
+	CHECK(has_value(argv, "-chardev", "path=/r/qmp.sock,server=on,wait=off"));
+	CHECK(has_value(argv, "-chardev", "path=/r/agent.sock"));
+	CHECK(has_value(argv, "-device", "virtserialport,chardev=agent,name=cpuos.agent"));
+	CHECK(has_value(argv, "-blockdev", "filename=/t/python.erofs,read-only=on"));
+	CHECK(has_value(argv, "-blockdev", "driver=qcow2"));
+	CHECK(has_value(argv, "-device", "serial=root"));
+	CHECK(has_value(argv, "-device", "serial=scratch"));
+	int nodefaults = 0, noreboot = 0;
+	for (char **p = argv; *p; p++) {
+		nodefaults += !strcmp(*p, "-nodefaults");
+		noreboot += !strcmp(*p, "-no-reboot");
+	}
+	CHECK(nodefaults == 1 && noreboot == 1);
+	qemu_argv_free(argv);
+}
+
+static void test_kvm_cmdline(void)
+{
+	struct qemu_config c = base_config();
+	c.accel = QEMU_ACCEL_KVM;
+	char **argv;
+	if (!CHECK(qemu_argv(&c, &argv) == 0))
+		return;
+	CHECK(!strcmp(opt_value(argv, "-accel", 0), "kvm"));
+	CHECK(!strcmp(opt_value(argv, "-cpu", 0), "host"));
+	qemu_argv_free(argv);
+}
+
+static void test_bad_configs(void)
+{
+	char **argv = NULL;
+	struct qemu_config c = base_config();
+	c.template = "/t/a,b.erofs"; /* would inject a QEMU option */
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+	c = base_config();
+	c.vcpus = 0;
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+	c.vcpus = 1000;
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+	c = base_config();
+	c.memory_mb = 1;
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+	c = base_config();
+	c.accel = QEMU_ACCEL_AUTO; /* must be resolved first */
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+	c = base_config();
+	c.hostname = "a b";
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+	c = base_config();
+	c.kernel = NULL;
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+	CHECK(argv == NULL);
+}
+
+static void test_accel(void)
+{
+	enum qemu_accel a;
+	CHECK(qemu_accel_parse("kvm", &a) == 0 && a == QEMU_ACCEL_KVM);
+	CHECK(qemu_accel_parse("tcg", &a) == 0 && a == QEMU_ACCEL_TCG);
+	CHECK(qemu_accel_parse("auto", &a) == 0 && a == QEMU_ACCEL_AUTO);
+	CHECK(qemu_accel_parse("xen", &a) == -EINVAL);
+	a = qemu_accel_probe();
+	CHECK(a == QEMU_ACCEL_KVM || a == QEMU_ACCEL_TCG);
+	t_note("auto picks %s on this host", qemu_accel_name(a));
+}
+
+/* QMP: a forked peer plays QEMU from a script. "> line" is sent, "< text"
+ * waits for a line holding text (the peer exits 1 on anything else), and
+ * "flood" sends 4 MiB without a newline, "close" hangs up. */
+static pid_t peer_run(int fd, const char *const *script)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	int fl = 0;
+	ioctl(fd, FIONBIO, &fl);
+	char line[4096];
+	for (; *script; script++) {
+		const char *s = *script;
+		if (s[0] == '>') {
+			dprintf(fd, "%s\n", s + 2);
+		} else if (s[0] == '<') {
+			size_t n = 0;
+			while (n < sizeof(line) - 1 && read(fd, line + n, 1) == 1 && line[n] != '\n')
+				n++;
+			line[n] = '\0';
+			if (!strstr(line, s + 2))
+				_exit(1);
+		} else if (!strcmp(s, "flood")) {
+			memset(line, 'x', sizeof(line));
+			for (int i = 0; i < 1024; i++) /* 4 MiB with no newline */
+				if (write(fd, line, sizeof(line)) < 0)
+					_exit(0);
+		} else {
+			close(fd);
+			_exit(0);
+		}
+	}
+	sleep(5); /* stay connected until killed */
+	_exit(0);
+}
+
+static int peer_done(pid_t pid)
+{
+	int st;
+	kill(pid, SIGTERM);
+	waitpid(pid, &st, 0);
+	return (WIFEXITED(st) && WEXITSTATUS(st) == 0) || (WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+}
+
+static void test_qmp_session(void)
+{
+	static const char *const script[] = {
+		"> {\"QMP\": {\"version\": {}, \"capabilities\": []}}",
+		"< \"execute\":\"qmp_capabilities\"",
+		"> {\"return\": {}, \"id\": 1}",
+		"< \"execute\":\"query-status\"",
+		/* an event and a stale reply before the real one */
+		"> {\"event\": \"SHUTDOWN\", \"data\": {\"guest\": true, \"reason\": \"guest-reset\"}}",
+		"> {\"return\": {\"status\": \"stale\"}, \"id\": 1}",
+		"> {\"return\": {\"status\": \"running\"}, \"id\": 2}",
+		"< \"execute\":\"nope\"",
+		"> {\"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command nope has not been found\"}, \"id\": 3}",
+		"< \"execute\":\"query-status\"", /* left unanswered: a timeout */
+		"< \"execute\":\"query-status\"",
+		"> this is not json",
+		"close",
+		NULL,
+	};
+	int sv[2];
+	if (!CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0))
+		return;
+	pid_t peer = peer_run(sv[1], script);
+	close(sv[1]);
+	struct qmp *q;
+	char err[256] = "";
+	if (!CHECK(qmp_open_fd(sv[0], 2000, &q, err, sizeof(err)) == 0)) {
+		t_note("%s", err);
+		peer_done(peer);
+		return;
+	}
+	json_t *ret = NULL;
+	CHECK(qmp_command(q, "query-status", NULL, 2000, &ret, err, sizeof(err)) == 0);
+	CHECK(ret && json_string_value(json_object_get(ret, "status")) &&
+	      !strcmp(json_string_value(json_object_get(ret, "status")), "running"));
+	json_decref(ret);
+	CHECK(qmp_shutdown_reason(q) && !strcmp(qmp_shutdown_reason(q), "guest-reset"));
+
+	CHECK(qmp_command(q, "nope", NULL, 2000, NULL, err, sizeof(err)) == -EREMOTEIO);
+	CHECK(strstr(err, "has not been found") != NULL);
+	CHECK(qmp_command(q, "query-status", NULL, 100, NULL, err, sizeof(err)) == -ETIMEDOUT);
+	CHECK(qmp_command(q, "query-status", NULL, 2000, NULL, err, sizeof(err)) == -EPROTO);
+	usleep(100000);
+	CHECK(qmp_poll_events(q) == -EPIPE); /* QEMU gone */
+	qmp_close(q);
+	CHECK(peer_done(peer));
+}
+
+static void test_qmp_no_greeting(void)
+{
+	static const char *const script[] = { "> {\"return\": {}, \"id\": 1}", NULL };
+	int sv[2];
+	if (!CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0))
+		return;
+	pid_t peer = peer_run(sv[1], script);
+	close(sv[1]);
+	struct qmp *q = NULL;
+	char err[256];
+	CHECK(qmp_open_fd(sv[0], 200, &q, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "greeting") != NULL);
+	peer_done(peer);
+}
+
+static void test_qmp_line_cap(void)
+{
+	static const char *const script[] = {
+		"> {\"QMP\": {}}", "< qmp_capabilities", "> {\"return\": {}, \"id\": 1}", "flood", NULL,
+	};
+	int sv[2];
+	if (!CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0))
+		return;
+	pid_t peer = peer_run(sv[1], script);
+	close(sv[1]);
+	struct qmp *q;
+	char err[256];
+	if (!CHECK(qmp_open_fd(sv[0], 2000, &q, err, sizeof(err)) == 0)) {
+		peer_done(peer);
+		return;
+	}
+	/* A line that never ends must not grow memory without bound. */
+	int r = 0;
+	for (int i = 0; i < 1000 && r == 0; i++) {
+		usleep(2000);
+		r = qmp_poll_events(q);
+	}
+	CHECK(r == -EMSGSIZE);
+	qmp_close(q);
+	peer_done(peer);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct t_case cases[] = {
+		{ "qemu_tcg_cmdline", test_tcg_cmdline },
+		{ "qemu_kvm_cmdline", test_kvm_cmdline },
+		{ "qemu_bad_configs", test_bad_configs },
+		{ "qemu_accel", test_accel },
+		{ "qmp_session", test_qmp_session },
+		{ "qmp_no_greeting", test_qmp_no_greeting },
+		{ "qmp_line_cap", test_qmp_line_cap },
+		{ 0, 0 },
+	};
+	return t_main(argc, argv, cases);
+}
