@@ -1,0 +1,119 @@
+# cpuos: one non-recursive Makefile. `make` builds host tools and the guest
+# agent; `make guest` adds the kernel and template images (cached under
+# $(CPUOS_CACHE)); `make test` runs every test; `make bench` the benchmarks.
+
+CC ?= cc
+BUILD ?= build
+CPUOS_CACHE ?= /var/cache/cpuos
+export CPUOS_CACHE
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc
+ifdef WERROR
+CFLAGS += -Werror
+endif
+ifdef SANITIZE
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+LDLIBS := -ljansson
+ifndef V
+Q := @
+endif
+
+TEMPLATES := base python node
+
+COMMON_SRCS := $(wildcard src/common/*.c)
+AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c
+RUNNER_SRCS := src/daemon/qemu.c src/daemon/qmp.c src/daemon/agentc.c src/daemon/disk.c src/daemon/vm.c
+VM_CLI_SRCS := src/cli/cpuos-vm.c
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+# The agent is static and runs as PID 1 in the guest: built without
+# sanitizers, with its own object directory.
+agent_obj = $(patsubst %.c,$(BUILD)/agent-obj/%.o,$(1))
+
+AGENT := $(BUILD)/guest/cpuos-agent
+INITRAMFS := $(BUILD)/guest/initramfs.cpio
+KERNEL := $(BUILD)/guest/bzImage
+VM_CLI := $(BUILD)/bin/cpuos-vm
+
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
+
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(UNIT_TESTS) $(VM_TESTS) $(BENCH)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/agent-obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $< (agent)")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc -Os -g $(if $(WERROR),-Werror) -c -o $@ $<
+
+$(AGENT): $(call agent_obj,$(AGENT_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) -static -o $@ $^
+
+# The agent reaches the guest in an initramfs, not in the template images, so
+# a new agent needs no image rebuild.
+$(INITRAMFS): $(AGENT) guest/mkinitramfs.sh
+	$(Q)guest/mkinitramfs.sh $(AGENT) $@
+
+$(VM_CLI): $(call obj,$(VM_CLI_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/test_%: $(call obj,tests/vm/test_%.c tests/vm/vmtest.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+BENCH := $(BUILD)/bench/bench_vm
+$(BENCH): $(call obj,bench/bench_vm.c tests/vm/vmtest.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Guest kernel and templates: long, cached outside the repo, with progress.
+kernel: $(KERNEL)
+$(KERNEL): guest/kernel/cpuos.config guest/kernel/build.sh
+	guest/kernel/build.sh $@
+
+templates: $(foreach t,$(TEMPLATES),$(BUILD)/guest/templates/$(t).erofs)
+$(BUILD)/guest/templates/%.erofs: $(wildcard guest/templates/*.recipe) guest/templates/build.sh
+	guest/templates/build.sh $* $@
+
+guest: kernel templates $(INITRAMFS)
+
+# The README's two commands. Each first installs missing Debian packages,
+# then builds (the sub-make orders that after the install).
+run:
+	scripts/deps.sh
+	$(MAKE) all guest
+	$(VM_CLI) run --template python -v -- python3 -c \
+	  "import pandas, numpy; print(pandas.DataFrame({'x': numpy.arange(5)}).x.sum())"
+
+test:
+	scripts/deps.sh
+	$(MAKE) all guest
+	tests/run.sh
+
+bench:
+	scripts/deps.sh
+	$(MAKE) all guest
+	bench/run.sh
+
+format:
+	clang-format -i $$(git ls-files 'src/*.[ch]' 'tests/*.[ch]' 'bench/*.[ch]')
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all kernel templates guest run test bench format clean
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

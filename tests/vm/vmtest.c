@@ -1,0 +1,138 @@
+/* vmtest: the helpers behind vmtest.h. */
+#include "vmtest.h"
+
+#include "daemon/agentc.h"
+#include "../unit/tap.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct vm *vt_boot(const char *template, unsigned vcpus, unsigned memory_mb,
+		   const char *const *extra_args)
+{
+	static int seq;
+	const char *g = getenv("CPUOS_GUEST_DIR");
+	const char *cache = getenv("CPUOS_CACHE");
+	const char *runroot = getenv("CPUOS_RUN_DIR");
+	char kernel[512], initrd[512], image[512], run[128];
+	g = g ? g : "build/guest";
+	snprintf(kernel, sizeof(kernel), "%s/bzImage", g);
+	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", g);
+	snprintf(image, sizeof(image), "%s/templates/%s.erofs", g, template);
+	snprintf(run, sizeof(run), "%s/t%d-%d", runroot ? runroot : "/tmp", (int)getpid(), ++seq);
+	struct vm_config cfg = {
+		.vcpus = vcpus, .memory_mb = memory_mb, .disk_mb = 2048, .extra_args = extra_args,
+		.kernel = kernel, .initrd = initrd, .template = image, .run_dir = run,
+		.cache_dir = cache ? cache : "/var/cache/cpuos", .boot_timeout_ms = 60000,
+	};
+	struct vm *vm;
+	char err[512];
+	if (vm_start(&cfg, &vm, err, sizeof(err)) < 0) {
+		t_note("cannot boot %s: %s", template, err);
+		return NULL;
+	}
+	return vm;
+}
+
+void vt_result_free(struct result *r)
+{
+	pbuf_release(&r->out);
+	pbuf_release(&r->err);
+}
+
+void vt_collect(void *arg, const struct proto_frame *f)
+{
+	struct result *r = arg;
+	uint32_t v;
+	switch (f->type) {
+	case P_STDOUT:
+		pbuf_append(&r->out, f->payload, f->len);
+		return;
+	case P_STDERR:
+	case P_DATA:
+		pbuf_append(f->type == P_DATA ? &r->out : &r->err, f->payload, f->len);
+		return;
+	case P_ENTRY:
+		r->entries++;
+		return;
+	default:
+		break;
+	}
+	if (proto_check_attrs(f) < 0)
+		return;
+	if (f->type == P_STARTED || f->type == P_OK) {
+		proto_get_u32(f, A_PROC, &r->proc);
+		proto_get_u32(f, A_PID, &r->pid);
+	}
+	if (f->type == P_OK)
+		r->done = 1;
+	if (f->type == P_EXIT) {
+		r->done = 1;
+		if (proto_get_u32(f, A_EXIT_CODE, &v) == 0)
+			r->exit_code = (int)v;
+		if (proto_get_u32(f, A_SIGNAL, &v) == 0)
+			r->signal = (int)v;
+		if (proto_get_u32(f, A_TIMED_OUT, &v) == 0)
+			r->timed_out = (int)v;
+	}
+	if (f->type == P_ERROR) {
+		r->done = 1;
+		r->error = proto_get_u32(f, A_ERRNO, &v) == 0 ? (int)v : EPROTO;
+		proto_get_str(f, A_MESSAGE, r->message, sizeof(r->message));
+	}
+}
+
+int vt_exec_start(struct vm *vm, const struct cmd *c, struct result *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->exit_code = -1;
+	struct agentc *a = vm_agent(vm);
+	uint32_t id;
+	struct pbuf *b = a ? agentc_begin(a, P_EXEC, vt_collect, r, &id) : NULL;
+	if (!b)
+		return -ENOTCONN;
+	int e = 0;
+	if (c->shell)
+		e = proto_put_str(b, A_SHELL, c->shell);
+	for (const char *const *p = c->argv; p && *p && !e; p++)
+		e = proto_put_str(b, A_ARG, *p);
+	if (c->user && !e)
+		e = proto_put_str(b, A_USER, c->user);
+	if (c->timeout_ms && !e)
+		e = proto_put_u64(b, A_TIMEOUT_MS, c->timeout_ms);
+	if (c->background && !e)
+		e = proto_put_u32(b, A_BACKGROUND, 1);
+	if ((c->stdin_len || c->stdin_eof) && !e)
+		e = proto_put_u32(b, A_STDIN, 1);
+	e = e ? e : agentc_end(a);
+	if (!e && (c->stdin_len || c->stdin_eof))
+		e = agentc_data(a, id, PF_EOF, c->stdin_data, c->stdin_len);
+	return e;
+}
+
+int vt_exec(struct vm *vm, const struct cmd *c, struct result *r, int timeout_ms)
+{
+	int e = vt_exec_start(vm, c, r);
+	return e ? e : vm_run(vm, &r->done, timeout_ms);
+}
+
+int vt_simple(struct vm *vm, uint16_t type, uint32_t proc, const char *path, struct result *r,
+	      int timeout_ms)
+{
+	memset(r, 0, sizeof(*r));
+	r->exit_code = -1;
+	struct agentc *a = vm_agent(vm);
+	struct pbuf *b = a ? agentc_begin(a, type, vt_collect, r, NULL) : NULL;
+	if (!b)
+		return -ENOTCONN;
+	int e = 0;
+	if (proc)
+		e = proto_put_u32(b, A_PROC, proc);
+	if (path && !e)
+		e = proto_put_str(b, A_PATH, path);
+	e = e ? e : agentc_end(a);
+	return e ? e : vm_run(vm, &r->done, timeout_ms);
+}
