@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Prints every benchmark figure of the guest platform (nothing is asserted).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CPUOS_GUEST_DIR=${CPUOS_GUEST_DIR:-$PWD/build/guest}
+export CPUOS_RUN_DIR=${CPUOS_RUN_DIR:-/tmp/cpuos-bench-run}
+mkdir -p "$CPUOS_RUN_DIR"
+echo "accelerator: $(build/tests/test_qemu qemu_accel | sed -n 's/.*auto picks \(.*\) on this host/\1/p')"
+build/bench/bench_vm boot 10
+build/bench/bench_vm exec 200
+build/bench/bench_vm files 200
+build/bench/bench_vm memory 3
