@@ -38,6 +38,7 @@ AGENT := $(BUILD)/guest/cpuos-agent
 INITRAMFS := $(BUILD)/guest/initramfs.cpio
 KERNEL := $(BUILD)/guest/bzImage
 VM_CLI := $(BUILD)/bin/cpuos-vm
+BENCH := $(BUILD)/bench/bench_vm
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
@@ -75,7 +76,6 @@ $(BUILD)/tests/test_%: $(call obj,tests/vm/test_%.c tests/vm/vmtest.c tests/unit
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-BENCH := $(BUILD)/bench/bench_vm
 $(BENCH): $(call obj,bench/bench_vm.c tests/vm/vmtest.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

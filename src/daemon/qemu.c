@@ -169,7 +169,7 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 
 	/* The agent channel: virtio-serial (no vhost-vsock on our hosts). */
 	add(&b, "-device");
-	add(&b, "virtio-serial-device,max_ports=2");
+	add(&b, "virtio-serial-device,max_ports=4");
 	add(&b, "-chardev");
 	add(&b, "socket,id=agent,path=%s/" QEMU_AGENT_SOCK ",server=on,wait=off", c->run_dir);
 	add(&b, "-device");
