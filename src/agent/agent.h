@@ -185,6 +185,7 @@ struct proc {
 	bool in_eof; /* close stdin once in is written */
 	struct ring ring[2];
 	bool reaped, ended, dead, timed_out;
+	bool background; /* kept after its exit is told, until evicted */
 	int status;	    /* wait status once reaped */
 	int64_t deadline;   /* A_TIMEOUT_MS expiry (monotonic ms), 0 = none */
 	int64_t grace;	    /* reaped with pipes open: stop waiting then */

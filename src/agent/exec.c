@@ -77,7 +77,10 @@ void exec_ended(struct proc *p)
 		op_close(c, op);
 		told = true;
 	}
-	if (told)
+	/* A foreground exec's process is done with once its exit was told;
+	 * a background one stays (output and status) for later attach, wait
+	 * and ps, until newer exits evict it. */
+	if (told && !p->background)
 		proc_collect(p);
 }
 
@@ -320,6 +323,7 @@ void req_exec(struct conn *c, const struct proto_frame *f)
 			send_error(c, f->id, -r, "cannot start '%s': %s", x->argv[0], strerror(-r));
 		goto out;
 	}
+	p->background = background != 0;
 	if (background) {
 		put_started(c, P_OK, f->id, p);
 	} else {

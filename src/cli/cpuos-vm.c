@@ -59,17 +59,40 @@ struct run {
 	uint32_t id;
 };
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(int code, const char *fmt, va_list ap) __attribute__((noreturn));
+static void fail(int code, const char *fmt, va_list ap)
+{
+	fputs("cpuos-vm: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	exit(code);
+}
 
+/* The runner or the VM failed: 125. */
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("cpuos-vm: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(EXIT_RUNNER);
+	fail(EXIT_RUNNER, fmt, ap);
+}
+
+/* The command line is wrong: 2, as for any usage error. */
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fail(2, fmt, ap);
+}
+
+/* SIGINT/SIGTERM: stop the VM before leaving, never orphan QEMU (it runs in
+ * its own session, so the terminal's signal does not reach it). */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = sig;
 }
 
 static void write_all(int fd, const uint8_t *p, size_t n)
@@ -89,6 +112,8 @@ static void exec_cb(void *arg, const struct proto_frame *f)
 {
 	struct run *run = arg;
 	uint32_t v;
+	if (run->done) /* interrupted: the teardown's ECONNRESET is no news */
+		return;
 	switch (f->type) {
 	case P_STDOUT:
 		write_all(1, f->payload, f->len);
@@ -144,7 +169,7 @@ static unsigned parse_uint(const char *s, const char *what)
 	errno = 0;
 	unsigned long v = strtoul(s, &end, 10);
 	if (errno || *end || !*s || v > 1u << 30 || s[0] == '-')
-		die("invalid %s", what);
+		usage_error("invalid %s '%s' (a number)", what, s);
 	return (unsigned)v;
 }
 
@@ -201,6 +226,7 @@ int main(int argc, char **argv)
 	cfg.initrd = initrd;
 
 	optind = 2;
+	opterr = 0; /* one line of our own instead of getopt's */
 	while ((c = getopt_long(argc, argv, "+T:c:e:w:u:t:ivh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'T': template = optarg; break;
@@ -210,7 +236,7 @@ int main(int argc, char **argv)
 		case 'Q': cfg.qemu = optarg; break;
 		case 'A':
 			if (qemu_accel_parse(optarg, &cfg.accel) < 0)
-				die("invalid --accel '%s' (auto, kvm or tcg)", optarg);
+				usage_error("invalid --accel '%s' (auto, kvm or tcg)", optarg);
 			break;
 		case 'C': cfg.vcpus = parse_uint(optarg, "--vcpus"); break;
 		case 'M': cfg.memory_mb = parse_uint(optarg, "--memory"); break;
@@ -218,7 +244,7 @@ int main(int argc, char **argv)
 		case 'c': shell = optarg; break;
 		case 'e':
 			if (nenv == 256 || !strchr(optarg, '='))
-				die("invalid --env '%s' (NAME=VALUE, at most 256)", optarg);
+				usage_error("invalid --env '%s' (NAME=VALUE, at most 256)", optarg);
 			envs[nenv++] = optarg;
 			break;
 		case 'w': cwd = optarg; break;
@@ -228,7 +254,7 @@ int main(int argc, char **argv)
 		case 'v': verbose = 1; break;
 		case 'O': console = 1; break;
 		case 'h': fputs(usage, stdout); return 0;
-		default: fputs(usage, stderr); return 2;
+		default: usage_error("bad option '%s' (see cpuos-vm --help)", argv[optind - 1]);
 		}
 	}
 	if (!shell && optind >= argc) {
@@ -236,7 +262,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (strchr(template, '/') || !*template)
-		die("invalid template name '%s'", template);
+		usage_error("invalid template name '%s'", template);
 	snprintf(image, sizeof(image), "%s/templates/%s.erofs", gdir, template);
 	cfg.template = image_path ? image_path : image;
 	const char *cache = getenv("CPUOS_CACHE");
@@ -250,6 +276,10 @@ int main(int argc, char **argv)
 		 (unsigned long)time(NULL) & 0xffff);
 	cfg.run_dir = run_dir;
 	signal(SIGPIPE, SIG_IGN);
+	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: poll returns */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 
 	char err[512];
 	struct vm *vm;
@@ -288,15 +318,20 @@ int main(int argc, char **argv)
 	int stdin_open = use_stdin;
 	if (use_stdin)
 		fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
-	while (!run.done) {
+	while (!run.done && !interrupted) {
 		pump_stdin(a, &run, &stdin_open);
 		r = vm_pump(vm, stdin_open ? 5 : 1000);
 		if (r == -ESHUTDOWN)
 			break;
 	}
-	if (!run.done)
+	if (interrupted) {
+		snprintf(run.error, sizeof(run.error), "interrupted by signal %d", (int)interrupted);
+		run.exit_code = 128 + interrupted;
+		run.done = 1;
+	} else if (!run.done) {
 		snprintf(run.error, sizeof(run.error), "vm %s: %s", vm_state_name(vm_state(vm)),
 			 vm_reason(vm));
+	}
 	vm_stop(vm, 5000);
 	if (verbose)
 		fprintf(stderr, "cpuos-vm: vm %s: %s\n", vm_state_name(vm_state(vm)), vm_reason(vm));

@@ -1,0 +1,827 @@
+/*
+ * test_agent: cpuos-agent in --listen mode (the protocol on a host Unix
+ * socket) against a hostile and a heavy host: bad frames, garbage, reconnects,
+ * processes that outlive their connection, the per-connection operation cap.
+ * Talks raw bytes, so nothing here trusts the host-side client (agentc).
+ */
+#include "common/proto.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IO_TIMEOUT_S 3	  /* per read: a hung agent fails fast */
+#define DEADLINE_S   50	  /* the whole run, under run.sh's budget */
+#define OP_CAP	     1024 /* MAX_OPS in src/agent/agent.h, the documented cap */
+
+static pid_t agent_pid = -1;
+static int agent_status = -1; /* wait status once reaped */
+static char sock_path[108], log_path[128];
+static uint32_t next_id = 100;
+static pid_t sleepers[8]; /* host pids of our `sleep`s, killed at the end */
+static int nsleepers;
+
+struct client {
+	int fd;
+	struct pbuf in;
+	size_t used; /* bytes of in taken by the frame last returned */
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* --- the agent process --- */
+
+static const char *agent_path(void)
+{
+	const char *p = getenv("CPUOS_AGENT");
+	return p && *p ? p : "build/guest/cpuos-agent";
+}
+
+/* Whether the agent still runs; reaps it (agent_status) when it does not. */
+static int agent_alive(void)
+{
+	if (agent_pid <= 0)
+		return 0;
+	int st;
+	if (waitpid(agent_pid, &st, WNOHANG) == agent_pid) {
+		agent_status = st;
+		agent_pid = -1;
+		return 0;
+	}
+	return 1;
+}
+
+static void agent_kill(void)
+{
+	if (agent_alive()) {
+		kill(agent_pid, SIGKILL);
+		waitpid(agent_pid, &agent_status, 0);
+		agent_pid = -1;
+	}
+	/* A killed agent cannot stop its children: do it for it. */
+	for (int i = 0; i < nsleepers; i++)
+		kill(sleepers[i], SIGKILL);
+	unlink(sock_path);
+}
+
+/* Starts the agent, its stderr into log_path (bad-frame lines are expected
+ * and would drown the test output): 0 or -1 with a reason in err. */
+static int agent_start(char *err, size_t errlen)
+{
+	const char *path = agent_path();
+	if (access(path, X_OK) < 0) {
+		snprintf(err, errlen, "cannot run agent '%s': %s (run make, or set CPUOS_AGENT)",
+			 path, strerror(errno));
+		return -1;
+	}
+	snprintf(sock_path, sizeof(sock_path), "/tmp/cpuos-agent-test-%d.sock", (int)getpid());
+	snprintf(log_path, sizeof(log_path), "/tmp/cpuos-agent-test-%d.log", (int)getpid());
+	agent_pid = fork();
+	if (agent_pid < 0) {
+		snprintf(err, errlen, "cannot fork: %s", strerror(errno));
+		return -1;
+	}
+	if (agent_pid == 0) {
+		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(path, path, "--listen", sock_path, (char *)NULL);
+		dprintf(2, "cannot exec '%s': %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	struct stat st;
+	int64_t end = now_ms() + 5000;
+	while (stat(sock_path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		if (!agent_alive() || now_ms() > end) {
+			snprintf(err, errlen, "agent '%s' is not listening on '%s' (see %s)", path,
+				 sock_path, log_path);
+			agent_kill();
+			return -1;
+		}
+		usleep(10000);
+	}
+	return 0;
+}
+
+/* --- a raw client --- */
+
+static int cl_open(struct client *c)
+{
+	memset(c, 0, sizeof(*c));
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return -errno;
+	/* No retry: the agent was listening before the first case, so a
+	 * refusal means it is gone. */
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+		close(c->fd);
+		c->fd = -1;
+		return -e;
+	}
+	struct timeval tv = {.tv_sec = IO_TIMEOUT_S};
+	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return 0;
+}
+
+static void cl_close(struct client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	pbuf_release(&c->in);
+}
+
+static int cl_send(struct client *c, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n) {
+		ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Sends a frame built in b (then emptied). */
+static int cl_send_buf(struct client *c, struct pbuf *b)
+{
+	int r = cl_send(c, b->data, b->len);
+	b->len = b->mark = 0;
+	return r;
+}
+
+/* Next frame from the agent, valid until the next call: 1, 0 at EOF (the
+ * agent dropped us), -ETIMEDOUT, or -errno (-ECONNRESET also means dropped). */
+static int cl_recv(struct client *c, struct proto_frame *f)
+{
+	pbuf_consume(&c->in, c->used);
+	c->used = 0;
+	for (;;) {
+		ssize_t m = proto_parse(c->in.data, c->in.len, f);
+		if (m < 0)
+			return (int)m; /* the agent sent us a bad frame */
+		if (m > 0) {
+			c->used = (size_t)m;
+			return 1;
+		}
+		if (pbuf_reserve(&c->in, 64 * 1024) < 0)
+			return -ENOMEM;
+		ssize_t n = recv(c->fd, c->in.data + c->in.len, 64 * 1024, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+		if (n == 0)
+			return 0;
+		c->in.len += (size_t)n;
+	}
+}
+
+static int terminal(uint16_t type)
+{
+	return type == P_OK || type == P_ERROR || type == P_EXIT;
+}
+
+/* Reads until the terminal frame of operation id, which it returns in f:
+ * its type, or <= 0 as cl_recv. Frames of other operations are skipped. */
+static int cl_wait_end(struct client *c, uint32_t id, struct proto_frame *f)
+{
+	for (;;) {
+		int r = cl_recv(c, f);
+		if (r <= 0)
+			return r;
+		if (f->id == id && terminal(f->type))
+			return f->type;
+	}
+}
+
+static uint32_t attr_u32(const struct proto_frame *f, uint16_t tag)
+{
+	uint32_t v = 0xffffffffu;
+	if (proto_check_attrs(f) < 0 || proto_get_u32(f, tag, &v) < 0)
+		return 0xffffffffu;
+	return v;
+}
+
+/* A request with no attributes. */
+static int cl_simple(struct client *c, uint16_t type, uint32_t id)
+{
+	struct pbuf b = {0};
+	int r = proto_begin(&b, type, 0, id);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r;
+}
+
+/* PING: whether it came back P_OK on its id. */
+static int cl_ping(struct client *c)
+{
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	return cl_simple(c, P_PING, id) == 0 && cl_wait_end(c, id, &f) == P_OK;
+}
+
+/* HELLO: whether the agent answered P_OK with our protocol version. */
+static int cl_hello(struct client *c)
+{
+	struct pbuf b = {0};
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	int r = proto_begin(&b, P_HELLO, 0, id);
+	r = r ? r : proto_put_u32(&b, A_VERSION, PROTO_VERSION);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r == 0 && cl_wait_end(c, id, &f) == P_OK && attr_u32(&f, A_VERSION) == PROTO_VERSION;
+}
+
+/* A fresh connection that said hello and got a ping answered. */
+static int cl_ready(struct client *c)
+{
+	int r = cl_open(c);
+	if (!CHECK(r == 0)) {
+		t_note("cannot connect to '%s': %s", sock_path, strerror(-r));
+		return 0;
+	}
+	return CHECK(cl_hello(c)) && CHECK(cl_ping(c));
+}
+
+/* Whether the agent dropped the connection without answering anything. */
+static int cl_dropped_silently(struct client *c)
+{
+	struct proto_frame f;
+	int frames = 0, r;
+	while ((r = cl_recv(c, &f)) == 1)
+		frames++;
+	if (frames)
+		t_note("got %d frame(s) before the drop", frames);
+	return frames == 0 && (r == 0 || r == -ECONNRESET);
+}
+
+static size_t put_hdr(uint8_t *p, uint32_t len, uint16_t type, uint16_t flags, uint32_t id)
+{
+	memcpy(p, &len, 4); /* x86 is little-endian, as the wire */
+	memcpy(p + 4, &type, 2);
+	memcpy(p + 6, &flags, 2);
+	memcpy(p + 8, &id, 4);
+	return PROTO_HDR_SIZE;
+}
+
+static size_t put_attr(uint8_t *p, uint16_t tag, uint32_t len, const void *v, uint32_t vlen)
+{
+	memcpy(p, &tag, 2);
+	memcpy(p + 2, &len, 4);
+	memcpy(p + 6, v, vlen);
+	return 6 + vlen;
+}
+
+/* Sends a frame with a hand-made payload (n bytes of pl): 0 or -EPIPE. */
+static int raw_request(struct client *c, uint16_t type, uint32_t id, const void *pl, uint32_t n)
+{
+	uint8_t hdr[PROTO_HDR_SIZE];
+	put_hdr(hdr, n, type, 0, id);
+	if (cl_send(c, hdr, sizeof(hdr)) < 0 || (n && cl_send(c, pl, n) < 0))
+		return -EPIPE;
+	return 0;
+}
+
+static int expect_error(struct client *c, uint32_t id, uint32_t err1, uint32_t err2)
+{
+	struct proto_frame f;
+	int t = cl_wait_end(c, id, &f);
+	uint32_t e = t == P_ERROR ? attr_u32(&f, A_ERRNO) : 0;
+	if (t != P_ERROR || (e != err1 && e != err2)) {
+		t_note("id %u: got type %d errno %u, wanted P_ERROR errno %u", id, t, e, err1);
+		return 0;
+	}
+	return 1;
+}
+
+/* --- cases --- */
+
+static void test_hello_ping(void)
+{
+	struct client c;
+	CHECK(cl_open(&c) == 0);
+	uint32_t id = next_id++;
+	struct pbuf b = {0};
+	CHECK(proto_begin(&b, P_HELLO, 0, id) == 0 && proto_put_u32(&b, A_VERSION, 1) == 0 &&
+	      proto_end(&b) == 0);
+	CHECK(cl_send_buf(&c, &b) == 0);
+	pbuf_release(&b);
+	struct proto_frame f;
+	CHECK(cl_wait_end(&c, id, &f) == P_OK);
+	CHECK(attr_u32(&f, A_VERSION) == PROTO_VERSION);
+	char agent[64] = "";
+	CHECK(proto_get_str(&f, A_AGENT, agent, sizeof(agent)) == 0 &&
+	      !strncmp(agent, "cpuos-agent", 11));
+	CHECK(cl_ping(&c));
+	/* A request on id 0 has nowhere to be answered: ignored, not dropped. */
+	CHECK(cl_simple(&c, P_PING, 0) == 0);
+	id = next_id++;
+	CHECK(cl_simple(&c, P_PING, id) == 0);
+	CHECK(cl_recv(&c, &f) == 1 && f.id == id && f.type == P_OK);
+	cl_close(&c);
+}
+
+static void test_unknown_type(void)
+{
+	static const uint16_t types[] = {0, P_CANCEL + 1, 31, P_OK, P_NOTICE, 0xffff};
+	struct client c;
+	if (!cl_ready(&c))
+		goto out;
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		uint32_t id = next_id++;
+		CHECK(raw_request(&c, types[i], id, NULL, 0) == 0);
+		if (!CHECK(expect_error(&c, id, ENOSYS, ENOSYS)))
+			t_note("type %u", types[i]);
+	}
+	/* P_DATA for no live operation is dropped silently: the next frame we
+	 * get must be the ping's answer. */
+	uint32_t data_id = next_id++;
+	CHECK(raw_request(&c, P_DATA, data_id, "xyz", 3) == 0);
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	CHECK(cl_simple(&c, P_PING, id) == 0);
+	CHECK(cl_recv(&c, &f) == 1 && f.id == id && f.type == P_OK);
+out:
+	cl_close(&c);
+}
+
+static void test_bad_attrs(void)
+{
+	struct client c;
+	uint8_t pl[64];
+	if (!cl_ready(&c))
+		goto out;
+	/* attribute length running past the payload */
+	uint32_t id = next_id++;
+	uint32_t n = (uint32_t)put_attr(pl, A_PATH, 100, "/x", 2);
+	CHECK(raw_request(&c, P_STAT, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, EPROTO, EINVAL));
+	/* an attribute header cut short */
+	id = next_id++;
+	CHECK(raw_request(&c, P_STAT, id, pl, 3) == 0);
+	CHECK(expect_error(&c, id, EPROTO, EINVAL));
+	/* an exec whose list is broken after a good attribute starts nothing */
+	n = (uint32_t)put_attr(pl, A_ARG, 4, "true", 4);
+	n += (uint32_t)put_attr(pl + n, A_ARG, 0xfffffff0u, "", 0);
+	id = next_id++;
+	CHECK(raw_request(&c, P_EXEC, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, EPROTO, EINVAL));
+	/* an integer of the wrong size */
+	n = (uint32_t)put_attr(pl, A_PROC, 2, "\x01\x00", 2);
+	id = next_id++;
+	CHECK(raw_request(&c, P_WAIT, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, EPROTO, EINVAL));
+	CHECK(cl_ping(&c));
+out:
+	cl_close(&c);
+}
+
+static void test_bad_strings(void)
+{
+	struct client c;
+	uint8_t pl[PROTO_MAX_STR + 64];
+	struct proto_frame f;
+	if (!cl_ready(&c))
+		goto out;
+	/* The good case first, so the errors below are not a broken STAT. */
+	uint32_t id = next_id++;
+	uint32_t n = (uint32_t)put_attr(pl, A_PATH, 1, "/", 1);
+	CHECK(raw_request(&c, P_STAT, id, pl, n) == 0);
+	CHECK(cl_wait_end(&c, id, &f) == P_OK && S_ISDIR(attr_u32(&f, A_MODE)));
+	/* a NUL byte inside the path: "/etc\0/passwd" must not stat /etc */
+	id = next_id++;
+	n = (uint32_t)put_attr(pl, A_PATH, 12, "/etc\0/passwd", 12);
+	CHECK(raw_request(&c, P_STAT, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, EINVAL, EINVAL));
+	/* a relative path */
+	id = next_id++;
+	n = (uint32_t)put_attr(pl, A_PATH, 3, "etc", 3);
+	CHECK(raw_request(&c, P_STAT, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, EINVAL, EINVAL));
+	/* a path over PROTO_MAX_STR */
+	id = next_id++;
+	memset(pl + 6, 'a', PROTO_MAX_STR + 1);
+	pl[6] = '/';
+	n = (uint32_t)put_attr(pl, A_PATH, PROTO_MAX_STR + 1, pl + 6, PROTO_MAX_STR + 1);
+	CHECK(raw_request(&c, P_STAT, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, ENAMETOOLONG, EINVAL));
+	CHECK(cl_ping(&c));
+out:
+	cl_close(&c);
+}
+
+/* Sends hdr bytes on a ready connection and checks the agent drops it
+ * without an answer, then that a new connection works. */
+static void expect_drop(const uint8_t *bytes, size_t n, const char *what)
+{
+	struct client c;
+	if (cl_ready(&c)) {
+		CHECK(cl_send(&c, bytes, n) == 0);
+		if (!CHECK(cl_dropped_silently(&c)))
+			t_note("%s: connection not dropped", what);
+	}
+	cl_close(&c);
+	if (!cl_ready(&c))
+		t_note("%s: no working connection afterwards", what);
+	cl_close(&c);
+}
+
+static void test_oversized(void)
+{
+	uint8_t h[PROTO_HDR_SIZE];
+	put_hdr(h, PROTO_MAX_PAYLOAD + 1, P_PING, 0, next_id++);
+	expect_drop(h, sizeof(h), "len = max + 1");
+	put_hdr(h, 0xffffffffu, P_FWRITE, 0, next_id++);
+	expect_drop(h, sizeof(h), "len = 4 GiB - 1");
+}
+
+static void test_reserved_flags(void)
+{
+	uint8_t h[PROTO_HDR_SIZE];
+	put_hdr(h, 0, P_PING, 0x0002, next_id++);
+	expect_drop(h, sizeof(h), "flags 0x0002");
+	put_hdr(h, 0, P_PING, 0x8000 | PF_EOF, next_id++);
+	expect_drop(h, sizeof(h), "flags 0x8001");
+}
+
+static void test_truncated(void)
+{
+	uint8_t buf[PROTO_HDR_SIZE + 10] = {0};
+	struct client c;
+	/* a payload cut short, then a header cut short */
+	for (int round = 0; round < 2; round++) {
+		if (cl_ready(&c)) {
+			put_hdr(buf, 100, P_STAT, 0, next_id++);
+			CHECK(cl_send(&c, buf, round ? 5 : sizeof(buf)) == 0);
+		}
+		cl_close(&c);
+		cl_ready(&c);
+		cl_close(&c);
+	}
+}
+
+/* Fills buf with frames whose contents are random but whose headers are
+ * plausible, so payloads reach the dispatcher. With hostile, a few headers
+ * carry bad flags and the last frame is often cut; without, the bytes are
+ * whole, well-framed frames (returns their length, maybe 0). Requests with
+ * effects on the host running this test become STAT: a lucky well-formed
+ * EXEC, REMOVE or POWEROFF must not happen here. */
+static size_t random_frames(uint8_t *buf, size_t cap, int hostile)
+{
+	size_t n = (size_t)rand() % cap, off = 0;
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (uint8_t)rand();
+	while (off + PROTO_HDR_SIZE <= n) {
+		size_t room = hostile ? n - off : n - off - PROTO_HDR_SIZE + 1;
+		uint32_t len = (uint32_t)((size_t)rand() % room);
+		uint16_t type = (uint16_t)(rand() % 80);
+		if (type == P_EXEC || type == P_SIGNAL || type == P_FWRITE || type == P_MKDIR ||
+		    type == P_REMOVE || type == P_RENAME || type == P_POWEROFF)
+			type = P_STAT;
+		uint16_t flags = (uint16_t)(rand() & PF_MASK);
+		if (hostile && rand() % 16 == 0)
+			flags = (uint16_t)rand();
+		put_hdr(buf + off, len, type, flags, (uint32_t)rand() % 8);
+		/* Often a well-formed attribute list of random tags. */
+		size_t p = off + PROTO_HDR_SIZE, end = p + len < n ? p + len : n;
+		while (rand() % 2 && p + 6 <= end) {
+			uint16_t tag = (uint16_t)(rand() % 40);
+			uint32_t alen = (uint32_t)((size_t)rand() % (end - p - 6 + 1));
+			memcpy(buf + p, &tag, 2);
+			memcpy(buf + p + 2, &alen, 4);
+			p += 6 + alen;
+		}
+		off += PROTO_HDR_SIZE + len;
+	}
+	return hostile ? n : off;
+}
+
+/* One garbage round on a fresh connection, by mode: 0 random bytes, 1
+ * hostile framing, 2 well-framed frames then a ping that must be answered,
+ * 3 the same after a hello. Returns 1 when a ping was answered, 0 when none
+ * was due, -1 when one was due and not answered, -2 when the agent hung. */
+static int garbage_answers; /* frames answering well-framed garbage */
+
+static int garbage_round(int mode)
+{
+	static uint8_t buf[4096 + PROTO_HDR_SIZE];
+	const uint32_t ping_id = 1000; /* out of random_frames' ids */
+	struct client c;
+	if (cl_open(&c) < 0)
+		return -2;
+	if (mode == 3)
+		cl_hello(&c);
+	size_t n;
+	if (mode == 0) {
+		n = (size_t)rand() % 4096 + 1;
+		for (size_t i = 0; i < n; i++)
+			buf[i] = (uint8_t)rand();
+	} else {
+		n = random_frames(buf, 4096, mode == 1);
+	}
+	if (mode >= 2)
+		n += put_hdr(buf + n, 0, P_PING, 0, ping_id);
+	cl_send(&c, buf, n); /* the agent may drop us midway */
+	struct proto_frame f;
+	int r, ret = 0;
+	while (mode >= 2 && ret == 0) {
+		if (cl_recv(&c, &f) != 1)
+			ret = -1;
+		else if (f.id == ping_id && terminal(f.type))
+			ret = f.type == P_OK ? 1 : -1;
+		else
+			garbage_answers++;
+	}
+	/* Wait for the agent to finish with us, so rounds do not pile up in
+	 * the listen backlog: it drops us at our EOF at the latest. (Answers
+	 * it queued before a bad frame or our EOF may be discarded.) */
+	shutdown(c.fd, SHUT_WR);
+	while ((r = cl_recv(&c, &f)) == 1)
+		;
+	cl_close(&c);
+	return r == -ETIMEDOUT ? -2 : ret;
+}
+
+static void test_random_garbage(void)
+{
+	int due = 0, answered = 0, hung = 0;
+	srand(20240611);
+	for (int round = 0; round < 200 && !hung; round++) {
+		int r = garbage_round(round % 4);
+		due += round % 4 >= 2;
+		answered += r == 1;
+		hung += r == -2;
+	}
+	CHECK(hung == 0);
+	/* Well-framed garbage never costs the connection, so it reached the
+	 * handlers and the ping behind it was answered. */
+	if (!CHECK(due == 100 && answered == due))
+		t_note("%d of %d pings behind well-framed garbage answered", answered, due);
+	/* ... and the handlers answered the garbage itself (ENOSYS, EPROTO...). */
+	if (!CHECK(garbage_answers > 200))
+		t_note("%d answers to well-framed garbage", garbage_answers);
+	CHECK(agent_alive());
+	struct client c;
+	cl_ready(&c);
+	cl_close(&c);
+}
+
+/* EXEC of `sleep 30`, foreground or background: A_PROC, or 0. */
+static uint32_t start_sleep(struct client *c, int background)
+{
+	struct pbuf b = {0};
+	uint32_t id = next_id++;
+	int r = proto_begin(&b, P_EXEC, 0, id);
+	r = r ? r : proto_put_str(&b, A_ARG, "sleep");
+	r = r ? r : proto_put_str(&b, A_ARG, "30");
+	if (background)
+		r = r ? r : proto_put_u32(&b, A_BACKGROUND, 1);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	struct proto_frame f;
+	if (r < 0 || cl_recv(c, &f) != 1 || f.id != id ||
+	    f.type != (background ? P_OK : P_STARTED)) {
+		t_note("exec of sleep 30 did not start");
+		return 0;
+	}
+	uint32_t pid = attr_u32(&f, A_PID);
+	if (pid != 0xffffffffu && nsleepers < 8)
+		sleepers[nsleepers++] = (pid_t)pid;
+	uint32_t proc = attr_u32(&f, A_PROC);
+	return proc == 0xffffffffu ? 0 : proc;
+}
+
+/* SIGNAL proc: whether it was answered P_OK. */
+static int signal_proc(struct client *c, uint32_t proc, uint32_t sig)
+{
+	struct pbuf b = {0};
+	uint32_t id = next_id++;
+	int r = proto_begin(&b, P_SIGNAL, 0, id);
+	r = r ? r : proto_put_u32(&b, A_PROC, proc);
+	r = r ? r : proto_put_u32(&b, A_SIGNO, sig);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	struct proto_frame f;
+	return r == 0 && cl_wait_end(c, id, &f) == P_OK;
+}
+
+static int send_wait(struct client *c, uint32_t id, uint32_t proc)
+{
+	struct pbuf b = {0};
+	int r = proto_begin(&b, P_WAIT, 0, id);
+	r = r ? r : proto_put_u32(&b, A_PROC, proc);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r;
+}
+
+/* PS: the state of proc (0 when not listed), its pid and command. */
+static uint32_t ps_state(struct client *c, uint32_t proc, uint32_t *pid, char *cmd, size_t cmdlen)
+{
+	uint32_t id = next_id++, state = 0;
+	struct proto_frame f = {0};
+	if (cl_simple(c, P_PS, id) < 0)
+		return 0;
+	while (cl_recv(c, &f) == 1 && f.id == id && f.type == P_ENTRY) {
+		if (attr_u32(&f, A_PROC) != proc)
+			continue;
+		state = attr_u32(&f, A_STATE);
+		*pid = attr_u32(&f, A_PID);
+		if (proto_get_str(&f, A_CMD, cmd, cmdlen) < 0)
+			cmd[0] = '\0';
+	}
+	return f.id == id && f.type == P_OK ? state : 0;
+}
+
+static void test_process_outlives_connection(void)
+{
+	struct client c;
+	if (!cl_ready(&c))
+		goto out;
+	uint32_t proc = start_sleep(&c, 0);
+	CHECK(proc != 0);
+	cl_close(&c); /* the exec operation ends silently; the process lives on */
+	if (!cl_ready(&c) || !proc)
+		goto out;
+	uint32_t pid = 0;
+	char cmd[64] = "";
+	CHECK(ps_state(&c, proc, &pid, cmd, sizeof(cmd)) == PS_RUNNING);
+	CHECK(!strcmp(cmd, "sleep 30"));
+	CHECK(pid > 1 && kill((pid_t)pid, 0) == 0); /* --listen: a host process */
+	CHECK(signal_proc(&c, proc, SIGKILL));
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	CHECK(send_wait(&c, id, proc) == 0);
+	CHECK(cl_wait_end(&c, id, &f) == P_EXIT);
+	CHECK(attr_u32(&f, A_SIGNAL) == SIGKILL);
+	CHECK(attr_u32(&f, A_EXIT_CODE) == 0xffffffffu);
+	/* Waited: collected, no longer listed. */
+	CHECK(ps_state(&c, proc, &pid, cmd, sizeof(cmd)) == 0);
+out:
+	cl_close(&c);
+}
+
+static void test_operation_cap(void)
+{
+	enum { N = OP_CAP + 76 };
+	struct client c;
+	int64_t start = now_ms();
+	if (!cl_ready(&c))
+		goto out;
+	uint32_t proc = start_sleep(&c, 1);
+	if (!CHECK(proc != 0))
+		goto out;
+	/* N waits on one process, all sent before reading: each holds an
+	 * operation open until the process ends. */
+	uint32_t base = next_id;
+	next_id += N;
+	int sent = 0;
+	for (int i = 0; i < N; i++)
+		sent += send_wait(&c, base + (uint32_t)i, proc) == 0;
+	CHECK(sent == N);
+	/* A live id reused is EBUSY, even at the cap. */
+	CHECK(send_wait(&c, base, proc) == 0);
+	int eagain = 0, wrong = 0, ebusy = 0;
+	struct proto_frame f;
+	for (int i = 0; i < N - OP_CAP + 1; i++) {
+		if (cl_recv(&c, &f) != 1 || f.type != P_ERROR) {
+			wrong++;
+			break;
+		}
+		uint32_t e = attr_u32(&f, A_ERRNO);
+		if (e == EAGAIN && f.id >= base + OP_CAP && f.id < base + N)
+			eagain++;
+		else if (e == EBUSY && f.id == base)
+			ebusy++;
+		else
+			wrong++;
+	}
+	CHECK(eagain == N - OP_CAP);
+	CHECK(ebusy == 1);
+	CHECK(wrong == 0);
+	CHECK(cl_ping(&c)); /* nothing else came before the ping's answer */
+	/* Killing the process ends exactly the operations that were held. */
+	CHECK(signal_proc(&c, proc, SIGKILL));
+	int exits = 0, bad = 0;
+	while (exits + bad < OP_CAP && cl_recv(&c, &f) == 1) {
+		if (f.type == P_EXIT && f.id >= base && f.id < base + OP_CAP &&
+		    attr_u32(&f, A_SIGNAL) == SIGKILL)
+			exits++;
+		else
+			bad++;
+	}
+	CHECK(exits == OP_CAP);
+	CHECK(bad == 0);
+	CHECK(cl_ping(&c));
+	int64_t ms = now_ms() - start;
+	if (!CHECK(ms < 10000))
+		t_note("took %lld ms", (long long)ms);
+out:
+	cl_close(&c);
+}
+
+static void test_poweroff(void)
+{
+	struct client c;
+	if (!cl_ready(&c))
+		goto out;
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	CHECK(cl_simple(&c, P_POWEROFF, id) == 0);
+	CHECK(cl_wait_end(&c, id, &f) == P_OK);
+	int64_t end = now_ms() + 5000;
+	while (agent_alive() && now_ms() < end)
+		usleep(10000);
+	if (!CHECK(!agent_alive())) {
+		t_note("the agent did not exit within 5 s of P_POWEROFF");
+		goto out;
+	}
+	CHECK(WIFEXITED(agent_status) && WEXITSTATUS(agent_status) == 0);
+	CHECK(access(sock_path, F_OK) < 0); /* it removed its socket */
+out:
+	cl_close(&c);
+}
+
+/* The backstop for an agent that hangs in a way no single timeout sees. */
+static void on_deadline(int sig)
+{
+	(void)sig;
+	static const char msg[] = "not ok - test_agent: over the deadline, agent hung?\n"
+				  "0 passed, 1 failed\n";
+	if (agent_pid > 0)
+		kill(agent_pid, SIGKILL);
+	unlink(sock_path);
+	if (write(1, msg, sizeof(msg) - 1) < 0)
+		_exit(1);
+	_exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct t_case cases[] = {
+	    {"agent_hello_ping", test_hello_ping},
+	    {"agent_unknown_request_type", test_unknown_type},
+	    {"agent_malformed_attributes", test_bad_attrs},
+	    {"agent_bad_strings_and_paths", test_bad_strings},
+	    {"agent_oversized_frame_drops", test_oversized},
+	    {"agent_reserved_flags_drop", test_reserved_flags},
+	    {"agent_truncated_frame_then_disconnect", test_truncated},
+	    {"agent_random_garbage", test_random_garbage},
+	    {"agent_process_outlives_connection", test_process_outlives_connection},
+	    {"agent_operation_cap", test_operation_cap},
+	    {"agent_poweroff_exits_0", test_poweroff},
+	    {0, 0},
+	};
+	char err[512];
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGALRM, on_deadline);
+	alarm(DEADLINE_S);
+	if (agent_start(err, sizeof(err)) < 0) {
+		/* Not a skip: a test that cannot run fails (tests/run.sh). */
+		printf("not ok - %s\n0 passed, 1 failed\n", err);
+		return 1;
+	}
+	int rc = t_main(argc, argv, cases);
+	agent_kill();
+	if (agent_status != -1 && WIFSIGNALED(agent_status) && WTERMSIG(agent_status) != SIGKILL) {
+		printf("the agent died of signal %d\n", WTERMSIG(agent_status));
+		rc = 1;
+	}
+	if (rc == 0)
+		unlink(log_path);
+	else
+		printf("agent log: %s\n", log_path);
+	return rc;
+}
