@@ -1,0 +1,87 @@
+/*
+ * store: the daemon's state in SQLite (WAL mode): accounts, API keys (only
+ * their SHA-256 is kept) and sandboxes. One connection behind a mutex, so
+ * any thread may call in. Everything the daemon must remember across a
+ * restart lives here.
+ */
+#ifndef CPUOS_STORE_H
+#define CPUOS_STORE_H
+
+#include <stddef.h>
+
+struct store;
+
+/* Opens (creating if needed) the database at path, sets WAL and creates the
+ * schema. 0 or -errno with a reason in err. */
+int store_open(const char *path, struct store **out, char *err, size_t errlen);
+void store_close(struct store *s);
+
+/* ---- API keys ---- */
+#define STORE_KEY_SECRET_LEN 70 /* "cpuos_" + 64 hex, NUL included below */
+
+struct store_key {
+	char id[32];       /* "key_" + 16 hex */
+	char name[128];
+	char account[128];
+	long long created_at; /* unix seconds */
+};
+
+/* Creates a key named name for account (created if new). The secret is
+ * written once into secret[STORE_KEY_SECRET_LEN + 1] and never stored.
+ * 0 or -errno (-EINVAL for an empty or over-long name/account). */
+int store_key_create(struct store *s, const char *name, const char *account, char *secret,
+		     struct store_key *out);
+/* Finds the account of a presented secret: 0 with account filled, or
+ * -ENOENT. Compares hashes, never secrets. */
+int store_key_lookup(struct store *s, const char *secret, char *account, size_t accountlen);
+/* All keys, oldest first; *out is malloc'd (free it). */
+int store_key_list(struct store *s, struct store_key **out, size_t *n);
+int store_key_delete(struct store *s, const char *id); /* -ENOENT if unknown */
+
+/* ---- sandboxes ---- */
+struct store_sbx {
+	char id[32];         /* "sbx_" + 16 hex */
+	char account[128];
+	char template[64];
+	char state[16];      /* "running", "stopped", "lost" */
+	char end_reason[32]; /* "" while running */
+	unsigned vcpus, memory_mb, disk_mb;
+	long long created_at, expires_at; /* unix seconds */
+	char *metadata_json; /* a JSON object of strings; malloc'd, owned */
+	char *env_json;      /* likewise */
+	char run_dir[256];
+	int qemu_pid;
+};
+
+/* Frees the strings inside (not the struct). */
+void store_sbx_release(struct store_sbx *x);
+void store_sbx_free_list(struct store_sbx *xs, size_t n);
+
+/* Inserts a new sandbox: 0, -EEXIST, -errno. */
+int store_sbx_insert(struct store *s, const struct store_sbx *x);
+/* 0 with *out filled (release it), or -ENOENT. */
+int store_sbx_get(struct store *s, const char *id, struct store_sbx *out);
+int store_sbx_set_state(struct store *s, const char *id, const char *state, const char *end_reason);
+int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at);
+int store_sbx_set_pid(struct store *s, const char *id, int qemu_pid);
+
+struct store_kv {
+	const char *key, *value;
+};
+
+/* Lists sandboxes, newest first (created_at, then id). account NULL means
+ * every account; state NULL any state; every metadata pair in meta must
+ * match exactly. limit 1..100. cursor is NULL or a next_cursor from an
+ * earlier call (an invalid one is -EINVAL). On return next_cursor holds the
+ * cursor for the following page, or "" when this was the last.
+ * *out is malloc'd: free with store_sbx_free_list. */
+int store_sbx_list(struct store *s, const char *account, const char *state,
+		   const struct store_kv *meta, size_t nmeta, size_t limit, const char *cursor,
+		   struct store_sbx **out, size_t *n, char *next_cursor, size_t cursorlen);
+/* Running sandboxes of account. */
+int store_sbx_count_running(struct store *s, const char *account);
+/* Every sandbox in state "running", any account (the daemon re-attaches
+ * them at start); *out as for store_sbx_list. */
+int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n);
+
+#endif

@@ -1,0 +1,534 @@
+/*
+ * store_sbx: the sandboxes table of the store (see store.c): insert, get,
+ * the set_* updates, keyset-paginated listing with metadata filters, and the
+ * running sandboxes the daemon recovers at start.
+ */
+#include "daemon/store.h"
+#include "daemon/store_impl.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_META_FILTER 64 /* metadata pairs in one list filter */
+#define MAX_LIST_LIMIT	100
+/* A cursor is the hex of "<created_at>.<id>": at most 19 digits, a dot and
+ * 31 bytes of id, so 102 hex characters; 128 bytes always hold one. */
+#define CURSOR_RAW_MAX (19 + 1 + 31)
+
+/*
+ * Details the header leaves open (store.c lists the rest):
+ *  - store_sbx_insert creates the account if new (as store_key_create does),
+ *    rejects metadata/env that is not a JSON object of strings, and stores
+ *    both in compact form (NULL means {}).
+ *  - store_sbx_list: cursor and next_cursor may be one buffer; 128 bytes
+ *    always hold a cursor (-ERANGE if cursorlen is too small); "" as an
+ *    input cursor is -EINVAL. count_running returns the count.
+ */
+
+#define SBX_COLS                                                                                   \
+	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
+	"expires_at, metadata, env, run_dir, qemu_pid"
+
+/* Sandbox ids: 1..31 printable bytes, no space. */
+static int sbx_id_ok(const char *s)
+{
+	return store__text_ok(s, sizeof(((struct store_sbx *)0)->id), 1, 0);
+}
+
+static int state_ok(const char *s)
+{
+	return s && (!strcmp(s, "running") || !strcmp(s, "stopped") || !strcmp(s, "lost"));
+}
+
+static int col_unsigned(sqlite3_stmt *st, int col, unsigned *out)
+{
+	sqlite3_int64 v = sqlite3_column_int64(st, col);
+	if (v < 0 || v > UINT_MAX)
+		return -EIO;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* ---- sandboxes ---- */
+
+void store_sbx_release(struct store_sbx *x)
+{
+	if (!x)
+		return;
+	free(x->metadata_json);
+	free(x->env_json);
+	x->metadata_json = NULL;
+	x->env_json = NULL;
+}
+
+void store_sbx_free_list(struct store_sbx *xs, size_t n)
+{
+	for (size_t i = 0; xs && i < n; i++)
+		store_sbx_release(&xs[i]);
+	free(xs);
+}
+
+/* Parses text (NULL means "{}") as a JSON object of strings. */
+static int parse_strmap(const char *text, json_t **out)
+{
+	json_error_t je;
+	json_t *o = json_loads(text ? text : "{}", JSON_REJECT_DUPLICATES, &je);
+	*out = NULL;
+	if (!o)
+		return -EINVAL;
+	const char *k;
+	json_t *v;
+	int ok = json_is_object(o);
+	if (ok)
+		json_object_foreach(o, k, v)
+		{
+			if (!json_is_string(v))
+				ok = 0;
+		}
+	if (!ok) {
+		json_decref(o);
+		return -EINVAL;
+	}
+	*out = o;
+	return 0;
+}
+
+static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char *meta_text,
+			 const char *env_text, json_t *meta)
+{
+	sqlite3_stmt *st = NULL;
+	int r = store__begin(s);
+	if (!r)
+		r = store__ensure_account(s, x->account);
+	if (!r)
+		r = store__prep(s,
+				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
+				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+				&st);
+	if (!r) {
+		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
+		    store__bind_text(st, 2, x->account) != SQLITE_OK ||
+		    store__bind_text(st, 3, x->template) != SQLITE_OK ||
+		    store__bind_text(st, 4, x->state) != SQLITE_OK ||
+		    store__bind_text(st, 5, x->end_reason) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 6, x->vcpus) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 7, x->memory_mb) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 8, x->disk_mb) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 9, x->created_at) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 10, x->expires_at) != SQLITE_OK ||
+		    store__bind_text(st, 11, meta_text) != SQLITE_OK ||
+		    store__bind_text(st, 12, env_text) != SQLITE_OK ||
+		    store__bind_text(st, 13, x->run_dir) != SQLITE_OK ||
+		    sqlite3_bind_int(st, 14, x->qemu_pid) != SQLITE_OK)
+			r = -EIO;
+		else
+			r = store__step_done(st);
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if (!r)
+		r = store__prep(
+		    s, "INSERT INTO sandbox_meta (sbx_id, key, value) VALUES (?1, ?2, ?3)", &st);
+	const char *k;
+	json_t *v;
+	if (!r)
+		json_object_foreach(meta, k, v)
+		{
+			sqlite3_reset(st);
+			if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
+			    store__bind_text(st, 2, k) != SQLITE_OK ||
+			    sqlite3_bind_text(st, 3, json_string_value(v),
+					      (int)json_string_length(v),
+					      SQLITE_TRANSIENT) != SQLITE_OK ||
+			    store__step_done(st)) {
+				r = -EIO;
+				break;
+			}
+		}
+	sqlite3_finalize(st);
+	if (!r)
+		r = store__commit(s);
+	if (r)
+		store__rollback(s);
+	return r;
+}
+
+int store_sbx_insert(struct store *s, const struct store_sbx *x)
+{
+	if (!x || !sbx_id_ok(x->id) || !store__name_ok(x->account) ||
+	    !store__text_ok(x->template, sizeof(x->template), 1, 0) || !state_ok(x->state) ||
+	    !store__text_ok(x->end_reason, sizeof(x->end_reason), 0, 0) ||
+	    strnlen(x->run_dir, sizeof(x->run_dir)) >= sizeof(x->run_dir) || x->created_at < 0 ||
+	    x->expires_at < 0 || x->qemu_pid < 0)
+		return -EINVAL;
+	json_t *meta = NULL, *env = NULL;
+	char *meta_text = NULL, *env_text = NULL;
+	int r = parse_strmap(x->metadata_json, &meta);
+	if (!r)
+		r = parse_strmap(x->env_json, &env);
+	if (r)
+		goto out;
+	/* stored in one canonical form, the form store_sbx_get returns */
+	meta_text = json_dumps(meta, JSON_COMPACT);
+	env_text = json_dumps(env, JSON_COMPACT);
+	if (!meta_text || !env_text) {
+		r = -ENOMEM;
+		goto out;
+	}
+	pthread_mutex_lock(&s->lock);
+	r = sbx_insert_tx(s, x, meta_text, env_text, meta);
+	pthread_mutex_unlock(&s->lock);
+out:
+	free(meta_text);
+	free(env_text);
+	json_decref(meta);
+	json_decref(env);
+	return r;
+}
+
+/* Fills x from a row of SBX_COLS: 0, -EIO for a row this store did not
+ * write, -ENOMEM. */
+static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
+{
+	memset(x, 0, sizeof(*x));
+	if (store__col_copy(st, 0, x->id, sizeof(x->id)) ||
+	    store__col_copy(st, 1, x->account, sizeof(x->account)) ||
+	    store__col_copy(st, 2, x->template, sizeof(x->template)) ||
+	    store__col_copy(st, 3, x->state, sizeof(x->state)) ||
+	    store__col_copy(st, 4, x->end_reason, sizeof(x->end_reason)) ||
+	    col_unsigned(st, 5, &x->vcpus) || col_unsigned(st, 6, &x->memory_mb) ||
+	    col_unsigned(st, 7, &x->disk_mb) ||
+	    store__col_copy(st, 12, x->run_dir, sizeof(x->run_dir)))
+		return -EIO;
+	x->created_at = sqlite3_column_int64(st, 8);
+	x->expires_at = sqlite3_column_int64(st, 9);
+	sqlite3_int64 pid = sqlite3_column_int64(st, 13);
+	if (pid < 0 || pid > INT_MAX)
+		return -EIO;
+	x->qemu_pid = (int)pid;
+	const char *m = (const char *)sqlite3_column_text(st, 10);
+	const char *e = (const char *)sqlite3_column_text(st, 11);
+	x->metadata_json = strdup(m ? m : "{}");
+	x->env_json = strdup(e ? e : "{}");
+	if (!x->metadata_json || !x->env_json) {
+		store_sbx_release(x);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Steps st, appending up to max rows (0: no limit) to *xs; *more is set
+ * when a further row exists. */
+static int collect(sqlite3_stmt *st, size_t max, struct store_sbx **xs, size_t *n, int *more)
+{
+	size_t cap = 0;
+	*xs = NULL;
+	*n = 0;
+	*more = 0;
+	for (;;) {
+		int rc = sqlite3_step(st);
+		if (rc == SQLITE_DONE)
+			return 0;
+		if (rc != SQLITE_ROW)
+			return -EIO;
+		if (max && *n == max) {
+			*more = 1;
+			return 0;
+		}
+		if (*n == cap) {
+			size_t ncap = cap ? 2 * cap : (max ? max : 16);
+			struct store_sbx *nx = realloc(*xs, ncap * sizeof(*nx));
+			if (!nx)
+				return -ENOMEM;
+			*xs = nx;
+			cap = ncap;
+		}
+		int r = read_sbx(st, &(*xs)[*n]);
+		if (r)
+			return r;
+		(*n)++;
+	}
+}
+
+int store_sbx_get(struct store *s, const char *id, struct store_sbx *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!sbx_id_ok(id)) /* cannot name a sandbox this store holds */
+		return -ENOENT;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, "SELECT " SBX_COLS " FROM sandboxes WHERE id = ?1", &st);
+	if (!r) {
+		if (store__bind_text(st, 1, id) != SQLITE_OK) {
+			r = -EIO;
+		} else {
+			int rc = sqlite3_step(st);
+			if (rc == SQLITE_ROW)
+				r = read_sbx(st, out);
+			else
+				r = rc == SQLITE_DONE ? -ENOENT : -EIO;
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+/* Runs an UPDATE whose ?1 is the sandbox id and ?2, ?3 are text (or,
+ * when text2 is NULL, ?2 is num): 0, -ENOENT if no such sandbox, -EIO. */
+static int sbx_update(struct store *s, const char *sql, const char *id, const char *text2,
+		      const char *text3, long long num)
+{
+	if (!sbx_id_ok(id))
+		return -ENOENT;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, sql, &st);
+	if (!r) {
+		int b = store__bind_text(st, 1, id);
+		if (b == SQLITE_OK)
+			b = text2 ? store__bind_text(st, 2, text2) : sqlite3_bind_int64(st, 2, num);
+		if (b == SQLITE_OK && text3)
+			b = store__bind_text(st, 3, text3);
+		if (b != SQLITE_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ENOENT;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r == -EEXIST ? -EIO : r;
+}
+
+int store_sbx_set_state(struct store *s, const char *id, const char *state, const char *end_reason)
+{
+	if (!end_reason)
+		end_reason = "";
+	if (!state_ok(state) ||
+	    !store__text_ok(end_reason, sizeof(((struct store_sbx *)0)->end_reason), 0, 0))
+		return -EINVAL;
+	return sbx_update(s, "UPDATE sandboxes SET state = ?2, end_reason = ?3 WHERE id = ?1", id,
+			  state, end_reason, 0);
+}
+
+int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at)
+{
+	if (expires_at < 0)
+		return -EINVAL;
+	return sbx_update(s, "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1", id, NULL, NULL,
+			  expires_at);
+}
+
+int store_sbx_set_pid(struct store *s, const char *id, int qemu_pid)
+{
+	if (qemu_pid < 0)
+		return -EINVAL;
+	return sbx_update(s, "UPDATE sandboxes SET qemu_pid = ?2 WHERE id = ?1", id, NULL, NULL,
+			  qemu_pid);
+}
+
+/* Cursor text: lowercase hex of "<created_at>.<id>", created_at in
+ * canonical decimal. Anything else is -EINVAL. */
+static int cursor_decode(const char *c, long long *created_at, char *id, size_t idlen)
+{
+	size_t len = strnlen(c, 2 * CURSOR_RAW_MAX + 1);
+	if (len == 0 || len % 2 || len > 2 * CURSOR_RAW_MAX)
+		return -EINVAL;
+	char raw[CURSOR_RAW_MAX + 1];
+	size_t n = len / 2;
+	for (size_t i = 0; i < n; i++) {
+		int v = 0;
+		for (int j = 0; j < 2; j++) {
+			char h = c[2 * i + (size_t)j];
+			int d;
+			if (h >= '0' && h <= '9')
+				d = h - '0';
+			else if (h >= 'a' && h <= 'f')
+				d = h - 'a' + 10;
+			else
+				return -EINVAL;
+			v = v * 16 + d;
+		}
+		raw[i] = (char)v;
+	}
+	raw[n] = '\0';
+	char *dot = memchr(raw, '.', n);
+	if (!dot || strlen(raw) != n)
+		return -EINVAL;
+	size_t digits = (size_t)(dot - raw);
+	if (digits == 0 || digits > 19 || (raw[0] == '0' && digits > 1))
+		return -EINVAL;
+	long long t = 0;
+	for (size_t i = 0; i < digits; i++) {
+		if (raw[i] < '0' || raw[i] > '9')
+			return -EINVAL;
+		int d = raw[i] - '0';
+		if (t > (LLONG_MAX - d) / 10)
+			return -EINVAL;
+		t = t * 10 + d;
+	}
+	if (!sbx_id_ok(dot + 1) || strlen(dot + 1) >= idlen)
+		return -EINVAL;
+	*created_at = t;
+	strcpy(id, dot + 1);
+	return 0;
+}
+
+static int cursor_encode(long long created_at, const char *id, char *out, size_t outlen)
+{
+	char raw[CURSOR_RAW_MAX + 16];
+	int n = snprintf(raw, sizeof(raw), "%lld.%s", created_at, id);
+	if (n < 0 || (size_t)n >= sizeof(raw))
+		return -EIO;
+	if (outlen < 2 * (size_t)n + 1)
+		return -ERANGE;
+	store__hex(out, (const unsigned char *)raw, (size_t)n);
+	return 0;
+}
+
+/* Appends a constant SQL fragment (never a user value). */
+static void sql_add(char *sql, size_t size, size_t *len, const char *frag)
+{
+	size_t f = strlen(frag);
+	if (*len + f < size) {
+		memcpy(sql + *len, frag, f + 1);
+		*len += f;
+	} else {
+		*len = size; /* marks overflow */
+	}
+}
+
+int store_sbx_list(struct store *s, const char *account, const char *state,
+		   const struct store_kv *meta, size_t nmeta, size_t limit, const char *cursor,
+		   struct store_sbx **out, size_t *n, char *next_cursor, size_t cursorlen)
+{
+	*out = NULL;
+	*n = 0;
+	if (!next_cursor || !cursorlen)
+		return -EINVAL;
+	int bad = limit < 1 || limit > MAX_LIST_LIMIT || nmeta > MAX_META_FILTER ||
+		  (nmeta && !meta) || (account && !store__name_ok(account)) ||
+		  (state && !state_ok(state));
+	for (size_t i = 0; !bad && i < nmeta; i++)
+		bad = !meta[i].key || !meta[i].value;
+	long long after_t = 0;
+	char after_id[sizeof(((struct store_sbx *)0)->id)];
+	if (!bad && cursor)
+		bad = cursor_decode(cursor, &after_t, after_id, sizeof(after_id)) != 0;
+	/* only now: cursor and next_cursor may be one buffer */
+	next_cursor[0] = '\0';
+	if (bad)
+		return -EINVAL;
+
+	/* the shape of the query depends only on which filters are present;
+	 * every value is bound, in the order its "?" appears */
+	static const char meta_frag[] = " AND EXISTS (SELECT 1 FROM sandbox_meta m WHERE "
+					"m.sbx_id = s.id AND m.key = ? AND m.value = ?)";
+	char sql[512 + MAX_META_FILTER * sizeof(meta_frag)];
+	size_t len = 0;
+	sql_add(sql, sizeof(sql), &len, "SELECT " SBX_COLS " FROM sandboxes s WHERE 1");
+	if (account)
+		sql_add(sql, sizeof(sql), &len, " AND s.account = ?");
+	if (state)
+		sql_add(sql, sizeof(sql), &len, " AND s.state = ?");
+	if (cursor)
+		sql_add(sql, sizeof(sql), &len, " AND (s.created_at, s.id) < (?, ?)");
+	for (size_t i = 0; i < nmeta; i++)
+		sql_add(sql, sizeof(sql), &len, meta_frag);
+	sql_add(sql, sizeof(sql), &len, " ORDER BY s.created_at DESC, s.id DESC LIMIT ?");
+	if (len >= sizeof(sql))
+		return -EIO; /* cannot happen: sized for MAX_META_FILTER */
+
+	struct store_sbx *xs = NULL;
+	size_t got = 0;
+	int more = 0;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, sql, &st);
+	if (!r) {
+		int i = 1, b = SQLITE_OK;
+		if (account)
+			b = store__bind_text(st, i++, account);
+		if (state && b == SQLITE_OK)
+			b = store__bind_text(st, i++, state);
+		if (cursor && b == SQLITE_OK)
+			b = sqlite3_bind_int64(st, i++, after_t);
+		if (cursor && b == SQLITE_OK)
+			b = store__bind_text(st, i++, after_id);
+		for (size_t j = 0; j < nmeta && b == SQLITE_OK; j++) {
+			b = store__bind_text(st, i++, meta[j].key);
+			if (b == SQLITE_OK)
+				b = store__bind_text(st, i++, meta[j].value);
+		}
+		if (b == SQLITE_OK) /* one row more tells whether a next page exists */
+			b = sqlite3_bind_int64(st, i, (sqlite3_int64)limit + 1);
+		r = b == SQLITE_OK ? collect(st, limit, &xs, &got, &more) : -EIO;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!r && more)
+		r = cursor_encode(xs[got - 1].created_at, xs[got - 1].id, next_cursor, cursorlen);
+	if (r) {
+		store_sbx_free_list(xs, got);
+		next_cursor[0] = '\0';
+		return r;
+	}
+	*out = xs;
+	*n = got;
+	return 0;
+}
+
+int store_sbx_count_running(struct store *s, const char *account)
+{
+	if (!store__name_ok(account))
+		return -EINVAL;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(
+	    s, "SELECT count(*) FROM sandboxes WHERE state = 'running' AND account = ?1", &st);
+	if (!r) {
+		if (store__bind_text(st, 1, account) != SQLITE_OK ||
+		    sqlite3_step(st) != SQLITE_ROW) {
+			r = -EIO;
+		} else {
+			sqlite3_int64 c = sqlite3_column_int64(st, 0);
+			r = c < 0 || c > INT_MAX ? -EIO : (int)c;
+		}
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	struct store_sbx *xs = NULL;
+	size_t got = 0;
+	int more;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'running' "
+			    "ORDER BY created_at, id",
+			    &st);
+	if (!r) {
+		r = collect(st, 0, &xs, &got, &more);
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (r) {
+		store_sbx_free_list(xs, got);
+		return r;
+	}
+	*out = xs;
+	*n = got;
+	return 0;
+}

@@ -1,0 +1,739 @@
+/* Unit tests for the daemon's SQLite store, each on a fresh database file. */
+#include "daemon/store.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct tdb {
+	char path[64];
+	struct store *s;
+};
+
+/* A new empty file under /tmp and a store opened on it. */
+static int tdb_open(struct tdb *t)
+{
+	snprintf(t->path, sizeof(t->path), "/tmp/cpuos-test-store-XXXXXX");
+	int fd = mkstemp(t->path);
+	if (!CHECK(fd >= 0))
+		return -1;
+	close(fd);
+	char err[256] = "";
+	int r = store_open(t->path, &t->s, err, sizeof(err));
+	if (!CHECK(r == 0)) {
+		t_note("store_open: %d %s", r, err);
+		return -1;
+	}
+	return 0;
+}
+
+static void tdb_remove(struct tdb *t)
+{
+	char p[80];
+	store_close(t->s);
+	t->s = NULL;
+	unlink(t->path);
+	snprintf(p, sizeof(p), "%s-wal", t->path);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s-shm", t->path);
+	unlink(p);
+}
+
+static void mk_sbx(struct store_sbx *x, const char *id, const char *account, long long created_at,
+		   const char *meta)
+{
+	memset(x, 0, sizeof(*x));
+	snprintf(x->id, sizeof(x->id), "%s", id);
+	snprintf(x->account, sizeof(x->account), "%s", account);
+	snprintf(x->template, sizeof(x->template), "python");
+	snprintf(x->state, sizeof(x->state), "running");
+	x->vcpus = 2;
+	x->memory_mb = 1024;
+	x->disk_mb = 2048;
+	x->created_at = created_at;
+	x->expires_at = created_at + 300;
+	x->metadata_json = (char *)meta; /* the store only reads it */
+	x->env_json = NULL;
+	snprintf(x->run_dir, sizeof(x->run_dir), "/run/cpuos/%s", id);
+	x->qemu_pid = 4242;
+}
+
+static int insert(struct store *s, const char *id, const char *account, long long created_at,
+		  const char *meta)
+{
+	struct store_sbx x;
+	mk_sbx(&x, id, account, created_at, meta);
+	return store_sbx_insert(s, &x);
+}
+
+/* Runs one query with the sqlite3 library directly, returns its text. */
+static int raw_query(const char *path, const char *sql, char *out, size_t outlen)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	int r = -1;
+	out[0] = '\0';
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+	    sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+		int rc = sqlite3_step(st);
+		if (rc == SQLITE_ROW) {
+			const unsigned char *v = sqlite3_column_text(st, 0);
+			snprintf(out, outlen, "%s", v ? (const char *)v : "");
+			r = 0;
+		} else if (rc == SQLITE_DONE) {
+			r = 0;
+		}
+	}
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return r;
+}
+
+static void test_schema_and_reopen(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	char secret[STORE_KEY_SECRET_LEN + 1];
+	struct store_key k;
+	CHECK(store_key_create(t.s, "ci", "alice", secret, &k) == 0);
+	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, "{\"user\":\"alice\"}") == 0);
+	store_close(t.s);
+	t.s = NULL;
+
+	char v[64];
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "1"));
+	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
+	CHECK(raw_query(t.path,
+			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+			"('accounts', 'keys', 'sandboxes', 'sandbox_meta')",
+			v, sizeof(v)) == 0 &&
+	      !strcmp(v, "4"));
+	struct stat sb;
+	CHECK(stat(t.path, &sb) == 0 && (sb.st_mode & 077) == 0);
+
+	char err[256];
+	if (!CHECK(store_open(t.path, &t.s, err, sizeof(err)) == 0))
+		return;
+	char account[128];
+	CHECK(store_key_lookup(t.s, secret, account, sizeof(account)) == 0 &&
+	      !strcmp(account, "alice"));
+	struct store_sbx x;
+	CHECK(store_sbx_get(t.s, "sbx_0000000000000001", &x) == 0 &&
+	      !strcmp(x.metadata_json, "{\"user\":\"alice\"}") && x.created_at == 1000);
+	store_sbx_release(&x);
+	store_close(t.s);
+
+	/* a schema from a later cpuosd is refused, not touched */
+	CHECK(raw_query(t.path, "PRAGMA user_version = 2", v, sizeof(v)) == 0);
+	t.s = NULL;
+	err[0] = '\0';
+	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
+	CHECK(strstr(err, "schema version 2") != NULL);
+	tdb_remove(&t);
+}
+
+static int is_lower_hex(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+static void test_key_create_lookup(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	char secret[STORE_KEY_SECRET_LEN + 1], secret2[STORE_KEY_SECRET_LEN + 1];
+	struct store_key k, k2;
+	CHECK(store_key_create(t.s, "ci", "alice", secret, &k) == 0);
+	CHECK(strlen(secret) == 70 && !strncmp(secret, "cpuos_", 6) &&
+	      is_lower_hex(secret + 6, 64));
+	CHECK(strlen(k.id) == 20 && !strncmp(k.id, "key_", 4) && is_lower_hex(k.id + 4, 16));
+	CHECK(!strcmp(k.name, "ci") && !strcmp(k.account, "alice") && k.created_at > 0);
+	CHECK(store_key_create(t.s, "laptop", "bob", secret2, &k2) == 0);
+	CHECK(strcmp(secret, secret2) != 0 && strcmp(k.id, k2.id) != 0);
+
+	char account[128];
+	CHECK(store_key_lookup(t.s, secret, account, sizeof(account)) == 0 &&
+	      !strcmp(account, "alice"));
+	CHECK(store_key_lookup(t.s, secret2, account, sizeof(account)) == 0 &&
+	      !strcmp(account, "bob"));
+
+	/* wrong secrets */
+	char wrong[STORE_KEY_SECRET_LEN + 1];
+	memcpy(wrong, secret, sizeof(wrong));
+	wrong[69] = wrong[69] == 'a' ? 'b' : 'a';
+	CHECK(store_key_lookup(t.s, wrong, account, sizeof(account)) == -ENOENT);
+	CHECK(store_key_lookup(t.s, "", account, sizeof(account)) == -ENOENT);
+	CHECK(store_key_lookup(t.s, NULL, account, sizeof(account)) == -ENOENT);
+	CHECK(store_key_lookup(t.s, secret + 6, account, sizeof(account)) == -ENOENT);
+	char big[300];
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	CHECK(store_key_lookup(t.s, big, account, sizeof(account)) == -ENOENT);
+	char tiny[3];
+	CHECK(store_key_lookup(t.s, secret, tiny, sizeof(tiny)) == -ERANGE);
+
+	/* names and accounts: 1..127 printable bytes */
+	char n127[128], n128[129];
+	memset(n127, 'n', 127);
+	n127[127] = '\0';
+	memset(n128, 'n', 128);
+	n128[128] = '\0';
+	CHECK(store_key_create(t.s, n127, n127, secret, &k) == 0);
+	CHECK(store_key_create(t.s, n128, "alice", secret, &k) == -EINVAL);
+	CHECK(store_key_create(t.s, "ci", n128, secret, &k) == -EINVAL);
+	CHECK(store_key_create(t.s, "", "alice", secret, &k) == -EINVAL);
+	CHECK(store_key_create(t.s, "ci", "", secret, &k) == -EINVAL);
+	CHECK(store_key_create(t.s, "c\ni", "alice", secret, &k) == -EINVAL);
+	CHECK(store_key_create(t.s, "ci", "al\x7fice", secret, &k) == -EINVAL);
+	CHECK(store_key_create(t.s, "ci", "al\xc3\xa9", secret, &k) == -EINVAL);
+	struct store_key *ks;
+	size_t n;
+	CHECK(store_key_list(t.s, &ks, &n) == 0 && n == 3);
+	free(ks);
+	tdb_remove(&t);
+}
+
+static void test_key_list_delete(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	struct store_key *ks;
+	size_t n = 99;
+	CHECK(store_key_list(t.s, &ks, &n) == 0 && n == 0);
+	free(ks);
+	char sec[3][STORE_KEY_SECRET_LEN + 1];
+	struct store_key k[3];
+	const char *names[] = {"first", "second", "third"};
+	for (int i = 0; i < 3; i++)
+		CHECK(store_key_create(t.s, names[i], "alice", sec[i], &k[i]) == 0);
+	CHECK(store_key_list(t.s, &ks, &n) == 0 && n == 3);
+	for (size_t i = 0; i < n && i < 3; i++) /* oldest first */
+		CHECK(!strcmp(ks[i].id, k[i].id) && !strcmp(ks[i].name, names[i]) &&
+		      !strcmp(ks[i].account, "alice") && ks[i].created_at == k[i].created_at);
+	free(ks);
+
+	CHECK(store_key_delete(t.s, k[1].id) == 0);
+	CHECK(store_key_delete(t.s, k[1].id) == -ENOENT);
+	CHECK(store_key_delete(t.s, "key_0000000000000000") == -ENOENT);
+	CHECK(store_key_delete(t.s, "") == -ENOENT);
+	char account[128];
+	CHECK(store_key_lookup(t.s, sec[1], account, sizeof(account)) == -ENOENT);
+	CHECK(store_key_lookup(t.s, sec[0], account, sizeof(account)) == 0);
+	CHECK(store_key_list(t.s, &ks, &n) == 0 && n == 2);
+	if (n == 2)
+		CHECK(!strcmp(ks[0].id, k[0].id) && !strcmp(ks[1].id, k[2].id));
+	free(ks);
+	tdb_remove(&t);
+}
+
+static int file_has(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return 0;
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	size_t got;
+	while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
+		len += got;
+		if (len == cap) {
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+			}
+			buf = nb;
+		}
+	}
+	fclose(f);
+	int found = buf && memmem(buf, len, needle, strlen(needle)) != NULL;
+	free(buf);
+	return found;
+}
+
+static void test_secret_not_in_file(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	char secret[STORE_KEY_SECRET_LEN + 1];
+	struct store_key k;
+	CHECK(store_key_create(t.s, "ci", "alice", secret, &k) == 0);
+	store_close(t.s);
+	t.s = NULL;
+
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	char hash[65];
+	CHECK(EVP_Digest(secret, strlen(secret), md, &mdlen, EVP_sha256(), NULL) == 1);
+	for (int i = 0; i < 32; i++)
+		snprintf(hash + 2 * i, 3, "%02x", md[i]);
+	char wal[80];
+	snprintf(wal, sizeof(wal), "%s-wal", t.path);
+	/* the hash is there (so this is the right file, fully read) ... */
+	CHECK(file_has(t.path, hash) || file_has(wal, hash));
+	CHECK(file_has(t.path, k.id) || file_has(wal, k.id));
+	/* ... the secret, whole or its random part, is not */
+	CHECK(!file_has(t.path, secret) && !file_has(wal, secret));
+	CHECK(!file_has(t.path, secret + 6) && !file_has(wal, secret + 6));
+	tdb_remove(&t);
+}
+
+static void test_sbx_crud(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	struct store_sbx x, y;
+	mk_sbx(&x, "sbx_3f9a0c1d2e4b5a69", "alice", 1764409318, "{ \"user\" : \"alice\" }");
+	x.env_json = "{\"K\":\"V\"}";
+	CHECK(store_sbx_insert(t.s, &x) == 0);
+	CHECK(store_sbx_insert(t.s, &x) == -EEXIST);
+	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
+		CHECK(!strcmp(y.id, x.id) && !strcmp(y.account, "alice") &&
+		      !strcmp(y.template, "python") && !strcmp(y.state, "running") &&
+		      !strcmp(y.end_reason, ""));
+		CHECK(y.vcpus == 2 && y.memory_mb == 1024 && y.disk_mb == 2048);
+		CHECK(y.created_at == 1764409318 && y.expires_at == 1764409618);
+		CHECK(!strcmp(y.metadata_json, "{\"user\":\"alice\"}"));
+		CHECK(!strcmp(y.env_json, "{\"K\":\"V\"}"));
+		CHECK(!strcmp(y.run_dir, "/run/cpuos/sbx_3f9a0c1d2e4b5a69") && y.qemu_pid == 4242);
+		store_sbx_release(&y);
+	}
+
+	CHECK(store_sbx_set_state(t.s, x.id, "stopped", "killed") == 0);
+	CHECK(store_sbx_set_expiry(t.s, x.id, 1764412918) == 0);
+	CHECK(store_sbx_set_pid(t.s, x.id, 0) == 0);
+	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
+		CHECK(!strcmp(y.state, "stopped") && !strcmp(y.end_reason, "killed"));
+		CHECK(y.expires_at == 1764412918 && y.qemu_pid == 0);
+		store_sbx_release(&y);
+	}
+	CHECK(store_sbx_set_state(t.s, x.id, "paused", "") == -EINVAL);
+	CHECK(store_sbx_set_state(t.s, x.id, "lost", "a reason that is far too long to fit") ==
+	      -EINVAL);
+	CHECK(store_sbx_set_pid(t.s, x.id, -1) == -EINVAL);
+
+	/* unknown ids */
+	const char *unknown = "sbx_0000000000000000";
+	CHECK(store_sbx_get(t.s, unknown, &y) == -ENOENT);
+	CHECK(store_sbx_set_state(t.s, unknown, "stopped", "killed") == -ENOENT);
+	CHECK(store_sbx_set_expiry(t.s, unknown, 1) == -ENOENT);
+	CHECK(store_sbx_set_pid(t.s, unknown, 1) == -ENOENT);
+	CHECK(store_sbx_get(t.s, "", &y) == -ENOENT);
+
+	/* invalid sandboxes are refused whole */
+	struct store_sbx b;
+	mk_sbx(&b, "sbx_bad", "alice", 1, "[\"not an object\"]");
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	b.metadata_json = "{\"n\": 1}";
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	b.metadata_json = "{\"a\": \"1\", \"a\": \"2\"}";
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	b.metadata_json = "{} trailing";
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	b.metadata_json = NULL;
+	b.env_json = "{\"K\": null}";
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	b.env_json = NULL;
+	memset(b.template, 'x', sizeof(b.template)); /* no terminating NUL */
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	mk_sbx(&b, "sbx_bad", "alice", 1, NULL);
+	snprintf(b.state, sizeof(b.state), "bogus");
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	mk_sbx(&b, "sbx_bad", "", 1, NULL);
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	mk_sbx(&b, "sbx bad", "alice", 1, NULL);
+	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_get(t.s, "sbx_bad", &y) == -ENOENT);
+
+	/* NULL metadata and env are empty objects */
+	mk_sbx(&b, "sbx_bad", "alice", 1, NULL);
+	CHECK(store_sbx_insert(t.s, &b) == 0);
+	if (CHECK(store_sbx_get(t.s, "sbx_bad", &y) == 0)) {
+		CHECK(!strcmp(y.metadata_json, "{}") && !strcmp(y.env_json, "{}"));
+		store_sbx_release(&y);
+	}
+	tdb_remove(&t);
+}
+
+static int sbx_newer(const struct store_sbx *a, const struct store_sbx *b)
+{
+	return a->created_at > b->created_at ||
+	       (a->created_at == b->created_at && strcmp(a->id, b->id) > 0);
+}
+
+static void test_list_pagination(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	/* seven sandboxes, pairs sharing a created_at so the id breaks ties */
+	for (int i = 0; i < 7; i++) {
+		char id[32];
+		snprintf(id, sizeof(id), "sbx_%016d", i);
+		CHECK(insert(t.s, id, "alice", 1000 + i / 2, NULL) == 0);
+	}
+	const char *want[] = {"sbx_0000000000000006", "sbx_0000000000000005",
+			      "sbx_0000000000000004", "sbx_0000000000000003",
+			      "sbx_0000000000000002", "sbx_0000000000000001",
+			      "sbx_0000000000000000"};
+	char cursor[128] = "";
+	size_t sizes[3] = {0}, seen = 0;
+	int pages = 0;
+	struct store_sbx prev = {0};
+	for (;;) {
+		struct store_sbx *xs;
+		size_t n;
+		int r = store_sbx_list(t.s, NULL, NULL, NULL, 0, 3, pages ? cursor : NULL, &xs, &n,
+				       cursor, sizeof(cursor));
+		if (!CHECK(r == 0) || !CHECK(pages < 3))
+			break;
+		sizes[pages++] = n;
+		for (size_t i = 0; i < n; i++, seen++) {
+			CHECK(seen < 7 && !strcmp(xs[i].id, want[seen]));
+			if (seen)
+				CHECK(sbx_newer(&prev, &xs[i]));
+			prev.created_at = xs[i].created_at;
+			memcpy(prev.id, xs[i].id, sizeof(prev.id));
+		}
+		store_sbx_free_list(xs, n);
+		if (!cursor[0])
+			break;
+		CHECK(strchr(cursor, '.') == NULL && strstr(cursor, "sbx_") == NULL);
+	}
+	CHECK(pages == 3 && sizes[0] == 3 && sizes[1] == 3 && sizes[2] == 1 && seen == 7);
+
+	/* exactly a page's worth: no next page */
+	struct store_sbx *xs;
+	size_t n;
+	CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 7, NULL, &xs, &n, cursor, sizeof(cursor)) ==
+		  0 &&
+	      n == 7 && cursor[0] == '\0');
+	store_sbx_free_list(xs, n);
+	tdb_remove(&t);
+}
+
+static int list_count(struct store *s, const char *account, const char *state,
+		      const struct store_kv *meta, size_t nmeta, const char *only_account)
+{
+	struct store_sbx *xs;
+	size_t n;
+	char cursor[128];
+	if (store_sbx_list(s, account, state, meta, nmeta, 100, NULL, &xs, &n, cursor,
+			   sizeof(cursor)))
+		return -1;
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (only_account && strcmp(xs[i].account, only_account))
+			bad = 1;
+		if (state && strcmp(xs[i].state, state))
+			bad = 1;
+	}
+	store_sbx_free_list(xs, n);
+	return bad ? -2 : (int)n;
+}
+
+static void test_list_account_isolation(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	CHECK(insert(t.s, "sbx_a1", "alice", 1, NULL) == 0);
+	CHECK(insert(t.s, "sbx_a2", "alice", 2, NULL) == 0);
+	CHECK(insert(t.s, "sbx_b1", "bob", 3, NULL) == 0);
+	CHECK(insert(t.s, "sbx_b2", "bob", 4, NULL) == 0);
+	CHECK(insert(t.s, "sbx_b3", "bob", 5, NULL) == 0);
+	CHECK(list_count(t.s, "alice", NULL, NULL, 0, "alice") == 2);
+	CHECK(list_count(t.s, "bob", NULL, NULL, 0, "bob") == 3);
+	CHECK(list_count(t.s, "carol", NULL, NULL, 0, NULL) == 0);
+	CHECK(list_count(t.s, NULL, NULL, NULL, 0, NULL) == 5);
+	/* a cursor from bob's listing does not reveal alice's sandboxes */
+	struct store_sbx *xs;
+	size_t n;
+	char cursor[128];
+	CHECK(store_sbx_list(t.s, "bob", NULL, NULL, 0, 1, NULL, &xs, &n, cursor, sizeof(cursor)) ==
+		  0 &&
+	      n == 1 && cursor[0]);
+	store_sbx_free_list(xs, n);
+	CHECK(store_sbx_list(t.s, "bob", NULL, NULL, 0, 100, cursor, &xs, &n, cursor,
+			     sizeof(cursor)) == 0 &&
+	      n == 2 && !strcmp(xs[0].account, "bob") && !strcmp(xs[1].account, "bob") &&
+	      cursor[0] == '\0');
+	store_sbx_free_list(xs, n);
+	tdb_remove(&t);
+}
+
+static void test_list_state_filter(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	CHECK(insert(t.s, "sbx_1", "alice", 1, NULL) == 0);
+	CHECK(insert(t.s, "sbx_2", "alice", 2, NULL) == 0);
+	CHECK(insert(t.s, "sbx_3", "alice", 3, NULL) == 0);
+	CHECK(store_sbx_set_state(t.s, "sbx_2", "stopped", "timeout") == 0);
+	CHECK(store_sbx_set_state(t.s, "sbx_3", "lost", "lost") == 0);
+	CHECK(list_count(t.s, "alice", "running", NULL, 0, "alice") == 1);
+	CHECK(list_count(t.s, "alice", "stopped", NULL, 0, "alice") == 1);
+	CHECK(list_count(t.s, NULL, "lost", NULL, 0, NULL) == 1);
+	CHECK(list_count(t.s, NULL, NULL, NULL, 0, NULL) == 3);
+	CHECK(list_count(t.s, NULL, "paused", NULL, 0, NULL) == -1);
+	tdb_remove(&t);
+}
+
+static void test_list_metadata_filter(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	/* a key with a quote and a dot, which a JSON path would misread */
+	CHECK(insert(t.s, "sbx_1", "alice", 1, "{\"a\\\"b.c\": \"x\", \"user\": \"alice\"}") == 0);
+	CHECK(insert(t.s, "sbx_2", "alice", 2, "{\"a\\\"b.c\": \"y\", \"user\": \"alice\"}") == 0);
+	CHECK(insert(t.s, "sbx_3", "alice", 3, "{\"a\": {\"b.c\": \"x\"}}") == -EINVAL);
+	CHECK(insert(t.s, "sbx_3", "alice", 3, "{\"a\\\"b\": \"x\", \"c\": \"x\"}") == 0);
+	CHECK(insert(t.s, "sbx_4", "alice", 4, "{\"user\": \"alice'); --\"}") == 0);
+
+	struct store_kv q1[] = {{"a\"b.c", "x"}};
+	struct store_sbx *xs;
+	size_t n;
+	char cursor[128];
+	CHECK(store_sbx_list(t.s, NULL, NULL, q1, 1, 10, NULL, &xs, &n, cursor, sizeof(cursor)) ==
+		  0 &&
+	      n == 1 && !strcmp(xs[0].id, "sbx_1"));
+	store_sbx_free_list(xs, n);
+
+	struct store_kv q2[] = {{"user", "alice"}};
+	CHECK(list_count(t.s, "alice", NULL, q2, 1, "alice") == 2);
+	struct store_kv q3[] = {{"user", "alice"}, {"a\"b.c", "y"}};
+	CHECK(store_sbx_list(t.s, NULL, NULL, q3, 2, 10, NULL, &xs, &n, cursor, sizeof(cursor)) ==
+		  0 &&
+	      n == 1 && !strcmp(xs[0].id, "sbx_2"));
+	store_sbx_free_list(xs, n);
+	struct store_kv q4[] = {{"user", "alice'); --"}};
+	CHECK(store_sbx_list(t.s, NULL, NULL, q4, 1, 10, NULL, &xs, &n, cursor, sizeof(cursor)) ==
+		  0 &&
+	      n == 1 && !strcmp(xs[0].id, "sbx_4"));
+	store_sbx_free_list(xs, n);
+	struct store_kv q5[] = {{"a\"b.c", "X"}}; /* exact, case included */
+	CHECK(list_count(t.s, NULL, NULL, q5, 1, NULL) == 0);
+	struct store_kv q6[] = {{"a", "x"}};
+	CHECK(list_count(t.s, NULL, NULL, q6, 1, NULL) == 0);
+	CHECK(list_count(t.s, "bob", NULL, q2, 1, NULL) == 0);
+	tdb_remove(&t);
+}
+
+static int hexof(const char *raw, char *out, size_t outlen)
+{
+	size_t n = strlen(raw);
+	if (outlen < 2 * n + 1)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", (unsigned char)raw[i]);
+	return 0;
+}
+
+static void test_list_bad_args(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	for (int i = 0; i < 3; i++) {
+		char id[32];
+		snprintf(id, sizeof(id), "sbx_%d", i);
+		CHECK(insert(t.s, id, "alice", 100 + i, NULL) == 0);
+	}
+	struct store_sbx *xs;
+	size_t n;
+	char cursor[128], good[128];
+	CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 0, NULL, &xs, &n, cursor, sizeof(cursor)) ==
+	      -EINVAL);
+	CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 101, NULL, &xs, &n, cursor,
+			     sizeof(cursor)) == -EINVAL);
+	CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 100, NULL, &xs, &n, cursor,
+			     sizeof(cursor)) == 0 &&
+	      n == 3);
+	store_sbx_free_list(xs, n);
+
+	CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 1, NULL, &xs, &n, good, sizeof(good)) == 0 &&
+	      n == 1 && good[0]);
+	store_sbx_free_list(xs, n);
+	/* the cursor a call returned works */
+	CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 5, good, &xs, &n, cursor, sizeof(cursor)) ==
+		  0 &&
+	      n == 2 && !strcmp(xs[0].id, "sbx_1"));
+	store_sbx_free_list(xs, n);
+
+	char h1[128], h2[128], h3[128], h4[128], h5[128], up[128], odd[160];
+	hexof("0100.sbx_1", h1, sizeof(h1));		     /* leading zero */
+	hexof("101.", h2, sizeof(h2));			     /* no id */
+	hexof("101sbx_1", h3, sizeof(h3));		     /* no dot */
+	hexof("-1.sbx_1", h4, sizeof(h4));		     /* negative */
+	hexof("99999999999999999999.sbx_1", h5, sizeof(h5)); /* overflows */
+	snprintf(up, sizeof(up), "%s", good);
+	for (char *p = up; *p; p++)
+		if (*p >= 'a' && *p <= 'f')
+			*p = (char)(*p - 'a' + 'A');
+	snprintf(odd, sizeof(odd), "%s0", good);
+	char big[400];
+	memset(big, '3', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	const char *bad[] = {"", "zz", "abc", "hello", h1, h2, h3, h4, h5, odd, big, "0031002e"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (!CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 10, bad[i], &xs, &n, cursor,
+					  sizeof(cursor)) == -EINVAL))
+			t_note("cursor %zu accepted: '%s'", i, bad[i]);
+	}
+	if (strcmp(up, good)) /* equal only if good had no a-f digit */
+		CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 10, up, &xs, &n, cursor,
+				     sizeof(cursor)) == -EINVAL);
+
+	/* other bad arguments */
+	struct store_kv nullkv[] = {{NULL, "x"}};
+	CHECK(store_sbx_list(t.s, NULL, NULL, nullkv, 1, 10, NULL, &xs, &n, cursor,
+			     sizeof(cursor)) == -EINVAL);
+	CHECK(store_sbx_list(t.s, "", NULL, NULL, 0, 10, NULL, &xs, &n, cursor, sizeof(cursor)) ==
+	      -EINVAL);
+	/* a next_cursor buffer too small to hold the cursor */
+	char small[8];
+	CHECK(store_sbx_list(t.s, NULL, NULL, NULL, 0, 1, NULL, &xs, &n, small, sizeof(small)) ==
+		  -ERANGE &&
+	      xs == NULL && n == 0);
+	tdb_remove(&t);
+}
+
+static void test_running(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	CHECK(insert(t.s, "sbx_a1", "alice", 1, NULL) == 0);
+	CHECK(insert(t.s, "sbx_a2", "alice", 2, NULL) == 0);
+	CHECK(insert(t.s, "sbx_a3", "alice", 3, NULL) == 0);
+	CHECK(insert(t.s, "sbx_b1", "bob", 4, NULL) == 0);
+	CHECK(store_sbx_count_running(t.s, "alice") == 3);
+	CHECK(store_sbx_count_running(t.s, "bob") == 1);
+	CHECK(store_sbx_count_running(t.s, "carol") == 0);
+	CHECK(store_sbx_count_running(t.s, "") == -EINVAL);
+	CHECK(store_sbx_set_state(t.s, "sbx_a2", "stopped", "killed") == 0);
+	CHECK(store_sbx_count_running(t.s, "alice") == 2);
+
+	struct store_sbx *xs;
+	size_t n;
+	CHECK(store_sbx_running(t.s, &xs, &n) == 0 && n == 3);
+	int a1 = 0, a3 = 0, b1 = 0;
+	for (size_t i = 0; i < n; i++) {
+		CHECK(!strcmp(xs[i].state, "running"));
+		a1 += !strcmp(xs[i].id, "sbx_a1");
+		a3 += !strcmp(xs[i].id, "sbx_a3");
+		b1 += !strcmp(xs[i].id, "sbx_b1");
+	}
+	CHECK(a1 == 1 && a3 == 1 && b1 == 1);
+	store_sbx_free_list(xs, n);
+
+	CHECK(store_sbx_set_state(t.s, "sbx_a1", "lost", "lost") == 0);
+	CHECK(store_sbx_set_state(t.s, "sbx_a3", "stopped", "poweroff") == 0);
+	CHECK(store_sbx_set_state(t.s, "sbx_b1", "stopped", "panic") == 0);
+	CHECK(store_sbx_running(t.s, &xs, &n) == 0 && n == 0);
+	store_sbx_free_list(xs, n);
+	tdb_remove(&t);
+}
+
+#define THREADS		   4
+#define INSERTS_PER_THREAD 200
+
+struct worker {
+	struct store *s;
+	int no;
+	int ok;
+};
+
+static void *insert_worker(void *arg)
+{
+	struct worker *w = arg;
+	char account[16];
+	snprintf(account, sizeof(account), "acct%d", w->no);
+	for (int i = 0; i < INSERTS_PER_THREAD; i++) {
+		char id[32];
+		snprintf(id, sizeof(id), "sbx_%02d%014d", w->no, i);
+		w->ok += insert(w->s, id, account, 1000 + i, "{\"k\":\"v\"}") == 0;
+		/* reads interleaved with the writes */
+		if (i % 50 == 0)
+			w->ok -= store_sbx_count_running(w->s, account) < 0;
+	}
+	return NULL;
+}
+
+static void test_concurrent_inserts(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	pthread_t th[THREADS];
+	struct worker w[THREADS];
+	int started = 0;
+	for (int i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){.s = t.s, .no = i};
+		if (CHECK(pthread_create(&th[i], NULL, insert_worker, &w[i]) == 0))
+			started++;
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < THREADS; i++) {
+		char account[16];
+		snprintf(account, sizeof(account), "acct%d", i);
+		CHECK(w[i].ok == INSERTS_PER_THREAD);
+		CHECK(store_sbx_count_running(t.s, account) == INSERTS_PER_THREAD);
+	}
+	struct store_sbx *xs;
+	size_t n;
+	CHECK(store_sbx_running(t.s, &xs, &n) == 0 && n == THREADS * INSERTS_PER_THREAD);
+	store_sbx_free_list(xs, n);
+	struct store_kv kv[] = {{"k", "v"}};
+	char cursor[128];
+	CHECK(store_sbx_list(t.s, "acct2", NULL, kv, 1, 100, NULL, &xs, &n, cursor,
+			     sizeof(cursor)) == 0 &&
+	      n == 100 && cursor[0]);
+	store_sbx_free_list(xs, n);
+	store_close(t.s);
+	t.s = NULL;
+	char v[32];
+	CHECK(raw_query(t.path, "SELECT count(*) FROM sandboxes", v, sizeof(v)) == 0 &&
+	      atoi(v) == THREADS * INSERTS_PER_THREAD);
+	CHECK(raw_query(t.path, "SELECT count(*) FROM sandbox_meta", v, sizeof(v)) == 0 &&
+	      atoi(v) == THREADS * INSERTS_PER_THREAD);
+	tdb_remove(&t);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct t_case cases[] = {
+	    {"store_schema_and_reopen", test_schema_and_reopen},
+	    {"store_key_create_lookup", test_key_create_lookup},
+	    {"store_key_list_delete", test_key_list_delete},
+	    {"store_secret_not_in_file", test_secret_not_in_file},
+	    {"store_sbx_crud", test_sbx_crud},
+	    {"store_list_pagination", test_list_pagination},
+	    {"store_list_account_isolation", test_list_account_isolation},
+	    {"store_list_state_filter", test_list_state_filter},
+	    {"store_list_metadata_filter", test_list_metadata_filter},
+	    {"store_list_bad_args", test_list_bad_args},
+	    {"store_running", test_running},
+	    {"store_concurrent_inserts", test_concurrent_inserts},
+	    {0, 0},
+	};
+	return t_main(argc, argv, cases);
+}
