@@ -194,6 +194,15 @@ int agentc_end(struct agentc *c)
 	return r;
 }
 
+void agentc_abort(struct agentc *c)
+{
+	proto_abort(&c->out);
+	struct op *o = find_op(c, c->building);
+	if (o)
+		remove_op(c, o);
+	c->building = 0;
+}
+
 int agentc_data(struct agentc *c, uint32_t id, uint16_t flags, const void *p, size_t n)
 {
 	do {

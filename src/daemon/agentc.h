@@ -41,6 +41,8 @@ struct pbuf *agentc_begin(struct agentc *c, uint16_t type, agentc_cb cb, void *a
 /* Seals the request begun last: 0, or -errno and the operation is dropped
  * (its callback is never called). */
 int agentc_end(struct agentc *c);
+/* Drops the request begun last, unsent; its callback is never called. */
+void agentc_abort(struct agentc *c);
 /* Queues raw bytes (stdin, file content) for operation id. */
 int agentc_data(struct agentc *c, uint32_t id, uint16_t flags, const void *p, size_t n);
 /* Bytes queued but not yet written: writers of big streams wait while this

@@ -380,40 +380,102 @@ fail:
 	return r;
 }
 
-int vm_pump(struct vm *vm, int timeout_ms)
+int vm_pollfds(struct vm *vm, struct pollfd *fds, int read_agent)
+{
+	int n = 0;
+	if (vm->state != VM_RUNNING)
+		return 0;
+	if (vm->agent) {
+		short ev = agentc_events(vm->agent);
+		if (!read_agent)
+			ev &= (short)~POLLIN;
+		fds[n++] = (struct pollfd){ .fd = agentc_fd(vm->agent), .events = ev };
+	}
+	if (vm->qmp)
+		fds[n++] = (struct pollfd){ .fd = qmp_fd(vm->qmp), .events = POLLIN };
+	if (vm->console_fd >= 0)
+		fds[n++] = (struct pollfd){ .fd = vm->console_fd, .events = POLLIN };
+	return n;
+}
+
+int vm_handle(struct vm *vm, const struct pollfd *fds, int n)
 {
 	if (vm->state != VM_RUNNING)
 		return -ESHUTDOWN;
-	struct pollfd p[3];
-	int n = 0, ia = -1, iq = -1, ic = -1;
-	if (vm->agent) {
-		ia = n;
-		p[n++] = (struct pollfd){ .fd = agentc_fd(vm->agent), .events = agentc_events(vm->agent) };
-	}
-	if (vm->qmp) {
-		iq = n;
-		p[n++] = (struct pollfd){ .fd = qmp_fd(vm->qmp), .events = POLLIN };
-	}
-	if (vm->console_fd >= 0) {
-		ic = n;
-		p[n++] = (struct pollfd){ .fd = vm->console_fd, .events = POLLIN };
-	}
-	int r = poll(p, (nfds_t)n, timeout_ms);
-	if (r < 0)
-		return errno == EINTR ? 0 : -errno;
 	int gone = 0;
-	if (ic >= 0 && p[ic].revents)
-		console_drain(vm);
-	if (iq >= 0 && p[iq].revents && qmp_poll_events(vm->qmp) == -EPIPE)
-		gone = 1;
-	if (ia >= 0 && p[ia].revents && agentc_io(vm->agent, p[ia].revents) < 0) {
-		agentc_close(vm->agent);
-		vm->agent = NULL;
-		gone = 1;
+	for (int i = 0; i < n; i++) {
+		if (!fds[i].revents)
+			continue;
+		if (vm->console_fd >= 0 && fds[i].fd == vm->console_fd) {
+			console_drain(vm);
+		} else if (vm->qmp && fds[i].fd == qmp_fd(vm->qmp)) {
+			gone |= qmp_poll_events(vm->qmp) == -EPIPE;
+		} else if (vm->agent && fds[i].fd == agentc_fd(vm->agent)) {
+			if (agentc_io(vm->agent, fds[i].revents) < 0) {
+				agentc_close(vm->agent);
+				vm->agent = NULL;
+				gone = 1;
+			}
+		}
 	}
 	if (gone && reap(vm, 3000))
 		return -ESHUTDOWN;
 	return 0;
+}
+
+int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen)
+{
+	if (pid <= 0 || kill(pid, 0) < 0) {
+		snprintf(err, errlen, "qemu (pid %d) is gone", (int)pid);
+		return -ESRCH;
+	}
+	struct vm *vm = calloc(1, sizeof(*vm));
+	if (!vm)
+		return -ENOMEM;
+	vm->console_fd = vm->console_log = -1;
+	vm->console_cap = 1024 * 1024;
+	vm->pid = pid;
+	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
+	char path[300];
+	snprintf(path, sizeof(path), "%s/console.log", vm->run_dir);
+	vm->console_log = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	struct stat st;
+	if (vm->console_log >= 0 && fstat(vm->console_log, &st) == 0)
+		vm->console_written = (size_t)st.st_size;
+	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
+	int r = qmp_connect(path, 5000, &vm->qmp, err, errlen);
+	if (r < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/" QEMU_CONSOLE_SOCK, vm->run_dir);
+	vm->console_fd = unix_connect(path, 1000);
+	if (vm->console_fd >= 0) {
+		int on = 1;
+		ioctl(vm->console_fd, FIONBIO, &on);
+	}
+	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
+	r = agentc_connect(path, 10000, &vm->agent, err, errlen);
+	if (r < 0)
+		goto fail;
+	agentc_on_notice(vm->agent, notice_cb, vm);
+	vm->state = VM_RUNNING;
+	*out = vm;
+	return 0;
+fail:
+	vm->pid = 0; /* not ours to kill: the caller decides */
+	vm_free(vm, 1);
+	return r;
+}
+
+int vm_pump(struct vm *vm, int timeout_ms)
+{
+	if (vm->state != VM_RUNNING)
+		return -ESHUTDOWN;
+	struct pollfd p[VM_MAX_FDS];
+	int n = vm_pollfds(vm, p, 1);
+	int r = poll(p, (nfds_t)n, timeout_ms);
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	return vm_handle(vm, p, n);
 }
 
 int vm_run(struct vm *vm, const int *done, int timeout_ms)
@@ -498,6 +560,14 @@ int vm_reconnect(struct vm *vm, char *err, size_t errlen)
 	if (r == 0)
 		agentc_on_notice(vm->agent, notice_cb, vm);
 	return r;
+}
+
+void vm_detach(struct vm *vm)
+{
+	if (!vm)
+		return;
+	vm->pid = 0; /* QEMU lives on */
+	vm_free(vm, 1);
 }
 
 struct agentc *vm_agent(struct vm *vm)

@@ -58,9 +58,23 @@ struct vm;
  * guest dying during boot, the boot timeout). */
 int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen);
 
+/* Takes over a VM started earlier (by a daemon that has since restarted):
+ * QEMU pid running from run_dir. Connects QMP, console and agent anew.
+ * 0 or -errno with a reason in err; QEMU is left alone on failure. */
+int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen);
+
 /* One round of the poll loop over QMP, console and agent, waiting at most
  * timeout_ms. 0, or -ESHUTDOWN once the VM has ended. */
 int vm_pump(struct vm *vm, int timeout_ms);
+
+/* The same loop split for owners that poll more descriptors themselves:
+ * vm_pollfds fills at most VM_MAX_FDS entries (without POLLIN on the agent
+ * when read_agent is 0: backpressure) and returns how many; vm_handle acts
+ * on their revents: 0, or -ESHUTDOWN once the VM has ended. */
+#define VM_MAX_FDS 3
+struct pollfd;
+int vm_pollfds(struct vm *vm, struct pollfd *fds, int read_agent);
+int vm_handle(struct vm *vm, const struct pollfd *fds, int n);
 /* Pumps until *done, the VM ends (-ESHUTDOWN) or timeout_ms (-ETIMEDOUT). */
 int vm_run(struct vm *vm, const int *done, int timeout_ms);
 
@@ -70,6 +84,10 @@ int vm_stop(struct vm *vm, int grace_ms);
 /* Kills QEMU if still running and frees everything; removes the run
  * directory's sockets and the writable layer unless keep is set. */
 void vm_free(struct vm *vm, int keep);
+
+/* Closes the runner's side and frees vm but leaves QEMU running with its
+ * run directory, for a later vm_attach. */
+void vm_detach(struct vm *vm);
 
 /* Drops the agent connection (pending operations end with ECONNRESET,
  * their processes live on in the guest) and connects anew. 0 or -errno. */
