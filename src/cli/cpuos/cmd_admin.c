@@ -1,0 +1,505 @@
+/*
+ * cmd_admin: up, keys and templates. up starts cpuosd detached (its own
+ * session, output to a log in its state directory) and waits for its
+ * health answer on the Unix socket.
+ */
+#include "cli/cpuos/cmd_admin.h"
+#include "cli/cpuos/cli.h"
+#include "cli/cpuos/http.h"
+#include "cli/cpuos/tplbuild.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_STATE_DIR "/var/lib/cpuos"
+#define UP_WAIT_MS	  30000
+
+static const char up_usage[] =
+    "usage: cpuos up [--state-dir DIR] [--socket PATH] [--listen ADDR:PORT] [--guest-dir DIR]\n"
+    "Starts cpuosd in the background unless it already answers on its socket,\n"
+    "and waits up to 30 s for it. The options are passed on to cpuosd; its output\n"
+    "goes to STATE-DIR/cpuosd.log (default " DEFAULT_STATE_DIR "). cpuosd is taken\n"
+    "from beside this binary, else from PATH.\n";
+
+static const char keys_usage[] =
+    "usage: cpuos keys create --name NAME [--account ACCOUNT]\n"
+    "       cpuos keys ls [--json]\n"
+    "       cpuos keys rm ID...\n"
+    "Manages API keys (on cpuosd's Unix socket only). create prints the new key\n"
+    "once; only its hash is kept. ACCOUNT defaults to NAME.\n";
+
+static const char templates_usage[] =
+    "usage: cpuos templates [ls] [--json]\n"
+    "       cpuos templates build NAME...\n"
+    "Lists the daemon's templates, or builds template images from the recipes in\n"
+    "guest/templates (no daemon needed; $CPUOS_GUEST_SRC, else ../../guest from\n"
+    "this binary) into $CPUOS_GUEST_DIR/templates (default build/guest/templates\n"
+    "of the same tree), with a progress bar on a terminal.\n";
+
+/* ---- up ---- */
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* 1 when cpuosd answers its health check, 0 when nothing listens, -1 (after
+ * printing why) when something answers but not as it should. */
+static int health(struct api *a, int quiet)
+{
+	struct apath p;
+	json_t *h = NULL;
+	apath_init(&p, "/v1/health");
+	int r = api_json(a, "GET", &p, NULL, &h);
+	json_decref(h);
+	if (r == 0)
+		return 1;
+	if (r == -ECONNREFUSED)
+		return 0;
+	if (!quiet)
+		cli_api_fail(a);
+	return -1;
+}
+
+static void last_log_line(const char *log, char *out, size_t n)
+{
+	char buf[4096];
+	snprintf(out, n, "(nothing in %s)", log);
+	int fd = open(log, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
+	ssize_t len = pread(fd, buf, sizeof(buf) - 1, from);
+	close(fd);
+	if (len <= 0)
+		return;
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+		len--;
+	buf[len] = '\0';
+	char *line = strrchr(buf, '\n');
+	if (len)
+		snprintf(out, n, "%s", line ? line + 1 : buf);
+}
+
+static int mkdir_p(const char *dir)
+{
+	char tmp[PATH_MAX];
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s", dir) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	for (char *s = tmp + 1;; s++) {
+		if (*s != '/' && *s)
+			continue;
+		char c = *s;
+		*s = '\0';
+		/* 0700: the state directory holds the key database. */
+		if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		if (!c)
+			return 0;
+		*s = c;
+	}
+}
+
+/* A message from the detached child about its start. */
+struct start_msg {
+	int kind; /* 'p': pid of cpuosd, 'e': exec failed with errno val */
+	int val;
+};
+
+/* Starts argv[0] (a path, or a name for PATH) in a new session, detached
+ * from us (double fork: not our child, no controlling terminal), output
+ * appended to log. 0 with *pid, or -errno. */
+static int spawn_detached(char **argv, const char *log, pid_t *pid)
+{
+	int pfd[2], r;
+	struct start_msg m;
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	pid_t c1 = fork();
+	if (c1 < 0) {
+		r = -errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return r;
+	}
+	if (c1 == 0) {
+		close(pfd[0]);
+		setsid();
+		pid_t c2 = fork();
+		if (c2 == 0) {
+			int null = open("/dev/null", O_RDONLY);
+			int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+			if (null < 0 || out < 0)
+				goto fail;
+			dup2(null, 0);
+			dup2(out, 1);
+			dup2(out, 2);
+			signal(SIGPIPE, SIG_DFL);
+			if (chdir("/") < 0)
+				goto fail;
+			execvp(argv[0], argv);
+		fail:
+			m = (struct start_msg){'e', errno};
+			if (write(pfd[1], &m, sizeof(m)) < 0)
+				_exit(127);
+			_exit(127);
+		}
+		m = (struct start_msg){c2 < 0 ? 'e' : 'p', c2 < 0 ? errno : c2};
+		_exit(write(pfd[1], &m, sizeof(m)) == sizeof(m) ? 0 : 1);
+	}
+	close(pfd[1]);
+	waitpid(c1, NULL, 0);
+	*pid = 0;
+	r = 0;
+	/* Until EOF: the pipe closes on exec (close-on-exec), so the exec
+	 * either happened or its errno is in the pipe. Messages are smaller
+	 * than PIPE_BUF, so each arrives whole. */
+	while (read(pfd[0], &m, sizeof(m)) == sizeof(m)) {
+		if (m.kind == 'p')
+			*pid = m.val;
+		else
+			r = -m.val;
+	}
+	close(pfd[0]);
+	if (!r && !*pid)
+		r = -ECHILD;
+	return r;
+}
+
+int cmd_up(struct cli *c, int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"state-dir", required_argument, 0, 'S'},
+	    {"socket", required_argument, 0, 's'},
+	    {"listen", required_argument, 0, 'l'},
+	    {"guest-dir", required_argument, 0, 'g'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
+	};
+	const char *state = NULL, *sock = NULL, *listen_ = NULL, *guest = NULL;
+	char bindir[PATH_MAX], exe[PATH_MAX + 16], log[PATH_MAX + 16], url[PATH_MAX + 8];
+	char *args[16];
+	int n = 0, o, r, ret = EXIT_API;
+	struct api *a = NULL;
+	pid_t pid = 0;
+	(void)c; /* up always speaks to the socket it would start cpuosd on */
+
+	optind = 0;
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'S':
+			state = optarg;
+			break;
+		case 's':
+			sock = optarg;
+			break;
+		case 'l':
+			listen_ = optarg;
+			break;
+		case 'g':
+			guest = optarg;
+			break;
+		case 'h':
+			fputs(up_usage, stdout);
+			return 0;
+		default:
+			fputs(up_usage, stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		return cli_usage_err("up", "unexpected argument '%s'", argv[optind]);
+	snprintf(url, sizeof(url), "unix://%s", sock ? sock : cli_socket_path());
+	if (api_new(url, NULL, &a) < 0) {
+		cli_err("invalid socket path '%s'", url + 7);
+		return EXIT_USAGE;
+	}
+	api_set_timeout(a, 5000);
+	if ((r = health(a, 0)) != 0) {
+		if (r > 0) {
+			printf("cpuosd is running\n");
+			ret = 0;
+		}
+		goto out;
+	}
+
+	snprintf(exe, sizeof(exe), "cpuosd");
+	if (cli_bindir(bindir, sizeof(bindir)) == 0) {
+		snprintf(exe, sizeof(exe), "%s/cpuosd", bindir);
+		if (access(exe, X_OK) < 0)
+			snprintf(exe, sizeof(exe), "cpuosd");
+	}
+	args[n++] = exe;
+	if (state) {
+		args[n++] = "--state-dir";
+		args[n++] = (char *)state;
+	}
+	if (sock) {
+		args[n++] = "--socket";
+		args[n++] = (char *)sock;
+	}
+	if (listen_) {
+		args[n++] = "--listen";
+		args[n++] = (char *)listen_;
+	}
+	if (guest) {
+		args[n++] = "--guest-dir";
+		args[n++] = (char *)guest;
+	}
+	args[n] = NULL;
+	state = state ? state : DEFAULT_STATE_DIR;
+	if ((r = mkdir_p(state)) < 0) {
+		cli_err("cannot create '%s': %s", state, strerror(-r));
+		goto out;
+	}
+	snprintf(log, sizeof(log), "%s/cpuosd.log", state);
+	if ((r = spawn_detached(args, log, &pid)) < 0) {
+		cli_err("cannot start '%s': %s", exe, strerror(-r));
+		goto out;
+	}
+	/* Polls rather than reads the log: the health answer is the only
+	 * sign that cpuosd serves requests. */
+	long long deadline = now_ms() + UP_WAIT_MS;
+	api_set_timeout(a, 2000);
+	while ((r = health(a, 1)) <= 0 && now_ms() < deadline) {
+		if (kill(pid, 0) < 0 && errno == ESRCH)
+			break; /* it exited; its last words are in the log */
+		usleep(100 * 1000);
+	}
+	if (r > 0) {
+		printf("cpuosd started (pid %d) on %s, log %s\n", (int)pid, url, log);
+		ret = 0;
+	} else {
+		char last[4200];
+		last_log_line(log, last, sizeof(last));
+		cli_err("cpuosd did not come up on %s: %s", url, last);
+	}
+out:
+	api_free(a);
+	return ret;
+}
+
+/* ---- keys ---- */
+
+static int keys_fail(struct api *a)
+{
+	/* Over TCP the keys routes do not exist: say where they are. */
+	if (!api_is_unix(a) && api_status(a) == 404) {
+		cli_err("%s; keys are managed on cpuosd's Unix socket only (as the administrator, "
+			"without --key or CPUOS_API_KEY)",
+			api_error(a));
+		return EXIT_API;
+	}
+	return cli_api_fail(a);
+}
+
+/* created_at as text, whether the daemon sends RFC 3339 or unix seconds. */
+static void time_text(const json_t *v, char *out, size_t n)
+{
+	if (json_is_integer(v)) {
+		time_t t = (time_t)json_integer_value(v);
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	} else {
+		snprintf(out, n, "%s", json_is_string(v) ? json_string_value(v) : "-");
+	}
+}
+
+static int keys_create(struct api *a, int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"name", required_argument, 0, 'n'},
+	    {"account", required_argument, 0, 'a'},
+	    {0, 0, 0, 0},
+	};
+	const char *name = NULL, *account = NULL;
+	json_t *body, *key = NULL;
+	struct apath p;
+	int o, ret = EXIT_API;
+	optind = 0;
+	while ((o = getopt_long(argc, argv, "n:a:", opts, NULL)) != -1) {
+		if (o == 'n')
+			name = optarg;
+		else if (o == 'a')
+			account = optarg;
+		else
+			return cli_usage_err("keys", "bad option");
+	}
+	if (!name || optind < argc)
+		return cli_usage_err("keys", "keys create needs --name NAME and nothing else");
+	body = json_pack("{ss}", "name", name);
+	if (account)
+		json_object_set_new(body, "account", json_string(account));
+	apath_init(&p, "/v1/keys");
+	if (api_json(a, "POST", &p, body, &key) < 0) {
+		ret = keys_fail(a);
+	} else if (!json_is_string(json_object_get(key, "key"))) {
+		cli_err("unexpected answer from cpuosd at %s: no key", api_url(a));
+	} else {
+		/* Alone on its line, so that key=$(cpuos keys create ...) works. */
+		printf("%s\n", json_string_value(json_object_get(key, "key")));
+		ret = 0;
+	}
+	json_decref(key);
+	json_decref(body);
+	return ret;
+}
+
+static int keys_ls(struct api *a, int json)
+{
+	json_t *list = NULL, *rows = json_array(), *k;
+	struct apath p;
+	char created[64];
+	size_t i;
+	int ret = 0;
+	apath_init(&p, "/v1/keys");
+	if (api_json(a, "GET", &p, NULL, &list) < 0) {
+		ret = keys_fail(a);
+	} else if (json) {
+		cli_print_json(list);
+	} else {
+		json_array_foreach(json_object_get(list, "keys"), i, k)
+		{
+			time_text(json_object_get(k, "created_at"), created, sizeof(created));
+			json_array_append_new(rows, json_pack("[ssss]", cli_str(k, "id"),
+							      cli_str(k, "name"),
+							      cli_str(k, "account"), created));
+		}
+		static const char *const hdr[] = {"ID", "NAME", "ACCOUNT", "CREATED"};
+		cli_table(hdr, 4, rows);
+	}
+	json_decref(rows);
+	json_decref(list);
+	return ret;
+}
+
+int cmd_keys(struct cli *c, int argc, char **argv)
+{
+	struct api *a;
+	struct apath p;
+	int ret = 0;
+	if (argc < 2)
+		return cli_usage_err("keys", "keys needs create, ls or rm");
+	const char *sub = argv[1];
+	if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+		fputs(keys_usage, stdout);
+		return 0;
+	}
+	if (strcmp(sub, "create") && strcmp(sub, "ls") && strcmp(sub, "rm"))
+		return cli_usage_err("keys", "unknown keys command '%s'", sub);
+	for (int i = 2; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(keys_usage, stdout);
+			return 0;
+		}
+	if (!strcmp(sub, "ls") && argc > 2 && (argc > 3 || strcmp(argv[2], "--json")))
+		return cli_usage_err("keys", "keys ls takes only --json");
+	if (!strcmp(sub, "rm") && argc < 3)
+		return cli_usage_err("keys", "keys rm needs a key id");
+	if (!(a = cli_api(c)))
+		return EXIT_API;
+	if (!strcmp(sub, "create"))
+		return keys_create(a, argc - 1, argv + 1);
+	if (!strcmp(sub, "ls"))
+		return keys_ls(a, argc > 2);
+	for (int i = 2; i < argc; i++) {
+		apath_init(&p, "/v1/keys");
+		apath_seg(&p, argv[i]);
+		if (api_json(a, "DELETE", &p, NULL, NULL) < 0)
+			ret = keys_fail(a);
+	}
+	return ret;
+}
+
+/* ---- templates ---- */
+
+static int templates_ls(struct cli *c, int json)
+{
+	json_t *list = NULL, *rows = json_array(), *t;
+	struct api *a;
+	struct apath p;
+	char size[32];
+	size_t i;
+	int ret = EXIT_API;
+	if (!rows || !(a = cli_api(c)))
+		goto out;
+	apath_init(&p, "/v1/templates");
+	if (api_json(a, "GET", &p, NULL, &list) < 0) {
+		ret = cli_api_fail(a);
+		goto out;
+	}
+	ret = 0;
+	if (json) {
+		cli_print_json(list);
+		goto out;
+	}
+	json_array_foreach(json_object_get(list, "templates"), i, t)
+	{
+		json_t *sz = json_object_get(t, "size_bytes");
+		if (json_is_number(sz))
+			cli_human_size(json_number_value(sz), size, sizeof(size));
+		else
+			snprintf(size, sizeof(size), "-");
+		json_array_append_new(
+		    rows, json_pack("[ssss]", cli_str(t, "name"),
+				    json_is_true(json_object_get(t, "ready")) ? "yes" : "no", size,
+				    cli_str(t, "description")));
+	}
+	static const char *const hdr[] = {"NAME", "READY", "SIZE", "DESCRIPTION"};
+	cli_table(hdr, 4, rows);
+out:
+	json_decref(list);
+	json_decref(rows);
+	return ret;
+}
+
+int cmd_templates(struct cli *c, int argc, char **argv)
+{
+	int json = 0, i = 1;
+	if (argc > 1 &&
+	    (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
+		fputs(templates_usage, stdout);
+		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "build")) {
+		if (argc < 3)
+			return cli_usage_err("templates", "templates build needs a template name");
+		for (i = 2; i < argc; i++) {
+			if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+				fputs(templates_usage, stdout);
+				return 0;
+			}
+			if (argv[i][0] == '-' || strchr(argv[i], '/') || !argv[i][0])
+				return cli_usage_err("templates", "invalid template name '%s'",
+						     argv[i]);
+		}
+		for (i = 2; i < argc; i++) {
+			int r = tpl_build(argv[i]);
+			if (r)
+				return r;
+		}
+		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "ls"))
+		i = 2;
+	for (; i < argc; i++) {
+		if (strcmp(argv[i], "--json"))
+			return cli_usage_err("templates", "unexpected argument '%s'", argv[i]);
+		json = 1;
+	}
+	return templates_ls(c, json);
+}
