@@ -18,6 +18,7 @@ CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 LDLIBS := -ljansson
+DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lcrypto -lpthread
 ifndef V
 Q := @
 endif
@@ -28,6 +29,9 @@ COMMON_SRCS := $(wildcard src/common/*.c)
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c
 RUNNER_SRCS := src/daemon/qemu.c src/daemon/qmp.c src/daemon/agentc.c src/daemon/disk.c src/daemon/vm.c
 VM_CLI_SRCS := src/cli/cpuos-vm.c
+DAEMON_SRCS := $(wildcard src/daemon/*.c)
+STORE_SRCS := $(wildcard src/daemon/store*.c)
+CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 # The agent is static and runs as PID 1 in the guest: built without
@@ -38,12 +42,14 @@ AGENT := $(BUILD)/guest/cpuos-agent
 INITRAMFS := $(BUILD)/guest/initramfs.cpio
 KERNEL := $(BUILD)/guest/bzImage
 VM_CLI := $(BUILD)/bin/cpuos-vm
+DAEMON := $(BUILD)/bin/cpuosd
+CLI := $(BUILD)/bin/cpuos
 BENCH := $(BUILD)/bench/bench_vm
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 
-all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(UNIT_TESTS) $(VM_TESTS) $(BENCH)
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(BENCH)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -67,6 +73,27 @@ $(INITRAMFS): $(AGENT) guest/mkinitramfs.sh
 $(VM_CLI): $(call obj,$(VM_CLI_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The OpenAPI document is compiled into the daemon (ASCII only, checked).
+$(BUILD)/gen/openapi.c: docs/openapi.json
+	@mkdir -p $(@D)
+	$(Q)python3 -c 'import json,sys; d=open(sys.argv[1]).read(); json.loads(d); assert d.isascii(); print("const char api_openapi_json[] = " + json.dumps(d) + ";")' $< >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(DAEMON): $(call obj,$(DAEMON_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/gen/openapi.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
+$(CLI): $(call obj,$(CLI_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -pthread
+
+$(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c tests/unit/tap.c $(STORE_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
 $(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

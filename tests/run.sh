@@ -38,7 +38,7 @@ run() { # name, command...
 	rm -f "$out"
 }
 
-for t in build/tests/test_proto build/tests/test_qemu build/tests/test_agent; do
+for t in build/tests/test_proto build/tests/test_qemu build/tests/test_agent build/tests/test_store; do
 	[ -x "$t" ] && run "$(basename "$t")" timeout 300 "$t"
 done
 run test_vm timeout 1800 build/tests/test_vm

@@ -1,0 +1,233 @@
+/*
+ * api: the route table and the checks every handler shares. Validation
+ * answers here, so handlers read as the happy path.
+ */
+#include "daemon/api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/duration.h"
+
+const struct route api_routes[] = {
+	{ "GET", "/v1/health", api_health, NULL, 1, 0 },
+	{ "GET", "/v1/openapi.json", api_openapi, NULL, 1, 0 },
+	{ "GET", "/v1/templates", api_templates, NULL, 0, 0 },
+	{ "POST", "/v1/keys", api_keys_create, NULL, 0, 1 },
+	{ "GET", "/v1/keys", api_keys_list, NULL, 0, 1 },
+	{ "DELETE", "/v1/keys/{id}", api_keys_delete, NULL, 0, 1 },
+	{ "POST", "/v1/sandboxes", api_sbx_create, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes", api_sbx_list, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}", api_sbx_get, NULL, 0, 0 },
+	{ "DELETE", "/v1/sandboxes/{id}", api_sbx_kill, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/timeout", api_sbx_timeout, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/exec", api_exec, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/processes", api_procs, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/processes/{pid}", api_proc_get, NULL, 0, 0 },
+	{ "DELETE", "/v1/sandboxes/{id}/processes/{pid}", api_proc_kill, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/processes/{pid}/stream", api_proc_stream, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", NULL, api_proc_stdin, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/signal", api_proc_signal, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/wait", api_proc_wait, NULL, 0, 0 },
+	{ "PUT", "/v1/sandboxes/{id}/files", NULL, api_file_put, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/files", api_file_get, NULL, 0, 0 },
+	{ "DELETE", "/v1/sandboxes/{id}/files", api_file_delete, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/files/stat", api_file_stat, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/files/list", api_file_list, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/files/mkdir", api_file_mkdir, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/files/rename", api_file_rename, NULL, 0, 0 },
+	{ NULL, NULL, NULL, NULL, 0, 0 },
+};
+
+int api_row(struct req *r, struct store_sbx *row)
+{
+	if (store_sbx_get(r->api->store, r->param[0], row) == 0) {
+		if (r->admin || !strcmp(row->account, r->account))
+			return 0;
+		store_sbx_release(row);
+	}
+	/* Another account's sandbox is indistinguishable from none. */
+	reply_error(r, 404, "not_found", "no sandbox '%s'", r->param[0]);
+	return -ENOENT;
+}
+
+struct sbx *api_sbx(struct req *r)
+{
+	struct sbx *s = sbx_find(r->api->sbx, r->param[0], r->admin ? NULL : r->account);
+	if (s)
+		return s;
+	struct store_sbx row;
+	if (api_row(r, &row) < 0)
+		return NULL;
+	reply_error(r, 409, "conflict", "sandbox '%s' is not running (%s%s%s)", row.id, row.state,
+		    row.end_reason[0] ? ": " : "", row.end_reason);
+	store_sbx_release(&row);
+	return NULL;
+}
+
+static json_t *rfc3339(long long t)
+{
+	char buf[32];
+	time_t tt = (time_t)t;
+	struct tm tm;
+	gmtime_r(&tt, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_string(buf);
+}
+
+json_t *api_sandbox_json(const struct store_sbx *row)
+{
+	json_t *meta = json_loads(row->metadata_json ? row->metadata_json : "{}", 0, NULL);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i,s:i}", "id", row->id, "template", row->template,
+			      "state", row->state, "vcpus", row->vcpus, "memory_mb", row->memory_mb,
+			      "disk_mb", row->disk_mb);
+	json_object_set_new(o, "created_at", rfc3339(row->created_at));
+	json_object_set_new(o, "expires_at", rfc3339(row->expires_at));
+	json_object_set_new(o, "metadata", meta ? meta : json_object());
+	json_object_set_new(o, "end_reason", row->end_reason[0] ? json_string(row->end_reason) : json_null());
+	return o;
+}
+
+int api_uint(struct req *r, const char *key, long long min, long long max, long long *out)
+{
+	json_t *v = r->body ? json_object_get(r->body, key) : NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+		reply_error(r, 422, "invalid_argument", "'%s' must be an integer from %lld to %lld", key,
+			    min, max);
+		return -1;
+	}
+	*out = json_integer_value(v);
+	return 0;
+}
+
+int api_duration(struct req *r, json_t *v, const char *what, long long max_s, long long *out)
+{
+	if (!v || json_is_null(v))
+		return 0;
+	long long s = -1;
+	if (json_is_integer(v))
+		s = json_integer_value(v);
+	else if (!json_is_string(v) || duration_parse(json_string_value(v), &s) < 0)
+		s = -1;
+	if (s < 1 || s > max_s) {
+		reply_error(r, 422, "invalid_argument",
+			    "'%s' must be a duration like \"90s\", \"30m\", \"2h\" or seconds, from 1s to %llds",
+			    what, max_s);
+		return -1;
+	}
+	*out = s;
+	return 0;
+}
+
+int api_str(struct req *r, const char *key, size_t max, const char **out)
+{
+	json_t *v = r->body ? json_object_get(r->body, key) : NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v) || json_string_length(v) > max ||
+	    strlen(json_string_value(v)) != json_string_length(v)) {
+		reply_error(r, 422, "invalid_argument", "'%s' must be a string of at most %zu bytes", key, max);
+		return -1;
+	}
+	*out = json_string_value(v);
+	return 0;
+}
+
+int api_bool(struct req *r, const char *key, int *out)
+{
+	json_t *v = r->body ? json_object_get(r->body, key) : NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v)) {
+		reply_error(r, 422, "invalid_argument", "'%s' must be true or false", key);
+		return -1;
+	}
+	*out = json_is_true(v);
+	return 0;
+}
+
+int api_str_map(struct req *r, const char *key, size_t max, char **out)
+{
+	json_t *v = r->body ? json_object_get(r->body, key) : NULL;
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	const char *k;
+	json_t *val;
+	int ok = json_is_object(v) && json_object_size(v) <= max;
+	json_object_foreach(v, k, val) {
+		if (!ok)
+			break;
+		ok = json_is_string(val) && strlen(k) > 0 && strlen(k) <= 256 &&
+		     json_string_length(val) <= 4096 &&
+		     strlen(json_string_value(val)) == json_string_length(val);
+	}
+	if (!ok) {
+		reply_error(r, 422, "invalid_argument",
+			    "'%s' must be an object of at most %zu string values", key, max);
+		return -1;
+	}
+	*out = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+	return 0;
+}
+
+int api_check_path(struct req *r, const char *what, const char *p)
+{
+	const char *why = NULL;
+	if (!p || !*p)
+		why = "is empty";
+	else if (p[0] != '/')
+		why = "is not absolute";
+	else if (strlen(p) > 4096)
+		why = "is longer than 4096 bytes";
+	else {
+		for (const char *c = p; *c && !why;) {
+			size_t n = strcspn(c, "/");
+			if (n == 2 && c[0] == '.' && c[1] == '.')
+				why = "has a '..' component";
+			c += n;
+			c += *c == '/';
+		}
+	}
+	if (why) {
+		reply_error(r, 400, "bad_request", "%s %s", what, why);
+		return -1;
+	}
+	return 0;
+}
+
+const char *api_query_path(struct req *r, const char *name)
+{
+	int bad = 0;
+	const char *p = req_query(r, name, &bad);
+	if (bad) {
+		reply_error(r, 400, "bad_request", "%s holds a NUL byte", name);
+		return NULL;
+	}
+	return api_check_path(r, name, p) < 0 ? NULL : p;
+}
+
+int api_agent_error(struct req *r, const struct sop *op)
+{
+	unsigned status = 500;
+	const char *code = "internal";
+	switch (op->err) {
+	case ENOENT: case ESRCH: status = 404, code = "not_found"; break;
+	case EISDIR: case ENOTDIR: case EINVAL: case ENAMETOOLONG: case ELOOP:
+		status = 400, code = "bad_request"; break;
+	case EEXIST: case ENOTEMPTY: case EBUSY: status = 409, code = "conflict"; break;
+	case EACCES: case EPERM: status = 403, code = "forbidden"; break;
+	case EAGAIN: status = 429, code = "quota_exceeded"; break;
+	case E2BIG: case EFBIG: status = 413, code = "payload_too_large"; break;
+	case ENOSPC: case EDQUOT: status = 507, code = "insufficient_storage"; break;
+	case ECONNRESET: case EPIPE: case ECANCELED:
+		status = 503, code = "unavailable"; break;
+	default: break;
+	}
+	return reply_error(r, status, code, "%s", op->msg[0] ? op->msg : strerror(op->err));
+}

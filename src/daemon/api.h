@@ -1,0 +1,72 @@
+/*
+ * api: the /v1 handlers (docs/api.md) and the helpers they share: finding
+ * the caller's sandbox, validating JSON fields and paths, mapping agent
+ * errors to HTTP. Handlers live in api_sbx.c (sandboxes, templates, keys,
+ * service), api_exec.c (commands, processes) and api_files.c (files).
+ */
+#ifndef CPUOS_API_H
+#define CPUOS_API_H
+
+#include "daemon/http.h"
+#include "daemon/sbx.h"
+#include "daemon/store.h"
+
+/* The running sandbox named in the path if the caller may see it, with a
+ * reference (sbx_put it); otherwise NULL after answering 404 (unknown or
+ * another account's) or 409 (not running). */
+struct sbx *api_sbx(struct req *r);
+/* The stored sandbox if the caller may see it: 0, or -ENOENT after 404. */
+int api_row(struct req *r, struct store_sbx *row);
+json_t *api_sandbox_json(const struct store_sbx *row);
+
+/* Field helpers: each answers 422 and returns -1 when the field is there
+ * but wrong; 0 when absent (out keeps its default) or fine. */
+int api_uint(struct req *r, const char *key, long long min, long long max, long long *out);
+int api_duration(struct req *r, json_t *v, const char *what, long long max_s, long long *out);
+int api_str(struct req *r, const char *key, size_t max, const char **out);
+int api_bool(struct req *r, const char *key, int *out);
+/* An object of string values, at most max entries: its JSON text (malloc'd)
+ * in *out, or NULL when absent. */
+int api_str_map(struct req *r, const char *key, size_t max, char **out);
+
+/* A guest path from query parameter name or a JSON string: absolute, no
+ * ".." component, no NUL, at most 4096 bytes. NULL after answering 400. */
+const char *api_query_path(struct req *r, const char *name);
+int api_check_path(struct req *r, const char *what, const char *p);
+
+/* Answers an operation that ended in P_ERROR with the matching status. */
+int api_agent_error(struct req *r, const struct sop *op);
+
+int api_sbx_create(struct req *r);
+int api_sbx_list(struct req *r);
+int api_sbx_get(struct req *r);
+int api_sbx_kill(struct req *r);
+int api_sbx_timeout(struct req *r);
+int api_templates(struct req *r);
+int api_health(struct req *r);
+int api_openapi(struct req *r);
+int api_keys_create(struct req *r);
+int api_keys_list(struct req *r);
+int api_keys_delete(struct req *r);
+
+int api_exec(struct req *r);
+int api_procs(struct req *r);
+int api_proc_get(struct req *r);
+int api_proc_stream(struct req *r);
+int api_proc_stdin(struct req *r, enum up_phase phase, const char *data, size_t n);
+int api_proc_signal(struct req *r);
+int api_proc_wait(struct req *r);
+int api_proc_kill(struct req *r);
+
+int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n);
+int api_file_get(struct req *r);
+int api_file_stat(struct req *r);
+int api_file_list(struct req *r);
+int api_file_mkdir(struct req *r);
+int api_file_rename(struct req *r);
+int api_file_delete(struct req *r);
+
+/* The OpenAPI document, compiled in from docs/openapi.json. */
+extern const char api_openapi_json[];
+
+#endif

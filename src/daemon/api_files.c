@@ -1,0 +1,364 @@
+/*
+ * api_files: guest files. Bodies stream both ways through the agent in
+ * 64 KiB frames: an upload waits while the channel's queue is long, a
+ * download is paced by its reader, so the daemon never holds a whole file.
+ */
+#include "daemon/api.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses an octal mode ("0644", "755") from a query or JSON string. */
+static int parse_mode(const char *s, uint32_t *out)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 8);
+	if (!*s || *end || v > 07777)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* Sends a request with A_PATH (and what fill adds) and waits for its end.
+ * Returns the finished sop, or NULL after answering. */
+static struct sop *path_op(struct req *r, struct sbx *s, uint16_t type, const char *path,
+			   int (*fill)(struct pbuf *b, void *arg), void *arg)
+{
+	struct sop *op = sop_new(SOP_COLLECT);
+	struct pbuf *b = op ? sbx_begin(s, type, op) : NULL;
+	if (!b) {
+		sop_free(s, op);
+		reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+		return NULL;
+	}
+	if (proto_put_str(b, A_PATH, path) < 0 || (fill && fill(b, arg) < 0)) {
+		sbx_abort(s, op);
+		sop_free(s, op);
+		reply_error(r, 500, "internal", "out of memory");
+		return NULL;
+	}
+	sbx_end(s, op);
+	sbx_wait(s, op, 0, -1);
+	return op;
+}
+
+/* The entry of path (stat), answered with status. */
+static int reply_entry(struct req *r, struct sbx *s, const char *path, unsigned status)
+{
+	struct sop *op = path_op(r, s, P_STAT, path, NULL, NULL);
+	if (!op)
+		return 0;
+	if (op->end == P_OK && op->ok) {
+		char copy[PROTO_MAX_STR + 1];
+		snprintf(copy, sizeof(copy), "%s", path);
+		json_object_set_new(op->ok, "path", json_string(path));
+		json_object_set_new(op->ok, "name", json_string(basename(copy)));
+		reply_json(r, status, json_incref(op->ok));
+	} else {
+		api_agent_error(r, op);
+	}
+	sop_free(s, op);
+	return 0;
+}
+
+struct upload {
+	struct sbx *s;
+	struct sop *op;
+	char path[PROTO_MAX_STR + 1];
+	uint64_t size;
+};
+
+static void upload_end(struct req *r, struct upload *up)
+{
+	sop_free(up->s, up->op); /* a live fwrite is cancelled: no half file */
+	sbx_put(up->s);
+	free(up);
+	r->stream = NULL;
+}
+
+int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n)
+{
+	struct upload *up = r->stream;
+	if (phase == UP_BEGIN) {
+		int bad = 0;
+		const char *path = api_query_path(r, "path");
+		const char *mode_s = req_query(r, "mode", &bad);
+		const char *user = req_query(r, "user", &bad);
+		uint32_t mode = 0644;
+		if (!path)
+			return 0;
+		if (bad || (mode_s && parse_mode(mode_s, &mode) < 0))
+			return reply_error(r, 400, "bad_request", "mode must be octal, e.g. 0644");
+		if (user && (!*user || strlen(user) > 64))
+			return reply_error(r, 400, "bad_request", "invalid user");
+		struct sbx *s = api_sbx(r);
+		if (!s)
+			return 0;
+		up = calloc(1, sizeof(*up));
+		struct sop *op = up ? sop_new(SOP_COLLECT) : NULL;
+		struct pbuf *b = op ? sbx_begin(s, P_FWRITE, op) : NULL;
+		if (!b) {
+			free(up);
+			sop_free(s, op);
+			sbx_put(s);
+			return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+		}
+		if (proto_put_str(b, A_PATH, path) < 0 || proto_put_u32(b, A_MODE, mode) < 0 ||
+		    proto_put_str(b, A_USER, user ? user : "user") < 0) {
+			sbx_abort(s, op);
+			sop_free(s, op);
+			sbx_put(s);
+			free(up);
+			return reply_error(r, 500, "internal", "out of memory");
+		}
+		sbx_end(s, op);
+		*up = (struct upload){ .s = s, .op = op };
+		snprintf(up->path, sizeof(up->path), "%s", path);
+		r->stream = up;
+		return 0;
+	}
+	if (phase == UP_ABORT) {
+		upload_end(r, up);
+		return 0;
+	}
+	int e = sbx_data(up->s, up->op, phase == UP_END ? PF_EOF : 0, data, n);
+	up->size += n;
+	if (e == 0 && phase == UP_DATA)
+		return 0;
+	/* The end, or the agent refused early (say, the path is a directory). */
+	if (e == 0)
+		sbx_wait(up->s, up->op, 0, -1);
+	else
+		sbx_wait(up->s, up->op, 0, 5000);
+	if (up->op->end == P_OK)
+		reply_json(r, 201, json_pack("{s:s,s:I}", "path", up->path, "size", (json_int_t)up->size));
+	else if (up->op->end == P_ERROR)
+		api_agent_error(r, up->op);
+	else
+		reply_error(r, 503, "unavailable", "the sandbox did not take the file");
+	upload_end(r, up);
+	return 0;
+}
+
+struct download {
+	struct sbx *s;
+	struct sop *op;
+};
+
+static ssize_t download_read(void *arg, char *buf, size_t max)
+{
+	struct download *d = arg;
+	for (;;) {
+		ssize_t n = sbx_read(d->s, d->op, buf, max, 1000);
+		if (n == 0 && d->op->end != P_OK)
+			return -1; /* cut short: the client must not take it as whole */
+		if (n != -ETIMEDOUT)
+			return n;
+	}
+}
+
+static void download_done(void *arg)
+{
+	struct download *d = arg;
+	sop_free(d->s, d->op);
+	sbx_put(d->s);
+	free(d);
+}
+
+int api_file_get(struct req *r)
+{
+	const char *path = api_query_path(r, "path");
+	if (!path)
+		return 0;
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct sop *op = sop_new(SOP_QUEUE);
+	struct download *d = malloc(sizeof(*d));
+	struct pbuf *b = op && d ? sbx_begin(s, P_FREAD, op) : NULL;
+	if (!b) {
+		free(d);
+		sop_free(s, op);
+		sbx_put(s);
+		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+	}
+	if (proto_put_str(b, A_PATH, path) < 0) {
+		sbx_abort(s, op);
+		free(d);
+		sop_free(s, op);
+		sbx_put(s);
+		return reply_error(r, 500, "internal", "out of memory");
+	}
+	sbx_end(s, op);
+	/* Wait for the first data or the end: a missing file must be a 404,
+	 * which cannot be said once a 200 went out. */
+	sbx_wait(s, op, 1, -1);
+	if (op->end == P_ERROR) {
+		api_agent_error(r, op);
+		free(d);
+		sop_free(s, op);
+		sbx_put(s);
+		return 0;
+	}
+	*d = (struct download){ .s = s, .op = op };
+	return reply_stream(r, 200, "application/octet-stream", download_read, download_done, d);
+}
+
+int api_file_stat(struct req *r)
+{
+	const char *path = api_query_path(r, "path");
+	if (!path)
+		return 0;
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	reply_entry(r, s, path, 200);
+	sbx_put(s);
+	return 0;
+}
+
+static int put_depth(struct pbuf *b, void *arg)
+{
+	return proto_put_u32(b, A_DEPTH, *(uint32_t *)arg);
+}
+
+int api_file_list(struct req *r)
+{
+	const char *path = api_query_path(r, "path");
+	if (!path)
+		return 0;
+	const char *ds = req_query(r, "depth", NULL);
+	uint32_t depth = 1;
+	if (ds) {
+		char *end;
+		long v = strtol(ds, &end, 10);
+		if (!*ds || *end || v < 1 || v > 16)
+			return reply_error(r, 400, "bad_request", "depth must be an integer from 1 to 16");
+		depth = (uint32_t)v;
+	}
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct sop *op = path_op(r, s, P_LIST, path, put_depth, &depth);
+	if (op && op->end == P_OK) {
+		json_t *items = op->items ? op->items : json_array();
+		size_t i;
+		json_t *e;
+		int root = !strcmp(path, "/");
+		json_array_foreach(items, i, e) {
+			const char *rel = json_string_value(json_object_get(e, "path"));
+			char abs[2 * PROTO_MAX_STR + 2], copy[PROTO_MAX_STR + 1];
+			snprintf(abs, sizeof(abs), "%s%s%s", root ? "" : path, "/", rel ? rel : "");
+			snprintf(copy, sizeof(copy), "%s", rel ? rel : "");
+			json_object_set_new(e, "name", json_string(basename(copy)));
+			json_object_set_new(e, "path", json_string(abs));
+		}
+		reply_json(r, 200, json_pack("{s:O}", "entries", items));
+	} else if (op) {
+		api_agent_error(r, op);
+	}
+	sop_free(s, op);
+	sbx_put(s);
+	return 0;
+}
+
+struct mkdir_args {
+	uint32_t mode, parents;
+	const char *user;
+};
+
+static int put_mkdir(struct pbuf *b, void *arg)
+{
+	struct mkdir_args *m = arg;
+	int e = proto_put_u32(b, A_MODE, m->mode);
+	if (!e)
+		e = proto_put_u32(b, A_PARENTS, m->parents);
+	if (!e)
+		e = proto_put_str(b, A_USER, m->user);
+	return e;
+}
+
+int api_file_mkdir(struct req *r)
+{
+	const char *path = NULL, *mode_s = NULL, *user = "user";
+	int parents = 1;
+	if (!r->body)
+		return reply_error(r, 400, "bad_request", "a JSON body with \"path\" is required");
+	if (api_str(r, "path", 1 << 20, &path) < 0 || api_bool(r, "parents", &parents) < 0 ||
+	    api_str(r, "user", 64, &user) < 0)
+		return 0;
+	json_t *mv = json_object_get(r->body, "mode");
+	uint32_t mode = 0755;
+	if (json_is_string(mv))
+		mode_s = json_string_value(mv);
+	if ((mode_s && parse_mode(mode_s, &mode) < 0) || (mv && !json_is_string(mv) && !json_is_null(mv)))
+		return reply_error(r, 422, "invalid_argument", "'mode' must be an octal string like \"0755\"");
+	if (api_check_path(r, "path", path) < 0)
+		return 0;
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct mkdir_args m = { .mode = mode, .parents = (uint32_t)parents, .user = user };
+	struct sop *op = path_op(r, s, P_MKDIR, path, put_mkdir, &m);
+	if (op && op->end == P_OK)
+		reply_entry(r, s, path, 201);
+	else if (op)
+		api_agent_error(r, op);
+	sop_free(s, op);
+	sbx_put(s);
+	return 0;
+}
+
+static int put_path2(struct pbuf *b, void *arg)
+{
+	return proto_put_str(b, A_PATH2, arg);
+}
+
+int api_file_rename(struct req *r)
+{
+	const char *from = NULL, *to = NULL;
+	if (!r->body)
+		return reply_error(r, 400, "bad_request", "a JSON body with \"from\" and \"to\" is required");
+	if (api_str(r, "from", 1 << 20, &from) < 0 || api_str(r, "to", 1 << 20, &to) < 0 ||
+	    api_check_path(r, "from", from) < 0 || api_check_path(r, "to", to) < 0)
+		return 0;
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct sop *op = path_op(r, s, P_RENAME, from, put_path2, (void *)to);
+	if (op && op->end == P_OK)
+		reply_entry(r, s, to, 200);
+	else if (op)
+		api_agent_error(r, op);
+	sop_free(s, op);
+	sbx_put(s);
+	return 0;
+}
+
+static int put_recursive(struct pbuf *b, void *arg)
+{
+	return proto_put_u32(b, A_RECURSIVE, *(uint32_t *)arg);
+}
+
+int api_file_delete(struct req *r)
+{
+	const char *path = api_query_path(r, "path");
+	if (!path)
+		return 0;
+	const char *rec = req_query(r, "recursive", NULL);
+	uint32_t recursive = rec && (!strcmp(rec, "true") || !strcmp(rec, "1"));
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct sop *op = path_op(r, s, P_REMOVE, path, put_recursive, &recursive);
+	if (op && op->end == P_OK)
+		reply_empty(r, 204);
+	else if (op)
+		api_agent_error(r, op);
+	sop_free(s, op);
+	sbx_put(s);
+	return 0;
+}

@@ -1,0 +1,252 @@
+/*
+ * api_sbx: sandboxes (create, list, get, kill, timeout), templates, API
+ * keys and the service routes. Limits are the documented ones of
+ * docs/api.md; a value outside them is 422, never clamped.
+ */
+#include "daemon/api.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define VERSION "0.1.0"
+#define MAX_TIMEOUT_S (24 * 3600)
+
+int api_health(struct req *r)
+{
+	return reply_json(r, 200, json_pack("{s:s,s:s}", "status", "ok", "version", VERSION));
+}
+
+int api_openapi(struct req *r)
+{
+	json_t *doc = json_loads(api_openapi_json, 0, NULL);
+	if (!doc)
+		return reply_error(r, 500, "internal", "the built-in OpenAPI document is broken");
+	return reply_json(r, 200, doc);
+}
+
+int api_sbx_create(struct req *r)
+{
+	if (!r->body)
+		return reply_error(r, 400, "bad_request", "a JSON body with \"template\" is required");
+	const char *tpl = NULL;
+	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048;
+	char *env = NULL, *meta = NULL;
+	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
+	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
+	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
+	    api_str_map(r, "env", 64, &env) < 0 || api_str_map(r, "metadata", 64, &meta) < 0)
+		goto out;
+	if (!tpl) {
+		reply_error(r, 422, "invalid_argument", "'template' is required");
+		goto out;
+	}
+	struct sbx_params p = {
+		.template = tpl, .timeout_s = timeout, .vcpus = (unsigned)vcpus,
+		.memory_mb = (unsigned)mem, .disk_mb = (unsigned)disk, .env_json = env, .metadata_json = meta,
+	};
+	struct store_sbx row;
+	char err[512];
+	int e = sbx_create(r->api->sbx, r->account, &p, &row, err, sizeof(err));
+	if (e == -ENOENT)
+		reply_error(r, 422, "invalid_argument", "%s", err);
+	else if (e == -EDQUOT)
+		reply_error(r, 429, "quota_exceeded", "%s", err);
+	else if (e < 0)
+		reply_error(r, 503, "unavailable", "the sandbox did not start: %s", err);
+	else {
+		reply_json(r, 201, api_sandbox_json(&row));
+		store_sbx_release(&row);
+	}
+out:
+	free(env);
+	free(meta);
+	return 0;
+}
+
+struct meta_filter {
+	struct store_kv kv[16];
+	size_t n;
+	int too_many;
+};
+
+static enum MHD_Result collect_meta(void *cls, enum MHD_ValueKind kind, const char *key,
+				    const char *value)
+{
+	(void)kind;
+	struct meta_filter *m = cls;
+	if (strncmp(key, "metadata.", 9) || !key[9])
+		return MHD_YES;
+	if (m->n == 16) {
+		m->too_many = 1;
+		return MHD_NO;
+	}
+	m->kv[m->n++] = (struct store_kv){ .key = key + 9, .value = value ? value : "" };
+	return MHD_YES;
+}
+
+int api_sbx_list(struct req *r)
+{
+	const char *state = req_query(r, "state", NULL);
+	const char *lim = req_query(r, "limit", NULL);
+	const char *cursor = req_query(r, "cursor", NULL);
+	if (state && strcmp(state, "running") && strcmp(state, "stopped") && strcmp(state, "lost"))
+		return reply_error(r, 400, "bad_request", "state must be running, stopped or lost");
+	long limit = 50;
+	if (lim) {
+		char *end;
+		limit = strtol(lim, &end, 10);
+		if (!*lim || *end || limit < 1 || limit > 100)
+			return reply_error(r, 400, "bad_request", "limit must be an integer from 1 to 100");
+	}
+	struct meta_filter mf = { 0 };
+	MHD_get_connection_values(r->con, MHD_GET_ARGUMENT_KIND, collect_meta, &mf);
+	if (mf.too_many)
+		return reply_error(r, 400, "bad_request", "at most 16 metadata filters");
+	struct store_sbx *rows;
+	size_t n;
+	char next[128];
+	int e = store_sbx_list(r->api->store, r->admin ? NULL : r->account, state, mf.kv, mf.n,
+			       (size_t)limit, cursor && *cursor ? cursor : NULL, &rows, &n, next,
+			       sizeof(next));
+	if (e == -EINVAL)
+		return reply_error(r, 400, "bad_request", "invalid cursor");
+	if (e < 0)
+		return reply_error(r, 500, "internal", "cannot list sandboxes");
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, api_sandbox_json(&rows[i]));
+	store_sbx_free_list(rows, n);
+	return reply_json(r, 200, json_pack("{s:o,s:o}", "sandboxes", arr, "next_cursor",
+					    next[0] ? json_string(next) : json_null()));
+}
+
+int api_sbx_get(struct req *r)
+{
+	struct store_sbx row;
+	if (api_row(r, &row) < 0)
+		return 0;
+	reply_json(r, 200, api_sandbox_json(&row));
+	store_sbx_release(&row);
+	return 0;
+}
+
+int api_sbx_kill(struct req *r)
+{
+	struct store_sbx row;
+	if (api_row(r, &row) < 0)
+		return 0;
+	store_sbx_release(&row);
+	sbx_kill(r->api->sbx, r->param[0], "killed"); /* -ENOENT: already stopped */
+	return reply_empty(r, 204);
+}
+
+int api_sbx_timeout(struct req *r)
+{
+	long long t = 0;
+	if (!r->body || !json_object_get(r->body, "timeout"))
+		return reply_error(r, 422, "invalid_argument", "'timeout' is required");
+	if (api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &t) < 0)
+		return 0;
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	sbx_put(s);
+	if (sbx_set_expiry(r->api->sbx, r->param[0], (long long)time(NULL) + t) < 0)
+		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+	return api_sbx_get(r);
+}
+
+/* What each template is for; an unknown one is listed without words. */
+static const char *describe(const char *name)
+{
+	static const char *const known[][2] = {
+		{ "base", "Debian 13: bash, coreutils, curl, git, procps" },
+		{ "python", "Debian 13 with CPython 3.13, numpy, pandas, matplotlib, pip, venv and uv" },
+		{ "node", "Debian 13 with Node.js and npm" },
+	};
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (!strcmp(known[i][0], name))
+			return known[i][1];
+	return "";
+}
+
+int api_templates(struct req *r)
+{
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/templates", r->api->guest_dir);
+	json_t *arr = json_array();
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (n <= 6 || strcmp(e->d_name + n - 6, ".erofs"))
+			continue;
+		char name[256], path[900];
+		snprintf(name, sizeof(name), "%.*s", (int)(n - 6), e->d_name);
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		struct stat st;
+		int ready = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+		json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:b}", "name", name, "description",
+						     describe(name), "size_bytes",
+						     (json_int_t)(ready ? st.st_size : 0), "ready", ready));
+	}
+	if (d)
+		closedir(d);
+	return reply_json(r, 200, json_pack("{s:o}", "templates", arr));
+}
+
+static json_t *key_json(const struct store_key *k)
+{
+	char when[32];
+	time_t t = (time_t)k->created_at;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_pack("{s:s,s:s,s:s,s:s}", "id", k->id, "name", k->name, "account", k->account,
+			 "created_at", when);
+}
+
+int api_keys_create(struct req *r)
+{
+	const char *name = NULL, *account = NULL;
+	if (api_str(r, "name", 127, &name) < 0 || api_str(r, "account", 127, &account) < 0)
+		return 0;
+	if (!name || !*name)
+		return reply_error(r, 422, "invalid_argument", "'name' is required");
+	char secret[STORE_KEY_SECRET_LEN + 1];
+	struct store_key k;
+	int e = store_key_create(r->api->store, name, account && *account ? account : name, secret, &k);
+	if (e == -EINVAL)
+		return reply_error(r, 422, "invalid_argument", "invalid key name or account");
+	if (e < 0)
+		return reply_error(r, 500, "internal", "cannot create key: %s", strerror(-e));
+	json_t *o = key_json(&k);
+	json_object_set_new(o, "key", json_string(secret));
+	return reply_json(r, 201, o);
+}
+
+int api_keys_list(struct req *r)
+{
+	struct store_key *keys;
+	size_t n;
+	if (store_key_list(r->api->store, &keys, &n) < 0)
+		return reply_error(r, 500, "internal", "cannot list keys");
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, key_json(&keys[i]));
+	free(keys);
+	return reply_json(r, 200, json_pack("{s:o}", "keys", arr));
+}
+
+int api_keys_delete(struct req *r)
+{
+	if (store_key_delete(r->api->store, r->param[0]) < 0)
+		return reply_error(r, 404, "not_found", "no key '%s'", r->param[0]);
+	return reply_empty(r, 204);
+}

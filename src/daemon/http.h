@@ -1,0 +1,86 @@
+/*
+ * http: the HTTP layer of cpuosd on libmicrohttpd: one listener on TCP and
+ * one on a Unix socket, a route table, bearer-key authentication, body
+ * limits and JSON answers. Thread per connection, so handlers may block
+ * while a sandbox works.
+ */
+#ifndef CPUOS_HTTP_H
+#define CPUOS_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct MHD_Connection;
+struct store;
+struct sbx_mgr;
+
+struct api_ctx {
+	struct store *store;
+	struct sbx_mgr *sbx;
+	const char *guest_dir;
+	size_t max_json_bytes;
+	uint64_t max_file_bytes;
+	size_t max_output_bytes;
+};
+
+/* One request as handlers see it. */
+struct req {
+	struct MHD_Connection *con;
+	const struct api_ctx *api;
+	const char *method;
+	int admin;          /* came over the Unix socket */
+	char account[128];  /* whose request ("admin" on the socket) */
+	char param[2][80];  /* {id} and {pid} from the path */
+	json_t *body;       /* parsed JSON body, if the route takes one */
+	void *stream;       /* a streaming upload's own state */
+	int status;         /* the status queued, 0 before */
+};
+
+/* A route's handler: queues exactly one response (via the reply helpers)
+ * and returns 0; a negative return is a bug turned into a 500. */
+typedef int (*http_handler)(struct req *r);
+/* A streaming upload, in phases: UP_BEGIN once the headers are in (it may
+ * already answer, e.g. a bad path, and the body is then dropped), UP_DATA
+ * for each piece of the body, UP_END when it must answer. UP_ABORT when the
+ * client went away first: release r->stream. */
+enum up_phase { UP_BEGIN, UP_DATA, UP_END, UP_ABORT };
+typedef int (*http_upload)(struct req *r, enum up_phase phase, const char *data, size_t n);
+
+struct route {
+	const char *method;
+	const char *path; /* "/v1/sandboxes/{id}/files"; {id} and {pid} captured */
+	http_handler handler;
+	http_upload upload; /* instead of a JSON body */
+	int open;           /* no key needed */
+	int admin_only;     /* Unix socket only (else 404) */
+};
+
+/* The route table, defined by the API modules. */
+extern const struct route api_routes[];
+
+struct http;
+
+/* Listens on the TCP address (host:port) and the Unix socket path (either
+ * may be NULL). 0 or -errno with a reason in err. */
+int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path,
+	       struct http **out, char *err, size_t errlen);
+void http_stop(struct http *h);
+
+/* Response helpers: each queues one response on r and returns 0. */
+int reply_json(struct req *r, unsigned status, json_t *body); /* steals body */
+int reply_error(struct req *r, unsigned status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+int reply_empty(struct req *r, unsigned status);
+/* A streamed body: read is called from the connection's thread until it
+ * returns 0 (end) or < 0 (abort); done frees arg. */
+int reply_stream(struct req *r, unsigned status, const char *content_type,
+		 ssize_t (*read)(void *arg, char *buf, size_t max), void (*done)(void *arg),
+		 void *arg);
+
+/* Query parameter name: its value, NULL if absent. A value holding a NUL
+ * byte (%00) is reported through *bad, never silently cut. */
+const char *req_query(struct req *r, const char *name, int *bad);
+
+#endif
