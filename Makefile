@@ -123,8 +123,7 @@ guest: kernel templates $(INITRAMFS)
 run:
 	scripts/deps.sh
 	$(MAKE) all guest
-	$(VM_CLI) run --template python -v -- python3 -c \
-	  "import pandas, numpy; print(pandas.DataFrame({'x': numpy.arange(5)}).x.sum())"
+	scripts/quickstart.sh
 
 test:
 	scripts/deps.sh

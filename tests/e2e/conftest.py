@@ -1,0 +1,229 @@
+"""End-to-end fixtures: a real cpuosd (build/bin/cpuosd) with real microVMs, two API keys.
+
+Set CPUOSD_BIN to test another daemon binary, CPUOS_KEEP_STATE=1 to keep its state directory."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "sdk" / "python"))  # test the SDK of this tree
+
+import cpuos  # noqa: E402
+
+DAEMON_BIN = Path(os.environ.get("CPUOSD_BIN", ROOT / "build" / "bin" / "cpuosd"))
+GUEST_DIR = Path(os.environ.get("CPUOS_GUEST_DIR", ROOT / "build" / "guest"))
+READY_TIMEOUT = 120
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return f"<Response {self.status} {self.body[:300]!r}>"
+
+
+class Daemon:
+    """A cpuosd process: `url`, `socket`, `state_dir`, `key_a` (alice), `key_b` (bob)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="cpuosd-", dir="/tmp")
+        self.state_dir = os.path.join(self.dir, "state")
+        self.socket = os.path.join(self.dir, "cpuosd.sock")
+        self.log_path = os.path.join(self.dir, "cpuosd.log")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+        self.key_a = self.key_b = None
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(DAEMON_BIN), "--state-dir", self.state_dir, "--socket", self.socket,
+             "--listen", f"127.0.0.1:{self.port}", "--guest-dir", str(GUEST_DIR),
+             "--log-level", "info"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT))
+        log.close()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"cpuosd exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
+            try:
+                if self.http("GET", "/v1/health", timeout=5).status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"cpuosd did not answer GET /v1/health within {READY_TIMEOUT}s:\n{self.log_tail()}")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self, kill=True):
+        """SIGKILL (or SIGTERM with kill=False) the daemon and start it on the same state."""
+        self.stop(signal.SIGKILL if kill else signal.SIGTERM)
+        self.start()
+
+    def log_tail(self, n=60):
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+            return "\n".join(lines[-n:])
+        except OSError:
+            return "(no log)"
+
+    def http(self, method, path, body=None, headers=None, key=None, unix=False, timeout=120):
+        """One raw request (TCP, or the Unix socket); returns a Response, never raises on status."""
+        if unix:
+            conn = _UnixConnection(self.socket, timeout)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        hdrs = dict(headers or {})
+        if key:
+            hdrs["Authorization"] = f"Bearer {key}"
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        elif isinstance(body, str):
+            body = body.encode()
+        try:
+            try:
+                conn.request(method, path, body=body, headers=hdrs)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the daemon may answer before reading the whole body
+            resp = conn.getresponse()
+            return Response(resp.status, dict(resp.getheaders()), resp.read())
+        finally:
+            conn.close()
+
+    def create_key(self, name):
+        r = self.http("POST", "/v1/keys", body={"name": name}, unix=True)
+        assert r.status == 201, f"POST /v1/keys on the socket: {r}"
+        return r.json()["key"]
+
+    def kill_all_sandboxes(self):
+        cursor = None
+        while True:
+            path = "/v1/sandboxes?state=running&limit=100" + (f"&cursor={cursor}" if cursor else "")
+            r = self.http("GET", path, unix=True)
+            if r.status != 200:
+                return
+            page = r.json()
+            for s in page.get("sandboxes", []):
+                self.http("DELETE", f"/v1/sandboxes/{s['id']}", unix=True)
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+
+_DAEMON = None
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    """The session's cpuosd; also sets CPUOS_API_URL and CPUOS_API_KEY (alice) for the SDK."""
+    global _DAEMON
+    if not DAEMON_BIN.exists():
+        pytest.fail(f"{DAEMON_BIN} does not exist: build the daemon first (make all)", pytrace=False)
+    d = Daemon()
+    _DAEMON = d
+    saved = {k: os.environ.get(k) for k in ("CPUOS_API_URL", "CPUOS_API_KEY")}
+    try:
+        d.start()
+        d.key_a = d.create_key("alice")
+        d.key_b = d.create_key("bob")
+        os.environ["CPUOS_API_URL"] = d.url
+        os.environ["CPUOS_API_KEY"] = d.key_a
+        yield d
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        try:
+            if d.proc and d.proc.poll() is None:
+                d.kill_all_sandboxes()
+        except OSError:
+            pass
+        d.stop()
+        _DAEMON = None
+        if not os.environ.get("CPUOS_KEEP_STATE"):
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sandbox(daemon):
+    """A python-template sandbox of alice's for the module, killed after it."""
+    sbx = cpuos.Sandbox.create(template="python", timeout="30m", api_key=daemon.key_a,
+                               api_url=daemon.url, metadata={"fixture": "sandbox"})
+    yield sbx
+    try:
+        sbx.kill()
+    except cpuos.CpuosError:
+        pass
+
+
+@pytest.fixture
+def make_sandbox(daemon):
+    """A factory: make_sandbox(template=..., key=..., **create_args); each is killed after the test."""
+    made = []
+
+    def make(template="base", key=None, **kwargs):
+        kwargs.setdefault("timeout", "10m")
+        sbx = cpuos.Sandbox.create(template=template, api_key=key or daemon.key_a,
+                                   api_url=daemon.url, **kwargs)
+        made.append(sbx)
+        return sbx
+
+    yield make
+    for sbx in made:
+        try:
+            sbx.kill()
+        except cpuos.CpuosError:
+            pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _DAEMON is not None:
+        report.sections.append(("cpuosd log (last lines)", _DAEMON.log_tail(40)))
