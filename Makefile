@@ -44,7 +44,7 @@ KERNEL := $(BUILD)/guest/bzImage
 VM_CLI := $(BUILD)/bin/cpuos-vm
 DAEMON := $(BUILD)/bin/cpuosd
 CLI := $(BUILD)/bin/cpuos
-BENCH := $(BUILD)/bench/bench_vm
+BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
@@ -103,9 +103,9 @@ $(BUILD)/tests/test_%: $(call obj,tests/vm/test_%.c tests/vm/vmtest.c tests/unit
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BENCH): $(call obj,bench/bench_vm.c tests/vm/vmtest.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+$(BUILD)/bench/bench_%: $(call obj,bench/bench_%.c tests/vm/vmtest.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
 
 # Guest kernel and templates: long, cached outside the repo, with progress.
 kernel: $(KERNEL)

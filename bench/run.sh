@@ -10,3 +10,6 @@ build/bench/bench_vm boot 10
 build/bench/bench_vm exec 200
 build/bench/bench_vm files 200
 build/bench/bench_vm memory 3
+build/bench/bench_api create 10
+build/bench/bench_api exec 200
+build/bench/bench_api concurrent 20
