@@ -93,7 +93,7 @@ enum proto_tag {
 	A_STATE = 31,      /* u32: enum proto_proc_state */
 	A_CMD = 32,        /* str: process command line, for listings */
 	A_NOTICE = 33,     /* u32: enum proto_notice */
-	A_OFFSET = 34,     /* u64: output stream position (attach replay) */
+	/* 34 was an output offset for attach replay; unused, left free */
 	A_TARGET = 35,     /* u32: operation id, for P_CANCEL */
 	A_PARENTS = 36,    /* u32 bool: mkdir -p */
 	A_BOOT_NS = 37,    /* u64: guest CLOCK_BOOTTIME when the agent started */

@@ -231,3 +231,40 @@ int api_agent_error(struct req *r, const struct sop *op)
 	}
 	return reply_error(r, status, code, "%s", op->msg[0] ? op->msg : strerror(op->err));
 }
+
+struct sop_stream {
+	struct sbx *s;
+	struct sop *op;
+};
+
+static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
+{
+	struct sop_stream *st = arg;
+	for (;;) {
+		ssize_t n = sbx_read(st->s, st->op, buf, max, 1000);
+		if (n == 0 && st->op->end == P_ERROR)
+			return -1; /* cut short: the client must not take it as whole */
+		if (n != -ETIMEDOUT)
+			return n;
+	}
+}
+
+static void sop_stream_done(void *arg)
+{
+	struct sop_stream *st = arg;
+	sop_free(st->s, st->op);
+	sbx_put(st->s);
+	free(st);
+}
+
+int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *content_type)
+{
+	struct sop_stream *st = malloc(sizeof(*st));
+	if (!st) {
+		sop_free(s, op);
+		sbx_put(s);
+		return reply_error(r, 500, "internal", "out of memory");
+	}
+	*st = (struct sop_stream){ .s = s, .op = op };
+	return reply_stream(r, 200, content_type, sop_stream_read, sop_stream_done, st);
+}

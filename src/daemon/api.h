@@ -34,6 +34,11 @@ int api_str_map(struct req *r, const char *key, size_t max, char **out);
 const char *api_query_path(struct req *r, const char *name);
 int api_check_path(struct req *r, const char *what, const char *p);
 
+/* Answers 200 with what op queues (SOP_QUEUE or SOP_NDJSON) as the body,
+ * streamed as it comes; takes over op and the reference on s. A stream the
+ * agent ends with P_ERROR is cut, so the client sees it incomplete. */
+int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *content_type);
+
 /* Answers an operation that ended in P_ERROR with the matching status. */
 int api_agent_error(struct req *r, const struct sop *op);
 

@@ -288,6 +288,22 @@ static const struct {
 	{ "CONT", SIGCONT },
 };
 
+/* Signals the process group of pid: 204, or the agent's error. */
+static int signal_proc(struct req *r, uint32_t pid, int signo)
+{
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct sop *op = simple(r, s, P_SIGNAL, pid, (uint32_t)signo, 30000);
+	if (op && op->end == P_OK)
+		reply_empty(r, 204);
+	else if (op)
+		api_agent_error(r, op);
+	sop_free(s, op);
+	sbx_put(s);
+	return 0;
+}
+
 int api_proc_signal(struct req *r)
 {
 	uint32_t pid;
@@ -307,17 +323,7 @@ int api_proc_signal(struct req *r)
 	if (!signo)
 		return reply_error(r, 422, "invalid_argument",
 				   "'signal' must be a number from 1 to 64 or a name like \"SIGTERM\"");
-	struct sbx *s = api_sbx(r);
-	if (!s)
-		return 0;
-	struct sop *op = simple(r, s, P_SIGNAL, pid, (uint32_t)signo, 30000);
-	if (op && op->end == P_OK)
-		reply_empty(r, 204);
-	else if (op)
-		api_agent_error(r, op);
-	sop_free(s, op);
-	sbx_put(s);
-	return 0;
+	return signal_proc(r, pid, signo);
 }
 
 int api_proc_kill(struct req *r)
@@ -325,17 +331,7 @@ int api_proc_kill(struct req *r)
 	uint32_t pid;
 	if (path_pid(r, &pid) < 0)
 		return 0;
-	struct sbx *s = api_sbx(r);
-	if (!s)
-		return 0;
-	struct sop *op = simple(r, s, P_SIGNAL, pid, SIGKILL, 30000);
-	if (op && op->end == P_OK)
-		reply_empty(r, 204);
-	else if (op)
-		api_agent_error(r, op);
-	sop_free(s, op);
-	sbx_put(s);
-	return 0;
+	return signal_proc(r, pid, SIGKILL);
 }
 
 int api_proc_wait(struct req *r)
@@ -365,29 +361,6 @@ int api_proc_wait(struct req *r)
 	return 0;
 }
 
-struct stream {
-	struct sbx *s;
-	struct sop *op;
-};
-
-static ssize_t stream_read(void *arg, char *buf, size_t max)
-{
-	struct stream *st = arg;
-	for (;;) {
-		ssize_t n = sbx_read(st->s, st->op, buf, max, 1000);
-		if (n != -ETIMEDOUT)
-			return n;
-	}
-}
-
-static void stream_done(void *arg)
-{
-	struct stream *st = arg;
-	sop_free(st->s, st->op);
-	sbx_put(st->s);
-	free(st);
-}
-
 int api_proc_stream(struct req *r)
 {
 	uint32_t pid;
@@ -398,9 +371,7 @@ int api_proc_stream(struct req *r)
 		return 0;
 	struct sop *op = sop_new(SOP_NDJSON);
 	struct pbuf *b = op ? sbx_begin(s, P_ATTACH, op) : NULL;
-	struct stream *st = malloc(sizeof(*st));
-	if (!b || !st) {
-		free(st);
+	if (!b) {
 		sop_free(s, op);
 		sbx_put(s);
 		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
@@ -417,13 +388,11 @@ int api_proc_stream(struct req *r)
 			api_agent_error(r, op);
 		else
 			reply_error(r, 503, "unavailable", "the agent did not answer");
-		free(st);
 		sop_free(s, op);
 		sbx_put(s);
 		return 0;
 	}
-	*st = (struct stream){ .s = s, .op = op };
-	return reply_stream(r, 200, "application/x-ndjson", stream_read, stream_done, st);
+	return api_reply_sop(r, s, op, "application/x-ndjson");
 }
 
 struct stdin_up {

@@ -143,31 +143,6 @@ int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n)
 	return 0;
 }
 
-struct download {
-	struct sbx *s;
-	struct sop *op;
-};
-
-static ssize_t download_read(void *arg, char *buf, size_t max)
-{
-	struct download *d = arg;
-	for (;;) {
-		ssize_t n = sbx_read(d->s, d->op, buf, max, 1000);
-		if (n == 0 && d->op->end != P_OK)
-			return -1; /* cut short: the client must not take it as whole */
-		if (n != -ETIMEDOUT)
-			return n;
-	}
-}
-
-static void download_done(void *arg)
-{
-	struct download *d = arg;
-	sop_free(d->s, d->op);
-	sbx_put(d->s);
-	free(d);
-}
-
 int api_file_get(struct req *r)
 {
 	const char *path = api_query_path(r, "path");
@@ -177,17 +152,14 @@ int api_file_get(struct req *r)
 	if (!s)
 		return 0;
 	struct sop *op = sop_new(SOP_QUEUE);
-	struct download *d = malloc(sizeof(*d));
-	struct pbuf *b = op && d ? sbx_begin(s, P_FREAD, op) : NULL;
+	struct pbuf *b = op ? sbx_begin(s, P_FREAD, op) : NULL;
 	if (!b) {
-		free(d);
 		sop_free(s, op);
 		sbx_put(s);
 		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
 	}
 	if (proto_put_str(b, A_PATH, path) < 0) {
 		sbx_abort(s, op);
-		free(d);
 		sop_free(s, op);
 		sbx_put(s);
 		return reply_error(r, 500, "internal", "out of memory");
@@ -198,13 +170,11 @@ int api_file_get(struct req *r)
 	sbx_wait(s, op, 1, -1);
 	if (op->end == P_ERROR) {
 		api_agent_error(r, op);
-		free(d);
 		sop_free(s, op);
 		sbx_put(s);
 		return 0;
 	}
-	*d = (struct download){ .s = s, .op = op };
-	return reply_stream(r, 200, "application/octet-stream", download_read, download_done, d);
+	return api_reply_sop(r, s, op, "application/octet-stream");
 }
 
 int api_file_stat(struct req *r)

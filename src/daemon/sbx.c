@@ -365,6 +365,20 @@ int sbx_end(struct sbx *s, struct sop *op)
 	return r;
 }
 
+/* With the sandbox locked: waits while the agent channel's queue is long,
+ * so writers keep memory bounded. The agent, or NULL if the VM is gone. */
+static struct agentc *room_to_send(struct sbx *s)
+{
+	for (;;) {
+		struct agentc *a = s->running && s->vm ? vm_agent(s->vm) : NULL;
+		if (!a || agentc_queued(a) < SEND_HIGH)
+			return a;
+		struct timespec ts;
+		deadline_in(&ts, 1000);
+		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	}
+}
+
 void sbx_abort(struct sbx *s, struct sop *op)
 {
 	agentc_abort(vm_agent(s->vm));
@@ -375,21 +389,12 @@ void sbx_abort(struct sbx *s, struct sop *op)
 int sbx_data(struct sbx *s, struct sop *op, uint16_t flags, const void *p, size_t n)
 {
 	pthread_mutex_lock(&s->mu);
-	int r = 0;
-	for (;;) {
-		struct agentc *a = s->running && s->vm ? vm_agent(s->vm) : NULL;
-		if (!a || !op->live) {
-			r = op->err ? -op->err : -ECONNRESET;
-			break;
-		}
-		if (agentc_queued(a) < SEND_HIGH) {
-			r = agentc_data(a, op->id, flags, p, n);
-			break;
-		}
-		struct timespec ts;
-		deadline_in(&ts, 1000);
-		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-	}
+	struct agentc *a = room_to_send(s);
+	int r;
+	if (!a || !op->live)
+		r = op->err ? -op->err : -ECONNRESET;
+	else
+		r = agentc_data(a, op->id, flags, p, n);
 	pthread_mutex_unlock(&s->mu);
 	wake(s);
 	return r;
@@ -495,22 +500,9 @@ int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_
 		sbx_adopt(s, op);
 	}
 	pthread_mutex_lock(&s->mu);
-	int r;
-	for (;;) {
-		struct sop *op = find_ctl(s, proc);
-		struct agentc *a = s->running && s->vm ? vm_agent(s->vm) : NULL;
-		if (!op || !a) {
-			r = -ESRCH; /* it ended meanwhile */
-			break;
-		}
-		if (agentc_queued(a) < SEND_HIGH) {
-			r = agentc_data(a, op->id, flags, p, n);
-			break;
-		}
-		struct timespec ts;
-		deadline_in(&ts, 1000);
-		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-	}
+	struct agentc *a = room_to_send(s);
+	struct sop *op = find_ctl(s, proc); /* after the wait: it may have ended */
+	int r = a && op ? agentc_data(a, op->id, flags, p, n) : -ESRCH;
 	pthread_mutex_unlock(&s->mu);
 	wake(s);
 	return r;
