@@ -48,8 +48,9 @@ BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
+FUZZ_REPLAY := $(BUILD)/tests/replay_proto
 
-all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(BENCH)
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -107,6 +108,20 @@ $(BUILD)/bench/bench_%: $(call obj,bench/bench_%.c tests/vm/vmtest.c tests/unit/
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
 
+# Fuzzing: make test replays the committed corpus through the target with
+# gcc; `make fuzz` runs libFuzzer (clang) and grows the corpus.
+$(BUILD)/tests/replay_%: $(call obj,tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/unit/tap.c src/common/proto.c)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	@command -v clang >/dev/null || { echo "fuzz: needs clang (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(BUILD)/fuzz
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
+	  -o $(BUILD)/fuzz/fuzz_proto tests/fuzz/fuzz_proto.c src/common/proto.c
+	$(BUILD)/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus/proto
+
 # Guest kernel and templates: long, cached outside the repo, with progress.
 kernel: $(KERNEL)
 $(KERNEL): guest/kernel/cpuos.config guest/kernel/build.sh
@@ -141,5 +156,5 @@ format:
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all kernel templates guest run test bench format clean
+.PHONY: all kernel templates guest run test bench fuzz format clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

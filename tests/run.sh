@@ -41,6 +41,7 @@ run() { # name, command...
 for t in build/tests/test_proto build/tests/test_qemu build/tests/test_agent build/tests/test_store; do
 	[ -x "$t" ] && run "$(basename "$t")" timeout 300 "$t"
 done
+run replay_proto timeout 300 build/tests/replay_proto tests/fuzz/corpus/proto
 run test_vm timeout 1800 build/tests/test_vm
 if [ -d tests/e2e ]; then
 	out=$(mktemp)
