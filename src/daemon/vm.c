@@ -364,6 +364,15 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 	agentc_on_notice(vm->agent, notice_cb, vm);
 	vm->t.total_ms = now_ms_f() - t0;
+	/* The guest clock came from the RTC, to the second: set it exactly.
+	 * Fire and forget; it goes out with the first request. */
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct pbuf *b = agentc_begin(vm->agent, P_SETTIME, NULL, NULL, NULL);
+	if (b && proto_put_u64(b, A_TIME_NS, (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) == 0)
+		agentc_end(vm->agent);
+	else if (b)
+		agentc_abort(vm->agent);
 	uint64_t boot_ns, ready_ns;
 	agentc_boot_times(vm->agent, &boot_ns, &ready_ns);
 	if (ready_ns) {
