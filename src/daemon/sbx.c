@@ -54,6 +54,8 @@ struct sbx {
 	size_t nctls;
 };
 
+#define MAX_STARTING 64 /* sandboxes booting at once, all accounts */
+
 struct sbx_mgr {
 	struct sbx_config cfg;
 	struct store *store;
@@ -61,7 +63,41 @@ struct sbx_mgr {
 	struct sbx *list;
 	pthread_t expiry;
 	int quit;
+	/* Accounts of the sandboxes still booting: they count against the
+	 * quota before the store knows them, so parallel creates cannot
+	 * overshoot it. */
+	char starting[MAX_STARTING][128];
 };
+
+/* Reserves a quota slot for account: 0, or -EDQUOT. */
+static int reserve(struct sbx_mgr *m, const char *account)
+{
+	pthread_mutex_lock(&m->mu);
+	int n = store_sbx_count_running(m->store, account), slot = -1;
+	for (int i = 0; i < MAX_STARTING; i++) {
+		if (!m->starting[i][0])
+			slot = slot < 0 ? i : slot;
+		else if (!strcmp(m->starting[i], account))
+			n++;
+	}
+	int ok = n >= 0 && n < m->cfg.max_sandboxes && slot >= 0;
+	if (ok)
+		snprintf(m->starting[slot], sizeof(m->starting[slot]), "%s", account);
+	pthread_mutex_unlock(&m->mu);
+	return ok ? 0 : -EDQUOT;
+}
+
+static void unreserve(struct sbx_mgr *m, const char *account)
+{
+	pthread_mutex_lock(&m->mu);
+	for (int i = 0; i < MAX_STARTING; i++) {
+		if (!strcmp(m->starting[i], account)) {
+			m->starting[i][0] = '\0';
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+}
 
 static long long now_s(void)
 {
@@ -705,20 +741,12 @@ static void random_id(char *out, size_t n, const char *prefix)
 		 b[5], b[6], b[7]);
 }
 
-int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
-	       struct store_sbx *row, char *err, size_t errlen)
+/* The body of sbx_create once a quota slot is held. */
+static int boot(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
+		const char *image, struct store_sbx *row, char *err, size_t errlen)
 {
 	const struct sbx_config *c = &m->cfg;
-	char kernel[512], initrd[512], image[512], run[sizeof(row->run_dir)];
-	snprintf(image, sizeof(image), "%s/templates/%s.erofs", c->guest_dir, p->template);
-	if (!*p->template || strchr(p->template, '/') || access(image, R_OK) < 0) {
-		snprintf(err, errlen, "unknown template '%s'", p->template);
-		return -ENOENT;
-	}
-	if (store_sbx_count_running(m->store, account) >= c->max_sandboxes) {
-		snprintf(err, errlen, "account '%s' already runs %d sandboxes", account, c->max_sandboxes);
-		return -EDQUOT;
-	}
+	char kernel[512], initrd[512], run[sizeof(row->run_dir)];
 	snprintf(kernel, sizeof(kernel), "%s/bzImage", c->guest_dir);
 	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", c->guest_dir);
 	memset(row, 0, sizeof(*row));
@@ -759,6 +787,26 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 	log_info("sandbox %s started for '%s' (%s) in %.0f ms", row->id, account, p->template,
 		 vm_timings(vm)->total_ms);
 	return 0;
+}
+
+int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
+	       struct store_sbx *row, char *err, size_t errlen)
+{
+	const struct sbx_config *c = &m->cfg;
+	char image[512];
+	snprintf(image, sizeof(image), "%s/templates/%s.erofs", c->guest_dir, p->template);
+	if (!*p->template || strchr(p->template, '/') || access(image, R_OK) < 0) {
+		snprintf(err, errlen, "unknown template '%s'", p->template);
+		return -ENOENT;
+	}
+	if (reserve(m, account) < 0) {
+		snprintf(err, errlen, "account '%s' already runs or starts %d sandboxes (or %d start at once)",
+			 account, c->max_sandboxes, MAX_STARTING);
+		return -EDQUOT;
+	}
+	int r = boot(m, account, p, image, row, err, errlen);
+	unreserve(m, account);
+	return r;
 }
 
 /* Is pid a QEMU running from run_dir? Guards against a recycled pid. */

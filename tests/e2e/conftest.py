@@ -57,7 +57,8 @@ class Response:
 class Daemon:
     """A cpuosd process: `url`, `socket`, `state_dir`, `key_a` (alice), `key_b` (bob)."""
 
-    def __init__(self):
+    def __init__(self, extra_args=()):
+        self.extra_args = list(extra_args)
         self.dir = tempfile.mkdtemp(prefix="cpuosd-", dir="/tmp")
         self.state_dir = os.path.join(self.dir, "state")
         self.socket = os.path.join(self.dir, "cpuosd.sock")
@@ -72,7 +73,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [str(DAEMON_BIN), "--state-dir", self.state_dir, "--socket", self.socket,
              "--listen", f"127.0.0.1:{self.port}", "--guest-dir", str(GUEST_DIR),
-             "--log-level", "info"],
+             "--log-level", "info", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT))
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT
