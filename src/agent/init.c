@@ -290,7 +290,7 @@ int init_boot(void)
 	mount_api("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_api("run", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 	mount_api("tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
-	mount_api("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+	mount_api("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "favordynmods");
 	bool cg = mkdir("/sys/fs/cgroup/cpuos", 0755) == 0 || errno == EEXIST;
 	proc_init(cg && access("/sys/fs/cgroup/cpuos/cgroup.procs", W_OK) == 0);
 	relink("/proc/self/fd", "/dev/fd");

@@ -29,6 +29,12 @@ static bool use_cgroups;
 /* Cgroups whose rmdir failed (a descendant still lives): retried on SIGCHLD. */
 static char *stale[MAX_STALE_CGROUPS];
 static int nstale;
+/* Empty cgroups kept for the next processes: making and removing a cgroup
+ * waits for RCU grace periods (milliseconds under TCG, a third of an exec
+ * of /bin/true), reusing an empty one costs nothing. */
+#define SPARE_CGROUPS 8
+static char *spare[SPARE_CGROUPS];
+static int nspare;
 
 extern char **environ;
 
@@ -91,8 +97,30 @@ void ring_spans(const struct ring *r, const uint8_t *span[2], size_t len[2])
 
 /* --- cgroups --- */
 
+/* Does the cgroup at dir hold no process? */
+static bool cgroup_empty(const char *dir)
+{
+	char path[256], buf[256];
+	snprintf(path, sizeof(path), "%s/cgroup.events", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return strstr(buf, "populated 0") != NULL;
+}
+
+/* Gives up a process's cgroup: kept as a spare if empty, else removed (or
+ * retried later while a descendant lives). Takes over path. */
 static void cgroup_rmdir(char *path)
 {
+	if (nspare < SPARE_CGROUPS && cgroup_empty(path)) {
+		spare[nspare++] = path;
+		return;
+	}
 	if (rmdir(path) == 0 || errno == ENOENT) {
 		free(path);
 		return;
@@ -366,15 +394,20 @@ static int set_nonblock(int fd)
 static int make_cgroup(uint32_t id, char **dir, int *procs_fd)
 {
 	char path[256];
-	snprintf(path, sizeof(path), CGROUP_ROOT "/p%u", id);
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	char *d = strdup(path);
-	if (!d) {
-		rmdir(path);
-		return -ENOMEM;
+	char *d;
+	if (nspare) {
+		d = spare[--nspare];
+	} else {
+		snprintf(path, sizeof(path), CGROUP_ROOT "/p%u", id);
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		d = strdup(path);
+		if (!d) {
+			rmdir(path);
+			return -ENOMEM;
+		}
 	}
-	snprintf(path, sizeof(path), CGROUP_ROOT "/p%u/cgroup.procs", id);
+	snprintf(path, sizeof(path), "%s/cgroup.procs", d);
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int r = -errno;
