@@ -9,7 +9,7 @@ export CPUOS_CACHE
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc
+CFLAGS += -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc -I.
 ifdef WERROR
 CFLAGS += -Werror
 endif
@@ -26,12 +26,14 @@ endif
 TEMPLATES := base python node
 
 COMMON_SRCS := $(wildcard src/common/*.c)
-AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c
-RUNNER_SRCS := src/daemon/qemu.c src/daemon/qmp.c src/daemon/agentc.c src/daemon/disk.c src/daemon/vm.c
+# The agent is static and alone in the guest: only the common pieces it uses.
+AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
+RUNNER_SRCS := $(wildcard src/runner/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
-DAEMON_SRCS := $(wildcard src/daemon/*.c)
-STORE_SRCS := $(wildcard src/daemon/store*.c)
+DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
+STORE_SRCS := $(wildcard src/daemon/store/*.c)
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
+TEST_LIB := tests/lib/tap.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 # The agent is static and runs as PID 1 in the guest: built without
@@ -60,7 +62,7 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/agent-obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $< (agent)")
-	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc -Os -g $(if $(WERROR),-Werror) -c -o $@ $<
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc -I. -Os -g $(if $(WERROR),-Werror) -c -o $@ $<
 
 $(AGENT): $(call agent_obj,$(AGENT_SRCS))
 	@mkdir -p $(@D)
@@ -84,33 +86,33 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(DAEMON): $(call obj,$(DAEMON_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/gen/openapi.o
+$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
-$(CLI): $(call obj,$(CLI_SRCS))
+$(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -pthread
 
-$(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c tests/unit/tap.c $(STORE_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/test_%: $(call obj,tests/vm/test_%.c tests/vm/vmtest.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_%: $(call obj,tests/vm/test_%.c tests/lib/vmtest.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench/bench_%: $(call obj,bench/bench_%.c tests/vm/vmtest.c tests/unit/tap.c) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+$(BUILD)/bench/bench_%: $(call obj,bench/bench_%.c tests/lib/vmtest.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
 
 # Fuzzing: make test replays the committed corpus through the target with
 # gcc; `make fuzz` runs libFuzzer (clang) and grows the corpus.
-$(BUILD)/tests/replay_%: $(call obj,tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/unit/tap.c src/common/proto.c)
+$(BUILD)/tests/replay_%: $(call obj,tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(TEST_LIB) src/common/proto.c)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^
 
@@ -118,7 +120,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@command -v clang >/dev/null || { echo "fuzz: needs clang (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(BUILD)/fuzz
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -Isrc -I. -fsanitize=fuzzer,address,undefined \
 	  -o $(BUILD)/fuzz/fuzz_proto tests/fuzz/fuzz_proto.c src/common/proto.c
 	$(BUILD)/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus/proto
 

@@ -3,8 +3,9 @@
  * create -> first exec, exec over HTTP against straight over the agent, and N
  * sandboxes at once. Starts its own cpuosd; speaks raw keep-alive HTTP/1.1.
  */
-#include "../tests/vm/vmtest.h"
+#include "tests/lib/vmtest.h"
 #include "common/unixsock.h"
+#include "common/clock.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -25,13 +26,6 @@ static char state_dir[64], sock_path[96];
 static pid_t daemon_pid;
 static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
 static char live_ids[MAX_SBX][64]; /* created, not yet deleted: killed at exit */
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -183,7 +177,7 @@ static void daemon_start(void)
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	for (double t0 = now_ms(); now_ms() - t0 < 15000; usleep(20000)) {
+	for (double t0 = clock_ms_f(); clock_ms_f() - t0 < 15000; usleep(20000)) {
 		struct conn *c = conn_open(0);
 		int st = c ? http(c, "GET", "/v1/health", NULL) : -1;
 		conn_close(c);
@@ -219,12 +213,12 @@ static void bench_create(int n)
 	char id[64];
 	int ok = 0;
 	for (int i = -1; i < n; i++) { /* -1: warm the page cache and the layer base */
-		double t0 = now_ms();
+		double t0 = clock_ms_f();
 		if (sbx_create(c, id, sizeof(id)) < 0)
 			continue;
-		double t1 = now_ms();
+		double t1 = clock_ms_f();
 		int st = sbx_exec(c, id, "{\"argv\":[\"/bin/true\"]}");
-		double t2 = now_ms();
+		double t2 = clock_ms_f();
 		if (st != 200)
 			fprintf(stderr, "bench: exec: %d %s\n", st, c->body);
 		else if (i >= 0)
@@ -256,19 +250,19 @@ static void bench_exec(int n)
 		vt_exec(vm, &(struct cmd){ .argv = argv_true }, &r, 30000), vt_result_free(&r),
 			sbx_exec(c, id, body);
 	for (int i = 0; i < n; i++) {
-		double t0 = now_ms();
+		double t0 = clock_ms_f();
 		int st = sbx_exec(c, id, body);
-		double t1 = now_ms();
+		double t1 = clock_ms_f();
 		json_t *j = st == 200 ? json_loads(c->body, 0, NULL) : NULL;
 		json_t *code = json_object_get(j, "exit_code");
 		int a_ok = json_is_integer(code) && json_integer_value(code) == 0;
 		if (a_ok)
 			api[na++] = t1 - t0;
 		json_decref(j);
-		double t2 = now_ms();
+		double t2 = clock_ms_f();
 		int d_ok = vt_exec(vm, &(struct cmd){ .argv = argv_true }, &r, 30000) == 0 && r.exit_code == 0;
 		if (d_ok)
-			direct[nd++] = now_ms() - t2;
+			direct[nd++] = clock_ms_f() - t2;
 		vt_result_free(&r);
 		if (a_ok && d_ok) /* neighbours in time: noise mostly cancels */
 			diff[np++] = api[na - 1] - direct[nd - 1];
@@ -341,15 +335,15 @@ static void *worker_run(void *arg)
 	struct worker *w = arg;
 	struct conn *c = conn_open(5000);
 	char id[64] = "";
-	double t0 = now_ms();
+	double t0 = clock_ms_f();
 	if (c && sbx_create(c, id, sizeof(id)) == 0) {
-		w->create_ms = now_ms() - t0;
+		w->create_ms = clock_ms_f() - t0;
 		int st = sbx_exec(c, id, "{\"cmd\":\"echo $((6*7))\"}");
 		json_t *j = st == 200 ? json_loads(c->body, 0, NULL) : NULL;
 		const char *out = json_string_value(json_object_get(j, "stdout"));
 		w->ok = out && !strcmp(out, "42\n");
 		json_decref(j);
-		w->used_ms = now_ms() - t0;
+		w->used_ms = clock_ms_f() - t0;
 	}
 	pthread_barrier_wait(&all_up); /* every sandbox exists at once */
 	pthread_barrier_wait(&measured);
@@ -365,17 +359,17 @@ static void bench_concurrent(int n)
 	memset(w, 0, sizeof(w));
 	pthread_barrier_init(&all_up, NULL, (unsigned)n + 1);
 	pthread_barrier_init(&measured, NULL, (unsigned)n + 1);
-	double t0 = now_ms();
+	double t0 = clock_ms_f();
 	for (int i = 0; i < n; i++)
 		pthread_create(&w[i].th, NULL, worker_run, &w[i]);
 	pthread_barrier_wait(&all_up);
-	double t_up = now_ms() - t0;
+	double t_up = clock_ms_f() - t0;
 	int nq;
 	long qkb = qemu_rss_kb(&nq), dkb = rss_kb(daemon_pid);
 	pthread_barrier_wait(&measured);
 	for (int i = 0; i < n; i++)
 		pthread_join(w[i].th, NULL);
-	double t_all = now_ms() - t0;
+	double t_all = clock_ms_f() - t0;
 	double create[n], used[n];
 	int ok = 0, m = 0;
 	for (int i = 0; i < n; i++) {

@@ -6,10 +6,11 @@
  *   files MB   guest<->host file write and read throughput
  *   memory N   host memory per idle VM
  */
-#include "daemon/agentc.h"
-#include "../tests/unit/tap.h"
-#include "../tests/vm/vmtest.h"
+#include "runner/agentc.h"
+#include "tests/lib/tap.h"
+#include "tests/lib/vmtest.h"
 #include "common/unixsock.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -19,13 +20,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -104,7 +98,7 @@ static json_t *qga_call(int fd, json_t *req)
 
 static double qga_exec_true(int fd)
 {
-	double t0 = now_ms();
+	double t0 = clock_ms_f();
 	json_t *r = qga_call(fd, json_pack("{s:s,s:{s:s}}", "execute", "guest-exec", "arguments",
 					   "path", "/bin/true"));
 	json_int_t pid = json_integer_value(json_object_get(json_object_get(r, "return"), "pid"));
@@ -119,7 +113,7 @@ static double qga_exec_true(int fd)
 		if (!r)
 			return -1;
 		if (exited)
-			return now_ms() - t0;
+			return clock_ms_f() - t0;
 	}
 }
 
@@ -157,9 +151,9 @@ static void bench_exec(int n)
 			sync ? qga_exec_true(fd) : 0;
 	int m = 0;
 	for (int i = 0; i < n; i++) {
-		double t0 = now_ms();
+		double t0 = clock_ms_f();
 		vt_exec(vm, &(struct cmd){ .argv = argv_true }, &r, 30000);
-		ours[i] = now_ms() - t0;
+		ours[i] = clock_ms_f() - t0;
 		vt_result_free(&r);
 		if (sync && (theirs[m] = qga_exec_true(fd)) >= 0)
 			m++;
@@ -213,7 +207,7 @@ static void bench_files(int mb)
 	struct pbuf *b = agentc_begin(a, P_FWRITE, vt_collect, &w, &id);
 	proto_put_str(b, A_PATH, "/root/bench.bin");
 	agentc_end(a);
-	double t0 = now_ms();
+	double t0 = clock_ms_f();
 	for (size_t sent = 0; sent < total && !w.done;) {
 		if (agentc_queued(a) > 4 * 1024 * 1024) {
 			vm_pump(vm, 100);
@@ -223,12 +217,12 @@ static void bench_files(int mb)
 		agentc_data(a, id, sent >= total ? PF_EOF : 0, chunk, sizeof(chunk));
 	}
 	vm_run(vm, &w.done, 600000);
-	double tw = now_ms() - t0;
+	double tw = clock_ms_f() - t0;
 	vt_result_free(&w);
-	t0 = now_ms();
+	t0 = clock_ms_f();
 	struct result rd;
 	vt_simple(vm, P_FREAD, 0, "/root/bench.bin", &rd, 600000);
-	double tr = now_ms() - t0;
+	double tr = clock_ms_f() - t0;
 	printf("files (%d MB to and from the guest's writable layer)\n", mb);
 	printf("  host -> guest write   %7.1f MB/s (%s)\n", mb / (tw / 1e3), w.error ? "FAILED" : "ok");
 	printf("  guest -> host read    %7.1f MB/s (%s, %zu bytes)\n", mb / (tr / 1e3),
@@ -257,9 +251,9 @@ static void bench_memory(int n)
 	struct vm *vms[n];
 	for (int i = 0; i < n; i++)
 		vms[i] = boot("base", NULL);
-	double t0 = now_ms();
+	double t0 = clock_ms_f();
 	int never = 0;
-	while (now_ms() - t0 < 3000) /* let the guests settle into idle */
+	while (clock_ms_f() - t0 < 3000) /* let the guests settle into idle */
 		for (int i = 0; i < n; i++)
 			vm_run(vms[i], &never, 50);
 	long sum = 0, guest_sum = 0;

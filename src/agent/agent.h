@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/clock.h"
+#include "common/fs.h"
 #include "common/proto.h"
 
 struct pollfd;
@@ -43,8 +45,6 @@ struct pollfd;
 
 /* One short line on stderr (the console as PID 1), prefixed "cpuos-agent: ". */
 void alog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* CLOCK_MONOTONIC in milliseconds. */
-int64_t now_ms(void);
 
 /* --- user.c: /etc/passwd and /etc/group, without NSS (static binary) --- */
 
@@ -155,9 +155,6 @@ void fwrite_data(struct conn *c, struct op *op, const struct proto_frame *f);
 void fwrite_release(struct op *op);
 /* Reads the next chunks of open freads while the out queue has room. */
 void fread_pump(struct conn *c);
-/* Creates dir and its missing ancestors (mode, owned by uid:gid when own):
- * 0 or -errno. dir is modified during the call and restored. */
-int mkdir_parents(char *dir, mode_t mode, bool own, uid_t uid, gid_t gid);
 /* Gets absolute path attribute tag into buf[PROTO_MAX_STR + 1]: 0, or -1
  * after sending P_ERROR. */
 int get_abs_path(struct conn *c, const struct proto_frame *f, uint16_t tag, char *buf,

@@ -216,9 +216,9 @@ void conn_flush(struct conn *c)
 
 int conn_flush_wait(struct conn *c, int timeout_ms)
 {
-	int64_t end = now_ms() + timeout_ms;
+	int64_t end = clock_ms() + timeout_ms;
 	while (c->up && !c->broken && conn_pending(c) > 0) {
-		int64_t left = end - now_ms();
+		int64_t left = end - clock_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		struct pollfd p = {.fd = c->fd, .events = POLLOUT};

@@ -51,36 +51,6 @@ int get_user(struct conn *c, const struct proto_frame *f, struct user *u, bool *
 	return 0;
 }
 
-int mkdir_parents(char *dir, mode_t mode, bool own, uid_t uid, gid_t gid)
-{
-	struct stat st;
-	if (stat(dir, &st) == 0)
-		return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
-	/* Walk down from the root, creating what is missing. */
-	for (char *p = dir + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char saved = *p;
-		*p = '\0';
-		int r = 0;
-		if (mkdir(dir, mode) == 0) {
-			if (own && chown(dir, uid, gid) < 0)
-				r = -errno;
-		} else if (errno != EEXIST) {
-			r = -errno;
-		} else if (stat(dir, &st) < 0) {
-			r = -errno;
-		} else if (!S_ISDIR(st.st_mode)) {
-			r = -ENOTDIR;
-		}
-		*p = saved;
-		if (r < 0)
-			return r;
-		if (saved == '\0')
-			return 0;
-	}
-}
-
 /* The stat attributes of P_OK (STAT) and P_ENTRY (LIST). */
 static int put_stat(struct conn *c, const struct stat *st, int dirfd, const char *name)
 {
@@ -250,7 +220,7 @@ void req_mkdir(struct conn *c, const struct proto_frame *f)
 	r = 0;
 	if (parents && slash != path) {
 		*slash = '\0';
-		r = mkdir_parents(path, 0755, own, u.uid, u.gid);
+		r = fs_mkdir_p(path, 0755, own ? u.uid : (uid_t)-1, u.gid);
 		*slash = '/';
 	}
 	if (r == 0) {

@@ -86,7 +86,7 @@ static void mount_or_die(const char *src, const char *dst, const char *type, uns
 {
 	char dir[64];
 	snprintf(dir, sizeof(dir), "%s", dst);
-	mkdir_parents(dir, 0755, false, 0, 0); /* the initramfs has no /mnt */
+	fs_mkdir_p(dir, 0755, (uid_t)-1, (gid_t)-1); /* the initramfs has no /mnt */
 	if (mount(src, dst, type, flags, data) < 0)
 		fatal("cannot mount %s on '%s': %s", type, dst, strerror(errno));
 }
@@ -161,17 +161,17 @@ static void setup_console(void)
 static void switch_root(void)
 {
 	char root[300] = "", scratch[300] = "";
-	int64_t end = now_ms() + WAIT_DEVICES_MS, scratch_end = 0;
+	int64_t end = clock_ms() + WAIT_DEVICES_MS, scratch_end = 0;
 	/* Devices usually exist before init runs; the wait covers slow probes.
 	 * Once the root disk is there, scratch gets a short extra wait only. */
 	for (;;) {
 		if (!*root && find_disk("root", root, sizeof(root)) == 0)
-			scratch_end = now_ms() + 300;
+			scratch_end = clock_ms() + 300;
 		if (!*scratch)
 			find_disk("scratch", scratch, sizeof(scratch));
-		if (*root && (*scratch || now_ms() >= scratch_end))
+		if (*root && (*scratch || clock_ms() >= scratch_end))
 			break;
-		if (!*root && now_ms() >= end)
+		if (!*root && clock_ms() >= end)
 			fatal("no disk with serial 'root' after %d ms", WAIT_DEVICES_MS);
 		sleep_ms(20);
 	}
@@ -270,7 +270,7 @@ static void install_self(void)
 		alog("cannot install '%s': %s", SELF, strerror(errno));
 		return;
 	}
-	mkdir_parents(dir, 0755, false, 0, 0);
+	fs_mkdir_p(dir, 0755, (uid_t)-1, (gid_t)-1);
 	relink(SELF, "/usr/local/sbin/poweroff");
 	relink(SELF, "/usr/local/sbin/reboot");
 	relink(SELF, "/usr/local/sbin/halt");
@@ -305,9 +305,9 @@ int init_boot(void)
 	install_self();
 
 	char dev[300];
-	int64_t end = now_ms() + WAIT_DEVICES_MS;
+	int64_t end = clock_ms() + WAIT_DEVICES_MS;
 	while (find_port(dev, sizeof(dev)) < 0) {
-		if (now_ms() >= end)
+		if (clock_ms() >= end)
 			fatal("no virtio port named '%s'", PORT_NAME);
 		sleep_ms(20);
 	}
@@ -331,8 +331,8 @@ bool init_port_ready(int fd)
 /* Reaps children until none is left or ms have passed. */
 static void reap_for(int ms)
 {
-	int64_t end = now_ms() + ms;
-	while (now_ms() < end) {
+	int64_t end = clock_ms() + ms;
+	while (clock_ms() < end) {
 		pid_t pid;
 		while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
 			;

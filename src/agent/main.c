@@ -98,7 +98,7 @@ static void on_signals(int sfd)
 static void loop(int sfd, int lfd)
 {
 	struct conn *c = &agent.conn;
-	int64_t next_probe = now_ms(); /* never 0: 0 means no timer */
+	int64_t next_probe = clock_ms(); /* never 0: 0 means no timer */
 	while (agent.shutdown == SHUT_NONE) {
 		if (c->up && !c->throttled)
 			fread_pump(c);
@@ -120,7 +120,7 @@ static void loop(int sfd, int lfd)
 		int first_proc = n;
 		n += proc_poll_fill(pfd + n, ptag + n, MAX_POLL - n, c->throttled);
 
-		int64_t now = now_ms(), wake = proc_next_timer();
+		int64_t now = clock_ms(), wake = proc_next_timer();
 		/* The virtio port reports POLLHUP for as long as no host is
 		 * connected: probe it on a tick instead of polling it. */
 		if (!c->up && c->fd >= 0 && (!wake || next_probe < wake))
@@ -155,16 +155,16 @@ static void loop(int sfd, int lfd)
 		for (int i = first_proc; i < n; i++)
 			if (pfd[i].revents)
 				proc_poll_event(&ptag[i], pfd[i].revents);
-		proc_timers(now_ms(), c->throttled);
+		proc_timers(clock_ms(), c->throttled);
 
 		if (c->broken) {
 			conn_drop(c);
 			/* A host that stays connected after a bad frame gets a
 			 * fresh stream only after a pause, not in a tight loop. */
-			next_probe = now_ms() + TICK_MS;
+			next_probe = clock_ms() + TICK_MS;
 		}
-		if (!c->up && c->fd >= 0 && now_ms() >= next_probe) {
-			next_probe = now_ms() + TICK_MS;
+		if (!c->up && c->fd >= 0 && clock_ms() >= next_probe) {
+			next_probe = clock_ms() + TICK_MS;
 			if (init_port_ready(c->fd))
 				conn_open(c, c->fd);
 		}

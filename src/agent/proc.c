@@ -472,7 +472,7 @@ int proc_spawn(const struct spawn *s, struct proc **out)
 		uint64_t ms = s->timeout_ms > (uint64_t)INT32_MAX * 1000
 				  ? (uint64_t)INT32_MAX * 1000
 				  : s->timeout_ms;
-		p->deadline = now_ms() + (int64_t)ms;
+		p->deadline = clock_ms() + (int64_t)ms;
 	}
 	p->prev = tail;
 	if (tail)
@@ -565,7 +565,7 @@ void proc_reap(void)
 		p->reaped = true;
 		p->status = status;
 		close_stdin(p);
-		p->grace = now_ms() + GRACE_MS;
+		p->grace = clock_ms() + GRACE_MS;
 		check_end(p);
 	}
 	cgroup_retry();

@@ -27,13 +27,6 @@ void alog(const char *fmt, ...)
 	dprintf(2, "cpuos-agent: %s\n", line);
 }
 
-int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void req_settime(struct conn *c, const struct proto_frame *f)
 {
 	uint64_t ns;

@@ -77,7 +77,7 @@ void req_fwrite(struct conn *c, const struct proto_frame *f)
 	char *slash = strrchr(path, '/');
 	*slash = '\0';
 	const char *dir = slash == path ? "/" : path;
-	r = slash == path ? 0 : mkdir_parents(path, 0755, op->own && given, u.uid, u.gid);
+	r = slash == path ? 0 : fs_mkdir_p(path, 0755, op->own && given ? u.uid : (uid_t)-1, u.gid);
 	sprintf(op->tmp, "%s/.%.*s.cpuos-XXXXXX", slash == path ? "" : dir, TMP_BASE_MAX,
 		slash + 1);
 	*slash = '/';

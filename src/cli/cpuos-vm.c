@@ -3,9 +3,10 @@
  * streams its output and passes its exit code through; for humans, tests
  * and benchmarks. The daemon uses the same runner (src/daemon/vm.h).
  */
+#include "common/fs.h"
 #include "common/proto.h"
-#include "daemon/agentc.h"
-#include "daemon/vm.h"
+#include "runner/agentc.h"
+#include "runner/vm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -270,7 +271,7 @@ int main(int argc, char **argv)
 	char run_dir[128];
 	const char *run_root = getenv("CPUOS_RUN_DIR");
 	run_root = run_root ? run_root : "/run/cpuos";
-	if (mkdir(run_root, 0755) < 0 && errno != EEXIST)
+	if (fs_mkdir_p(run_root, 0755, (uid_t)-1, (gid_t)-1) < 0)
 		die("cannot create run directory '%s'", run_root);
 	snprintf(run_dir, sizeof(run_dir), "%s/vm-%d-%lx", run_root, (int)getpid(),
 		 (unsigned long)time(NULL) & 0xffff);

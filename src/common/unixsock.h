@@ -10,7 +10,4 @@
  * (-ENAMETOOLONG for a path that cannot be a socket address). */
 int unix_connect(const char *path, int timeout_ms);
 
-/* Monotonic milliseconds, for deadlines. */
-long long mono_ms(void);
-
 #endif

@@ -4,11 +4,13 @@
  * serves the API until SIGTERM or SIGINT, then stops serving and leaves
  * the VMs running for the next start.
  */
+#include "common/fs.h"
 #include "common/log.h"
-#include "daemon/api.h"
-#include "daemon/http.h"
-#include "daemon/sbx.h"
-#include "daemon/store.h"
+#include "daemon/api/api.h"
+#include "daemon/config.h"
+#include "daemon/http/http.h"
+#include "daemon/sandbox/sbx.h"
+#include "daemon/store/store.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -22,184 +24,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char usage[] =
-	"usage: cpuosd [options]\n"
-	"Serves the cpuos HTTP API (docs/api.md) and runs sandboxes as QEMU microVMs.\n"
-	"\n"
-	"  --config FILE          read options from FILE first: one 'name = value' per line,\n"
-	"                         names as the long options below, '#' starts a comment\n"
-	"  --state-dir DIR        state: SQLite database, VM run directories\n"
-	"                         (default /var/lib/cpuos)\n"
-	"  --socket PATH          Unix socket; whoever can open it is the administrator\n"
-	"                         (default /run/cpuos/cpuosd.sock; 'none' to disable)\n"
-	"  --listen HOST:PORT     TCP address, API keys required (default 127.0.0.1:7070;\n"
-	"                         'none' to disable)\n"
-	"  --guest-dir DIR        kernel, initramfs and templates/ (default: build/guest\n"
-	"                         beside this binary)\n"
-	"  --cache-dir DIR        cached writable-layer bases (default /var/cache/cpuos)\n"
-	"  --qemu PATH            QEMU binary (default qemu-system-x86_64)\n"
-	"  --accel auto|kvm|tcg   accelerator (default auto)\n"
-	"  --max-sandboxes N      running sandboxes per account (default 20)\n"
-	"  --max-json-bytes N     largest JSON request body (default 1048576)\n"
-	"  --max-file-bytes N     largest file upload (default 10737418240)\n"
-	"  --max-output-bytes N   output kept per stream of a foreground exec (default 1048576)\n"
-	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
-	"  --help                 this text\n"
-	"Logs go to stderr, one JSON object per line unless stderr is a terminal.\n"
-	"SIGTERM or SIGINT stops serving; running sandboxes keep running and the next\n"
-	"cpuosd with the same --state-dir takes them over.\n";
-
-struct options {
-	char state_dir[PATH_MAX], socket[PATH_MAX], listen[128], guest_dir[PATH_MAX];
-	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
-	long long max_sandboxes, max_json, max_file, max_output;
-};
-
-static const struct option longopts[] = {
-	{ "config", required_argument, 0, 'c' },	{ "state-dir", required_argument, 0, 's' },
-	{ "socket", required_argument, 0, 'S' },	{ "listen", required_argument, 0, 'l' },
-	{ "guest-dir", required_argument, 0, 'g' },	{ "cache-dir", required_argument, 0, 'C' },
-	{ "qemu", required_argument, 0, 'q' },		{ "accel", required_argument, 0, 'a' },
-	{ "max-sandboxes", required_argument, 0, 'm' }, { "max-json-bytes", required_argument, 0, 'j' },
-	{ "max-file-bytes", required_argument, 0, 'f' }, { "max-output-bytes", required_argument, 0, 'o' },
-	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
-	{ 0, 0, 0, 0 },
-};
-
-static int set_number(const char *name, const char *v, long long min, long long *out)
-{
-	char *end;
-	errno = 0;
-	long long n = strtoll(v, &end, 10);
-	if (errno || !*v || *end || n < min) {
-		fprintf(stderr, "cpuosd: invalid --%s '%s'\n", name, v);
-		return -1;
-	}
-	*out = n;
-	return 0;
-}
-
-/* Applies one option by its short letter: 0, or -1 after saying why. */
-static int apply(struct options *o, int c, const char *v)
-{
-	switch (c) {
-	case 's': snprintf(o->state_dir, sizeof(o->state_dir), "%s", v); return 0;
-	case 'S': snprintf(o->socket, sizeof(o->socket), "%s", v); return 0;
-	case 'l': snprintf(o->listen, sizeof(o->listen), "%s", v); return 0;
-	case 'g': snprintf(o->guest_dir, sizeof(o->guest_dir), "%s", v); return 0;
-	case 'C': snprintf(o->cache_dir, sizeof(o->cache_dir), "%s", v); return 0;
-	case 'q': snprintf(o->qemu, sizeof(o->qemu), "%s", v); return 0;
-	case 'a': snprintf(o->accel, sizeof(o->accel), "%s", v); return 0;
-	case 'L': snprintf(o->log_level, sizeof(o->log_level), "%s", v); return 0;
-	case 'm': return set_number("max-sandboxes", v, 1, &o->max_sandboxes);
-	case 'j': return set_number("max-json-bytes", v, 1024, &o->max_json);
-	case 'f': return set_number("max-file-bytes", v, 1, &o->max_file);
-	case 'o': return set_number("max-output-bytes", v, 1024, &o->max_output);
-	default: return -1;
-	}
-}
-
-static int read_config(struct options *o, const char *path)
-{
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "cpuosd: cannot open config '%s': %s\n", path, strerror(errno));
-		return -1;
-	}
-	char line[4096];
-	int lineno = 0, r = 0;
-	while (r == 0 && fgets(line, sizeof(line), f)) {
-		lineno++;
-		line[strcspn(line, "#\r\n")] = '\0';
-		char name[64], value[4000];
-		if (sscanf(line, " %63[a-z-] = %3999[^\n]", name, value) != 2) {
-			if (strspn(line, " \t") != strlen(line)) {
-				fprintf(stderr, "cpuosd: %s:%d: expected 'name = value'\n", path, lineno);
-				r = -1;
-			}
-			continue;
-		}
-		size_t n = strlen(value);
-		while (n && (value[n - 1] == ' ' || value[n - 1] == '\t'))
-			value[--n] = '\0';
-		const struct option *opt = longopts;
-		while (opt->name && strcmp(opt->name, name))
-			opt++;
-		if (!opt->name || opt->val == 'c' || opt->val == 'h') {
-			fprintf(stderr, "cpuosd: %s:%d: unknown option '%s'\n", path, lineno, name);
-			r = -1;
-		} else {
-			r = apply(o, opt->val, value);
-		}
-	}
-	fclose(f);
-	return r;
-}
-
-static void defaults(struct options *o)
-{
-	memset(o, 0, sizeof(*o));
-	snprintf(o->state_dir, sizeof(o->state_dir), "/var/lib/cpuos");
-	snprintf(o->socket, sizeof(o->socket), "/run/cpuos/cpuosd.sock");
-	snprintf(o->listen, sizeof(o->listen), "127.0.0.1:7070");
-	snprintf(o->cache_dir, sizeof(o->cache_dir), "/var/cache/cpuos");
-	snprintf(o->accel, sizeof(o->accel), "auto");
-	snprintf(o->log_level, sizeof(o->log_level), "info");
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n > 0) {
-		exe[n] = '\0';
-		snprintf(o->guest_dir, sizeof(o->guest_dir), "%s/../guest", dirname(exe));
-	}
-	o->max_sandboxes = 20;
-	o->max_json = 1 << 20;
-	o->max_file = 10LL << 30;
-	o->max_output = 1 << 20;
-}
-
-static int mkdirs(const char *path)
-{
-	char tmp[PATH_MAX];
-	snprintf(tmp, sizeof(tmp), "%s", path);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	return mkdir(tmp, 0700) < 0 && errno != EEXIST ? -errno : 0;
-}
-
 int main(int argc, char **argv)
 {
-	struct options o;
-	defaults(&o);
-	/* The config file first, so flags override it wherever it appears. */
-	for (int i = 1; i < argc; i++) {
-		const char *v = !strcmp(argv[i], "--config") && i + 1 < argc ? argv[i + 1]
-				: !strncmp(argv[i], "--config=", 9) ? argv[i] + 9 : NULL;
-		if (v && read_config(&o, v) < 0)
-			return 2;
-	}
-	int c;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		if (c == 'h') {
-			fputs(usage, stdout);
-			return 0;
-		}
-		if (c == 'c')
-			continue;
-		if (c == '?' || apply(&o, c, optarg) < 0) {
-			fprintf(stderr, "cpuosd: see cpuosd --help\n");
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "cpuosd: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	struct config o;
+	int pr = config_parse(&o, argc, argv);
+	if (pr != 0)
+		return pr > 0 ? 0 : 2;
 	enum log_level level;
 	enum qemu_accel accel;
 	if (log_level_parse(o.log_level, &level) < 0) {
@@ -216,7 +46,7 @@ int main(int argc, char **argv)
 
 	char db[PATH_MAX + 16], vms[PATH_MAX + 8], err[512];
 	snprintf(vms, sizeof(vms), "%s/vms", o.state_dir);
-	if (mkdirs(o.state_dir) < 0 || mkdirs(vms) < 0) {
+	if (fs_mkdir_p(vms, 0700, (uid_t)-1, (gid_t)-1) < 0) {
 		log_error("cannot create state directory '%s': %s", o.state_dir, strerror(errno));
 		return 1;
 	}
@@ -248,7 +78,7 @@ int main(int argc, char **argv)
 	if (!no_sock) {
 		char dir[PATH_MAX];
 		snprintf(dir, sizeof(dir), "%s", o.socket);
-		mkdirs(dirname(dir));
+		fs_mkdir_p(dirname(dir), 0700, (uid_t)-1, (gid_t)-1);
 	}
 	/* Signals become a descriptor, read by this thread alone. */
 	sigset_t set;

@@ -3,7 +3,7 @@
  * given, so `make test` replays the committed corpus (and every past
  * crash kept there) with gcc and the sanitizers it has.
  */
-#include "../unit/tap.h"
+#include "tests/lib/tap.h"
 
 #include <dirent.h>
 #include <stdint.h>

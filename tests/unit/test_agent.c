@@ -4,8 +4,9 @@
  * processes that outlive their connection, the per-connection operation cap.
  * Talks raw bytes, so nothing here trusts the host-side client (agentc).
  */
+#include "common/clock.h"
 #include "common/proto.h"
-#include "tap.h"
+#include "tests/lib/tap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,13 +37,6 @@ struct client {
 	struct pbuf in;
 	size_t used; /* bytes of in taken by the frame last returned */
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* --- the agent process --- */
 
@@ -107,9 +101,9 @@ static int agent_start(char *err, size_t errlen)
 		_exit(127);
 	}
 	struct stat st;
-	int64_t end = now_ms() + 5000;
+	int64_t end = clock_ms() + 5000;
 	while (stat(sock_path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-		if (!agent_alive() || now_ms() > end) {
+		if (!agent_alive() || clock_ms() > end) {
 			snprintf(err, errlen, "agent '%s' is not listening on '%s' (see %s)", path,
 				 sock_path, log_path);
 			agent_kill();
@@ -697,7 +691,7 @@ static void test_operation_cap(void)
 {
 	enum { N = OP_CAP + 76 };
 	struct client c;
-	int64_t start = now_ms();
+	int64_t start = clock_ms();
 	if (!cl_ready(&c))
 		goto out;
 	uint32_t proc = start_sleep(&c, 1);
@@ -745,7 +739,7 @@ static void test_operation_cap(void)
 	CHECK(exits == OP_CAP);
 	CHECK(bad == 0);
 	CHECK(cl_ping(&c));
-	int64_t ms = now_ms() - start;
+	int64_t ms = clock_ms() - start;
 	if (!CHECK(ms < 10000))
 		t_note("took %lld ms", (long long)ms);
 out:
@@ -761,8 +755,8 @@ static void test_poweroff(void)
 	struct proto_frame f;
 	CHECK(cl_simple(&c, P_POWEROFF, id) == 0);
 	CHECK(cl_wait_end(&c, id, &f) == P_OK);
-	int64_t end = now_ms() + 5000;
-	while (agent_alive() && now_ms() < end)
+	int64_t end = clock_ms() + 5000;
+	while (agent_alive() && clock_ms() < end)
 		usleep(10000);
 	if (!CHECK(!agent_alive())) {
 		t_note("the agent did not exit within 5 s of P_POWEROFF");

@@ -1,6 +1,6 @@
 /* Unit tests for the agent protocol codec, hostile frames included. */
 #include "common/proto.h"
-#include "tap.h"
+#include "tests/lib/tap.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Unit tests for the QEMU command line and the QMP client. */
-#include "daemon/qemu.h"
-#include "daemon/qmp.h"
-#include "tap.h"
+#include "runner/qemu.h"
+#include "runner/qmp.h"
+#include "tests/lib/tap.h"
 
 #include <errno.h>
 #include <stdio.h>

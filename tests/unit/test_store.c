@@ -1,6 +1,6 @@
 /* Unit tests for the daemon's SQLite store, each on a fresh database file. */
-#include "daemon/store.h"
-#include "tap.h"
+#include "daemon/store/store.h"
+#include "tests/lib/tap.h"
 
 #include <errno.h>
 #include <openssl/evp.h>

@@ -3,9 +3,9 @@
  * and template images, driven through the runner and the agent protocol.
  * Slow under TCG (a python import takes seconds); each case says why.
  */
-#include "daemon/agentc.h"
-#include "vmtest.h"
-#include "../unit/tap.h"
+#include "runner/agentc.h"
+#include "tests/lib/vmtest.h"
+#include "tests/lib/tap.h"
 
 #include <errno.h>
 #include <signal.h>

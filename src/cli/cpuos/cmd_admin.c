@@ -7,6 +7,9 @@
 #include "cli/cpuos/cli.h"
 #include "cli/cpuos/http.h"
 #include "cli/cpuos/tplbuild.h"
+#include "common/clock.h"
+#include "common/fs.h"
+#include "common/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,13 +51,6 @@ static const char templates_usage[] =
 
 /* ---- up ---- */
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* 1 when cpuosd answers its health check, 0 when nothing listens, -1 (after
  * printing why) when something answers but not as it should. */
 static int health(struct api *a, int quiet)
@@ -94,25 +90,6 @@ static void last_log_line(const char *log, char *out, size_t n)
 		snprintf(out, n, "%s", line ? line + 1 : buf);
 }
 
-static int mkdir_p(const char *dir)
-{
-	char tmp[PATH_MAX];
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s", dir) >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	for (char *s = tmp + 1;; s++) {
-		if (*s != '/' && *s)
-			continue;
-		char c = *s;
-		*s = '\0';
-		/* 0700: the state directory holds the key database. */
-		if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		if (!c)
-			return 0;
-		*s = c;
-	}
-}
-
 /* A message from the detached child about its start. */
 struct start_msg {
 	int kind; /* 'p': pid of cpuosd, 'e': exec failed with errno val */
@@ -125,57 +102,39 @@ struct start_msg {
 static int spawn_detached(char **argv, const char *log, pid_t *pid)
 {
 	int pfd[2], r;
-	struct start_msg m;
-	if (pipe2(pfd, O_CLOEXEC) < 0)
+	struct start_msg m = { 0, 0 };
+	int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (out < 0)
 		return -errno;
-	pid_t c1 = fork();
-	if (c1 < 0) {
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
 		r = -errno;
-		close(pfd[0]);
-		close(pfd[1]);
+		close(out);
 		return r;
 	}
+	pid_t c1 = fork();
 	if (c1 == 0) {
-		close(pfd[0]);
-		setsid();
-		pid_t c2 = fork();
-		if (c2 == 0) {
-			int null = open("/dev/null", O_RDONLY);
-			int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-			if (null < 0 || out < 0)
-				goto fail;
-			dup2(null, 0);
-			dup2(out, 1);
-			dup2(out, 2);
-			signal(SIGPIPE, SIG_DFL);
-			if (chdir("/") < 0)
-				goto fail;
-			execvp(argv[0], argv);
-		fail:
-			m = (struct start_msg){'e', errno};
-			if (write(pfd[1], &m, sizeof(m)) < 0)
-				_exit(127);
-			_exit(127);
-		}
-		m = (struct start_msg){c2 < 0 ? 'e' : 'p', c2 < 0 ? errno : c2};
+		/* The middle child starts cpuosd and exits at once: init
+		 * adopts cpuosd, which never becomes our child. */
+		struct spawn_opts o = { .argv = argv, .fd = { -1, out, out }, .new_session = 1,
+					.cwd = "/" };
+		pid_t p;
+		r = spawn(&o, &p);
+		m = r < 0 ? (struct start_msg){ 'e', -r } : (struct start_msg){ 'p', p };
 		_exit(write(pfd[1], &m, sizeof(m)) == sizeof(m) ? 0 : 1);
 	}
+	r = c1 < 0 ? -errno : 0;
+	close(out);
 	close(pfd[1]);
-	waitpid(c1, NULL, 0);
-	*pid = 0;
-	r = 0;
-	/* Until EOF: the pipe closes on exec (close-on-exec), so the exec
-	 * either happened or its errno is in the pipe. Messages are smaller
-	 * than PIPE_BUF, so each arrives whole. */
-	while (read(pfd[0], &m, sizeof(m)) == sizeof(m)) {
-		if (m.kind == 'p')
-			*pid = m.val;
-		else
+	if (c1 > 0) {
+		waitpid(c1, NULL, 0);
+		if (read(pfd[0], &m, sizeof(m)) != sizeof(m))
+			r = -ECHILD;
+		else if (m.kind == 'e')
 			r = -m.val;
+		else
+			*pid = m.val;
 	}
 	close(pfd[0]);
-	if (!r && !*pid)
-		r = -ECHILD;
 	return r;
 }
 
@@ -261,7 +220,8 @@ int cmd_up(struct cli *c, int argc, char **argv)
 	}
 	args[n] = NULL;
 	state = state ? state : DEFAULT_STATE_DIR;
-	if ((r = mkdir_p(state)) < 0) {
+	/* 0700: the state directory holds the key database. */
+	if ((r = fs_mkdir_p(state, 0700, (uid_t)-1, (gid_t)-1)) < 0) {
 		cli_err("cannot create '%s': %s", state, strerror(-r));
 		goto out;
 	}
@@ -272,9 +232,9 @@ int cmd_up(struct cli *c, int argc, char **argv)
 	}
 	/* Polls rather than reads the log: the health answer is the only
 	 * sign that cpuosd serves requests. */
-	long long deadline = now_ms() + UP_WAIT_MS;
+	long long deadline = clock_ms() + UP_WAIT_MS;
 	api_set_timeout(a, 2000);
-	while ((r = health(a, 1)) <= 0 && now_ms() < deadline) {
+	while ((r = health(a, 1)) <= 0 && clock_ms() < deadline) {
 		if (kill(pid, 0) < 0 && errno == ESRCH)
 			break; /* it exited; its last words are in the log */
 		usleep(100 * 1000);
@@ -310,10 +270,7 @@ static int keys_fail(struct api *a)
 static void time_text(const json_t *v, char *out, size_t n)
 {
 	if (json_is_integer(v)) {
-		time_t t = (time_t)json_integer_value(v);
-		struct tm tm;
-		gmtime_r(&t, &tm);
-		strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+		clock_rfc3339((long long)json_integer_value(v), out, n);
 	} else {
 		snprintf(out, n, "%s", json_is_string(v) ? json_string_value(v) : "-");
 	}

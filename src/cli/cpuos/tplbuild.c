@@ -6,6 +6,8 @@
  */
 #include "cli/cpuos/tplbuild.h"
 #include "cli/cpuos/cli.h"
+#include "common/clock.h"
+#include "common/spawn.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -57,17 +59,10 @@ struct bar {
 	unsigned ntail;
 };
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static double bar_pct(const struct bar *b)
 {
 	double f;
-	double t = (double)(now_ms() - b->phase_t0);
+	double t = (double)(clock_ms() - b->phase_t0);
 	if (b->creep)
 		f = 0.95 * t / (t + 20000.0);
 	else
@@ -93,7 +88,7 @@ static void bar_draw(struct bar *b)
 	for (int i = 0; i < 30; i++)
 		fill[i] = i < filled ? '#' : '-';
 	fill[30] = '\0';
-	long long s = (now_ms() - b->t0) / 1000;
+	long long s = (clock_ms() - b->t0) / 1000;
 	snprintf(line, sizeof(line), "%s [%s] %3d%% %lldm%02llds %s", b->name, fill, (int)pct,
 		 s / 60, s % 60, b->label);
 	/* One terminal line exactly: a wrapped bar could not be redrawn. */
@@ -110,7 +105,7 @@ static void bar_stage(struct bar *b, double base, double next, const char *label
 	b->count = 0;
 	b->creep = 0;
 	b->label = label;
-	b->phase_t0 = now_ms();
+	b->phase_t0 = clock_ms();
 }
 
 static void on_line(struct bar *b, const char *line)
@@ -191,24 +186,19 @@ int tpl_build(const char *name)
 		goto out;
 	b->name = name;
 	b->tty = isatty(2);
-	b->t0 = now_ms();
+	b->t0 = clock_ms();
 	b->prefix_len = (size_t)snprintf(b->prefix, sizeof(b->prefix), "template %s: ", name);
 	bar_stage(b, 0, stages[0].pct, "starting");
 	if (pipe2(pfd, O_CLOEXEC) < 0) {
 		cli_err("cannot make a pipe: %s", strerror(errno));
 		goto out;
 	}
-	pid = fork();
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		execl(script, script, name, out, (char *)NULL);
-		fprintf(stderr, "cpuos: cannot run '%s': %s\n", script, strerror(errno));
-		_exit(127);
-	}
+	char *args[] = { script, (char *)name, out, NULL };
+	struct spawn_opts o = { .argv = args, .fd = { -1, pfd[1], pfd[1] } };
+	int sr = spawn(&o, &pid);
 	close(pfd[1]);
-	if (pid < 0) {
-		cli_err("cannot fork: %s", strerror(errno));
+	if (sr < 0) {
+		cli_err("cannot run '%s': %s", script, strerror(-sr));
 		close(pfd[0]);
 		goto out;
 	}

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "common/proto.h"
-#include "daemon/qemu.h"
-#include "daemon/store.h"
+#include "runner/qemu.h"
+#include "daemon/store/store.h"
 
 struct sbx_config {
 	const char *state_dir; /* vms/<id>/ run directories live here */

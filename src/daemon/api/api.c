@@ -2,7 +2,7 @@
  * api: the route table and the checks every handler shares. Validation
  * answers here, so handlers read as the happy path.
  */
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/duration.h"
 
 const struct route api_routes[] = {
@@ -70,12 +71,8 @@ struct sbx *api_sbx(struct req *r)
 
 static json_t *rfc3339(long long t)
 {
-	char buf[32];
-	time_t tt = (time_t)t;
-	struct tm tm;
-	gmtime_r(&tt, &tm);
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_string(buf);
+	char buf[CLOCK_RFC3339_LEN];
+	return json_string(clock_rfc3339(t, buf, sizeof(buf)));
 }
 
 json_t *api_sandbox_json(const struct store_sbx *row)

@@ -3,7 +3,9 @@
  * keys and the service routes. Limits are the documented ones of
  * docs/api.md; a value outside them is 422, never clamped.
  */
-#include "daemon/api.h"
+#include "daemon/api/api.h"
+
+#include "common/clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -203,11 +205,8 @@ int api_templates(struct req *r)
 
 static json_t *key_json(const struct store_key *k)
 {
-	char when[32];
-	time_t t = (time_t)k->created_at;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	char when[CLOCK_RFC3339_LEN];
+	clock_rfc3339(k->created_at, when, sizeof(when));
 	return json_pack("{s:s,s:s,s:s,s:s}", "id", k->id, "name", k->name, "account", k->account,
 			 "created_at", when);
 }

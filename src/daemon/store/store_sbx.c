@@ -3,8 +3,8 @@
  * the set_* updates, keyset-paginated listing with metadata filters, and the
  * running sandboxes the daemon recovers at start.
  */
-#include "daemon/store.h"
-#include "daemon/store_impl.h"
+#include "daemon/store/store.h"
+#include "daemon/store/store_impl.h"
 
 #include <errno.h>
 #include <jansson.h>

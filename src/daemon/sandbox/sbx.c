@@ -6,11 +6,11 @@
  * polls, so frame callbacks always run locked. Lock order: manager, then
  * sandbox.
  */
-#include "daemon/sbx_impl.h"
+#include "daemon/sandbox/sbx_impl.h"
 
 #include "common/log.h"
-#include "daemon/agentc.h"
-#include "daemon/vm.h"
+#include "runner/agentc.h"
+#include "runner/vm.h"
 
 #include <errno.h>
 #include <fcntl.h>

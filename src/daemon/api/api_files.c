@@ -3,7 +3,7 @@
  * 64 KiB frames: an upload waits while the channel's queue is long, a
  * download is paced by its reader, so the daemon never holds a whole file.
  */
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 
 #include <errno.h>
 #include <libgen.h>

@@ -7,9 +7,9 @@
 #ifndef CPUOS_API_H
 #define CPUOS_API_H
 
-#include "daemon/http.h"
-#include "daemon/sbx.h"
-#include "daemon/store.h"
+#include "daemon/http/http.h"
+#include "daemon/sandbox/sbx.h"
+#include "daemon/store/store.h"
 
 /* The running sandbox named in the path if the caller may see it, with a
  * reference (sbx_put it); otherwise NULL after answering 404 (unknown or

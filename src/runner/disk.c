@@ -3,7 +3,10 @@
  * is written to a temporary name and renamed, so concurrent creators and a
  * crash halfway leave either no base or a complete one.
  */
-#include "daemon/disk.h"
+#include "runner/disk.h"
+
+#include "common/fs.h"
+#include "common/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,21 +22,15 @@ int disk_run(char *const argv[], char *err, size_t errlen)
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC) < 0)
 		return -errno;
-	pid_t pid = fork();
-	if (pid < 0) {
-		int e = errno;
-		close(pfd[0]);
-		close(pfd[1]);
-		return -e;
-	}
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		execvp(argv[0], argv);
-		dprintf(2, "cannot run '%s': %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
+	pid_t pid;
+	struct spawn_opts o = { .argv = argv, .fd = { -1, pfd[1], pfd[1] } };
+	int r = spawn(&o, &pid);
 	close(pfd[1]);
+	if (r < 0) {
+		close(pfd[0]);
+		snprintf(err, errlen, "cannot run '%s': %s", argv[0], strerror(-r));
+		return r;
+	}
 	char out[4096];
 	size_t len = 0;
 	ssize_t n;
@@ -70,13 +67,10 @@ static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size
 		return -ENAMETOOLONG;
 	if (access(base, R_OK) == 0)
 		return 0;
-	if (mkdir(cache_dir, 0755) < 0 && errno != EEXIST) {
-		snprintf(err, errlen, "cannot create '%s': %s", cache_dir, strerror(errno));
-		return -errno;
-	}
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
-		return -errno;
+	int r = fs_mkdir_p(dir, 0755, (uid_t)-1, (gid_t)-1);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(-r));
+		return r;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", base, (int)getpid());
 	snprintf(size, sizeof(size), "%um", size_mb);
@@ -85,7 +79,7 @@ static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size
 	 * agent makes upper/ and work/ inside it at first boot. */
 	char *argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "scratch",
 			 "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp, size, NULL };
-	int r = disk_run(argv, err, errlen);
+	r = disk_run(argv, err, errlen);
 	if (r == 0 && rename(tmp, base) < 0)
 		r = -errno;
 	if (r < 0)

@@ -2,7 +2,7 @@
  * qemu: accelerator choice and the microvm command line. Each argument has a
  * reason; the ones that are not obvious say it beside them.
  */
-#include "daemon/qemu.h"
+#include "runner/qemu.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,8 +1,8 @@
 /* vmtest: the helpers behind vmtest.h. */
-#include "vmtest.h"
+#include "tests/lib/vmtest.h"
 
-#include "daemon/agentc.h"
-#include "../unit/tap.h"
+#include "runner/agentc.h"
+#include "tests/lib/tap.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,9 +3,10 @@
  * line is a JSON object: a greeting ("QMP"), a reply ("return" or "error")
  * or an event ("event"). Replies are matched to the one command in flight.
  */
-#include "daemon/qmp.h"
+#include "runner/qmp.h"
 
 #include "common/unixsock.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -124,10 +125,10 @@ static int have_greeting(const struct qmp *q)
 }
 
 /* Reads until ready(q), or the deadline passes. */
-static int wait_for(struct qmp *q, long long deadline, int (*ready)(const struct qmp *))
+static int wait_for(struct qmp *q, int64_t deadline, int (*ready)(const struct qmp *))
 {
 	while (!ready(q)) {
-		long long left = deadline - mono_ms();
+		int64_t left = deadline - clock_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		struct pollfd p = { .fd = q->fd, .events = POLLIN };
@@ -184,7 +185,7 @@ int qmp_command(struct qmp *q, const char *cmd, json_t *args, int timeout_ms,
 		set_err(err, errlen, "cannot send '%s' to QEMU", cmd);
 		return r;
 	}
-	r = wait_for(q, mono_ms() + timeout_ms, have_reply);
+	r = wait_for(q, clock_ms() + timeout_ms, have_reply);
 	if (r < 0) {
 		set_err(err, errlen, "no reply from QEMU to '%s'", cmd);
 		return r;
@@ -208,7 +209,7 @@ int qmp_open_fd(int fd, int timeout_ms, struct qmp **out, char *err, size_t errl
 		return -ENOMEM;
 	}
 	q->fd = fd;
-	int r = wait_for(q, mono_ms() + timeout_ms, have_greeting);
+	int r = wait_for(q, clock_ms() + timeout_ms, have_greeting);
 	if (r < 0) {
 		set_err(err, errlen, "%s", "no QMP greeting from QEMU");
 		goto fail;
@@ -225,7 +226,7 @@ fail:
 
 int qmp_connect(const char *path, int timeout_ms, struct qmp **out, char *err, size_t errlen)
 {
-	long long deadline = mono_ms() + timeout_ms;
+	int64_t deadline = clock_ms() + timeout_ms;
 	int fd = unix_connect(path, timeout_ms);
 	if (fd < 0) {
 		set_err(err, errlen, "cannot connect to QMP socket '%s'", path);
@@ -236,7 +237,7 @@ int qmp_connect(const char *path, int timeout_ms, struct qmp **out, char *err, s
 		close(fd);
 		return -errno;
 	}
-	return qmp_open_fd(fd, (int)(deadline - mono_ms()), out, err, errlen);
+	return qmp_open_fd(fd, (int)(deadline - clock_ms()), out, err, errlen);
 }
 
 void qmp_close(struct qmp *q)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "daemon/qemu.h"
+#include "runner/qemu.h"
 
 struct agentc;
 

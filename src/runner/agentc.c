@@ -3,9 +3,10 @@
  * one agent connection. The agent is hostile: its frames are parsed by the
  * shared codec and a malformed one ends the connection, not the host.
  */
-#include "daemon/agentc.h"
+#include "runner/agentc.h"
 
 #include "common/unixsock.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -236,9 +237,9 @@ void agentc_boot_times(const struct agentc *c, uint64_t *start_ns, uint64_t *rea
 
 int agentc_wait(struct agentc *c, const int *done, int timeout_ms)
 {
-	long long deadline = mono_ms() + timeout_ms;
+	int64_t deadline = clock_ms() + timeout_ms;
 	while (!*done) {
-		long long left = deadline - mono_ms();
+		int64_t left = deadline - clock_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		struct pollfd p = { .fd = c->fd, .events = agentc_events(c) };
@@ -280,7 +281,7 @@ static void hello_cb(void *arg, const struct proto_frame *f)
 
 int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *err, size_t errlen)
 {
-	long long deadline = mono_ms() + timeout_ms;
+	int64_t deadline = clock_ms() + timeout_ms;
 	struct agentc *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -302,7 +303,7 @@ int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *
 		r = -ENOMEM;
 		goto fail;
 	}
-	r = agentc_wait(c, &h.done, (int)(deadline - mono_ms()));
+	r = agentc_wait(c, &h.done, (int)(deadline - clock_ms()));
 	if (r == 0 && h.err)
 		r = -h.err;
 	if (r < 0) {

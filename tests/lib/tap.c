@@ -1,5 +1,5 @@
 /* tap: the harness behind tap.h. */
-#include "tap.h"
+#include "tests/lib/tap.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -7,7 +7,9 @@
 #ifndef CPUOS_SBX_IMPL_H
 #define CPUOS_SBX_IMPL_H
 
-#include "daemon/sbx.h"
+#include "daemon/sandbox/sbx.h"
+
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -42,18 +44,6 @@ struct sbx {
 	} *ctls;
 	size_t nctls;
 };
-
-/* Fills *ts with the monotonic time ms from now (for timed waits). */
-static inline void deadline_in(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
 
 /* Wakes the sandbox's pump thread (it polls an eventfd). */
 static inline void wake(struct sbx *s)

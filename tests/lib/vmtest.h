@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "common/proto.h"
-#include "daemon/vm.h"
+#include "runner/vm.h"
 
 struct cmd {
 	const char *shell;   /* /bin/sh -c STRING, or */

@@ -3,8 +3,8 @@
  * opens and closes it, migrates the schema and holds the helpers shared with
  * store_sbx.c; it also keeps the API keys (only the SHA-256 of each secret).
  */
-#include "daemon/store.h"
-#include "daemon/store_impl.h"
+#include "daemon/store/store.h"
+#include "daemon/store/store_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

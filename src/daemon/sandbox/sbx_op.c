@@ -4,11 +4,11 @@
  * the agent's frames into the struct sop (sop_cb, always locked) and wakes
  * the waiters. Also the stdin channels of background processes.
  */
-#include "daemon/sbx_impl.h"
+#include "daemon/sandbox/sbx_impl.h"
 
 #include "common/utf8.h"
-#include "daemon/agentc.h"
-#include "daemon/vm.h"
+#include "runner/agentc.h"
+#include "runner/vm.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -88,12 +88,9 @@ static json_t *entry_json(const struct proto_frame *f)
 	proto_get_u32(f, A_UID, &uid);
 	proto_get_u32(f, A_GID, &gid);
 	const char *type = S_ISREG(mode) ? "file" : S_ISDIR(mode) ? "dir" : S_ISLNK(mode) ? "symlink" : "other";
-	char octal[8], when[32];
+	char octal[8], when[CLOCK_RFC3339_LEN];
 	snprintf(octal, sizeof(octal), "%04o", mode & 07777);
-	time_t t = (time_t)(mtime / 1000000000u);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	clock_rfc3339((long long)(mtime / 1000000000u), when, sizeof(when));
 	json_object_set_new(e, "type", json_string(type));
 	json_object_set_new(e, "size", json_integer((json_int_t)size));
 	json_object_set_new(e, "mode", json_string(octal));
@@ -301,7 +298,7 @@ static struct agentc *room_to_send(struct sbx *s)
 		if (!a || agentc_queued(a) < SEND_HIGH)
 			return a;
 		struct timespec ts;
-		deadline_in(&ts, 1000);
+		clock_deadline(&ts, 1000);
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	}
 }
@@ -331,7 +328,7 @@ int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms)
 {
 	struct timespec ts;
 	if (timeout_ms >= 0)
-		deadline_in(&ts, timeout_ms);
+		clock_deadline(&ts, timeout_ms);
 	int r = 0;
 	pthread_mutex_lock(&s->mu);
 	while (!op->done && !(want_start && op->started)) {
@@ -349,7 +346,7 @@ int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms)
 ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout_ms)
 {
 	struct timespec ts;
-	deadline_in(&ts, timeout_ms);
+	clock_deadline(&ts, timeout_ms);
 	ssize_t r;
 	pthread_mutex_lock(&s->mu);
 	while (op->out[0].len == 0 && !op->done) {

@@ -3,10 +3,10 @@
  * authentication, body limits, then its handler. Nothing a client sends
  * reaches a handler unchecked; every refusal is a JSON error.
  */
-#include "daemon/http.h"
+#include "daemon/http/http.h"
 
 #include "common/log.h"
-#include "daemon/store.h"
+#include "daemon/store/store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

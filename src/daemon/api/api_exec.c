@@ -4,8 +4,9 @@
  * the sandbox, so stdin can reach the process later. Output leaves as
  * UTF-8 text (invalid bytes become U+FFFD).
  */
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 
+#include "common/clock.h"
 #include "common/utf8.h"
 
 #include <errno.h>
@@ -16,13 +17,6 @@
 #include <time.h>
 
 #define MAX_EXEC_TIMEOUT_S (24 * 3600)
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
 
 /* Puts A_ENV for every pair of a JSON object text. */
 static int put_env(struct pbuf *b, const char *json)
@@ -58,7 +52,7 @@ static json_t *text(const struct pbuf *b, int cut)
 	return j ? j : json_string("");
 }
 
-static json_t *result_json(struct sop *op, long long ms)
+static json_t *result_json(struct sop *op, int64_t ms)
 {
 	int cut[2];
 	for (int i = 0; i < 2; i++) {
@@ -162,7 +156,7 @@ int api_exec(struct req *r)
 		return 0;
 	struct sop *op = sop_new(SOP_COLLECT);
 	const char *in = "";
-	long long t0 = now_ms();
+	int64_t t0 = clock_ms();
 	if (!op) {
 		reply_error(r, 500, "internal", "out of memory");
 		goto out;
@@ -194,7 +188,7 @@ int api_exec(struct req *r)
 	else if (op->end == P_ERROR)
 		api_agent_error(r, op);
 	else
-		reply_json(r, 200, result_json(op, now_ms() - t0));
+		reply_json(r, 200, result_json(op, clock_ms() - t0));
 out:
 	sop_free(s, op);
 	sbx_put(s);

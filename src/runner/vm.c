@@ -5,13 +5,16 @@
  * host's own stop, the agent's poweroff notice, a panic on the console, or
  * QEMU's exit status.
  */
-#include "daemon/vm.h"
+#include "runner/vm.h"
 
 #include "common/proto.h"
+#include "common/spawn.h"
 #include "common/unixsock.h"
-#include "daemon/agentc.h"
-#include "daemon/disk.h"
-#include "daemon/qmp.h"
+#include "runner/agentc.h"
+#include "runner/console.h"
+#include "runner/disk.h"
+#include "runner/qmp.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,31 +29,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CONSOLE_TAIL (64 * 1024)
-
 struct vm {
 	char run_dir[256];
 	pid_t pid;
 	struct qmp *qmp;
 	struct agentc *agent;
-	int console_fd;
-	int console_log; /* file descriptor of run_dir/console.log */
-	size_t console_written, console_cap;
-	char tail[CONSOLE_TAIL + 1];
-	size_t tail_len;
+	struct console con;
 	enum vm_state state;
 	int stopping;  /* the host asked it to stop */
 	int notice;    /* PN_POWEROFF / PN_REBOOT seen */
 	char reason[256];
 	struct vm_timings t;
 };
-
-static double now_ms_f(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 const char *vm_state_name(enum vm_state s)
 {
@@ -60,49 +50,6 @@ const char *vm_state_name(enum vm_state s)
 		[VM_CRASHED] = "crashed",
 	};
 	return s <= VM_CRASHED ? names[s] : "?";
-}
-
-static void console_take(struct vm *vm, const char *p, size_t n)
-{
-	if (vm->console_log >= 0 && vm->console_written < vm->console_cap) {
-		size_t w = n < vm->console_cap - vm->console_written ? n : vm->console_cap - vm->console_written;
-		if (write(vm->console_log, p, w) > 0)
-			vm->console_written += w;
-		if (vm->console_written == vm->console_cap)
-			dprintf(vm->console_log, "\n[console log truncated]\n");
-	}
-	/* The in-memory tail always keeps the newest bytes: a panic is at the
-	 * end. Callers pass at most CONSOLE_TAIL bytes at a time. */
-	if (vm->tail_len + n > CONSOLE_TAIL) {
-		size_t drop = vm->tail_len + n - CONSOLE_TAIL;
-		memmove(vm->tail, vm->tail + drop, vm->tail_len - drop);
-		vm->tail_len -= drop;
-	}
-	memcpy(vm->tail + vm->tail_len, p, n);
-	vm->tail_len += n;
-	vm->tail[vm->tail_len] = '\0';
-}
-
-static void console_drain(struct vm *vm)
-{
-	char buf[16384];
-	ssize_t n;
-	while (vm->console_fd >= 0 && (n = read(vm->console_fd, buf, sizeof(buf))) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN)
-				return;
-			n = 0;
-		}
-		if (n == 0)
-			break;
-		console_take(vm, buf, (size_t)n);
-	}
-	if (vm->console_fd >= 0) { /* EOF or error: QEMU is going away */
-		close(vm->console_fd);
-		vm->console_fd = -1;
-	}
 }
 
 /* The last non-empty line of the run directory's qemu.log: QEMU's reason
@@ -131,7 +78,9 @@ static void qemu_log_last_line(const struct vm *vm, char *out, size_t outlen)
 /* QEMU has exited (status st): settle the end state. */
 static void finish(struct vm *vm, int st)
 {
-	console_drain(vm);
+	for (int i = 0; i < 64 && vm->con.fd >= 0; i++) /* the last words */
+		console_drain(&vm->con);
+	char panic[200];
 	if (vm->stopping) {
 		vm->state = VM_STOPPED;
 		snprintf(vm->reason, sizeof(vm->reason), "stopped by the host");
@@ -141,11 +90,9 @@ static void finish(struct vm *vm, int st)
 	} else if (vm->notice == PN_REBOOT) {
 		vm->state = VM_REBOOT;
 		snprintf(vm->reason, sizeof(vm->reason), "the guest rebooted");
-	} else if (strstr(vm->tail, "Kernel panic")) {
+	} else if (console_panic(&vm->con, panic, sizeof(panic))) {
 		vm->state = VM_PANIC;
-		const char *p = strstr(vm->tail, "Kernel panic");
-		size_t n = strcspn(p, "\r\n");
-		snprintf(vm->reason, sizeof(vm->reason), "%.*s", (int)n, p);
+		snprintf(vm->reason, sizeof(vm->reason), "%s", panic);
 	} else {
 		vm->state = VM_CRASHED;
 		char last[200];
@@ -168,7 +115,7 @@ static int reap(struct vm *vm, int wait_ms)
 {
 	if (vm->pid <= 0)
 		return 1;
-	double deadline = now_ms_f() + wait_ms;
+	double deadline = clock_ms_f() + wait_ms;
 	for (;;) {
 		int st;
 		pid_t r = waitpid(vm->pid, &st, WNOHANG);
@@ -184,7 +131,7 @@ static int reap(struct vm *vm, int wait_ms)
 				return 1;
 			}
 		}
-		if (now_ms_f() >= deadline)
+		if (clock_ms_f() >= deadline)
 			return 0;
 		usleep(2000);
 	}
@@ -208,31 +155,14 @@ static int spawn_qemu(struct vm *vm, char **argv, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot create '%s': %s", log, strerror(errno));
 		return -errno;
 	}
-	pid_t pid = fork();
-	if (pid < 0) {
-		int e = errno;
-		close(logfd);
-		snprintf(err, errlen, "cannot fork: %s", strerror(e));
-		return -e;
-	}
-	if (pid == 0) {
-		/* Own session: a Ctrl-C meant for the CLI or a daemon restart
-		 * does not reach QEMU. */
-		setsid();
-		int null = open("/dev/null", O_RDONLY);
-		dup2(null, 0);
-		dup2(logfd, 1);
-		dup2(logfd, 2);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execvp(argv[0], argv);
-		dprintf(2, "cannot run '%s': %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
+	/* Own session: a Ctrl-C meant for the CLI or a daemon restart does
+	 * not reach QEMU. */
+	struct spawn_opts o = { .argv = argv, .fd = { -1, logfd, logfd }, .new_session = 1 };
+	int r = spawn(&o, &vm->pid);
 	close(logfd);
-	vm->pid = pid;
-	return 0;
+	if (r < 0)
+		snprintf(err, errlen, "cannot run '%s': %s", argv[0], strerror(-r));
+	return r;
 }
 
 static int find_in_path(const char *name)
@@ -287,8 +217,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	struct vm *vm = calloc(1, sizeof(*vm));
 	if (!vm)
 		return -ENOMEM;
-	vm->console_fd = vm->console_log = -1;
-	vm->console_cap = cfg->console_cap ? cfg->console_cap : 1024 * 1024;
+	vm->con.fd = vm->con.log = -1;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", cfg->run_dir);
 	char **argv = NULL;
 	char path[300], scratch[300];
@@ -303,9 +232,6 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	r = disk_scratch_create(cfg->cache_dir, cfg->disk_mb ? cfg->disk_mb : 2048, scratch, err, errlen);
 	if (r < 0)
 		goto fail;
-	snprintf(path, sizeof(path), "%s/console.log", vm->run_dir);
-	vm->console_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-
 	struct qemu_config qc = {
 		.binary = qemu,
 		.accel = cfg->accel == QEMU_ACCEL_AUTO ? qemu_accel_probe() : cfg->accel,
@@ -334,7 +260,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		unlink(path);
 	}
 
-	double t0 = now_ms_f();
+	double t0 = clock_ms_f();
 	r = spawn_qemu(vm, argv, err, errlen);
 	if (r < 0)
 		goto fail;
@@ -348,13 +274,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		}
 		goto fail;
 	}
-	vm->t.qemu_ms = now_ms_f() - t0;
-	snprintf(path, sizeof(path), "%s/" QEMU_CONSOLE_SOCK, vm->run_dir);
-	vm->console_fd = unix_connect(path, 2000);
-	if (vm->console_fd >= 0) {
-		int on = 1;
-		ioctl(vm->console_fd, FIONBIO, &on);
-	}
+	vm->t.qemu_ms = clock_ms_f() - t0;
+	console_open(&vm->con, vm->run_dir, cfg->console_cap, 0, 2000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
 	r = agentc_connect(path, cfg->boot_timeout_ms ? cfg->boot_timeout_ms : 60000, &vm->agent,
 			   err, errlen);
@@ -363,7 +284,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		goto fail;
 	}
 	agentc_on_notice(vm->agent, notice_cb, vm);
-	vm->t.total_ms = now_ms_f() - t0;
+	vm->t.total_ms = clock_ms_f() - t0;
 	/* The guest clock came from the RTC, to the second: set it exactly.
 	 * Fire and forget; it goes out with the first request. */
 	struct timespec now;
@@ -402,8 +323,8 @@ int vm_pollfds(struct vm *vm, struct pollfd *fds, int read_agent)
 	}
 	if (vm->qmp)
 		fds[n++] = (struct pollfd){ .fd = qmp_fd(vm->qmp), .events = POLLIN };
-	if (vm->console_fd >= 0)
-		fds[n++] = (struct pollfd){ .fd = vm->console_fd, .events = POLLIN };
+	if (vm->con.fd >= 0)
+		fds[n++] = (struct pollfd){ .fd = vm->con.fd, .events = POLLIN };
 	return n;
 }
 
@@ -415,8 +336,8 @@ int vm_handle(struct vm *vm, const struct pollfd *fds, int n)
 	for (int i = 0; i < n; i++) {
 		if (!fds[i].revents)
 			continue;
-		if (vm->console_fd >= 0 && fds[i].fd == vm->console_fd) {
-			console_drain(vm);
+		if (vm->con.fd >= 0 && fds[i].fd == vm->con.fd) {
+			console_drain(&vm->con);
 		} else if (vm->qmp && fds[i].fd == qmp_fd(vm->qmp)) {
 			gone |= qmp_poll_events(vm->qmp) == -EPIPE;
 		} else if (vm->agent && fds[i].fd == agentc_fd(vm->agent)) {
@@ -441,26 +362,15 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 	struct vm *vm = calloc(1, sizeof(*vm));
 	if (!vm)
 		return -ENOMEM;
-	vm->console_fd = vm->console_log = -1;
-	vm->console_cap = 1024 * 1024;
+	vm->con.fd = vm->con.log = -1;
 	vm->pid = pid;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
 	char path[300];
-	snprintf(path, sizeof(path), "%s/console.log", vm->run_dir);
-	vm->console_log = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	struct stat st;
-	if (vm->console_log >= 0 && fstat(vm->console_log, &st) == 0)
-		vm->console_written = (size_t)st.st_size;
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
 	int r = qmp_connect(path, 5000, &vm->qmp, err, errlen);
 	if (r < 0)
 		goto fail;
-	snprintf(path, sizeof(path), "%s/" QEMU_CONSOLE_SOCK, vm->run_dir);
-	vm->console_fd = unix_connect(path, 1000);
-	if (vm->console_fd >= 0) {
-		int on = 1;
-		ioctl(vm->console_fd, FIONBIO, &on);
-	}
+	console_open(&vm->con, vm->run_dir, 0, 1, 1000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
 	r = agentc_connect(path, 10000, &vm->agent, err, errlen);
 	if (r < 0)
@@ -489,9 +399,9 @@ int vm_pump(struct vm *vm, int timeout_ms)
 
 int vm_run(struct vm *vm, const int *done, int timeout_ms)
 {
-	double deadline = now_ms_f() + timeout_ms;
+	double deadline = clock_ms_f() + timeout_ms;
 	while (!*done) {
-		double left = deadline - now_ms_f();
+		double left = deadline - clock_ms_f();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		int r = vm_pump(vm, (int)left + 1);
@@ -514,8 +424,8 @@ int vm_stop(struct vm *vm, int grace_ms)
 	vm->stopping = 1;
 	if (vm->agent && agentc_begin(vm->agent, P_POWEROFF, ignore_cb, NULL, NULL))
 		agentc_end(vm->agent);
-	double deadline = now_ms_f() + grace_ms;
-	while (vm->pid > 0 && now_ms_f() < deadline)
+	double deadline = clock_ms_f() + grace_ms;
+	while (vm->pid > 0 && clock_ms_f() < deadline)
 		if (vm_pump(vm, 50) == -ESHUTDOWN || reap(vm, 0))
 			return 0;
 	char err[128];
@@ -538,10 +448,7 @@ void vm_free(struct vm *vm, int keep)
 	}
 	agentc_close(vm->agent);
 	qmp_close(vm->qmp);
-	if (vm->console_fd >= 0)
-		close(vm->console_fd);
-	if (vm->console_log >= 0)
-		close(vm->console_log);
+	console_close(&vm->con);
 	if (!keep && vm->run_dir[0]) {
 		const char *files[] = { QEMU_QMP_SOCK, QEMU_AGENT_SOCK, QEMU_CONSOLE_SOCK,
 					"scratch.qcow2", "qemu.log", "console.log" };
@@ -606,5 +513,5 @@ const struct vm_timings *vm_timings(const struct vm *vm)
 
 const char *vm_console_tail(const struct vm *vm)
 {
-	return vm->tail;
+	return vm->con.tail;
 }

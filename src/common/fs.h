@@ -1,0 +1,14 @@
+/*
+ * fs: small file system helpers every program needs the same way.
+ */
+#ifndef CPUOS_FS_H
+#define CPUOS_FS_H
+
+#include <sys/types.h>
+
+/* mkdir -p: creates path and its missing ancestors with mode (the umask
+ * applies), each new one chowned to uid:gid unless uid is (uid_t)-1.
+ * 0, -ENOTDIR when a component is not a directory, -ENAMETOOLONG, -errno. */
+int fs_mkdir_p(const char *path, mode_t mode, uid_t uid, gid_t gid);
+
+#endif

@@ -1,0 +1,23 @@
+/*
+ * spawn: the one fork/exec of the host programs (QEMU, qemu-img, mkfs,
+ * template scripts, a detached cpuosd). The child gets only the three
+ * descriptors it is given, default signal dispositions and an empty mask,
+ * so nothing of the parent's (sockets, the store, blocked signals) leaks.
+ */
+#ifndef CPUOS_SPAWN_H
+#define CPUOS_SPAWN_H
+
+#include <sys/types.h>
+
+struct spawn_opts {
+	char *const *argv;  /* argv[0] is looked up in PATH */
+	int fd[3];          /* the child's stdin, stdout, stderr; -1: /dev/null */
+	int new_session;    /* setsid(): signals for our terminal or group miss it */
+	const char *cwd;    /* NULL: ours */
+};
+
+/* Starts argv: 0 with *pid once the exec happened, or -errno (the exec's
+ * own errno when argv[0] cannot run; nothing is left to reap then). */
+int spawn(const struct spawn_opts *o, pid_t *pid);
+
+#endif

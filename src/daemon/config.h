@@ -1,0 +1,22 @@
+/*
+ * config: cpuosd's options, from a config file ('name = value' lines, names
+ * as the long options) and then the command line, which wins.
+ */
+#ifndef CPUOS_CONFIG_H
+#define CPUOS_CONFIG_H
+
+#include <limits.h>
+
+struct config {
+	char state_dir[PATH_MAX], socket[PATH_MAX], listen[128], guest_dir[PATH_MAX];
+	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
+	long long max_sandboxes, max_json, max_file, max_output;
+	long long max_conns_per_ip, conn_timeout_s;
+};
+
+/* Fills c from the defaults, then every --config file, then the flags.
+ * 0 to run; 1 after printing --help (exit 0); -1 after saying what is wrong
+ * on stderr (exit 2). */
+int config_parse(struct config *c, int argc, char **argv);
+
+#endif
