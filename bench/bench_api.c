@@ -6,8 +6,10 @@
 #include "tests/lib/vmtest.h"
 #include "common/unixsock.h"
 #include "common/clock.h"
+#include "common/spawn.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -171,12 +173,13 @@ static void daemon_start(void)
 			       "--log-level", "warn", cache ? "--cache-dir" : NULL, cache, NULL };
 	char log[96];
 	snprintf(log, sizeof(log), "%s/cpuosd.log", state_dir);
-	if ((daemon_pid = fork()) == 0) {
-		if (!freopen(log, "w", stderr))
-			_exit(127);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
+	int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	struct spawn_opts o = { .argv = (char *const *)argv, .fd = { -1, fd, fd } };
+	if (fd < 0 || spawn(&o, &daemon_pid) < 0) {
+		fprintf(stderr, "bench: cannot start %s\n", argv[0]);
+		exit(1);
 	}
+	close(fd);
 	for (double t0 = clock_ms_f(); clock_ms_f() - t0 < 15000; usleep(20000)) {
 		struct conn *c = conn_open(0);
 		int st = c ? http(c, "GET", "/v1/health", NULL) : -1;
@@ -322,6 +325,69 @@ static long qemu_rss_kb(int *count)
 	return kb;
 }
 
+/* n exec round trips of /bin/true into v[]: how many succeeded. */
+static int exec_rounds(struct conn *c, const char *id, double *v, int n)
+{
+	int ok = 0;
+	for (int i = 0; i < n; i++) {
+		double t0 = clock_ms_f();
+		if (sbx_exec(c, id, "{\"argv\":[\"/bin/true\"]}") == 200)
+			v[ok++] = clock_ms_f() - t0;
+	}
+	return ok;
+}
+
+/* A client that asks for a stream and never reads it: its socket. */
+static int stalled_stream(const char *path)
+{
+	int fd = unix_connect(sock_path, 2000);
+	char req[256];
+	int len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: cpuosd\r\n\r\n", path);
+	if (fd >= 0 && write(fd, req, (size_t)len) != len) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* Exec round trips while 10 clients hold streams of a noisy process on the
+ * same sandbox open without reading them, against the same sandbox quiet. */
+static void bench_hostile(int n)
+{
+	enum { STREAMS = 10 };
+	struct conn *c = conn_open(2000);
+	char id[64], path[160];
+	if (!c || sbx_create(c, id, sizeof(id)) < 0) {
+		conn_close(c);
+		return;
+	}
+	double quiet[n], busy[n];
+	exec_rounds(c, id, quiet, n < 20 ? n : 20); /* warm up under TCG */
+	int nq = exec_rounds(c, id, quiet, n);
+	int st = sbx_exec(c, id, "{\"cmd\":\"yes\",\"background\":true}");
+	json_t *j = st == 201 ? json_loads(c->body, 0, NULL) : NULL;
+	long pid = (long)json_integer_value(json_object_get(j, "pid"));
+	json_decref(j);
+	int fds[STREAMS], open_ = 0;
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/processes/%ld/stream", id, pid);
+	for (int i = 0; pid && i < STREAMS; i++)
+		if ((fds[open_] = stalled_stream(path)) >= 0)
+			open_++;
+	usleep(2000000); /* every stream fills its socket and its window */
+	int nb = exec_rounds(c, id, busy, n);
+	long dkb = rss_kb(daemon_pid);
+	for (int i = 0; i < open_; i++)
+		close(fds[i]);
+	printf("exec round trip of /bin/true with %d streams nobody reads on the same sandbox (%d runs each)\n",
+	       open_, n);
+	double q50 = pct(quiet, nq, 50), b50 = pct(busy, nb, 50);
+	printf("  quiet                 p50 %7.2f ms  p99 %7.2f ms  (%d ok)\n", q50, pct(quiet, nq, 99), nq);
+	printf("  10 stalled streams    p50 %7.2f ms  p99 %7.2f ms  (%d ok)  %.2fx quiet; cpuosd RSS %.1f MB\n",
+	       b50, pct(busy, nb, 99), nb, q50 > 0 ? b50 / q50 : 0.0, dkb / 1024.0);
+	sbx_kill(c, id);
+	conn_close(c);
+}
+
 struct worker {
 	pthread_t th;
 	int ok;
@@ -396,8 +462,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	int n = argc > 2 ? atoi(argv[2]) : 0;
 	const char *what = argc > 1 ? argv[1] : "";
-	if (strcmp(what, "create") && strcmp(what, "exec") && strcmp(what, "concurrent")) {
-		fprintf(stderr, "usage: bench_api create N | exec N | concurrent N\n");
+	if (strcmp(what, "create") && strcmp(what, "exec") && strcmp(what, "concurrent") &&
+	    strcmp(what, "hostile")) {
+		fprintf(stderr, "usage: bench_api create N | exec N | concurrent N | hostile N\n");
 		return 2;
 	}
 	daemon_start();
@@ -405,6 +472,8 @@ int main(int argc, char **argv)
 		bench_create(n > 0 ? n : 10);
 	else if (!strcmp(what, "exec"))
 		bench_exec(n > 0 ? n : 200);
+	else if (!strcmp(what, "hostile"))
+		bench_hostile(n > 0 ? n : 100);
 	else
 		bench_concurrent(n > 0 && n <= MAX_SBX ? n : 20);
 	daemon_stop();

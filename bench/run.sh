@@ -13,3 +13,4 @@ build/bench/bench_vm memory 3
 build/bench/bench_api create 10
 build/bench/bench_api exec 200
 build/bench/bench_api concurrent 20
+build/bench/bench_api hostile 100

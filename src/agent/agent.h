@@ -80,6 +80,11 @@ struct op {
 	uid_t uid;
 	gid_t gid;
 	bool own; /* fwrite: fchown to uid:gid */
+	/* Credit windows (docs/agent-protocol.md): bytes this operation may
+	 * still send (exec, attach, fread), and input bytes taken but not yet
+	 * credited back to the host (stdin, fwrite). */
+	int64_t credit;
+	uint64_t in_unacked;
 };
 
 struct conn {
@@ -114,6 +119,14 @@ bool conn_want_read(const struct conn *c);
 struct op *op_find(struct conn *c, uint32_t id);
 /* Registers operation id of kind; NULL after sending P_ERROR (cap, memory). */
 struct op *op_open(struct conn *c, uint32_t id, enum op_kind kind);
+/* The output credit a request asks for with A_WINDOW (clamped to the
+ * protocol's range; the default when absent): 0, or -1 after P_ERROR. */
+int op_window(struct conn *c, const struct proto_frame *f, int64_t *credit);
+/* Tells the host that n more input bytes of op were taken (batched). */
+void op_input_taken(struct conn *c, struct op *op, size_t n);
+/* Returns stdin credit of exec and attach operations whose process has
+ * written its stdin down; call once per loop turn. */
+void conn_stdin_credit(struct conn *c);
 /* Forgets an operation after its terminal frame (or silently), releasing what
  * it holds: subscription, fwrite temporary file, fread descriptor. */
 void op_close(struct conn *c, struct op *op);
@@ -155,6 +168,8 @@ void fwrite_data(struct conn *c, struct op *op, const struct proto_frame *f);
 void fwrite_release(struct op *op);
 /* Reads the next chunks of open freads while the out queue has room. */
 void fread_pump(struct conn *c);
+/* Whether an fread has credit to send (the loop must not sleep then). */
+bool fread_ready(const struct conn *c);
 /* Gets absolute path attribute tag into buf[PROTO_MAX_STR + 1]: 0, or -1
  * after sending P_ERROR. */
 int get_abs_path(struct conn *c, const struct proto_frame *f, uint16_t tag, char *buf,
@@ -186,6 +201,7 @@ struct proc {
 	int status;	    /* wait status once reaped */
 	int64_t deadline;   /* A_TIMEOUT_MS expiry (monotonic ms), 0 = none */
 	int64_t grace;	    /* reaped with pipes open: stop waiting then */
+	int64_t kill_by;    /* SIGKILL sent: reported killed by then if not reaped */
 	uint64_t end_seq;   /* order of ending, for evicting the oldest */
 	int nstream, nwait; /* subscribed operations */
 	char *cgroup;	    /* our cgroup directory, or NULL */
@@ -228,8 +244,9 @@ struct ptag {
 /* Fills pollfds for process pipes; returns how many. */
 int proc_poll_fill(struct pollfd *pfd, struct ptag *tag, int max, bool throttled);
 void proc_poll_event(const struct ptag *t, short revents);
-/* Reaps every exited child (SIGCHLD). */
-void proc_reap(void);
+/* Reaps exited children (SIGCHLD), a bounded batch per call: true when
+ * more may be waiting (call again before sleeping). */
+bool proc_reap(void);
 /* Nearest timeout or grace expiry (monotonic ms), or 0 when none. */
 int64_t proc_next_timer(void);
 void proc_timers(int64_t now, bool throttled);
@@ -237,8 +254,12 @@ void proc_timers(int64_t now, bool throttled);
 void proc_sweep(void);
 /* Kills every process group (listen mode exit). */
 void proc_kill_all(void);
-/* Whether the process table is using cgroups, decided at start. */
+/* Whether the process table is using cgroups, decided at start. When it
+ * is, every process gets its own cgroup under /sys/fs/cgroup/cpuos or does
+ * not start. */
 void proc_init(bool cgroups);
+/* Writes val to the file knob of cgroup directory dir: 0 or -errno. */
+int cgroup_set(const char *dir, const char *knob, const char *val);
 
 /* --- exec.c: process requests and delivery to subscribers --- */
 
@@ -246,6 +267,9 @@ void proc_init(bool cgroups);
 void exec_output(struct proc *p, int stream, const uint8_t *buf, size_t n);
 /* p has ended: P_EXIT to every subscriber, then collect if any. */
 void exec_ended(struct proc *p);
+/* Whether every operation streaming p's output has credit: else its pipes
+ * are not read, so the process waits for that reader alone. */
+bool exec_can_send(const struct proc *p);
 
 /* --- init.c: PID 1 duties --- */
 

@@ -70,12 +70,63 @@ struct op *op_open(struct conn *c, uint32_t id, enum op_kind kind)
 	op->id = id;
 	op->kind = kind;
 	op->fd = -1;
+	op->credit = PROTO_DEFAULT_WINDOW;
 	c->ops[c->nops++] = op;
 	if (kind == OP_FWRITE)
 		c->nfwrite++;
 	if (kind == OP_FREAD)
 		c->nfread++;
 	return op;
+}
+
+int op_window(struct conn *c, const struct proto_frame *f, int64_t *credit)
+{
+	uint32_t w;
+	*credit = PROTO_DEFAULT_WINDOW;
+	int r = proto_get_u32(f, A_WINDOW, &w);
+	if (r == -EPROTO) {
+		send_attr_error(c, f->id, r, "window");
+		return -1;
+	}
+	if (r == 0)
+		*credit = w < PROTO_MIN_WINDOW ? PROTO_MIN_WINDOW
+			     : w > PROTO_MAX_WINDOW ? PROTO_MAX_WINDOW : w;
+	return 0;
+}
+
+static void send_credit(struct conn *c, uint32_t id, uint64_t n)
+{
+	int r = out_begin(c, P_CREDIT, 0, id);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_CREDIT, (uint32_t)n);
+	out_end(c, r);
+}
+
+void op_input_taken(struct conn *c, struct op *op, size_t n)
+{
+	op->in_unacked += n;
+	/* In quarters of the window: fewer frames, and the host never waits
+	 * long for the first credit. */
+	if (op->in_unacked >= PROTO_INPUT_WINDOW / 4) {
+		send_credit(c, op->id, op->in_unacked);
+		op->in_unacked = 0;
+	}
+}
+
+void conn_stdin_credit(struct conn *c)
+{
+	for (int i = 0; i < c->nops && c->up && !c->broken; i++) {
+		struct op *op = c->ops[i];
+		if (!op->in_unacked || (op->kind != OP_EXEC && op->kind != OP_ATTACH))
+			continue;
+		/* Credit once the pipe took the bytes (or nobody reads them:
+		 * a closed stdin drops them). */
+		const struct proc *p = op->proc;
+		if (p->in_fd < 0 || p->in.len - p->in_head < PROTO_INPUT_WINDOW / 2) {
+			send_credit(c, op->id, op->in_unacked);
+			op->in_unacked = 0;
+		}
+	}
 }
 
 void op_close(struct conn *c, struct op *op)
@@ -301,6 +352,8 @@ static void on_data(struct conn *c, const struct proto_frame *f)
 	case OP_EXEC:
 	case OP_ATTACH:
 		proc_stdin(op->proc, f->payload, f->len, eof);
+		op->in_unacked += f->len;
+		conn_stdin_credit(c);
 		break;
 	case OP_FWRITE:
 		fwrite_data(c, op, f);
@@ -310,10 +363,27 @@ static void on_data(struct conn *c, const struct proto_frame *f)
 	}
 }
 
+/* The host consumed output of an operation: it may send more. */
+static void on_credit(struct conn *c, const struct proto_frame *f)
+{
+	struct op *op = op_find(c, f->id);
+	uint32_t n;
+	if (!op || proto_check_attrs(f) < 0 || proto_get_u32(f, A_CREDIT, &n) < 0)
+		return; /* ended meanwhile, or nonsense: nothing to credit */
+	/* Bounded, so a confused host cannot wrap the counter. */
+	op->credit += n;
+	if (op->credit > (int64_t)PROTO_MAX_WINDOW * 4)
+		op->credit = (int64_t)PROTO_MAX_WINDOW * 4;
+}
+
 static void dispatch(struct conn *c, const struct proto_frame *f)
 {
 	if (f->type == P_DATA) {
 		on_data(c, f);
+		return;
+	}
+	if (f->type == P_CREDIT) {
+		on_credit(c, f);
 		return;
 	}
 	/* Id 0 belongs to notices; a request on it has nowhere to be answered. */

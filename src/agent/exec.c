@@ -39,15 +39,31 @@ static void put_started(struct conn *c, uint16_t type, uint32_t id, const struct
 	out_end(c, r);
 }
 
-static void put_output(struct conn *c, uint32_t id, int stream, const uint8_t *buf, size_t n)
+/* Sends output on op, whatever its credit: bytes read from a pipe must go
+ * out. Credit decides whether the pipe is read at all (exec_can_send). */
+static void put_output(struct conn *c, struct op *op, int stream, const uint8_t *buf, size_t n)
 {
 	uint16_t type = stream ? P_STDERR : P_STDOUT;
 	while (n > 0) {
 		size_t k = n < PROTO_DATA_CHUNK ? n : PROTO_DATA_CHUNK;
-		send_raw(c, type, 0, id, buf, k);
+		send_raw(c, type, 0, op->id, buf, k);
+		op->credit -= proto_cost(k);
 		buf += k;
 		n -= k;
 	}
+}
+
+bool exec_can_send(const struct proc *p)
+{
+	const struct conn *c = &agent.conn;
+	if (p->nstream == 0)
+		return true;
+	for (int i = 0; i < c->nops; i++) {
+		const struct op *op = c->ops[i];
+		if (op->proc == p && (op->kind == OP_EXEC || op->kind == OP_ATTACH) && op->credit <= 0)
+			return false;
+	}
+	return true;
 }
 
 void exec_output(struct proc *p, int stream, const uint8_t *buf, size_t n)
@@ -58,7 +74,7 @@ void exec_output(struct proc *p, int stream, const uint8_t *buf, size_t n)
 	for (int i = 0; i < c->nops; i++) {
 		struct op *op = c->ops[i];
 		if (op->proc == p && (op->kind == OP_EXEC || op->kind == OP_ATTACH))
-			put_output(c, op->id, stream, buf, n);
+			put_output(c, op, stream, buf, n);
 	}
 }
 
@@ -84,15 +100,15 @@ void exec_ended(struct proc *p)
 		proc_collect(p);
 }
 
-/* Replays the kept output of p to operation id. */
-static void replay(struct conn *c, uint32_t id, const struct proc *p)
+/* Replays the kept output of p to op (the host gives a window it fits in). */
+static void replay(struct conn *c, struct op *op, const struct proc *p)
 {
 	for (int s = 0; s < 2; s++) {
 		const uint8_t *span[2];
 		size_t len[2];
 		ring_spans(&p->ring[s], span, len);
 		for (int k = 0; k < 2; k++)
-			put_output(c, id, s, span[k], len[k]);
+			put_output(c, op, s, span[k], len[k]);
 	}
 }
 
@@ -299,9 +315,14 @@ void req_exec(struct conn *c, const struct proto_frame *f)
 			env_set(x, owned[k++]);
 	}
 
+	int64_t window;
+	if (op_window(c, f, &window) < 0)
+		goto out;
 	struct op *op = NULL;
 	if (!background && !(op = op_open(c, f->id, OP_EXEC)))
 		goto out;
+	if (op)
+		op->credit = window;
 	struct spawn sp = {
 	    .argv = x->argv,
 	    .env = x->env,
@@ -359,13 +380,17 @@ void req_attach(struct conn *c, const struct proto_frame *f)
 	struct proc *p = get_proc(c, f);
 	if (!p)
 		return;
+	int64_t window;
+	if (op_window(c, f, &window) < 0)
+		return;
 	struct op *op = op_open(c, f->id, OP_ATTACH);
 	if (!op)
 		return;
 	op->proc = p;
+	op->credit = window;
 	proc_subscribe(p, true);
 	put_started(c, P_STARTED, f->id, p);
-	replay(c, f->id, p);
+	replay(c, op, p);
 	if (p->ended)
 		exec_ended(p);
 }

@@ -28,6 +28,13 @@
 #define SELF		"/run/cpuos/cpuos-agent"
 #define WAIT_DEVICES_MS 5000
 
+#define CGROUP_FS	 "/sys/fs/cgroup"
+#define AGENT_CGROUP	 CGROUP_FS "/agent"
+#define SANDBOX_CGROUP	 CGROUP_FS "/cpuos"
+#define SANDBOX_PIDS_MAX 4096	       /* all processes of the sandbox, at most */
+#define PIDS_RESERVE	 256	       /* tasks kept for the agent and the kernel */
+#define RESERVE_MIN	 (32ull << 20) /* memory kept from the sandbox */
+
 static int scratch_fd = -1; /* the scratch mount, unreachable by path after switch root */
 
 static void sleep_ms(int ms)
@@ -237,6 +244,108 @@ static void loopback_up(void)
 	close(s);
 }
 
+/* The sandbox's memory: the guest's less a reserve for the kernel and the
+ * agent (max(32 MiB, 10%)), so a sandbox at its limit cannot starve them.
+ * 0 when /proc/meminfo cannot be read. */
+static uint64_t sandbox_memory(void)
+{
+	char buf[256];
+	unsigned long long kb = 0;
+	if (read_line("/proc/meminfo", buf, sizeof(buf)) < 0 ||
+	    sscanf(buf, "MemTotal: %llu kB", &kb) != 1 || kb == 0)
+		return 0;
+	uint64_t total = (uint64_t)kb * 1024, reserve = total / 10;
+	if (reserve < RESERVE_MIN)
+		reserve = RESERVE_MIN;
+	return reserve < total / 2 ? total - reserve : total / 2;
+}
+
+/* The sandbox's tasks: SANDBOX_PIDS_MAX, but PIDS_RESERVE under the kernel's
+ * threads-max (derived from guest memory: 3879 at 512 MiB), past which every
+ * fork fails, the agent's and the kernel threads' included. */
+static long sandbox_pids(void)
+{
+	char buf[32];
+	long max = SANDBOX_PIDS_MAX, threads;
+	if (read_line("/proc/sys/kernel/threads-max", buf, sizeof(buf)) == 0 &&
+	    (threads = strtol(buf, NULL, 10)) > 2 * PIDS_RESERVE && threads - PIDS_RESERVE < max)
+		max = threads - PIDS_RESERVE;
+	return max;
+}
+
+static void set_or_log(const char *dir, const char *knob, const char *val)
+{
+	int r = cgroup_set(dir, knob, val);
+	if (r < 0)
+		alog("cannot set '%s/%s' to '%s': %s", dir, knob, val, strerror(-r));
+}
+
+/* Enables the cpu, memory and pids controllers for the children of dir: in
+ * one write, else one at a time so that a missing one does not take the
+ * others along. */
+static void enable_controllers(const char *dir)
+{
+	static const char *const ctl[] = {"+cpu", "+memory", "+pids"};
+	if (cgroup_set(dir, "cgroup.subtree_control", "+cpu +memory +pids") == 0)
+		return;
+	for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
+		set_or_log(dir, "cgroup.subtree_control", ctl[i]);
+}
+
+/* The cgroup layout and limits (docs/agent-protocol.md, Limits):
+ *   /sys/fs/cgroup          kernel threads; cpu, memory, pids for children
+ *   ├── agent               this process alone, cpu.weight 10000
+ *   └── cpuos               every process started: memory.max, pids.max,
+ *       └── p<id>           cpu.weight 100; one per exec (proc.c)
+ * The agent leaves the root first: with controllers enabled a non-root
+ * cgroup can hold no process itself, and /cpuos must stay empty for its
+ * p<id> children. Each step is best effort (logged): a sandbox with less
+ * protection still boots. Returns whether per-process cgroups can be made. */
+static bool setup_limits(void)
+{
+	/* The OOM killer never takes PID 1; -1000 says so to any reader (and
+	 * holds if we ever stop being PID 1). Children reset it (proc.c). */
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "-1000", 5) != 5)
+		alog("cannot set oom_score_adj: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+
+	/* Controllers before children: no task has to move then. The whole
+	 * layout costs about 100 ms of boot under TCG, most of it sleeping in
+	 * the kernel while it creates the two memory cgroups. */
+	enable_controllers(CGROUP_FS);
+	if ((mkdir(AGENT_CGROUP, 0755) < 0 && errno != EEXIST) ||
+	    (mkdir(SANDBOX_CGROUP, 0755) < 0 && errno != EEXIST)) {
+		alog("cannot make the cgroups: %s", strerror(errno));
+		return false;
+	}
+	set_or_log(AGENT_CGROUP, "cgroup.procs", "0");
+	/* Weights are relative among siblings: while the agent wants the CPU
+	 * it gets 100 parts in 101 however many processes the sandbox runs,
+	 * so a fork bomb or a CPU hog cannot make it miss a deadline. Nice
+	 * would not help (a task's nice counts only inside its own cgroup)
+	 * and SCHED_FIFO would let one bug in the loop hang the guest. */
+	set_or_log(AGENT_CGROUP, "cpu.weight", "10000");
+	set_or_log(SANDBOX_CGROUP, "cpu.weight", "100");
+
+	char val[32];
+	uint64_t mem = sandbox_memory();
+	if (mem) {
+		snprintf(val, sizeof(val), "%llu", (unsigned long long)mem);
+		set_or_log(SANDBOX_CGROUP, "memory.max", val);
+	}
+	/* Swap would let the sandbox past memory.max (the kernel has none
+	 * today: the knob is then absent). */
+	int r = cgroup_set(SANDBOX_CGROUP, "memory.swap.max", "0");
+	if (r < 0 && r != -ENOENT)
+		alog("cannot set '%s/memory.swap.max': %s", SANDBOX_CGROUP, strerror(-r));
+	snprintf(val, sizeof(val), "%ld", sandbox_pids());
+	set_or_log(SANDBOX_CGROUP, "pids.max", val);
+	enable_controllers(SANDBOX_CGROUP);
+	return access(SANDBOX_CGROUP "/cgroup.procs", W_OK) == 0;
+}
+
 /* Links name to target unless a non-symlink is in the way. */
 static void relink(const char *target, const char *name)
 {
@@ -291,8 +400,7 @@ int init_boot(void)
 	mount_api("run", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 	mount_api("tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mount_api("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "favordynmods");
-	bool cg = mkdir("/sys/fs/cgroup/cpuos", 0755) == 0 || errno == EEXIST;
-	proc_init(cg && access("/sys/fs/cgroup/cpuos/cgroup.procs", W_OK) == 0);
+	proc_init(setup_limits());
 	relink("/proc/self/fd", "/dev/fd");
 	relink("/proc/self/fd/0", "/dev/stdin");
 	relink("/proc/self/fd/1", "/dev/stdout");

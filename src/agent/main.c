@@ -79,26 +79,24 @@ static int listen_on(const char *path)
 	return fd;
 }
 
-/* Reads the signalfd: reaps on SIGCHLD, asks for a shutdown otherwise. */
-static void on_signals(int sfd)
+/* Reads the signalfd: notes SIGCHLD in *reap, asks for a shutdown otherwise. */
+static void on_signals(int sfd, bool *reap)
 {
 	struct signalfd_siginfo si;
-	bool child = false;
 	while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGCHLD)
-			child = true;
+			*reap = true;
 		else if (agent.shutdown == SHUT_NONE)
 			agent.shutdown = si.ssi_signo == SIGUSR2 ? SHUT_POWEROFF : SHUT_REBOOT;
 	}
-	/* Signals coalesce: one SIGCHLD may stand for many children. */
-	if (child)
-		proc_reap();
 }
 
 static void loop(int sfd, int lfd)
 {
 	struct conn *c = &agent.conn;
 	int64_t next_probe = clock_ms(); /* never 0: 0 means no timer */
+	/* Children may be waiting to be reaped. */
+	bool reap = false;
 	while (agent.shutdown == SHUT_NONE) {
 		if (c->up && !c->throttled)
 			fread_pump(c);
@@ -128,7 +126,9 @@ static void loop(int sfd, int lfd)
 		int timeout = -1;
 		if (wake)
 			timeout = wake <= now ? 0 : (int)(wake - now < 60000 ? wake - now : 60000);
-		if (c->up && c->nfread && !c->throttled)
+		if (c->up && !c->throttled && fread_ready(c))
+			timeout = 0;
+		if (reap)
 			timeout = 0;
 
 		if (poll(pfd, (nfds_t)n, timeout) < 0 && errno != EINTR) {
@@ -136,7 +136,12 @@ static void loop(int sfd, int lfd)
 			continue;
 		}
 		if (pfd[0].revents)
-			on_signals(sfd);
+			on_signals(sfd, &reap);
+		/* Signals coalesce: one SIGCHLD may stand for many children.
+		 * A batch at a time, so a flood of dying orphans (a fork bomb's)
+		 * cannot keep the loop from the channel and the timers. */
+		if (reap)
+			reap = proc_reap();
 		if (chan >= 0 && pfd[chan].revents) {
 			short re = pfd[chan].revents;
 			if (re & POLLOUT)
@@ -168,6 +173,8 @@ static void loop(int sfd, int lfd)
 			if (init_port_ready(c->fd))
 				conn_open(c, c->fd);
 		}
+		if (c->up)
+			conn_stdin_credit(c);
 		proc_sweep();
 	}
 }

@@ -1,7 +1,8 @@
 /*
  * proc: the process table. Spawns processes in their own session, process
- * group and cgroup, keeps the last RING_SIZE bytes of each output stream,
- * feeds stdin, enforces timeouts, reaps, and decides when a process has ended.
+ * group and cgroup (with the per-process limits of docs/agent-protocol.md),
+ * keeps the last RING_SIZE bytes of each output stream, feeds stdin, enforces
+ * timeouts, reaps, and decides when a process has ended.
  */
 #include "agent.h"
 
@@ -19,6 +20,19 @@
 
 #define CGROUP_ROOT	  "/sys/fs/cgroup/cpuos"
 #define MAX_STALE_CGROUPS 1024
+/* Per process: a fork bomb stops at this many tasks, a quarter of the
+ * sandbox's pids.max (init.c), so it cannot take every pid from the others. */
+#define PROC_PIDS_MAX "1024"
+/* After a SIGKILL (timeout or P_SIGNAL), P_EXIT waits this long for the
+ * process to be reaped, then reports it killed anyway: a leader stuck in the
+ * kernel, or one queued behind the deaths of a fork bomb's thousand
+ * processes (1.3 s under TCG), must not hold the exec past its deadline. A
+ * plain process is reaped within milliseconds of its SIGKILL. */
+#define KILL_WAIT_MS 300
+/* Children reaped per proc_reap call: orphans of a fork bomb (PID 1 adopts
+ * them) can die faster than one loop turn reaps them, and the loop must
+ * still get to its timers. */
+#define REAP_BATCH 256
 
 static struct proc *head, *tail;
 static uint32_t last_id;
@@ -26,8 +40,14 @@ static int nlive;  /* not ended */
 static int nended; /* ended, not collected */
 static uint64_t end_seq;
 static bool use_cgroups;
-/* Cgroups whose rmdir failed (a descendant still lives): retried on SIGCHLD. */
-static char *stale[MAX_STALE_CGROUPS];
+/* Cgroups whose rmdir failed (a descendant still lives): retried on SIGCHLD.
+ * A process that ended before its timeout leaves its deadline here: what it
+ * left behind in its cgroup is killed then (the timeout covers the tree). */
+struct stale {
+	char *path;
+	int64_t deadline; /* monotonic ms, 0 = none */
+};
+static struct stale stale[MAX_STALE_CGROUPS];
 static int nstale;
 /* Empty cgroups kept for the next processes: making and removing a cgroup
  * waits for RCU grace periods (milliseconds under TCG, a third of an exec
@@ -113,9 +133,35 @@ static bool cgroup_empty(const char *dir)
 	return strstr(buf, "populated 0") != NULL;
 }
 
+int cgroup_set(const char *dir, const char *knob, const char *val)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s", dir, knob);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	size_t n = strlen(val);
+	int r = write(fd, val, n) == (ssize_t)n ? 0 : -errno;
+	close(fd);
+	return r;
+}
+
+/* Kills every task in dir and its descendants. The kernel counts kills
+ * (kill_seq) before it signals, and a fork that started before the count
+ * changed is killed as it completes: a fork bomb cannot outrun it, no need
+ * to freeze first. (A fix of 2025 that Debian's 6.1.192, our kernel, has;
+ * an older 6.1 could miss such a child.) */
+static void cgroup_kill(const char *dir)
+{
+	int r = cgroup_set(dir, "cgroup.kill", "1");
+	if (r < 0 && r != -ENOENT)
+		alog("cannot write '%s/cgroup.kill': %s", dir, strerror(-r));
+}
+
 /* Gives up a process's cgroup: kept as a spare if empty, else removed (or
- * retried later while a descendant lives). Takes over path. */
-static void cgroup_rmdir(char *path)
+ * retried later while a descendant lives, killed at deadline if not 0).
+ * Takes over path. */
+static void cgroup_rmdir(char *path, int64_t deadline)
 {
 	if (nspare < SPARE_CGROUPS && cgroup_empty(path)) {
 		spare[nspare++] = path;
@@ -126,32 +172,33 @@ static void cgroup_rmdir(char *path)
 		return;
 	}
 	if (nstale < MAX_STALE_CGROUPS) {
-		stale[nstale++] = path;
+		stale[nstale++] = (struct stale){.path = path, .deadline = deadline};
 		return;
 	}
+	if (deadline)
+		cgroup_kill(path); /* no room to wait for its deadline */
 	free(path);
 }
 
 static void cgroup_retry(void)
 {
 	for (int i = nstale - 1; i >= 0; i--) {
-		if (rmdir(stale[i]) == 0 || errno == ENOENT) {
-			free(stale[i]);
+		if (rmdir(stale[i].path) == 0 || errno == ENOENT) {
+			free(stale[i].path);
 			stale[i] = stale[--nstale];
 		}
 	}
 }
 
-static void cgroup_kill(const char *dir)
+/* Kills the leftovers of ended processes whose timeout has come. */
+static void cgroup_timers(int64_t now)
 {
-	char path[256];
-	snprintf(path, sizeof(path), "%s/cgroup.kill", dir);
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	if (write(fd, "1", 1) < 0)
-		alog("cannot write '%s': %s", path, strerror(errno));
-	close(fd);
+	for (int i = 0; i < nstale; i++) {
+		if (stale[i].deadline && now >= stale[i].deadline) {
+			stale[i].deadline = 0;
+			cgroup_kill(stale[i].path);
+		}
+	}
 }
 
 /* --- lifecycle --- */
@@ -167,7 +214,7 @@ static void proc_free(struct proc *p)
 		close(p->in_fd);
 	pbuf_release(&p->in);
 	if (p->cgroup)
-		cgroup_rmdir(p->cgroup);
+		cgroup_rmdir(p->cgroup, 0);
 	free(p->cmd);
 	free(p);
 }
@@ -247,14 +294,15 @@ static void check_end(struct proc *p)
 		return;
 	p->ended = true;
 	p->end_seq = ++end_seq;
-	p->deadline = 0;
 	nlive--;
 	nended++;
 	close_stdin(p);
 	if (p->cgroup) {
-		cgroup_rmdir(p->cgroup);
+		/* Descendants still there keep the timeout the command had. */
+		cgroup_rmdir(p->cgroup, p->deadline);
 		p->cgroup = NULL;
 	}
+	p->deadline = 0;
 	exec_ended(p);
 	evict_exited();
 }
@@ -320,6 +368,8 @@ bool proc_stdin_full(void)
 
 int proc_kill(struct proc *p, int sig)
 {
+	if (sig == SIGKILL && !p->reaped && !p->kill_by)
+		p->kill_by = clock_ms() + KILL_WAIT_MS;
 	if (sig == SIGKILL && p->cgroup)
 		cgroup_kill(p->cgroup);
 	if (killpg(p->pid, sig) < 0) {
@@ -350,9 +400,25 @@ static __attribute__((noreturn)) void child(const struct spawn *s, int fds[3], i
 	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
-	/* Join the cgroup before exec, so every descendant is inside it. */
-	if (cgfd >= 0 && write(cgfd, "0", 1) < 0)
+	/* Join the cgroup before exec, so every descendant is inside it. A
+	 * child left in the agent's cgroup would run with the agent's CPU
+	 * weight and outside the sandbox's limits: it must not run at all. */
+	if (cgfd >= 0 && write(cgfd, "0", 1) < 0) {
 		dprintf(fds[2], "cpuos-agent: cannot join cgroup: %s\n", strerror(errno));
+		_exit(127);
+	}
+	/* The agent's -1000 (init.c) is inherited: make the command an
+	 * ordinary candidate for the OOM killer again. A sandbox made only of
+	 * unkillable processes would leave a memory cgroup OOM no victim. */
+	if (agent.pid1) {
+		int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, "0", 1) != 1) {
+			dprintf(fds[2], "cpuos-agent: cannot reset oom_score_adj: %s\n",
+				strerror(errno));
+			_exit(127);
+		}
+		close(fd);
+	}
 	for (int i = 0; i < 3; i++)
 		if (dup2(fds[i], i) < 0)
 			_exit(127);
@@ -391,6 +457,22 @@ static int set_nonblock(int fd)
 	return 0;
 }
 
+/* The per-process limits of a new cgroup: pids.max against fork bombs, and
+ * memory.oom.group so that an OOM kills the whole command at once instead of
+ * leaving it half alive. Missing knobs (a controller not enabled, as in
+ * --listen on a host) are fine; a spare keeps its settings. */
+static void limit_cgroup(const char *dir)
+{
+	static bool warned;
+	int r = cgroup_set(dir, "pids.max", PROC_PIDS_MAX);
+	if (r == 0)
+		r = cgroup_set(dir, "memory.oom.group", "1");
+	if (r < 0 && r != -ENOENT && !warned) {
+		warned = true;
+		alog("cannot set the limits of '%s': %s", dir, strerror(-r));
+	}
+}
+
 static int make_cgroup(uint32_t id, char **dir, int *procs_fd)
 {
 	char path[256];
@@ -406,6 +488,7 @@ static int make_cgroup(uint32_t id, char **dir, int *procs_fd)
 			rmdir(path);
 			return -ENOMEM;
 		}
+		limit_cgroup(d);
 	}
 	snprintf(path, sizeof(path), "%s/cgroup.procs", d);
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
@@ -449,8 +532,12 @@ int proc_spawn(const struct spawn *s, struct proc **out)
 	if (ipipe[1] >= 0 && (r = set_nonblock(ipipe[1])) < 0)
 		goto fail;
 	p->id = ++last_id;
-	if (use_cgroups && make_cgroup(p->id, &p->cgroup, &cgfd) < 0)
-		p->cgroup = NULL; /* killpg alone then */
+	/* Where cgroups are in use a process without one would escape the
+	 * limits (and a timeout could miss its descendants): refuse it. */
+	if (use_cgroups && (r = make_cgroup(p->id, &p->cgroup, &cgfd)) < 0) {
+		p->cgroup = NULL;
+		goto fail;
+	}
 
 	pid_t pid = fork();
 	if (pid < 0)
@@ -518,7 +605,7 @@ int proc_poll_fill(struct pollfd *pfd, struct ptag *tag, int max, bool throttled
 			continue;
 		/* Backpressure applies only to streams someone is receiving: the
 		 * others always drain into the ring so their writers never block. */
-		bool hold = throttled && p->nstream > 0;
+		bool hold = (throttled && p->nstream > 0) || !exec_can_send(p);
 		for (int i = 0; i < 2 && !hold; i++) {
 			if (p->out_fd[i] < 0 || n >= max)
 				continue;
@@ -551,11 +638,11 @@ void proc_poll_event(const struct ptag *t, short revents)
 	check_end(p);
 }
 
-void proc_reap(void)
+bool proc_reap(void)
 {
-	int status;
-	pid_t pid;
-	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+	int status, n = 0;
+	pid_t pid = 0;
+	while (n++ < REAP_BATCH && (pid = waitpid(-1, &status, WNOHANG)) > 0) {
 		struct proc *p;
 		for (p = proc_next(NULL); p; p = proc_next(p))
 			if (p->pid == pid && !p->reaped)
@@ -569,6 +656,7 @@ void proc_reap(void)
 		check_end(p);
 	}
 	cgroup_retry();
+	return pid > 0;
 }
 
 int64_t proc_next_timer(void)
@@ -579,14 +667,32 @@ int64_t proc_next_timer(void)
 			continue;
 		if (p->deadline && (!t || p->deadline < t))
 			t = p->deadline;
+		if (p->kill_by && !p->reaped && (!t || p->kill_by < t))
+			t = p->kill_by;
 		if (p->reaped && (!t || p->grace < t))
 			t = p->grace;
 	}
+	for (int i = 0; i < nstale; i++)
+		if (stale[i].deadline && (!t || stale[i].deadline < t))
+			t = stale[i].deadline;
 	return t;
+}
+
+/* A leader that is still not reaped KILL_WAIT_MS after its SIGKILL is
+ * reported as killed (it has a SIGKILL pending: it dies as soon as it
+ * runs); its zombie, when it comes, is reaped as an orphan. */
+static void give_up_waiting(struct proc *p, int64_t now)
+{
+	p->kill_by = 0;
+	p->reaped = true;
+	p->status = SIGKILL; /* a wait status: killed by SIGKILL */
+	p->grace = now;
+	close_stdin(p);
 }
 
 void proc_timers(int64_t now, bool throttled)
 {
+	cgroup_timers(now);
 	for (struct proc *p = proc_next(NULL); p; p = proc_next(p)) {
 		if (p->ended)
 			continue;
@@ -595,11 +701,13 @@ void proc_timers(int64_t now, bool throttled)
 			p->timed_out = true;
 			proc_kill(p, SIGKILL);
 		}
+		if (p->kill_by && !p->reaped && now >= p->kill_by)
+			give_up_waiting(p, now);
 		if (!p->reaped || now < p->grace)
 			continue;
 		/* Output the process itself wrote may still sit in a pipe we
 		 * stopped reading for backpressure: wait for the host first. */
-		if (throttled && p->nstream > 0) {
+		if ((throttled && p->nstream > 0) || !exec_can_send(p)) {
 			p->grace = now + GRACE_MS;
 			continue;
 		}

@@ -115,8 +115,10 @@ void fwrite_data(struct conn *c, struct op *op, const struct proto_frame *f)
 		n -= (size_t)w;
 		op->size += (uint64_t)w;
 	}
-	if (!(f->flags & PF_EOF))
+	if (!(f->flags & PF_EOF)) {
+		op_input_taken(c, op, f->len);
 		return;
+	}
 	if (fchmod(op->fd, op->mode) < 0) {
 		fwrite_fail(c, op, errno, "set the mode of");
 		return;
@@ -147,7 +149,8 @@ void fwrite_data(struct conn *c, struct op *op, const struct proto_frame *f)
 void req_fread(struct conn *c, const struct proto_frame *f)
 {
 	char path[PROTO_MAX_STR + 1];
-	if (get_abs_path(c, f, A_PATH, path, "path") < 0)
+	int64_t window;
+	if (get_abs_path(c, f, A_PATH, path, "path") < 0 || op_window(c, f, &window) < 0)
 		return;
 	/* O_NONBLOCK: opening a FIFO must not hang the agent. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -175,6 +178,7 @@ void req_fread(struct conn *c, const struct proto_frame *f)
 		return;
 	}
 	op->fd = fd;
+	op->credit = window;
 	op->limit = (uint64_t)st.st_size;
 	/* The loop sends the content as the out queue drains (fread_pump). */
 }
@@ -197,6 +201,7 @@ static bool fread_chunk(struct conn *c, struct op *op)
 	 * spares an empty last frame (files in /proc report size 0). */
 	bool eof = (size_t)n < sizeof(buf) || (op->limit && op->size >= op->limit);
 	send_raw(c, P_DATA, eof ? PF_EOF : 0, op->id, buf, (size_t)n);
+	op->credit -= proto_cost((size_t)n);
 	if (!eof)
 		return true;
 	int r = out_begin(c, P_OK, 0, op->id);
@@ -213,8 +218,17 @@ void fread_pump(struct conn *c)
 	while (progress && c->nfread > 0 && c->up && !c->broken && !c->throttled) {
 		progress = false;
 		for (int i = c->nops - 1; i >= 0 && !c->throttled && !c->broken; i--) {
-			if (i < c->nops && c->ops[i]->kind == OP_FREAD && fread_chunk(c, c->ops[i]))
+			struct op *op = i < c->nops ? c->ops[i] : NULL;
+			if (op && op->kind == OP_FREAD && op->credit > 0 && fread_chunk(c, op))
 				progress = true;
 		}
 	}
+}
+
+bool fread_ready(const struct conn *c)
+{
+	for (int i = 0; c->nfread > 0 && i < c->nops; i++)
+		if (c->ops[i]->kind == OP_FREAD && c->ops[i]->credit > 0)
+			return true;
+	return false;
 }

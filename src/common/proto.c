@@ -287,7 +287,7 @@ const char *proto_type_name(uint16_t type)
 		[P_ERROR] = "error",     [P_STARTED] = "started",
 		[P_STDOUT] = "stdout",   [P_STDERR] = "stderr",
 		[P_EXIT] = "exit",       [P_ENTRY] = "entry",
-		[P_NOTICE] = "notice",
+		[P_NOTICE] = "notice",   [P_CREDIT] = "credit",
 	};
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
 		return names[type];

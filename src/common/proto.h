@@ -12,12 +12,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 #define PROTO_HDR_SIZE 12
 #define PROTO_MAX_PAYLOAD (256u * 1024) /* larger frames are a protocol error */
 #define PROTO_MAX_ATTRS 4096            /* per frame */
 #define PROTO_MAX_STR 4096              /* paths, args, env entries, messages */
 #define PROTO_DATA_CHUNK (64u * 1024)   /* what writers put in one DATA frame */
+/* Credit windows (docs/agent-protocol.md): per operation and direction. */
+#define PROTO_DEFAULT_WINDOW (1u << 20) /* agent -> host, when A_WINDOW is absent */
+#define PROTO_MIN_WINDOW (64u * 1024)
+#define PROTO_MAX_WINDOW (64u << 20)
+#define PROTO_INPUT_WINDOW (512u * 1024) /* host -> agent P_DATA, per operation */
+#define PROTO_FRAME_COST 64u            /* the least a frame costs against a window */
+#define PROTO_MAX_LIST 100000u          /* P_LIST entries before E2BIG */
 
 /* Frame types. Requests open operation `id` (host-chosen, non-zero, unique
  * among the host's live operations); everything else belongs to one. */
@@ -43,6 +50,8 @@ enum proto_type {
 	P_CANCEL = 18,
 	/* both ways, inside an operation: raw bytes (stdin, file content) */
 	P_DATA = 32,
+	/* both ways, inside an operation: A_CREDIT more bytes may be sent */
+	P_CREDIT = 33,
 	/* agent -> host */
 	P_OK = 64,      /* ends an operation successfully; attributes per request */
 	P_ERROR = 65,   /* ends an operation: A_ERRNO, A_MESSAGE */
@@ -98,6 +107,8 @@ enum proto_tag {
 	A_PARENTS = 36,    /* u32 bool: mkdir -p */
 	A_BOOT_NS = 37,    /* u64: guest CLOCK_BOOTTIME when the agent started */
 	A_READY_NS = 38,   /* u64: guest CLOCK_BOOTTIME when it began serving */
+	A_WINDOW = 39,     /* u32: output credit an operation starts with */
+	A_CREDIT = 40,     /* u32: credit returned by P_CREDIT */
 };
 
 enum proto_proc_state { PS_RUNNING = 1, PS_EXITED = 2 };
@@ -168,6 +179,13 @@ int proto_get_str(const struct proto_frame *f, uint16_t tag, char *dst, size_t c
 /* Validates a string attribute value in place (no NUL, at most
  * PROTO_MAX_STR): 0 or -errno as proto_get_str. */
 int proto_check_str(const struct proto_attr *a);
+
+/* What a P_STDOUT, P_STDERR or P_DATA frame of n payload bytes costs
+ * against a credit window. */
+static inline uint32_t proto_cost(size_t n)
+{
+	return n < PROTO_FRAME_COST ? PROTO_FRAME_COST : (uint32_t)n;
+}
 
 /* Name of a frame type for logs ("exec", "data", ...), "?" if unknown. */
 const char *proto_type_name(uint16_t type);

@@ -32,6 +32,10 @@ static const char usage[] =
 	"  --max-json-bytes N     largest JSON request body (default 1048576)\n"
 	"  --max-file-bytes N     largest file upload (default 10737418240)\n"
 	"  --max-output-bytes N   output kept per stream of a foreground exec (default 1048576)\n"
+	"  --max-conns-per-ip N   TCP connections from one address (default 128)\n"
+	"  --conn-timeout SECONDS an idle connection is closed after this (default 60)\n"
+	"  --answer-timeout SECONDS  how long a request that answers at once (stat, mkdir,\n"
+	"                         a process list, a start) waits for the guest (default 60)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --help                 this text\n"
 	"Logs go to stderr, one JSON object per line unless stderr is a terminal.\n"
@@ -45,6 +49,8 @@ static const struct option longopts[] = {
 	{ "qemu", required_argument, 0, 'q' },		{ "accel", required_argument, 0, 'a' },
 	{ "max-sandboxes", required_argument, 0, 'm' }, { "max-json-bytes", required_argument, 0, 'j' },
 	{ "max-file-bytes", required_argument, 0, 'f' }, { "max-output-bytes", required_argument, 0, 'o' },
+	{ "max-conns-per-ip", required_argument, 0, 'p' }, { "conn-timeout", required_argument, 0, 't' },
+	{ "answer-timeout", required_argument, 0, 'A' },
 	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
 };
@@ -78,6 +84,9 @@ static int apply(struct config *o, int c, const char *v)
 	case 'j': return set_number("max-json-bytes", v, 1024, &o->max_json);
 	case 'f': return set_number("max-file-bytes", v, 1, &o->max_file);
 	case 'o': return set_number("max-output-bytes", v, 1024, &o->max_output);
+	case 'p': return set_number("max-conns-per-ip", v, 1, &o->max_conns_per_ip);
+	case 't': return set_number("conn-timeout", v, 1, &o->conn_timeout_s);
+	case 'A': return set_number("answer-timeout", v, 1, &o->answer_timeout_s);
 	default: return -1;
 	}
 }
@@ -138,6 +147,9 @@ static void defaults(struct config *o)
 	o->max_json = 1 << 20;
 	o->max_file = 10LL << 30;
 	o->max_output = 1 << 20;
+	o->max_conns_per_ip = 128;
+	o->conn_timeout_s = 60;
+	o->answer_timeout_s = 60;
 }
 
 int config_parse(struct config *o, int argc, char **argv)

@@ -11,7 +11,7 @@ struct config {
 	char state_dir[PATH_MAX], socket[PATH_MAX], listen[128], guest_dir[PATH_MAX];
 	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
 	long long max_sandboxes, max_json, max_file, max_output;
-	long long max_conns_per_ip, conn_timeout_s;
+	long long max_conns_per_ip, conn_timeout_s, answer_timeout_s;
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

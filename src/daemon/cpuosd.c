@@ -43,6 +43,14 @@ int main(int argc, char **argv)
 	log_set_level(level);
 	log_set_tag("cpuosd");
 	signal(SIGPIPE, SIG_IGN);
+	/* Signals become a descriptor, read by this thread alone. Blocked
+	 * before any thread starts, since threads inherit the mask: one that
+	 * did not block SIGTERM would take it and end the process uncleanly. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	char db[PATH_MAX + 16], vms[PATH_MAX + 8], err[512];
 	snprintf(vms, sizeof(vms), "%s/vms", o.state_dir);
@@ -73,6 +81,9 @@ int main(int argc, char **argv)
 		.store = store, .sbx = mgr, .guest_dir = o.guest_dir,
 		.max_json_bytes = (size_t)o.max_json, .max_file_bytes = (uint64_t)o.max_file,
 		.max_output_bytes = (size_t)o.max_output,
+		.conn_timeout_s = (unsigned)o.conn_timeout_s,
+		.max_conns_per_ip = (unsigned)o.max_conns_per_ip,
+		.answer_ms = (int)(o.answer_timeout_s > 3600 ? 3600000 : o.answer_timeout_s * 1000),
 	};
 	int no_sock = !strcmp(o.socket, "none"), no_tcp = !strcmp(o.listen, "none");
 	if (!no_sock) {
@@ -80,12 +91,6 @@ int main(int argc, char **argv)
 		snprintf(dir, sizeof(dir), "%s", o.socket);
 		fs_mkdir_p(dirname(dir), 0700, (uid_t)-1, (gid_t)-1);
 	}
-	/* Signals become a descriptor, read by this thread alone. */
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	struct http *http;
 	if (http_start(&api, no_tcp ? NULL : o.listen, no_sock ? NULL : o.socket, &http, err,
 		       sizeof(err)) < 0) {

@@ -21,7 +21,13 @@ struct op {
 	uint32_t id;
 	agentc_cb cb;
 	void *arg;
+	int manual;       /* the owner returns credit itself */
+	uint32_t unacked; /* auto credit: consumed, not yet returned */
 };
+
+/* Auto credit returns consumed output in steps well under the smallest
+ * window, so no window stalls for want of a return. */
+#define AUTO_CREDIT_STEP (PROTO_MIN_WINDOW / 2)
 
 struct agentc {
 	int fd;
@@ -34,6 +40,8 @@ struct agentc {
 	void *notice_arg;
 	char version[64];
 	uint64_t boot_ns, ready_ns;
+	int hello_done, hello_err; /* P_HELLO answered: 0 ok, else errno */
+	char hello_msg[256];
 	int dead;
 };
 
@@ -87,6 +95,11 @@ static void dispatch(struct agentc *c, const struct proto_frame *f)
 		return; /* a late frame for a cancelled operation */
 	agentc_cb cb = o->cb;
 	void *arg = o->arg;
+	if (!o->manual && (f->type == P_STDOUT || f->type == P_STDERR || f->type == P_DATA)) {
+		o->unacked += proto_cost(f->len);
+		if (o->unacked >= AUTO_CREDIT_STEP && agentc_credit(c, o->id, o->unacked) == 0)
+			o->unacked = 0;
+	}
 	/* Remove before calling: the callback may start new operations. */
 	if (is_terminal(f->type))
 		remove_op(c, o);
@@ -105,9 +118,14 @@ static int flush_out(struct agentc *c)
 	return 0;
 }
 
+/* Reads at most READ_TURN bytes per call: a guest that floods the channel
+ * must not keep its owner (and the owner's lock) here. The descriptor stays
+ * readable; the next poll comes back for the rest. */
+#define READ_TURN (16 * 64 * 1024)
+
 static int read_in(struct agentc *c)
 {
-	for (;;) {
+	for (size_t turn = 0; turn < READ_TURN; turn += 64 * 1024) {
 		int r = pbuf_reserve(&c->in, 64 * 1024);
 		if (r < 0)
 			return r;
@@ -128,6 +146,7 @@ static int read_in(struct agentc *c)
 		if (used < 0)
 			return (int)used;
 	}
+	return 0;
 }
 
 int agentc_io(struct agentc *c, short revents)
@@ -218,6 +237,37 @@ int agentc_data(struct agentc *c, uint32_t id, uint16_t flags, const void *p, si
 	return 0;
 }
 
+void agentc_manual_credit(struct agentc *c, uint32_t id)
+{
+	struct op *o = find_op(c, id);
+	if (o)
+		o->manual = 1;
+}
+
+void agentc_forget(struct agentc *c, uint32_t id)
+{
+	struct op *o = find_op(c, id);
+	if (o)
+		remove_op(c, o);
+}
+
+int agentc_credit(struct agentc *c, uint32_t id, uint32_t n)
+{
+	int r = proto_begin(&c->out, P_CREDIT, 0, id);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_CREDIT, n);
+	if (r == 0)
+		r = proto_end(&c->out);
+	if (r < 0)
+		proto_abort(&c->out);
+	return r;
+}
+
+int agentc_ready(const struct agentc *c)
+{
+	return !c->dead && c->hello_done && c->hello_err == 0;
+}
+
 void agentc_on_notice(struct agentc *c, agentc_cb cb, void *arg)
 {
 	c->notice_cb = cb;
@@ -252,36 +302,35 @@ int agentc_wait(struct agentc *c, const int *done, int timeout_ms)
 	return 0;
 }
 
-struct hello {
-	struct agentc *c;
-	int done, err;
-	char msg[256];
-};
-
+/* The answer to P_HELLO: the agent's version and boot times, or why not.
+ * A wrong protocol version kills the connection. */
 static void hello_cb(void *arg, const struct proto_frame *f)
 {
-	struct hello *h = arg;
+	struct agentc *c = arg;
 	uint32_t v = 0, e = EPROTO;
-	h->done = 1;
+	c->hello_done = 1;
 	if (f->type != P_OK || proto_check_attrs(f) < 0) {
 		proto_get_u32(f, A_ERRNO, &e);
-		h->err = (int)e;
-		proto_get_str(f, A_MESSAGE, h->msg, sizeof(h->msg));
+		c->hello_err = e ? (int)e : EPROTO;
+		if (proto_get_str(f, A_MESSAGE, c->hello_msg, sizeof(c->hello_msg)) < 0)
+			snprintf(c->hello_msg, sizeof(c->hello_msg), "%s", strerror(c->hello_err));
 		return;
 	}
 	if (proto_get_u32(f, A_VERSION, &v) < 0 || v != PROTO_VERSION) {
-		h->err = EPROTONOSUPPORT;
-		snprintf(h->msg, sizeof(h->msg), "agent speaks protocol %u, not %u", v, PROTO_VERSION);
+		c->hello_err = EPROTONOSUPPORT;
+		snprintf(c->hello_msg, sizeof(c->hello_msg), "agent speaks protocol %u, not %u", v,
+			 PROTO_VERSION);
+		c->dead = 1;
 		return;
 	}
-	proto_get_str(f, A_AGENT, h->c->version, sizeof(h->c->version));
-	proto_get_u64(f, A_BOOT_NS, &h->c->boot_ns);
-	proto_get_u64(f, A_READY_NS, &h->c->ready_ns);
+	proto_get_str(f, A_AGENT, c->version, sizeof(c->version));
+	proto_get_u64(f, A_BOOT_NS, &c->boot_ns);
+	proto_get_u64(f, A_READY_NS, &c->ready_ns);
+	c->hello_err = 0;
 }
 
-int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *err, size_t errlen)
+int agentc_open(const char *path, int timeout_ms, struct agentc **out, char *err, size_t errlen)
 {
-	int64_t deadline = clock_ms() + timeout_ms;
 	struct agentc *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -293,21 +342,18 @@ int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *
 	}
 	c->fd = r;
 	int fl = 1;
+	struct pbuf *b = NULL;
 	if (ioctl(c->fd, FIONBIO, &fl) < 0) {
 		r = -errno;
+		snprintf(err, errlen, "cannot make the agent socket non-blocking: %s", strerror(-r));
 		goto fail;
 	}
-	struct hello h = { .c = c };
-	struct pbuf *b = agentc_begin(c, P_HELLO, hello_cb, &h, NULL);
+	/* Queued, not awaited: the agent answers frames in order, so requests
+	 * queued behind it wait for the session without us blocking. */
+	b = agentc_begin(c, P_HELLO, hello_cb, c, NULL);
 	if (!b || proto_put_u32(b, A_VERSION, PROTO_VERSION) < 0 || agentc_end(c) < 0) {
 		r = -ENOMEM;
-		goto fail;
-	}
-	r = agentc_wait(c, &h.done, (int)(deadline - clock_ms()));
-	if (r == 0 && h.err)
-		r = -h.err;
-	if (r < 0) {
-		snprintf(err, errlen, "agent did not answer: %s", h.msg[0] ? h.msg : strerror(-r));
+		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
 	*out = c;
@@ -315,6 +361,26 @@ int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *
 fail:
 	agentc_close(c);
 	return r;
+}
+
+int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *err, size_t errlen)
+{
+	int64_t deadline = clock_ms() + timeout_ms;
+	struct agentc *c;
+	int r = agentc_open(path, timeout_ms, &c, err, errlen);
+	if (r < 0)
+		return r;
+	r = agentc_wait(c, &c->hello_done, (int)(deadline - clock_ms()));
+	if (r == 0 && c->hello_err)
+		r = -c->hello_err;
+	if (r < 0) {
+		snprintf(err, errlen, "agent did not answer: %s",
+			 c->hello_msg[0] ? c->hello_msg : strerror(-r));
+		agentc_close(c);
+		return r;
+	}
+	*out = c;
+	return 0;
 }
 
 void agentc_close(struct agentc *c)
@@ -328,4 +394,19 @@ void agentc_close(struct agentc *c)
 	pbuf_release(&c->out);
 	free(c->ops);
 	free(c);
+}
+
+/* Without the P_HELLO handshake: for tests and fuzzers that play the agent
+ * on the other end of a socketpair. Self-contained on purpose (agentc_new
+ * only touches the struct and its own arguments). */
+int agentc_new(int fd, struct agentc **out)
+{
+	if (fd < 0)
+		return -EBADF;
+	struct agentc *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = fd;
+	*out = c;
+	return 0;
 }

@@ -23,6 +23,11 @@ typedef void (*agentc_cb)(void *arg, const struct proto_frame *f);
  * P_HELLO and waits for the answer: the agent is then ready. 0 or -errno
  * (-ETIMEDOUT when nothing answered in time), with a reason in err. */
 int agentc_connect(const char *path, int timeout_ms, struct agentc **out, char *err, size_t errlen);
+/* The same without waiting for the answer: P_HELLO is queued first, so
+ * requests begun now follow it; agentc_ready tells when it was answered
+ * well. A wrong protocol version ends the connection. */
+int agentc_open(const char *path, int timeout_ms, struct agentc **out, char *err, size_t errlen);
+int agentc_ready(const struct agentc *c);
 /* Closes the connection; pending operations get P_ERROR ECONNRESET first.
  * The agent keeps their processes running. */
 void agentc_close(struct agentc *c);
@@ -30,8 +35,9 @@ void agentc_close(struct agentc *c);
 int agentc_fd(const struct agentc *c);
 /* POLLIN, plus POLLOUT while frames wait to be sent. */
 short agentc_events(const struct agentc *c);
-/* Reads and writes what it can and dispatches frames. 0, or -errno once the
- * connection is lost (every pending operation has been told). */
+/* Reads (a bounded turn) and writes what it can and dispatches frames. 0,
+ * or -errno once the connection is lost (every pending operation has been
+ * told). */
 int agentc_io(struct agentc *c, short revents);
 
 /* Starts a request: returns the buffer to put attributes into (after the
@@ -45,6 +51,15 @@ int agentc_end(struct agentc *c);
 void agentc_abort(struct agentc *c);
 /* Queues raw bytes (stdin, file content) for operation id. */
 int agentc_data(struct agentc *c, uint32_t id, uint16_t flags, const void *p, size_t n);
+/* Credit windows: by default an operation's output is credited back as its
+ * callback takes it, fine for owners that consume at once. An owner that
+ * queues output for a slower reader takes the returns over with
+ * agentc_manual_credit and sends P_CREDIT itself with agentc_credit. */
+void agentc_manual_credit(struct agentc *c, uint32_t id);
+int agentc_credit(struct agentc *c, uint32_t id, uint32_t n);
+/* Forgets operation id without calling its callback again: its late frames
+ * are dropped. For an owner that ended the operation itself. */
+void agentc_forget(struct agentc *c, uint32_t id);
 /* Bytes queued but not yet written: writers of big streams wait while this
  * is high so memory stays bounded. */
 size_t agentc_queued(const struct agentc *c);
@@ -61,5 +76,11 @@ void agentc_boot_times(const struct agentc *c, uint64_t *start_ns, uint64_t *rea
 /* Pumps only this connection until *done becomes non-zero: 0, -ETIMEDOUT or
  * the connection's error. For simple callers; the VM runner has its own. */
 int agentc_wait(struct agentc *c, const int *done, int timeout_ms);
+
+/* An agent connection over fd, a connected, non-blocking stream socket,
+ * without the P_HELLO handshake (tests and fuzzers that play the agent):
+ * version and boot times stay empty. 0 with *out set, the connection then
+ * owns fd (agentc_close closes it); -EBADF or -ENOMEM, fd left open. */
+int agentc_new(int fd, struct agentc **out);
 
 #endif

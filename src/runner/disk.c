@@ -72,18 +72,39 @@ static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size
 		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(-r));
 		return r;
 	}
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", base, (int)getpid());
+	/* A name of its own per creator: two threads of one daemon making the
+	 * same base at once must not mkfs one file together. */
+	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", base);
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot create a file in '%s': %s", dir, strerror(-r));
+		return r;
+	}
 	snprintf(size, sizeof(size), "%um", size_mb);
 	/* Lazy init keeps the base sparse: a 10 GiB layer costs a few MB. The
 	 * root of the new filesystem is owned by nobody in particular; the
 	 * agent makes upper/ and work/ inside it at first boot. */
 	char *argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "scratch",
 			 "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp, size, NULL };
-	r = disk_run(argv, err, errlen);
-	if (r == 0 && rename(tmp, base) < 0)
+	int mkfs_failed = 0;
+	r = ftruncate(fd, (off_t)size_mb << 20) < 0 ? -errno : 0;
+	if (r == 0 && (r = disk_run(argv, err, errlen)) < 0)
+		mkfs_failed = 1; /* err says why */
+	/* On disk before it is cached: a crash must not leave a torn base
+	 * that every later sandbox would mount. */
+	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
-	if (r < 0)
+	close(fd);
+	/* The first complete base wins; a later one is thrown away. */
+	int renamed = 0;
+	if (r == 0 && !(renamed = renameat2(AT_FDCWD, tmp, AT_FDCWD, base, RENAME_NOREPLACE) == 0) &&
+	    errno != EEXIST)
+		r = -errno;
+	if (!renamed)
 		unlink(tmp);
+	if (r < 0 && !mkfs_failed)
+		snprintf(err, errlen, "cannot make '%s': %s", base, strerror(-r));
 	return r;
 }
 

@@ -5,11 +5,13 @@
 #include "runner/qemu.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int qemu_accel_parse(const char *s, enum qemu_accel *out)
@@ -101,6 +103,28 @@ static int safe_path(const char *p)
 	return p && *p && !strchr(p, ',');
 }
 
+unsigned qemu_host_tsc_khz(void)
+{
+#if defined(__x86_64__)
+	static unsigned khz; /* benign race: two callers measure alike */
+	if (khz)
+		return khz;
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+	uint64_t t0 = __builtin_ia32_rdtsc();
+	struct timespec pause = { .tv_nsec = 20 * 1000000 };
+	nanosleep(&pause, NULL);
+	uint64_t t1 = __builtin_ia32_rdtsc();
+	clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+	double us = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
+	if (us > 0)
+		khz = (unsigned)((double)(t1 - t0) * 1000.0 / us + 0.5);
+	return khz;
+#else
+	return 0;
+#endif
+}
+
 int qemu_argv(const struct qemu_config *c, char ***out)
 {
 	if (!c->binary || !safe_path(c->kernel) || !safe_path(c->initrd) ||
@@ -154,9 +178,12 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	add(&b, "-append");
 	/* reboot=t: without ACPI or a keyboard controller the only reset that
 	 * reaches QEMU is a triple fault; the default methods spin forever. */
+	char tsc[64] = "";
+	if (c->accel == QEMU_ACCEL_TCG && c->tsc_khz)
+		snprintf(tsc, sizeof(tsc), " tsc_early_khz=%u tsc=reliable", c->tsc_khz);
 	add(&b, "console=ttyS0 quiet panic=-1 reboot=t rdinit=/init 8250.nr_uarts=1 "
-		"cryptomgr.notests random.trust_cpu=on cpuos.hostname=%s%s%s",
-	    c->hostname ? c->hostname : "cpuos", c->extra_append ? " " : "",
+		"cryptomgr.notests random.trust_cpu=on cpuos.hostname=%s%s%s%s",
+	    c->hostname ? c->hostname : "cpuos", tsc, c->extra_append ? " " : "",
 	    c->extra_append ? c->extra_append : "");
 
 	/* Control and console sockets: QEMU listens, the runner connects and

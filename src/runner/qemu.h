@@ -20,6 +20,7 @@ struct qemu_config {
 	const char *run_dir;  /* holds qmp.sock, agent.sock, console.sock */
 	const char *hostname;
 	const char *extra_append; /* appended to the kernel command line, or NULL */
+	unsigned tsc_khz;     /* TCG: the host's TSC rate for the guest, 0 = let it calibrate */
 	const char *const *extra_args; /* NULL-terminated, appended as they are */
 };
 
@@ -32,6 +33,12 @@ const char *qemu_accel_name(enum qemu_accel a);
  * A paravirtual /dev/kvm (kvm_pvm) cannot run a normal guest kernel, so it
  * does not count. */
 enum qemu_accel qemu_accel_probe(void);
+
+/* The host's TSC rate in kHz, measured once (0 when it cannot be). Under
+ * TCG the guest reads the host's TSC, but without ACPI it cannot calibrate
+ * it and falls back to jiffies, which run slow on a busy host: timeouts in
+ * the guest then run late. */
+unsigned qemu_host_tsc_khz(void);
 
 /* Builds the argv (NULL-terminated, malloc'd strings in a malloc'd array;
  * free with qemu_argv_free). 0 or -errno (-EINVAL for a bad config). */

@@ -29,6 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BACKOFF_MIN_MS 50   /* first reconnect of a lost agent connection */
+#define BACKOFF_MAX_MS 5000 /* doubling up to this */
+
 struct vm {
 	char run_dir[256];
 	pid_t pid;
@@ -37,6 +40,11 @@ struct vm {
 	struct console con;
 	enum vm_state state;
 	int stopping;  /* the host asked it to stop */
+	/* A lost agent connection is made anew, with a backoff: a guest that
+	 * breaks it on purpose costs us a connect now and then, no more. */
+	int64_t reconnect_at; /* when to try; INT64_MAX: never */
+	int backoff_ms;
+	unsigned reconnects;
 	int notice;    /* PN_POWEROFF / PN_REBOOT seen */
 	char reason[256];
 	struct vm_timings t;
@@ -218,6 +226,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	if (!vm)
 		return -ENOMEM;
 	vm->con.fd = vm->con.log = -1;
+	vm->backoff_ms = BACKOFF_MIN_MS;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", cfg->run_dir);
 	char **argv = NULL;
 	char path[300], scratch[300];
@@ -244,6 +253,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.run_dir = vm->run_dir,
 		.hostname = cfg->hostname,
 		.extra_append = cfg->extra_append,
+		.tsc_khz = qemu_host_tsc_khz(),
 		.extra_args = cfg->extra_args,
 	};
 	r = qemu_argv(&qc, &argv);
@@ -310,17 +320,48 @@ fail:
 	return r;
 }
 
-int vm_pollfds(struct vm *vm, struct pollfd *fds, int read_agent)
+static void lose_agent(struct vm *vm)
+{
+	agentc_close(vm->agent);
+	vm->agent = NULL;
+	vm->reconnect_at = clock_ms() + vm->backoff_ms;
+	vm->backoff_ms = vm->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : vm->backoff_ms * 2;
+}
+
+static void try_reconnect(struct vm *vm)
+{
+	char path[300], err[256];
+	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
+	/* One try, no wait: QEMU's socket accepts at once or not at all. */
+	if (agentc_open(path, 0, &vm->agent, err, sizeof(err)) < 0) {
+		vm->agent = NULL;
+		lose_agent(vm);
+		return;
+	}
+	agentc_on_notice(vm->agent, notice_cb, vm);
+	vm->reconnects++;
+}
+
+int vm_timeout(const struct vm *vm)
+{
+	if (vm->state != VM_RUNNING || vm->agent || vm->reconnect_at == INT64_MAX)
+		return -1;
+	int64_t left = vm->reconnect_at - clock_ms();
+	return left <= 0 ? 0 : (int)left;
+}
+
+unsigned vm_reconnects(const struct vm *vm)
+{
+	return vm->reconnects;
+}
+
+int vm_pollfds(struct vm *vm, struct pollfd *fds)
 {
 	int n = 0;
 	if (vm->state != VM_RUNNING)
 		return 0;
-	if (vm->agent) {
-		short ev = agentc_events(vm->agent);
-		if (!read_agent)
-			ev &= (short)~POLLIN;
-		fds[n++] = (struct pollfd){ .fd = agentc_fd(vm->agent), .events = ev };
-	}
+	if (vm->agent)
+		fds[n++] = (struct pollfd){ .fd = agentc_fd(vm->agent), .events = agentc_events(vm->agent) };
 	if (vm->qmp)
 		fds[n++] = (struct pollfd){ .fd = qmp_fd(vm->qmp), .events = POLLIN };
 	if (vm->con.fd >= 0)
@@ -341,16 +382,34 @@ int vm_handle(struct vm *vm, const struct pollfd *fds, int n)
 		} else if (vm->qmp && fds[i].fd == qmp_fd(vm->qmp)) {
 			gone |= qmp_poll_events(vm->qmp) == -EPIPE;
 		} else if (vm->agent && fds[i].fd == agentc_fd(vm->agent)) {
-			if (agentc_io(vm->agent, fds[i].revents) < 0) {
-				agentc_close(vm->agent);
-				vm->agent = NULL;
-				gone = 1;
-			}
+			if (agentc_io(vm->agent, fds[i].revents) < 0)
+				lose_agent(vm);
+			else if (agentc_ready(vm->agent))
+				vm->backoff_ms = BACKOFF_MIN_MS;
 		}
 	}
-	if (gone && reap(vm, 3000))
+	/* QEMU is going (or gone): the caller settles how with vm_wait. */
+	if (gone || reap(vm, 0))
 		return -ESHUTDOWN;
+	if (!vm->agent && clock_ms() >= vm->reconnect_at)
+		try_reconnect(vm);
 	return 0;
+}
+
+int vm_wait(struct vm *vm, int timeout_ms)
+{
+	if (vm->state != VM_RUNNING && vm->state != VM_BOOTING)
+		return 1;
+	if (reap(vm, timeout_ms))
+		return 1;
+	return 0;
+}
+
+void vm_drop_agent(struct vm *vm)
+{
+	agentc_close(vm->agent);
+	vm->agent = NULL;
+	vm->reconnect_at = INT64_MAX;
 }
 
 int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen)
@@ -363,6 +422,7 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 	if (!vm)
 		return -ENOMEM;
 	vm->con.fd = vm->con.log = -1;
+	vm->backoff_ms = BACKOFF_MIN_MS;
 	vm->pid = pid;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
 	char path[300];
@@ -390,11 +450,18 @@ int vm_pump(struct vm *vm, int timeout_ms)
 	if (vm->state != VM_RUNNING)
 		return -ESHUTDOWN;
 	struct pollfd p[VM_MAX_FDS];
-	int n = vm_pollfds(vm, p, 1);
-	int r = poll(p, (nfds_t)n, timeout_ms);
+	int n = vm_pollfds(vm, p);
+	int t = vm_timeout(vm);
+	int r = poll(p, (nfds_t)n, t >= 0 && (t < timeout_ms || timeout_ms < 0) ? t : timeout_ms);
 	if (r < 0)
 		return errno == EINTR ? 0 : -errno;
-	return vm_handle(vm, p, n);
+	r = vm_handle(vm, p, n);
+	if (r == -ESHUTDOWN && !vm_wait(vm, 3000)) {
+		/* Its QMP socket closed, yet it runs: not a VM we can drive. */
+		kill(vm->pid, SIGKILL);
+		reap(vm, 5000);
+	}
+	return r;
 }
 
 int vm_run(struct vm *vm, const int *done, int timeout_ms)

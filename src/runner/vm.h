@@ -64,17 +64,29 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen);
 
 /* One round of the poll loop over QMP, console and agent, waiting at most
- * timeout_ms. 0, or -ESHUTDOWN once the VM has ended. */
+ * timeout_ms. 0, or -ESHUTDOWN once the VM has ended (its end state settled:
+ * this may wait for QEMU to exit). */
 int vm_pump(struct vm *vm, int timeout_ms);
 
-/* The same loop split for owners that poll more descriptors themselves:
- * vm_pollfds fills at most VM_MAX_FDS entries (without POLLIN on the agent
- * when read_agent is 0: backpressure) and returns how many; vm_handle acts
- * on their revents: 0, or -ESHUTDOWN once the VM has ended. */
+/* The same loop split for owners that poll more descriptors themselves and
+ * must not block: vm_pollfds fills at most VM_MAX_FDS entries and returns
+ * how many; vm_timeout is how long the poll may sleep (-1: no limit; a lost
+ * agent connection is retried with a backoff up to 5 s); vm_handle acts on
+ * the revents and never waits: 0, or -ESHUTDOWN once QEMU is going, after
+ * which vm_wait settles the end state. */
 #define VM_MAX_FDS 3
 struct pollfd;
-int vm_pollfds(struct vm *vm, struct pollfd *fds, int read_agent);
+int vm_pollfds(struct vm *vm, struct pollfd *fds);
+int vm_timeout(const struct vm *vm);
 int vm_handle(struct vm *vm, const struct pollfd *fds, int n);
+/* Waits up to timeout_ms for QEMU to exit and settles the end state: 1 when
+ * it ended, 0 when it still runs. */
+int vm_wait(struct vm *vm, int timeout_ms);
+/* Closes the agent connection for good (pending operations end with
+ * ECONNRESET first): for an owner about to stop the VM. */
+void vm_drop_agent(struct vm *vm);
+/* How many times a lost agent connection was made anew. */
+unsigned vm_reconnects(const struct vm *vm);
 /* Pumps until *done, the VM ends (-ESHUTDOWN) or timeout_ms (-ETIMEDOUT). */
 int vm_run(struct vm *vm, const int *done, int timeout_ms);
 

@@ -746,6 +746,117 @@ out:
 	cl_close(&c);
 }
 
+/* Sends an exec of shell with the given window (0: none) and stdin. */
+static int send_exec_window(struct client *c, uint32_t id, const char *shell, uint32_t window,
+			    int want_stdin)
+{
+	struct pbuf b = {0};
+	int r = proto_begin(&b, P_EXEC, 0, id);
+	r = r ? r : proto_put_str(&b, A_SHELL, shell);
+	if (window)
+		r = r ? r : proto_put_u32(&b, A_WINDOW, window);
+	if (want_stdin)
+		r = r ? r : proto_put_u32(&b, A_STDIN, 1);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r;
+}
+
+static int send_credit(struct client *c, uint32_t id, uint32_t n)
+{
+	struct pbuf b = {0};
+	int r = proto_begin(&b, P_CREDIT, 0, id);
+	r = r ? r : proto_put_u32(&b, A_CREDIT, n);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r;
+}
+
+/* Output bytes of operation id until nothing came for a short while (or its
+ * end: *ended). */
+static uint64_t drain_output(struct client *c, uint32_t id, int *ended)
+{
+	struct timeval shortwait = {.tv_usec = 400000}, normal = {.tv_sec = IO_TIMEOUT_S};
+	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &shortwait, sizeof(shortwait));
+	uint64_t n = 0;
+	struct proto_frame f;
+	while (!*ended && cl_recv(c, &f) == 1) {
+		if (f.id == id && f.type == P_STDOUT)
+			n += f.len;
+		if (f.id == id && terminal(f.type))
+			*ended = f.type;
+	}
+	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &normal, sizeof(normal));
+	return n;
+}
+
+/* The output window: without credit the agent stops at the window (plus at
+ * most one chunk), other operations still answer, and credit brings the
+ * rest. */
+static void test_output_window(void)
+{
+	enum { WINDOW = 64 * 1024, TOTAL = 3000000 };
+	struct client c;
+	if (!cl_ready(&c))
+		goto out;
+	uint32_t id = next_id++;
+	CHECK(send_exec_window(&c, id, "head -c 3000000 /dev/zero", WINDOW, 0) == 0);
+	int ended = 0;
+	uint64_t got = drain_output(&c, id, &ended);
+	if (!CHECK(!ended && got >= WINDOW / 2 && got <= WINDOW + PROTO_DATA_CHUNK))
+		t_note("got %llu bytes before any credit (window %d), ended %d",
+		       (unsigned long long)got, WINDOW, ended);
+	CHECK(cl_ping(&c)); /* the channel is not stalled, only the operation */
+	CHECK(send_credit(&c, id, 256 * 1024) == 0);
+	uint64_t more = drain_output(&c, id, &ended);
+	if (!CHECK(!ended && more > 0 && got + more <= WINDOW + 256 * 1024 + PROTO_DATA_CHUNK))
+		t_note("got %llu more after 256 KiB of credit", (unsigned long long)more);
+	CHECK(send_credit(&c, id, 8u << 20) == 0);
+	uint64_t rest = drain_output(&c, id, &ended);
+	for (int i = 0; i < 20 && !ended; i++)
+		rest += drain_output(&c, id, &ended);
+	CHECK(ended == P_EXIT);
+	if (!CHECK(got + more + rest == TOTAL))
+		t_note("got %llu bytes in all", (unsigned long long)(got + more + rest));
+out:
+	cl_close(&c);
+}
+
+/* The input window: the agent credits stdin bytes back as the process takes
+ * them. */
+static void test_input_credit(void)
+{
+	enum { TOTAL = 4 * 64 * 1024 };
+	struct client c;
+	if (!cl_ready(&c))
+		goto out;
+	uint32_t id = next_id++;
+	CHECK(send_exec_window(&c, id, "wc -c", 0, 1) == 0);
+	static uint8_t chunk[64 * 1024];
+	struct pbuf b = {0};
+	for (int i = 0; i < TOTAL / (int)sizeof(chunk); i++)
+		CHECK(proto_raw(&b, P_DATA, 0, id, chunk, sizeof(chunk)) == 0 && cl_send_buf(&c, &b) == 0);
+	uint64_t credited = 0;
+	struct proto_frame f;
+	while (credited < TOTAL && cl_recv(&c, &f) == 1)
+		if (f.id == id && f.type == P_CREDIT)
+			credited += attr_u32(&f, A_CREDIT);
+	if (!CHECK(credited == TOTAL))
+		t_note("credited %llu of %d bytes", (unsigned long long)credited, TOTAL);
+	CHECK(proto_raw(&b, P_DATA, PF_EOF, id, "", 0) == 0 && cl_send_buf(&c, &b) == 0);
+	pbuf_release(&b);
+	int t;
+	char out[32] = "";
+	while ((t = cl_recv(&c, &f)) == 1 && !(f.id == id && terminal(f.type)))
+		if (f.id == id && f.type == P_STDOUT && f.len < sizeof(out))
+			memcpy(out, f.payload, f.len);
+	CHECK(t == 1 && f.type == P_EXIT && atoi(out) == TOTAL);
+out:
+	cl_close(&c);
+}
+
 static void test_poweroff(void)
 {
 	struct client c;
@@ -795,6 +906,8 @@ int main(int argc, char **argv)
 	    {"agent_random_garbage", test_random_garbage},
 	    {"agent_process_outlives_connection", test_process_outlives_connection},
 	    {"agent_operation_cap", test_operation_cap},
+	    {"agent_output_window", test_output_window},
+	    {"agent_input_credit", test_input_credit},
 	    {"agent_poweroff_exits_0", test_poweroff},
 	    {0, 0},
 	};

@@ -3,6 +3,7 @@
  * and template images, driven through the runner and the agent protocol.
  * Slow under TCG (a python import takes seconds); each case says why.
  */
+#include "common/clock.h"
 #include "runner/agentc.h"
 #include "tests/lib/vmtest.h"
 #include "tests/lib/tap.h"
@@ -158,6 +159,220 @@ static void test_timeout_kills_tree(void)
 	if (!out_is(&r, "0\n"))
 		t_note("sleeps left: %.*s", (int)r.out.len, r.out.data);
 	vt_result_free(&r);
+}
+
+/* --- hostile commands: the limits of docs/agent-protocol.md --- */
+
+static struct vm *hostile; /* 1 vCPU, 512 MiB: the daemon's default sandbox */
+
+static struct vm *hostile_vm(void)
+{
+	if (!hostile)
+		hostile = vt_boot("base", 1, 512, NULL);
+	return hostile;
+}
+
+/* A sandbox that no longer answers is not reused by the next case. */
+static void hostile_drop(void)
+{
+	if (!hostile)
+		return;
+	t_note("console: %.2000s", vm_console_tail(hostile));
+	vm_free(hostile, 0);
+	hostile = NULL;
+}
+
+/* Waits up to timeout_ms for the exec behind r: 0 or -errno. One that did
+ * not finish takes the VM along at once, while r still lives: its pending
+ * callback points at r. */
+static int hostile_wait(struct result *r, int timeout_ms)
+{
+	int e = hostile ? vm_run(hostile, &r->done, timeout_ms) : -ENOTCONN;
+	if (e == 0 && r->done)
+		return 0;
+	hostile_drop();
+	return e < 0 ? e : -ETIMEDOUT;
+}
+
+static int hostile_exec(const struct cmd *c, struct result *r, int timeout_ms)
+{
+	memset(r, 0, sizeof(*r));
+	int e = hostile ? vt_exec_start(hostile, c, r) : -ENOTCONN;
+	return e < 0 ? e : hostile_wait(r, timeout_ms);
+}
+
+/* Checks that the sandbox answers `echo ok` within limit_ms: 0 when it did. */
+static int answers_ok(int limit_ms, const char *when)
+{
+	struct result r;
+	int64_t t0 = clock_ms();
+	int e = hostile_exec(&(struct cmd){ .shell = "echo ok" }, &r, 30000);
+	int64_t ms = clock_ms() - t0;
+	t_note("echo ok %s: %lld ms", when, (long long)ms);
+	int ok = CHECK(e == 0 && out_is(&r, "ok\n")) && CHECK(ms <= limit_ms);
+	vt_result_free(&r);
+	return ok ? 0 : -1;
+}
+
+/* Counts the processes named name in the guest (pgrep, not through sh). */
+static int count_procs(const char *name)
+{
+	const char *const argv[] = { "pgrep", "-c", "-x", name, NULL };
+	struct result r;
+	int n = -1;
+	if (hostile_exec(&(struct cmd){ .argv = argv }, &r, 30000) == 0 && r.out.len > 0 &&
+	    r.out.len < 16) {
+		char buf[16];
+		memcpy(buf, r.out.data, r.out.len);
+		buf[r.out.len] = '\0';
+		n = atoi(buf);
+	}
+	vt_result_free(&r);
+	return n;
+}
+
+/* Notes what runs in the guest, by state, name and cgroup (after a failure). */
+static void show_procs(void)
+{
+	struct result r;
+	struct cmd c = { .shell = "ps -e -o stat=,comm=,cgroup= | sort | uniq -c | sort -rn | "
+				  "head -20" };
+	if (hostile_exec(&c, &r, 30000) == 0)
+		t_note("processes:\n%.*s", (int)r.out.len, r.out.data);
+	vt_result_free(&r);
+}
+
+/* Waits up to limit_ms for no process named name to be left, noting how
+ * long it took; shows what is left otherwise. */
+static void check_gone(const char *name, int limit_ms)
+{
+	int64_t t0 = clock_ms();
+	int n;
+	while ((n = count_procs(name)) != 0 && hostile && clock_ms() - t0 < limit_ms)
+		vm_pump(hostile, 200);
+	t_note("%d '%s' left after %lld ms", n, name, (long long)(clock_ms() - t0));
+	if (!CHECK(n == 0) && hostile)
+		show_procs();
+}
+
+/* Runs shell with a timeout of timeout_ms and checks how it ends: with
+ * the timeout (want_signal 0) or killed by want_signal before it, within
+ * timeout_ms + 2 s of wall time either way; then that `echo ok` answers. */
+static void hostile_case(const char *shell, uint64_t timeout_ms, int want_signal)
+{
+	if (!CHECK(hostile_vm()))
+		return;
+	struct result r;
+	struct cmd c = { .shell = shell, .timeout_ms = timeout_ms };
+	int64_t t0 = clock_ms();
+	int e = hostile_exec(&c, &r, (int)timeout_ms + 30000);
+	int64_t ms = clock_ms() - t0;
+	t_note("ended after %lld ms (timeout %llu ms): timed_out %d, signal %d, exit %d, error %d, "
+	       "%zu bytes of stderr",
+	       (long long)ms, (unsigned long long)timeout_ms, r.timed_out, r.signal, r.exit_code,
+	       r.error, r.err.len);
+	CHECK(e == 0);
+	if (want_signal)
+		CHECK(r.signal == want_signal && !r.timed_out);
+	else
+		CHECK(r.timed_out == 1 && r.signal == SIGKILL);
+	CHECK(ms <= (int64_t)timeout_ms + 2000);
+	vt_result_free(&r);
+	if (hostile)
+		answers_ok(3000, "right after");
+}
+
+static void test_fork_bomb_timeout(void)
+{
+	/* The leader stays (exec, no fork needed) while the bomb grows. */
+	hostile_case("bomb() { bomb | bomb & }; bomb; exec sleep 600", 5000, 0);
+	/* Its thousand processes take a while to die (TCG), but all do. */
+	if (hostile)
+		check_gone("sh", 10000);
+}
+
+/* The user's report: the leader returns at once and leaves the bomb behind
+ * holding its pipes. The exec answers; the timeout still takes the tree. */
+static void test_fork_bomb_leftovers(void)
+{
+	if (!CHECK(hostile_vm()))
+		return;
+	struct result r;
+	struct cmd c = { .shell = "bomb() { bomb | bomb & }; bomb", .timeout_ms = 5000 };
+	int64_t t0 = clock_ms();
+	int e = hostile_exec(&c, &r, 35000);
+	int64_t ms = clock_ms() - t0;
+	t_note("ended after %lld ms: timed_out %d, signal %d, exit %d", (long long)ms, r.timed_out,
+	       r.signal, r.exit_code);
+	CHECK(e == 0 && ms <= 7000);
+	vt_result_free(&r);
+	if (hostile)
+		answers_ok(3000, "while the bomb runs");
+	if (!hostile)
+		return;
+	/* Past the deadline nothing of the bomb is left: it is killed then
+	 * (its thousand processes take a while to die under TCG). */
+	while (hostile && clock_ms() - t0 < 5000)
+		vm_pump(hostile, 100);
+	check_gone("sh", 10000);
+	if (hostile)
+		answers_ok(3000, "after the timeout");
+}
+
+static void test_cpu_hog_timeout(void)
+{
+	if (!CHECK(hostile_vm()))
+		return;
+	/* 32 spinning subshells and a spinning leader: the agent's share of
+	 * the single vCPU is what makes it see the deadline and serve. */
+	struct result hog;
+	struct cmd c = { .shell = "i=0; while [ $i -lt 32 ]; do (while :; do :; done) & "
+				  "i=$((i+1)); done; while :; do :; done",
+			 .timeout_ms = 6000 };
+	int64_t t0 = clock_ms();
+	CHECK(vt_exec_start(hostile, &c, &hog) == 0);
+	while (clock_ms() - t0 < 2000 && !hog.done)
+		vm_pump(hostile, 100);
+	answers_ok(2000, "while 33 spinners run");
+	int e = hostile_wait(&hog, 30000);
+	int64_t ms = clock_ms() - t0;
+	t_note("hog ended after %lld ms (timeout 6000 ms): timed_out %d, signal %d", (long long)ms,
+	       hog.timed_out, hog.signal);
+	CHECK(e == 0 && hog.timed_out == 1 && hog.signal == SIGKILL && ms <= 8000);
+	vt_result_free(&hog);
+	if (hostile)
+		answers_ok(3000, "right after");
+}
+
+static void test_memory_hog(void)
+{
+	/* Three growing processes: an OOM must take the whole command at
+	 * once (signal 9 for its leader), inside the sandbox's limit, and
+	 * leave the agent serving. */
+	hostile_case("for i in 1 2 3; do tail /dev/zero & done; wait", 90000, SIGKILL);
+	if (hostile)
+		check_gone("tail", 10000);
+}
+
+static void test_ignores_sigterm_timeout(void)
+{
+	/* Ignores every catchable signal, in its own session, with a child
+	 * that does the same: only the cgroup-wide SIGKILL reaches both. */
+	hostile_case("trap '' TERM INT HUP QUIT USR1 USR2; "
+		     "setsid sh -c \"trap '' TERM INT HUP; while :; do sleep 1; done\" & "
+		     "while :; do sleep 1; done",
+		     3000, 0);
+	if (hostile)
+		check_gone("sleep", 10000);
+}
+
+static void test_hostile_stop(void)
+{
+	if (!CHECK(hostile))
+		return;
+	CHECK(vm_stop(hostile, 10000) == 0);
+	vm_free(hostile, 0);
+	hostile = NULL;
 }
 
 static void test_background(void)
@@ -397,9 +612,18 @@ static void test_missing_files(void)
 	CHECK(vm_start(&cfg, &vm, err, sizeof(err)) == -ENOENT && strstr(err, "QEMU"));
 }
 
+/* QEMU runs in its own session and outlives us: a run of some cases by
+ * name, which skips vm_stop and vm_hostile_stop, must not leave VMs behind. */
+static void free_vms(void)
+{
+	vm_free(hostile, 0);
+	vm_free(py, 0);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
+	atexit(free_vms);
 	static const struct t_case cases[] = {
 		{ "vm_missing_files", test_missing_files },
 		{ "vm_python_stack", test_python_stack },
@@ -410,6 +634,12 @@ int main(int argc, char **argv)
 		{ "vm_users", test_users },
 		{ "vm_concurrent_20", test_concurrent },
 		{ "vm_timeout_kills_tree", test_timeout_kills_tree },
+		{ "vm_fork_bomb_timeout", test_fork_bomb_timeout },
+		{ "vm_fork_bomb_leftovers", test_fork_bomb_leftovers },
+		{ "vm_cpu_hog_timeout", test_cpu_hog_timeout },
+		{ "vm_memory_hog", test_memory_hog },
+		{ "vm_ignores_sigterm_timeout", test_ignores_sigterm_timeout },
+		{ "vm_hostile_stop", test_hostile_stop },
 		{ "vm_background", test_background },
 		{ "vm_files", test_files },
 		{ "vm_big_file_200mb", test_big_file },

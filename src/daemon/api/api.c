@@ -148,7 +148,7 @@ int api_bool(struct req *r, const char *key, int *out)
 	return 0;
 }
 
-int api_str_map(struct req *r, const char *key, size_t max, char **out)
+int api_str_map(struct req *r, const char *key, size_t max, int env, char **out)
 {
 	json_t *v = r->body ? json_object_get(r->body, key) : NULL;
 	*out = NULL;
@@ -163,10 +163,17 @@ int api_str_map(struct req *r, const char *key, size_t max, char **out)
 		ok = json_is_string(val) && strlen(k) > 0 && strlen(k) <= 256 &&
 		     json_string_length(val) <= 4096 &&
 		     strlen(json_string_value(val)) == json_string_length(val);
+		if (ok && env && strchr(k, '=')) {
+			/* "A=B": x would reach the guest as A=B=x, setting A. */
+			reply_error(r, 422, "invalid_argument",
+				    "'%s': '%s' is not a variable name (no '=' allowed)", key, k);
+			return -1;
+		}
 	}
 	if (!ok) {
 		reply_error(r, 422, "invalid_argument",
-			    "'%s' must be an object of at most %zu string values", key, max);
+			    "'%s' must be an object of at most %zu string values with names of 1 to 256 bytes",
+			    key, max);
 		return -1;
 	}
 	*out = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
@@ -209,11 +216,11 @@ const char *api_query_path(struct req *r, const char *name)
 	return api_check_path(r, name, p) < 0 ? NULL : p;
 }
 
-int api_agent_error(struct req *r, const struct sop *op)
+int api_agent_error(struct req *r, const struct sop_state *st)
 {
 	unsigned status = 500;
 	const char *code = "internal";
-	switch (op->err) {
+	switch (st->err) {
 	case ENOENT: case ESRCH: status = 404, code = "not_found"; break;
 	case EISDIR: case ENOTDIR: case EINVAL: case ENAMETOOLONG: case ELOOP:
 		status = 400, code = "bad_request"; break;
@@ -222,16 +229,50 @@ int api_agent_error(struct req *r, const struct sop *op)
 	case EAGAIN: status = 429, code = "quota_exceeded"; break;
 	case E2BIG: case EFBIG: status = 413, code = "payload_too_large"; break;
 	case ENOSPC: case EDQUOT: status = 507, code = "insufficient_storage"; break;
-	case ECONNRESET: case EPIPE: case ECANCELED:
+	case ECONNRESET: case EPIPE: case ECANCELED: case EPROTO:
 		status = 503, code = "unavailable"; break;
 	default: break;
 	}
-	return reply_error(r, status, code, "%s", op->msg[0] ? op->msg : strerror(op->err));
+	return reply_error(r, status, code, "%s", st->msg[0] ? st->msg : strerror(st->err));
+}
+
+int api_wait(struct req *r, struct sbx *s, struct sop *op, int want_start, int timeout_ms,
+	     struct sop_state *st)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : clock_ms() + timeout_ms;
+	for (;;) {
+		int64_t left = deadline - clock_ms();
+		int slice = left < 1000 ? (int)(left < 0 ? 0 : left) : 1000;
+		if (sbx_wait(s, op, want_start, slice, st) == 0)
+			return 0;
+		if (req_client_gone(r))
+			return -ECONNABORTED;
+		if (clock_ms() >= deadline)
+			return -ETIMEDOUT;
+	}
+}
+
+int api_wait_error(struct req *r, int e)
+{
+	if (e == -ECONNABORTED)
+		return reply_error(r, 503, "unavailable", "the client went away");
+	return reply_error(r, 504, "timeout", "the sandbox did not answer in time");
+}
+
+int api_begin_error(struct req *r, int e)
+{
+	if (e == -EAGAIN)
+		return reply_error(r, 429, "quota_exceeded",
+				   "sandbox '%s' has too many operations or streams open", r->param[0]);
+	if (e == -ECONNRESET)
+		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+	return reply_error(r, 500, "internal", "out of memory");
 }
 
 struct sop_stream {
 	struct sbx *s;
 	struct sop *op;
+	int fd; /* the client's connection */
 };
 
 static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
@@ -239,10 +280,13 @@ static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
 	struct sop_stream *st = arg;
 	for (;;) {
 		ssize_t n = sbx_read(st->s, st->op, buf, max, 1000);
-		if (n == 0 && st->op->end == P_ERROR)
+		if (n == -EPIPE)
 			return -1; /* cut short: the client must not take it as whole */
 		if (n != -ETIMEDOUT)
 			return n;
+		/* Nothing new for a second: is anyone still there? */
+		if (http_fd_gone(st->fd))
+			return -1;
 	}
 }
 
@@ -262,6 +306,6 @@ int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *cont
 		sbx_put(s);
 		return reply_error(r, 500, "internal", "out of memory");
 	}
-	*st = (struct sop_stream){ .s = s, .op = op };
+	*st = (struct sop_stream){ .s = s, .op = op, .fd = req_fd(r) };
 	return reply_stream(r, 200, content_type, sop_stream_read, sop_stream_done, st);
 }

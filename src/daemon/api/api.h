@@ -26,21 +26,35 @@ int api_duration(struct req *r, json_t *v, const char *what, long long max_s, lo
 int api_str(struct req *r, const char *key, size_t max, const char **out);
 int api_bool(struct req *r, const char *key, int *out);
 /* An object of string values, at most max entries: its JSON text (malloc'd)
- * in *out, or NULL when absent. */
-int api_str_map(struct req *r, const char *key, size_t max, char **out);
+ * in *out, or NULL when absent. With env set, the names must be variable
+ * names: not empty, no '='. */
+int api_str_map(struct req *r, const char *key, size_t max, int env, char **out);
 
 /* A guest path from query parameter name or a JSON string: absolute, no
  * ".." component, no NUL, at most 4096 bytes. NULL after answering 400. */
 const char *api_query_path(struct req *r, const char *name);
 int api_check_path(struct req *r, const char *what, const char *p);
 
+/* Waits for op as sbx_wait does, in slices, while the client stays: 0 once
+ * it ended (or started, with want_start), -ETIMEDOUT after timeout_ms (-1:
+ * no limit but the client's), -ECONNABORTED when the client left. Fills
+ * *st either way. */
+int api_wait(struct req *r, struct sbx *s, struct sop *op, int want_start, int timeout_ms,
+	     struct sop_state *st);
+/* Answers a failed api_wait: 504 after a timeout; after the client left,
+ * an answer nobody reads, so the handler can return. */
+int api_wait_error(struct req *r, int e);
+/* Answers a failed sbx_begin: 409 not running, 429 too many operations. */
+int api_begin_error(struct req *r, int e);
+
 /* Answers 200 with what op queues (SOP_QUEUE or SOP_NDJSON) as the body,
  * streamed as it comes; takes over op and the reference on s. A stream the
- * agent ends with P_ERROR is cut, so the client sees it incomplete. */
+ * agent ends with P_ERROR is cut, so the client sees it incomplete; a
+ * client that leaves ends the stream (and op). */
 int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *content_type);
 
 /* Answers an operation that ended in P_ERROR with the matching status. */
-int api_agent_error(struct req *r, const struct sop *op);
+int api_agent_error(struct req *r, const struct sop_state *st);
 
 int api_sbx_create(struct req *r);
 int api_sbx_list(struct req *r);

@@ -1,8 +1,9 @@
 /*
  * api_exec: commands and processes. A foreground exec collects the tail of
- * each stream; a background one keeps its agent operation open, adopted by
- * the sandbox, so stdin can reach the process later. Output leaves as
- * UTF-8 text (invalid bytes become U+FFFD).
+ * each stream (or streams them as NDJSON); a background one keeps its agent
+ * operation open, adopted by the sandbox, so stdin can reach the process
+ * later. Output leaves as UTF-8 text (invalid bytes become U+FFFD). Every
+ * wait is bounded, and a foreground exec whose client leaves is killed.
  */
 #include "daemon/api/api.h"
 
@@ -10,13 +11,15 @@
 #include "common/utf8.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_EXEC_TIMEOUT_S (24 * 3600)
+#define MAX_STDIN (1 << 20)
+#define STDIN_WAIT_MS 30000 /* for the process to take stdin within its credit */
 
 /* Puts A_ENV for every pair of a JSON object text. */
 static int put_env(struct pbuf *b, const char *json)
@@ -52,80 +55,134 @@ static json_t *text(const struct pbuf *b, int cut)
 	return j ? j : json_string("");
 }
 
-static json_t *result_json(struct sop *op, int64_t ms)
+static json_t *result_json(struct sop *op, const struct sop_state *st, int64_t ms)
 {
 	int cut[2];
-	for (int i = 0; i < 2; i++) {
-		cut[i] = op->total[i] > op->cap;
-		if (op->out[i].len > op->cap)
-			pbuf_consume(&op->out[i], op->out[i].len - op->cap);
-	}
+	const struct pbuf *out = sop_output(op, 0, &cut[0]), *err = sop_output(op, 1, &cut[1]);
 	json_t *o = json_object();
-	json_object_set_new(o, "exit_code", op->exit_code >= 0 ? json_integer(op->exit_code) : json_null());
-	json_object_set_new(o, "signal", op->signal >= 0 ? json_integer(op->signal) : json_null());
-	json_object_set_new(o, "timed_out", json_boolean(op->timed_out > 0));
-	json_object_set_new(o, "stdout", text(&op->out[0], cut[0]));
-	json_object_set_new(o, "stderr", text(&op->out[1], cut[1]));
+	json_object_set_new(o, "exit_code", st->exit_code >= 0 ? json_integer(st->exit_code) : json_null());
+	json_object_set_new(o, "signal", st->signal >= 0 ? json_integer(st->signal) : json_null());
+	json_object_set_new(o, "timed_out", json_boolean(st->timed_out > 0));
+	json_object_set_new(o, "stdout", text(out, cut[0]));
+	json_object_set_new(o, "stderr", text(err, cut[1]));
 	json_object_set_new(o, "stdout_truncated", json_boolean(cut[0]));
 	json_object_set_new(o, "stderr_truncated", json_boolean(cut[1]));
 	json_object_set_new(o, "duration_ms", json_integer(ms));
 	return o;
 }
 
-/* Builds the P_EXEC from the body; answers 422 and returns -1 if invalid. */
-static int exec_request(struct req *r, struct sbx *s, struct sop *op, int background,
-			const char **stdin_text)
+/* Standard base64 into a malloc'd buffer: 0, or -1 when it is not base64
+ * or decodes to more than max bytes. */
+static int base64_decode(const char *in, size_t n, size_t max, uint8_t **out, size_t *outlen)
 {
-	const char *cmd = NULL, *cwd = NULL, *user = "user";
-	long long timeout = 0;
-	char *env = NULL;
-	json_t *argv = json_object_get(r->body, "argv");
-	if (api_str(r, "cmd", PROTO_MAX_STR, &cmd) < 0 || api_str(r, "cwd", PROTO_MAX_STR, &cwd) < 0 ||
-	    api_str(r, "user", 64, &user) < 0 || api_str(r, "stdin", 1 << 20, stdin_text) < 0 ||
-	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_EXEC_TIMEOUT_S, &timeout) < 0 ||
-	    api_str_map(r, "env", 256, &env) < 0)
+	if (n % 4 || n / 4 * 3 > max + 2)
 		return -1;
-	int ok_argv = json_is_array(argv) && json_array_size(argv) >= 1 && json_array_size(argv) <= 1024;
-	for (size_t i = 0; ok_argv && i < json_array_size(argv); i++) {
-		json_t *a = json_array_get(argv, i);
+	uint8_t *buf = malloc(n / 4 * 3 + 1);
+	if (!buf)
+		return -1;
+	int len = n ? EVP_DecodeBlock(buf, (const unsigned char *)in, (int)n) : 0;
+	if (len < 0) {
+		free(buf);
+		return -1;
+	}
+	/* EVP_DecodeBlock counts the padding as zero bytes. */
+	len -= (n > 0 && in[n - 1] == '=') + (n > 1 && in[n - 2] == '=');
+	if ((size_t)len > max) {
+		free(buf);
+		return -1;
+	}
+	*out = buf;
+	*outlen = (size_t)len;
+	return 0;
+}
+
+/* An exec request as the body gives it. */
+struct exec_args {
+	const char *cmd, *cwd, *user;
+	json_t *argv;
+	long long timeout;
+	char *env;
+	int background, stream;
+	uint8_t *in; /* stdin bytes (text or decoded base64), or NULL */
+	size_t inlen;
+};
+
+static void exec_args_release(struct exec_args *x)
+{
+	free(x->env);
+	free(x->in);
+}
+
+/* Reads and checks the body: 0, or -1 after answering 422. */
+static int parse_exec(struct req *r, struct exec_args *x)
+{
+	const char *in_text = NULL, *in_b64 = NULL;
+	*x = (struct exec_args){ .user = "user", .argv = json_object_get(r->body, "argv") };
+	if (api_str(r, "cmd", PROTO_MAX_STR, &x->cmd) < 0 || api_str(r, "cwd", PROTO_MAX_STR, &x->cwd) < 0 ||
+	    api_str(r, "user", 64, &x->user) < 0 || api_str(r, "stdin", MAX_STDIN, &in_text) < 0 ||
+	    api_str(r, "stdin_base64", MAX_STDIN / 3 * 4 + 4, &in_b64) < 0 ||
+	    api_bool(r, "background", &x->background) < 0 || api_bool(r, "stream", &x->stream) < 0 ||
+	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_EXEC_TIMEOUT_S, &x->timeout) < 0 ||
+	    api_str_map(r, "env", 256, 1, &x->env) < 0)
+		return -1;
+	int ok_argv = json_is_array(x->argv) && json_array_size(x->argv) >= 1 &&
+		      json_array_size(x->argv) <= 1024;
+	for (size_t i = 0; ok_argv && i < json_array_size(x->argv); i++) {
+		json_t *a = json_array_get(x->argv, i);
 		ok_argv = json_is_string(a) && json_string_length(a) <= PROTO_MAX_STR &&
 			  strlen(json_string_value(a)) == json_string_length(a);
 	}
-	if ((cmd != NULL) == (argv != NULL) || (argv && !ok_argv)) {
-		free(env);
-		return reply_error(r, 422, "invalid_argument",
-				   "give either 'cmd' (a string) or 'argv' (1 to 1024 strings)"), -1;
-	}
-	if (cwd && api_check_path(r, "cwd", cwd) < 0) {
-		free(env);
+	const char *bad = NULL;
+	if ((x->cmd != NULL) == (x->argv != NULL) || (x->argv && !ok_argv))
+		bad = "give either 'cmd' (a string) or 'argv' (1 to 1024 strings)";
+	else if (in_text && in_b64)
+		bad = "give 'stdin' (text) or 'stdin_base64' (bytes), not both";
+	else if (x->background && x->stream)
+		bad = "'stream' is for foreground commands; a background process has its own stream";
+	if (bad)
+		return reply_error(r, 422, "invalid_argument", "%s", bad), -1;
+	if (x->cwd && api_check_path(r, "cwd", x->cwd) < 0)
 		return -1;
+	if (in_b64 && base64_decode(in_b64, strlen(in_b64), MAX_STDIN, &x->in, &x->inlen) < 0)
+		return reply_error(r, 422, "invalid_argument",
+				   "'stdin_base64' must be standard base64 of at most %d bytes", MAX_STDIN), -1;
+	if (in_text) {
+		x->inlen = strlen(in_text);
+		x->in = malloc(x->inlen + 1);
+		if (!x->in)
+			return reply_error(r, 500, "internal", "out of memory"), -1;
+		memcpy(x->in, in_text, x->inlen);
 	}
-	struct pbuf *b = sbx_begin(s, P_EXEC, op);
-	if (!b) {
-		free(env);
-		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]), -1;
-	}
-	int e = cmd ? proto_put_str(b, A_SHELL, cmd) : 0;
-	for (size_t i = 0; !e && argv && i < json_array_size(argv); i++)
-		e = proto_put_str(b, A_ARG, json_string_value(json_array_get(argv, i)));
+	return 0;
+}
+
+/* Sends the P_EXEC: 0, or -1 after answering. */
+static int send_exec(struct req *r, struct sbx *s, struct sop *op, const struct exec_args *x)
+{
+	int err;
+	struct pbuf *b = sbx_begin(s, P_EXEC, op, &err);
+	if (!b)
+		return api_begin_error(r, err), -1;
+	int e = x->cmd ? proto_put_str(b, A_SHELL, x->cmd) : 0;
+	for (size_t i = 0; !e && x->argv && i < json_array_size(x->argv); i++)
+		e = proto_put_str(b, A_ARG, json_string_value(json_array_get(x->argv, i)));
 	/* The sandbox's env first: the command's own wins in the agent. */
 	if (!e)
 		e = put_env(b, sbx_env_json(s));
 	if (!e)
-		e = put_env(b, env);
-	if (!e && cwd)
-		e = proto_put_str(b, A_CWD, cwd);
+		e = put_env(b, x->env);
+	if (!e && x->cwd)
+		e = proto_put_str(b, A_CWD, x->cwd);
 	if (!e)
-		e = proto_put_str(b, A_USER, user);
-	if (!e && timeout)
-		e = proto_put_u64(b, A_TIMEOUT_MS, (uint64_t)timeout * 1000);
-	if (!e && (background || *stdin_text))
+		e = proto_put_str(b, A_USER, x->user);
+	if (!e && x->timeout)
+		e = proto_put_u64(b, A_TIMEOUT_MS, (uint64_t)x->timeout * 1000);
+	if (!e && (x->background || x->in))
 		e = proto_put_u32(b, A_STDIN, 1);
 	/* Background at the agent too: it then keeps the process's output and
 	 * exit after the end, for stream, wait and the process list. */
-	if (!e && background)
+	if (!e && x->background)
 		e = proto_put_u32(b, A_BACKGROUND, 1);
-	free(env);
 	if (e < 0) /* never send a command with attributes missing */
 		sbx_abort(s, op);
 	/* A frame over the cap fails here and the operation is dropped. */
@@ -134,64 +191,102 @@ static int exec_request(struct req *r, struct sbx *s, struct sop *op, int backgr
 	return 0;
 }
 
-static json_t *proc_json(const struct sop *op, const char *cmd, int exited)
+static json_t *proc_json(const struct sop_state *st, uint32_t proc, const char *cmd, int exited)
 {
-	json_t *o = json_pack("{s:i,s:i,s:s,s:s,s:b}", "pid", op->proc, "os_pid", op->pid, "cmd",
+	json_t *o = json_pack("{s:i,s:i,s:s,s:s,s:b}", "pid", proc, "os_pid", st->pid, "cmd",
 			      cmd ? cmd : "", "state", exited ? "exited" : "running", "timed_out",
-			      op->timed_out > 0);
-	json_object_set_new(o, "exit_code", op->exit_code >= 0 ? json_integer(op->exit_code) : json_null());
-	json_object_set_new(o, "signal", op->signal >= 0 ? json_integer(op->signal) : json_null());
+			      st->timed_out > 0);
+	json_object_set_new(o, "exit_code", st->exit_code >= 0 ? json_integer(st->exit_code) : json_null());
+	json_object_set_new(o, "signal", st->signal >= 0 ? json_integer(st->signal) : json_null());
 	return o;
+}
+
+/* The answer for an exec that ended before it started. */
+static int start_error(struct req *r, const struct sop_state *st)
+{
+	/* An unknown user or a missing cwd: the request was well-formed but
+	 * names what the sandbox does not have. */
+	if (st->end == P_ERROR && (st->err == EINVAL || st->err == ENOENT))
+		return reply_error(r, 422, "invalid_argument", "%s", st->msg);
+	if (st->end == P_ERROR)
+		return api_agent_error(r, st);
+	return reply_error(r, 503, "unavailable", "the process did not start");
+}
+
+static void exec_background(struct req *r, struct sbx *s, struct sop *op, const struct exec_args *x)
+{
+	struct sop_state st;
+	int e = api_wait(r, s, op, 0, r->api->answer_ms, &st);
+	if (e < 0)
+		api_wait_error(r, e);
+	else if (st.end != P_OK)
+		start_error(r, &st);
+	else if (!st.proc)
+		reply_error(r, 503, "unavailable", "the agent did not say which process it started");
+	else if (x->in && sbx_stdin(s, st.proc, 0, x->in, x->inlen, STDIN_WAIT_MS) < 0)
+		reply_error(r, 503, "unavailable", "cannot write stdin");
+	else
+		reply_json(r, 201, proc_json(&st, st.proc, x->cmd, 0));
 }
 
 int api_exec(struct req *r)
 {
 	if (!r->body)
 		return reply_error(r, 400, "bad_request", "a JSON body with \"cmd\" or \"argv\" is required");
-	int background = 0;
-	if (api_bool(r, "background", &background) < 0)
+	struct exec_args x;
+	if (parse_exec(r, &x) < 0) {
+		exec_args_release(&x);
 		return 0;
+	}
 	struct sbx *s = api_sbx(r);
-	if (!s)
+	if (!s) {
+		exec_args_release(&x);
 		return 0;
-	struct sop *op = sop_new(SOP_COLLECT);
-	const char *in = "";
+	}
+	struct sop *op = sop_new(x.stream ? SOP_NDJSON : SOP_COLLECT, r->api->max_output_bytes);
+	struct sop_state st;
 	int64_t t0 = clock_ms();
 	if (!op) {
 		reply_error(r, 500, "internal", "out of memory");
 		goto out;
 	}
-	op->cap = r->api->max_output_bytes;
-	if (exec_request(r, s, op, background, &in) < 0)
+	if (send_exec(r, s, op, &x) < 0)
 		goto out;
-	if (background) {
-		sbx_wait(s, op, 0, 60000);
-		if (op->end == P_ERROR && (op->err == EINVAL || op->err == ENOENT))
-			reply_error(r, 422, "invalid_argument", "%s", op->msg);
-		else if (op->end == P_ERROR)
-			api_agent_error(r, op);
-		else if (op->end != P_OK)
-			reply_error(r, 503, "unavailable", "the process did not start");
-		else if (*in && sbx_stdin(s, op->proc, 0, in, strlen(in)) < 0)
-			reply_error(r, 503, "unavailable", "cannot write stdin");
-		else
-			reply_json(r, 201, proc_json(op, json_string_value(json_object_get(r->body, "cmd")), 0));
+	if (x.background) {
+		exec_background(r, s, op, &x);
 		goto out;
 	}
-	if (*in)
-		sbx_data(s, op, PF_EOF, in, strlen(in));
-	sbx_wait(s, op, 0, -1);
-	if (op->end == P_ERROR && (op->err == EINVAL || op->err == ENOENT))
-		/* An unknown user or a missing cwd: the request was well-formed
-		 * but names what the sandbox does not have. */
-		reply_error(r, 422, "invalid_argument", "%s", op->msg);
-	else if (op->end == P_ERROR)
-		api_agent_error(r, op);
+	if (x.in && sbx_data(s, op, PF_EOF, x.in, x.inlen, STDIN_WAIT_MS) < 0) {
+		/* The command keeps stdin open, unread: end it, say why. */
+		if (sbx_wait(s, op, 0, 0, &st) == 0 && st.end)
+			start_error(r, &st);
+		else
+			reply_error(r, 503, "unavailable", "the command did not take its stdin");
+		goto out;
+	}
+	if (x.stream) {
+		int e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
+		if (e < 0 || !st.started) {
+			e < 0 ? api_wait_error(r, e) : start_error(r, &st);
+			goto out;
+		}
+		exec_args_release(&x);
+		return api_reply_sop(r, s, op, "application/x-ndjson"); /* takes op and s */
+	}
+	/* Past its own timeout, a command's end has answer_ms to reach us
+	 * before the daemon gives up on the guest. */
+	int64_t limit = x.timeout ? x.timeout * 1000 + r->api->answer_ms : -1;
+	int e = api_wait(r, s, op, 0, limit > INT32_MAX ? INT32_MAX : (int)limit, &st);
+	if (e < 0)
+		api_wait_error(r, e); /* sop_free below kills the command */
+	else if (st.end == P_ERROR)
+		start_error(r, &st);
 	else
-		reply_json(r, 200, result_json(op, clock_ms() - t0));
+		reply_json(r, 200, result_json(op, &st, clock_ms() - t0));
 out:
 	sop_free(s, op);
 	sbx_put(s);
+	exec_args_release(&x);
 	return 0;
 }
 
@@ -209,15 +304,17 @@ static int path_pid(struct req *r, uint32_t *pid)
 }
 
 /* Runs a request that takes at most A_PROC (and optionally A_SIGNO) and
- * returns its finished sop, or NULL after answering. */
+ * returns its finished sop with *st, or NULL after answering (also when
+ * it did not end in time). */
 static struct sop *simple(struct req *r, struct sbx *s, uint16_t type, uint32_t proc, uint32_t signo,
-			  int timeout_ms)
+			  int timeout_ms, struct sop_state *st)
 {
-	struct sop *op = sop_new(SOP_COLLECT);
-	struct pbuf *b = op ? sbx_begin(s, type, op) : NULL;
+	int err = -ENOMEM;
+	struct sop *op = sop_new(SOP_COLLECT, 0);
+	struct pbuf *b = op ? sbx_begin(s, type, op, &err) : NULL;
 	if (!b) {
 		sop_free(s, op);
-		reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+		api_begin_error(r, err);
 		return NULL;
 	}
 	if ((proc && proto_put_u32(b, A_PROC, proc) < 0) ||
@@ -228,8 +325,21 @@ static struct sop *simple(struct req *r, struct sbx *s, uint16_t type, uint32_t 
 		return NULL;
 	}
 	sbx_end(s, op);
-	sbx_wait(s, op, 0, timeout_ms);
+	int e = api_wait(r, s, op, 0, timeout_ms, st);
+	/* A wait that ends in its own time is an answer (process still running). */
+	if (e < 0 && !(e == -ETIMEDOUT && type == P_WAIT)) {
+		api_wait_error(r, e);
+		sop_free(s, op);
+		return NULL;
+	}
 	return op;
+}
+
+/* The process list as parsed JSON (an array). */
+static json_t *ps_items(struct sop *op)
+{
+	json_t *a = json_loads(sop_items(op), 0, NULL);
+	return json_is_array(a) ? a : (json_decref(a), json_array());
 }
 
 int api_procs(struct req *r)
@@ -237,11 +347,12 @@ int api_procs(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = simple(r, s, P_PS, 0, 0, 30000);
-	if (op && op->end == P_OK)
-		reply_json(r, 200, json_pack("{s:O}", "processes", op->items ? op->items : json_array()));
+	struct sop_state st;
+	struct sop *op = simple(r, s, P_PS, 0, 0, r->api->answer_ms, &st);
+	if (op && st.end == P_OK)
+		reply_json(r, 200, json_pack("{s:o}", "processes", ps_items(op)));
 	else if (op)
-		api_agent_error(r, op);
+		api_agent_error(r, &st);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
@@ -255,19 +366,21 @@ int api_proc_get(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = simple(r, s, P_PS, 0, 0, 30000);
-	json_t *found = NULL;
+	struct sop_state st;
+	struct sop *op = simple(r, s, P_PS, 0, 0, r->api->answer_ms, &st);
+	json_t *items = op && st.end == P_OK ? ps_items(op) : NULL;
+	json_t *found = NULL, *p;
 	size_t i;
-	json_t *p;
-	json_array_foreach(op ? op->items : NULL, i, p)
+	json_array_foreach(items, i, p)
 		if (json_integer_value(json_object_get(p, "pid")) == pid)
 			found = p;
-	if (op && found)
+	if (found)
 		reply_json(r, 200, json_incref(found));
-	else if (op && op->end == P_ERROR)
-		api_agent_error(r, op);
+	else if (op && st.end != P_OK)
+		api_agent_error(r, &st);
 	else if (op)
 		reply_error(r, 404, "not_found", "no process %u", pid);
+	json_decref(items);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
@@ -288,11 +401,12 @@ static int signal_proc(struct req *r, uint32_t pid, int signo)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = simple(r, s, P_SIGNAL, pid, (uint32_t)signo, 30000);
-	if (op && op->end == P_OK)
+	struct sop_state st;
+	struct sop *op = simple(r, s, P_SIGNAL, pid, (uint32_t)signo, r->api->answer_ms, &st);
+	if (op && st.end == P_OK)
 		reply_empty(r, 204);
 	else if (op)
-		api_agent_error(r, op);
+		api_agent_error(r, &st);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
@@ -343,13 +457,12 @@ int api_proc_wait(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = simple(r, s, P_WAIT, pid, 0, timeout < 0 ? -1 : (int)(timeout * 1000));
-	if (op && op->end == P_ERROR) {
-		api_agent_error(r, op);
-	} else if (op) {
-		op->proc = pid;
-		reply_json(r, 200, proc_json(op, NULL, op->end == P_EXIT));
-	}
+	struct sop_state st;
+	struct sop *op = simple(r, s, P_WAIT, pid, 0, timeout < 0 ? -1 : (int)(timeout * 1000), &st);
+	if (op && st.end == P_ERROR)
+		api_agent_error(r, &st);
+	else if (op)
+		reply_json(r, 200, proc_json(&st, pid, NULL, st.end == P_EXIT));
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
@@ -363,23 +476,27 @@ int api_proc_stream(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = sop_new(SOP_NDJSON);
-	struct pbuf *b = op ? sbx_begin(s, P_ATTACH, op) : NULL;
+	int err = -ENOMEM;
+	struct sop *op = sop_new(SOP_NDJSON, 0);
+	struct pbuf *b = op ? sbx_begin(s, P_ATTACH, op, &err) : NULL;
 	if (!b) {
 		sop_free(s, op);
 		sbx_put(s);
-		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+		return api_begin_error(r, err);
 	}
 	int e = proto_put_u32(b, A_PROC, pid);
 	if (e < 0)
 		sbx_abort(s, op);
 	else
 		sbx_end(s, op);
+	struct sop_state st = { 0 };
 	if (e == 0)
-		sbx_wait(s, op, 1, 30000);
-	if (!op->started) {
-		if (op->end == P_ERROR)
-			api_agent_error(r, op);
+		e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
+	if (e < 0 || !st.started) {
+		if (e < 0)
+			api_wait_error(r, e);
+		else if (st.end == P_ERROR)
+			api_agent_error(r, &st);
 		else
 			reply_error(r, 503, "unavailable", "the agent did not answer");
 		sop_free(s, op);
@@ -416,12 +533,12 @@ int api_proc_stdin(struct req *r, enum up_phase phase, const char *data, size_t 
 		return 0;
 	}
 	case UP_DATA:
-		e = sbx_stdin(up->s, up->pid, 0, data, n);
+		e = sbx_stdin(up->s, up->pid, 0, data, n, STDIN_WAIT_MS);
 		break;
 	case UP_END: {
 		const char *eof = req_query(r, "eof", NULL);
 		int close_it = eof && (!strcmp(eof, "true") || !strcmp(eof, "1"));
-		e = close_it ? sbx_stdin(up->s, up->pid, PF_EOF, "", 0) : 0;
+		e = close_it ? sbx_stdin(up->s, up->pid, PF_EOF, "", 0, STDIN_WAIT_MS) : 0;
 		if (e == 0)
 			reply_empty(r, 204);
 		break;
@@ -433,6 +550,8 @@ int api_proc_stdin(struct req *r, enum up_phase phase, const char *data, size_t 
 	}
 	if (e == -ESRCH)
 		reply_error(r, 404, "not_found", "no running process %u with stdin", up->pid);
+	else if (e == -ETIMEDOUT)
+		reply_error(r, 504, "timeout", "process %u did not read its stdin in time", up->pid);
 	else if (e < 0)
 		reply_error(r, 503, "unavailable", "cannot write stdin: %s", strerror(-e));
 	if (phase == UP_END || phase == UP_ABORT || e < 0) {

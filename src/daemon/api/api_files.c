@@ -23,15 +23,20 @@ static int parse_mode(const char *s, uint32_t *out)
 }
 
 /* Sends a request with A_PATH (and what fill adds) and waits for its end.
- * Returns the finished sop, or NULL after answering. */
+ * Returns the finished sop with *st, or NULL after answering. */
 static struct sop *path_op(struct req *r, struct sbx *s, uint16_t type, const char *path,
-			   int (*fill)(struct pbuf *b, void *arg), void *arg)
+			   int (*fill)(struct pbuf *b, void *arg), void *arg, struct sop_state *st)
 {
-	struct sop *op = sop_new(SOP_COLLECT);
-	struct pbuf *b = op ? sbx_begin(s, type, op) : NULL;
+	int err = -ENOMEM;
+	struct sop *op = sop_new(SOP_COLLECT, 0);
+	if (op && type == P_LIST && sop_set_base(op, path) < 0) {
+		sop_free(s, op);
+		op = NULL;
+	}
+	struct pbuf *b = op ? sbx_begin(s, type, op, &err) : NULL;
 	if (!b) {
 		sop_free(s, op);
-		reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+		api_begin_error(r, err);
 		return NULL;
 	}
 	if (proto_put_str(b, A_PATH, path) < 0 || (fill && fill(b, arg) < 0)) {
@@ -41,24 +46,31 @@ static struct sop *path_op(struct req *r, struct sbx *s, uint16_t type, const ch
 		return NULL;
 	}
 	sbx_end(s, op);
-	sbx_wait(s, op, 0, -1);
+	int e = api_wait(r, s, op, 0, r->api->answer_ms, st);
+	if (e < 0) {
+		api_wait_error(r, e);
+		sop_free(s, op);
+		return NULL;
+	}
 	return op;
 }
 
 /* The entry of path (stat), answered with status. */
 static int reply_entry(struct req *r, struct sbx *s, const char *path, unsigned status)
 {
-	struct sop *op = path_op(r, s, P_STAT, path, NULL, NULL);
+	struct sop_state st;
+	struct sop *op = path_op(r, s, P_STAT, path, NULL, NULL, &st);
 	if (!op)
 		return 0;
-	if (op->end == P_OK && op->ok) {
+	json_t *e = sop_entry(op);
+	if (st.end == P_OK && e) {
 		char copy[PROTO_MAX_STR + 1];
 		snprintf(copy, sizeof(copy), "%s", path);
-		json_object_set_new(op->ok, "path", json_string(path));
-		json_object_set_new(op->ok, "name", json_string(basename(copy)));
-		reply_json(r, status, json_incref(op->ok));
+		json_object_set_new(e, "path", json_string(path));
+		json_object_set_new(e, "name", json_string(basename(copy)));
+		reply_json(r, status, json_incref(e));
 	} else {
-		api_agent_error(r, op);
+		api_agent_error(r, &st);
 	}
 	sop_free(s, op);
 	return 0;
@@ -98,13 +110,14 @@ int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n)
 		if (!s)
 			return 0;
 		up = calloc(1, sizeof(*up));
-		struct sop *op = up ? sop_new(SOP_COLLECT) : NULL;
-		struct pbuf *b = op ? sbx_begin(s, P_FWRITE, op) : NULL;
+		int err = -ENOMEM;
+		struct sop *op = up ? sop_new(SOP_COLLECT, 0) : NULL;
+		struct pbuf *b = op ? sbx_begin(s, P_FWRITE, op, &err) : NULL;
 		if (!b) {
 			free(up);
 			sop_free(s, op);
 			sbx_put(s);
-			return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+			return api_begin_error(r, err);
 		}
 		if (proto_put_str(b, A_PATH, path) < 0 || proto_put_u32(b, A_MODE, mode) < 0 ||
 		    proto_put_str(b, A_USER, user ? user : "user") < 0) {
@@ -124,19 +137,19 @@ int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n)
 		upload_end(r, up);
 		return 0;
 	}
-	int e = sbx_data(up->s, up->op, phase == UP_END ? PF_EOF : 0, data, n);
+	int e = sbx_data(up->s, up->op, phase == UP_END ? PF_EOF : 0, data, n, r->api->answer_ms);
 	up->size += n;
 	if (e == 0 && phase == UP_DATA)
 		return 0;
 	/* The end, or the agent refused early (say, the path is a directory). */
-	if (e == 0)
-		sbx_wait(up->s, up->op, 0, -1);
-	else
-		sbx_wait(up->s, up->op, 0, 5000);
-	if (up->op->end == P_OK)
+	struct sop_state st;
+	int w = api_wait(r, up->s, up->op, 0, e == 0 ? r->api->answer_ms : 5000, &st);
+	if (st.end == P_OK)
 		reply_json(r, 201, json_pack("{s:s,s:I}", "path", up->path, "size", (json_int_t)up->size));
-	else if (up->op->end == P_ERROR)
-		api_agent_error(r, up->op);
+	else if (st.end == P_ERROR)
+		api_agent_error(r, &st);
+	else if (w < 0 || e == -ETIMEDOUT)
+		api_wait_error(r, w < 0 ? w : e);
 	else
 		reply_error(r, 503, "unavailable", "the sandbox did not take the file");
 	upload_end(r, up);
@@ -151,12 +164,13 @@ int api_file_get(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = sop_new(SOP_QUEUE);
-	struct pbuf *b = op ? sbx_begin(s, P_FREAD, op) : NULL;
+	int err = -ENOMEM;
+	struct sop *op = sop_new(SOP_QUEUE, 0);
+	struct pbuf *b = op ? sbx_begin(s, P_FREAD, op, &err) : NULL;
 	if (!b) {
 		sop_free(s, op);
 		sbx_put(s);
-		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+		return api_begin_error(r, err);
 	}
 	if (proto_put_str(b, A_PATH, path) < 0) {
 		sbx_abort(s, op);
@@ -167,9 +181,10 @@ int api_file_get(struct req *r)
 	sbx_end(s, op);
 	/* Wait for the first data or the end: a missing file must be a 404,
 	 * which cannot be said once a 200 went out. */
-	sbx_wait(s, op, 1, -1);
-	if (op->end == P_ERROR) {
-		api_agent_error(r, op);
+	struct sop_state st;
+	int e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
+	if (e < 0 || st.end == P_ERROR) {
+		e < 0 ? api_wait_error(r, e) : api_agent_error(r, &st);
 		sop_free(s, op);
 		sbx_put(s);
 		return 0;
@@ -212,23 +227,24 @@ int api_file_list(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = path_op(r, s, P_LIST, path, put_depth, &depth);
-	if (op && op->end == P_OK) {
-		json_t *items = op->items ? op->items : json_array();
-		size_t i;
-		json_t *e;
-		int root = !strcmp(path, "/");
-		json_array_foreach(items, i, e) {
-			const char *rel = json_string_value(json_object_get(e, "path"));
-			char abs[2 * PROTO_MAX_STR + 2], copy[PROTO_MAX_STR + 1];
-			snprintf(abs, sizeof(abs), "%s%s%s", root ? "" : path, "/", rel ? rel : "");
-			snprintf(copy, sizeof(copy), "%s", rel ? rel : "");
-			json_object_set_new(e, "name", json_string(basename(copy)));
-			json_object_set_new(e, "path", json_string(abs));
+	struct sop_state st;
+	struct sop *op = path_op(r, s, P_LIST, path, put_depth, &depth, &st);
+	if (op && st.end == P_OK) {
+		/* The entries come as JSON text already (absolute paths, names):
+		 * a listing of 100000 is not rebuilt as objects here. */
+		const char *items = sop_items(op);
+		size_t n = strlen(items);
+		char *body = malloc(n + 16);
+		if (body) {
+			memcpy(body, "{\"entries\":", 11);
+			memcpy(body + 11, items, n);
+			memcpy(body + 11 + n, "}", 2);
+			reply_buffer(r, 200, "application/json", body, n + 12);
+		} else {
+			reply_error(r, 500, "internal", "out of memory");
 		}
-		reply_json(r, 200, json_pack("{s:O}", "entries", items));
 	} else if (op) {
-		api_agent_error(r, op);
+		api_agent_error(r, &st);
 	}
 	sop_free(s, op);
 	sbx_put(s);
@@ -272,11 +288,12 @@ int api_file_mkdir(struct req *r)
 	if (!s)
 		return 0;
 	struct mkdir_args m = { .mode = mode, .parents = (uint32_t)parents, .user = user };
-	struct sop *op = path_op(r, s, P_MKDIR, path, put_mkdir, &m);
-	if (op && op->end == P_OK)
+	struct sop_state st;
+	struct sop *op = path_op(r, s, P_MKDIR, path, put_mkdir, &m, &st);
+	if (op && st.end == P_OK)
 		reply_entry(r, s, path, 201);
 	else if (op)
-		api_agent_error(r, op);
+		api_agent_error(r, &st);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
@@ -298,11 +315,12 @@ int api_file_rename(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = path_op(r, s, P_RENAME, from, put_path2, (void *)to);
-	if (op && op->end == P_OK)
+	struct sop_state st;
+	struct sop *op = path_op(r, s, P_RENAME, from, put_path2, (void *)to, &st);
+	if (op && st.end == P_OK)
 		reply_entry(r, s, to, 200);
 	else if (op)
-		api_agent_error(r, op);
+		api_agent_error(r, &st);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
@@ -323,11 +341,12 @@ int api_file_delete(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct sop *op = path_op(r, s, P_REMOVE, path, put_recursive, &recursive);
-	if (op && op->end == P_OK)
+	struct sop_state st;
+	struct sop *op = path_op(r, s, P_REMOVE, path, put_recursive, &recursive, &st);
+	if (op && st.end == P_OK)
 		reply_empty(r, 204);
 	else if (op)
-		api_agent_error(r, op);
+		api_agent_error(r, &st);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;

@@ -42,7 +42,7 @@ int api_sbx_create(struct req *r)
 	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
 	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
-	    api_str_map(r, "env", 64, &env) < 0 || api_str_map(r, "metadata", 64, &meta) < 0)
+	    api_str_map(r, "env", 64, 1, &env) < 0 || api_str_map(r, "metadata", 64, 0, &meta) < 0)
 		goto out;
 	if (!tpl) {
 		reply_error(r, 422, "invalid_argument", "'template' is required");
@@ -223,6 +223,10 @@ int api_keys_create(struct req *r)
 	int e = store_key_create(r->api->store, name, account && *account ? account : name, secret, &k);
 	if (e == -EINVAL)
 		return reply_error(r, 422, "invalid_argument", "invalid key name or account");
+	if (e == -EPERM)
+		return reply_error(r, 422, "invalid_argument",
+				   "the account '%s' is reserved for the Unix socket; give the key another "
+				   "account", STORE_ADMIN_ACCOUNT);
 	if (e < 0)
 		return reply_error(r, 500, "internal", "cannot create key: %s", strerror(-e));
 	json_t *o = key_json(&k);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,9 +46,13 @@ static int queue(struct req *r, unsigned status, struct MHD_Response *resp, cons
 		return -ENOMEM;
 	if (type)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	r->status = (int)status;
+	if (r->in_body) {
+		r->deferred = resp;
+		return 0;
+	}
 	enum MHD_Result ok = MHD_queue_response(r->con, status, resp);
 	MHD_destroy_response(resp);
-	r->status = (int)status;
 	return ok == MHD_YES ? 0 : -EIO;
 }
 
@@ -86,6 +91,42 @@ int reply_error(struct req *r, unsigned status, const char *code, const char *fm
 	if (status >= 500)
 		log_warn("%s: %u %s", r->method, status, msg);
 	return queue(r, status, resp, "application/json");
+}
+
+int reply_buffer(struct req *r, unsigned status, const char *content_type, char *data, size_t n)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(n, data, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(data);
+		return reply_error(r, 500, "internal", "out of memory");
+	}
+	return queue(r, status, resp, content_type);
+}
+
+int req_fd(struct req *r)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->con, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
+int http_fd_gone(int fd)
+{
+	if (fd < 0)
+		return 0;
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP))
+		return 1;
+	/* Readable: a pipelined request is no sign of leaving, EOF is. */
+	char c;
+	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+int req_client_gone(struct req *r)
+{
+	return http_fd_gone(req_fd(r));
 }
 
 int reply_empty(struct req *r, unsigned status)
@@ -196,7 +237,7 @@ static int authenticate(struct conn_state *cs, const struct http *h, int open)
 {
 	struct req *r = &cs->r;
 	if (r->admin) {
-		snprintf(r->account, sizeof(r->account), "admin");
+		snprintf(r->account, sizeof(r->account), "%s", STORE_ADMIN_ACCOUNT);
 		return 0;
 	}
 	if (open)
@@ -236,6 +277,15 @@ static void begin(struct conn_state *cs, struct http *h, const char *url)
 	const char *cl = MHD_lookup_connection_value(r->con, MHD_HEADER_KIND,
 						     MHD_HTTP_HEADER_CONTENT_LENGTH);
 	unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+	/* libmicrohttpd 0.9.75 answers "Expect: 100-continue" on a request
+	 * without a body with 100 Continue, then spins without answering
+	 * once more bytes follow (tests/fuzz/corpus/http/expect_nobody):
+	 * refuse such a request before it can. */
+	if (!declared && MHD_lookup_connection_value(r->con, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT) &&
+	    !MHD_lookup_connection_value(r->con, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+		reply_error(r, 417, "expectation_failed", "Expect without a request body");
+		return;
+	}
 	if (!rt->upload && declared > h->api->max_json_bytes) {
 		reply_error(r, 413, "payload_too_large", "body over %zu bytes", h->api->max_json_bytes);
 		return;
@@ -296,11 +346,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
 			return MHD_YES;
 		if (cs->route->upload) {
 			cs->len += n;
+			r->in_body = 1;
 			if (cs->len > h->api->max_file_bytes)
 				reply_error(r, 413, "payload_too_large", "file over %llu bytes",
 					    (unsigned long long)h->api->max_file_bytes);
 			else if (cs->route->upload(r, UP_DATA, data, n) < 0 && !r->status)
 				reply_error(r, 500, "internal", "upload failed");
+			r->in_body = 0;
 			return MHD_YES;
 		}
 		if (cs->too_big || cs->len + n > h->api->max_json_bytes) {
@@ -314,6 +366,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
 		cs->body = b;
 		cs->len += n;
 		return MHD_YES;
+	}
+	if (r->deferred) {
+		enum MHD_Result ok = MHD_queue_response(con, (unsigned)r->status, r->deferred);
+		MHD_destroy_response(r->deferred);
+		r->deferred = NULL;
+		return ok;
 	}
 	if (r->status)
 		return MHD_YES;
@@ -338,6 +396,8 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
 		return;
 	if (cs->route && cs->route->upload && cs->r.stream)
 		cs->route->upload(&cs->r, UP_ABORT, NULL, 0);
+	if (cs->r.deferred)
+		MHD_destroy_response(cs->r.deferred);
 	json_decref(cs->r.body);
 	free(cs->body);
 	free(cs);
@@ -398,13 +458,22 @@ static int listen_unix(const char *path, char *err, size_t errlen)
 	return fd;
 }
 
-static struct MHD_Daemon *start_mhd(struct http *h, int fd)
+/* Thread per connection (handlers block while a sandbox works), so every
+ * connection costs a thread: at most 1000 of them, idle ones closed after
+ * conn_timeout_s, and on TCP at most max_conns_per_ip from one address, so
+ * one client cannot take them all. (The Unix socket is the administrator's
+ * alone.) */
+static struct MHD_Daemon *start_mhd(struct http *h, int fd, int tcp)
 {
+	unsigned timeout = h->api->conn_timeout_s ? h->api->conn_timeout_s : 60;
+	unsigned per_ip = tcp && h->api->max_conns_per_ip ? h->api->max_conns_per_ip : 0;
 	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
 					MHD_USE_ERROR_LOG,
 				0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-				MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_END);
+				MHD_OPTION_CONNECTION_LIMIT, 1000u,
+				MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
 }
 
 int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path,
@@ -417,7 +486,7 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 	int r = 0;
 	if (tcp) {
 		int fd = listen_tcp(tcp, err, errlen);
-		if (fd < 0 || !(h->tcp = start_mhd(h, fd))) {
+		if (fd < 0 || !(h->tcp = start_mhd(h, fd, 1))) {
 			r = fd < 0 ? fd : -EIO;
 			if (fd >= 0) {
 				close(fd);
@@ -429,7 +498,7 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 	if (unix_path) {
 		snprintf(h->unix_path, sizeof(h->unix_path), "%s", unix_path);
 		int fd = listen_unix(unix_path, err, errlen);
-		if (fd < 0 || !(h->unix_ = start_mhd(h, fd))) {
+		if (fd < 0 || !(h->unix_ = start_mhd(h, fd, 0))) {
 			r = fd < 0 ? fd : -EIO;
 			if (fd >= 0) {
 				close(fd);

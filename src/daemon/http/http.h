@@ -23,6 +23,11 @@ struct api_ctx {
 	size_t max_json_bytes;
 	uint64_t max_file_bytes;
 	size_t max_output_bytes;
+	unsigned conn_timeout_s;   /* idle connection closed after this */
+	unsigned max_conns_per_ip; /* TCP connections from one address */
+	int answer_ms;             /* how long a request that answers once (stat,
+				    * mkdir, ps, a start) waits for the guest
+				    * before it answers 504 */
 };
 
 /* One request as handlers see it. */
@@ -36,6 +41,10 @@ struct req {
 	json_t *body;       /* parsed JSON body, if the route takes one */
 	void *stream;       /* a streaming upload's own state */
 	int status;         /* the status queued, 0 before */
+	/* MHD takes a response only before or after the body: one made while
+	 * the body streams in waits here until it has all arrived. */
+	struct MHD_Response *deferred;
+	int in_body;
 };
 
 /* A route's handler: queues exactly one response (via the reply helpers)
@@ -73,11 +82,22 @@ int reply_json(struct req *r, unsigned status, json_t *body); /* steals body */
 int reply_error(struct req *r, unsigned status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 int reply_empty(struct req *r, unsigned status);
+/* A body made elsewhere: takes over data (malloc'd, n bytes). */
+int reply_buffer(struct req *r, unsigned status, const char *content_type, char *data, size_t n);
 /* A streamed body: read is called from the connection's thread until it
  * returns 0 (end) or < 0 (abort); done frees arg. */
 int reply_stream(struct req *r, unsigned status, const char *content_type,
 		 ssize_t (*read)(void *arg, char *buf, size_t max), void (*done)(void *arg),
 		 void *arg);
+
+/* Whether the client of r has gone away (closed or reset its connection):
+ * a handler that waits checks this now and then, so an abandoned request
+ * stops pinning its thread and what it started. */
+int req_client_gone(struct req *r);
+/* The same for a connection descriptor (from req_fd), for stream readers
+ * that outlive the handler. */
+int req_fd(struct req *r);
+int http_fd_gone(int fd);
 
 /* Query parameter name: its value, NULL if absent. A value holding a NUL
  * byte (%00) is reported through *bad, never silently cut. */

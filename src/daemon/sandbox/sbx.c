@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #define MAX_STARTING 64 /* sandboxes booting at once, all accounts */
+#define MAX_KILLERS 16  /* expiry kills running at once */
 
 struct sbx_mgr {
 	struct sbx_config cfg;
@@ -35,6 +36,8 @@ struct sbx_mgr {
 	struct sbx *list;
 	pthread_t expiry;
 	int quit;
+	int killers; /* expiry kill threads alive */
+	pthread_cond_t killers_cv;
 	/* Accounts of the sandboxes still booting: they count against the
 	 * quota before the store knows them, so parallel creates cannot
 	 * overshoot it. */
@@ -127,14 +130,36 @@ static int unlink_sbx(struct sbx_mgr *m, struct sbx *s)
 	return found;
 }
 
-/* Frees the VM with the sandbox locked: pending operations hear ECONNRESET
- * through their callbacks, and every waiter wakes. */
-static void drop_vm(struct sbx *s)
+/* With the sandbox locked: takes the VM away from the operations. Pending
+ * ones hear ECONNRESET through their callbacks, every waiter wakes, and
+ * the caller stops and frees the VM without the lock (that takes seconds). */
+static struct vm *take_vm(struct sbx *s)
 {
+	struct vm *vm = s->vm;
 	s->running = 0;
-	vm_free(s->vm, 0);
+	if (vm)
+		vm_drop_agent(vm);
 	s->vm = NULL;
 	pthread_cond_broadcast(&s->cv);
+	return vm;
+}
+
+/* The VM ended by itself: settle how, record it, let go of the sandbox. */
+static void pump_ended(struct sbx *s)
+{
+	struct vm *vm = take_vm(s);
+	pthread_mutex_unlock(&s->mu);
+	if (!vm_wait(vm, 3000))
+		vm_stop(vm, 0); /* QMP gone but QEMU lingers: end it */
+	enum vm_state st = vm_state(vm);
+	log_info("vm ended: %s: %s", vm_state_name(st), vm_reason(vm));
+	store_sbx_set_state(s->mgr->store, s->id, "stopped", end_reason(st));
+	vm_free(vm, 0);
+	/* Nobody will join us once we are out of the list. */
+	if (unlink_sbx(s->mgr, s)) {
+		pthread_detach(pthread_self());
+		sbx_put(s);
+	}
 }
 
 static void *pump_main(void *arg)
@@ -146,10 +171,11 @@ static void *pump_main(void *arg)
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
 		struct pollfd fds[VM_MAX_FDS + 1];
-		int n = vm_pollfds(s->vm, fds, s->stalled == 0);
+		int n = vm_pollfds(s->vm, fds);
+		int t = vm_timeout(s->vm);
 		fds[n] = (struct pollfd){ .fd = s->wakefd, .events = POLLIN };
 		pthread_mutex_unlock(&s->mu);
-		int r = poll(fds, (nfds_t)n + 1, 1000);
+		int r = poll(fds, (nfds_t)n + 1, t >= 0 && t < 1000 ? t : 1000);
 		pthread_mutex_lock(&s->mu);
 		if (r < 0)
 			continue;
@@ -164,16 +190,7 @@ static void *pump_main(void *arg)
 		r = vm_handle(s->vm, fds, n);
 		pthread_cond_broadcast(&s->cv);
 		if (r == -ESHUTDOWN) {
-			enum vm_state st = vm_state(s->vm);
-			log_info("vm ended: %s: %s", vm_state_name(st), vm_reason(s->vm));
-			store_sbx_set_state(s->mgr->store, s->id, "stopped", end_reason(st));
-			drop_vm(s);
-			pthread_mutex_unlock(&s->mu);
-			/* Nobody will join us once we are out of the list. */
-			if (unlink_sbx(s->mgr, s)) {
-				pthread_detach(pthread_self());
-				sbx_put(s);
-			}
+			pump_ended(s); /* unlocks */
 			return NULL;
 		}
 	}
@@ -201,17 +218,20 @@ static int add_sbx(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm
 	pthread_cond_init(&s->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	/* Published only once its pump runs, so nobody finds a sandbox that
+	 * may yet be freed here. The manager lock is held across: a pump that
+	 * ends at once waits in unlink_sbx until the sandbox is listed. */
 	pthread_mutex_lock(&m->mu);
-	s->next = m->list;
-	m->list = s;
-	pthread_mutex_unlock(&m->mu);
 	if (s->wakefd < 0 || pthread_create(&s->pump, NULL, pump_main, s) != 0) {
+		pthread_mutex_unlock(&m->mu);
 		log_error("cannot start the pump of %s", s->id);
-		unlink_sbx(m, s);
 		s->vm = NULL;
 		sbx_release(s);
 		return -EAGAIN;
 	}
+	s->next = m->list;
+	m->list = s;
+	pthread_mutex_unlock(&m->mu);
 	return 0;
 }
 
@@ -249,11 +269,15 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 	pthread_mutex_unlock(&s->mu);
 	wake(s);
 	pthread_join(s->pump, NULL);
+	/* The pump is gone: operations end now, the stop runs unlocked. A
+	 * killed sandbox's disk is thrown away, so no graceful poweroff. */
 	pthread_mutex_lock(&s->mu);
-	if (s->vm)
-		vm_stop(s->vm, 3000);
-	drop_vm(s);
+	struct vm *vm = take_vm(s);
 	pthread_mutex_unlock(&s->mu);
+	if (vm) {
+		vm_stop(vm, 0);
+		vm_free(vm, 0);
+	}
 	store_sbx_set_state(m->store, id, "stopped", reason);
 	log_info("sandbox %s stopped: %s", id, reason);
 	sbx_put(s); /* ours */
@@ -385,25 +409,59 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 	store_sbx_free_list(rows, n);
 }
 
+struct killer {
+	struct sbx_mgr *m;
+	char id[32];
+};
+
+static void *killer_main(void *arg)
+{
+	struct killer *k = arg;
+	struct sbx_mgr *m = k->m;
+	log_set_tag("expiry");
+	sbx_kill(m, k->id, "timeout");
+	free(k);
+	pthread_mutex_lock(&m->mu);
+	m->killers--;
+	pthread_cond_broadcast(&m->killers_cv);
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+/* Kills the sandboxes whose time is up, each in a thread of its own: one
+ * slow stop must not hold up the others. */
 static void *expiry_main(void *arg)
 {
 	struct sbx_mgr *m = arg;
 	log_set_tag("expiry");
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	for (;;) {
-		char due[16][32];
-		int ndue = 0;
 		pthread_mutex_lock(&m->mu);
 		if (m->quit) {
 			pthread_mutex_unlock(&m->mu);
+			pthread_attr_destroy(&at);
 			return NULL;
 		}
 		long long now = now_s();
-		for (struct sbx *s = m->list; s && ndue < 16; s = s->next)
-			if (s->expires_at <= now)
-				snprintf(due[ndue++], sizeof(due[0]), "%s", s->id);
+		for (struct sbx *s = m->list; s && m->killers < MAX_KILLERS; s = s->next) {
+			if (s->expires_at > now || s->expiring)
+				continue;
+			struct killer *k = malloc(sizeof(*k));
+			pthread_t t;
+			if (k) {
+				*k = (struct killer){ .m = m };
+				snprintf(k->id, sizeof(k->id), "%s", s->id);
+			}
+			if (k && pthread_create(&t, &at, killer_main, k) == 0) {
+				s->expiring = 1;
+				m->killers++;
+			} else {
+				free(k); /* tried again on the next turn */
+			}
+		}
 		pthread_mutex_unlock(&m->mu);
-		for (int i = 0; i < ndue; i++)
-			sbx_kill(m, due[i], "timeout");
 		usleep(250000);
 	}
 }
@@ -428,6 +486,7 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 	m->cfg = *cfg;
 	m->store = store;
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_cond_init(&m->killers_cv, NULL);
 	if (pthread_create(&m->expiry, NULL, expiry_main, m) != 0) {
 		free(m);
 		return -EAGAIN;
@@ -465,6 +524,11 @@ void sbx_mgr_stop(struct sbx_mgr *m)
 		pthread_mutex_unlock(&s->mu);
 		sbx_put(s);
 	}
+	/* Kills in flight use m: they end before m may be freed. */
+	pthread_mutex_lock(&m->mu);
+	while (m->killers)
+		pthread_cond_wait(&m->killers_cv, &m->mu);
+	pthread_mutex_unlock(&m->mu);
 }
 
 void sbx_mgr_free(struct sbx_mgr *m)
@@ -472,6 +536,7 @@ void sbx_mgr_free(struct sbx_mgr *m)
 	if (!m)
 		return;
 	sbx_mgr_stop(m);
+	pthread_cond_destroy(&m->killers_cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

@@ -62,8 +62,9 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason);
 /* The environment every command of the sandbox gets (JSON object). */
 const char *sbx_env_json(const struct sbx *s);
 
-/* One agent operation seen from an HTTP thread. The pump fills it in under
- * the sandbox lock; the owner reads it after sbx_wait. */
+/* One agent operation seen from an HTTP thread (a "sop"). The pump fills
+ * it in under the sandbox lock; its owner learns how it stands from
+ * sbx_wait and, once it ended, reads what it gathered. */
 enum sop_mode {
 	SOP_COLLECT, /* keep the tail of stdout/stderr (foreground exec) */
 	SOP_QUEUE,   /* queue P_DATA bytes for a reader (file download) */
@@ -71,56 +72,67 @@ enum sop_mode {
 	SOP_DISCARD, /* keep nothing but the end (a process's stdin channel) */
 };
 
-struct sop {
-	enum sop_mode mode;
-	uint16_t type;  /* the request */
-	uint32_t id;    /* agent operation id */
-	int live;       /* the agent operation has not ended */
-	int started, done, eof;
-	uint16_t end;   /* P_OK, P_ERROR or P_EXIT */
-	int err;        /* errno from P_ERROR (ECONNRESET: the VM went away) */
+struct sop;
+
+/* How an operation stands: a copy taken under the lock. */
+struct sop_state {
+	uint16_t end;   /* P_OK, P_ERROR or P_EXIT once it ended; 0 before */
+	int started;    /* P_STARTED (or first data) came */
+	int err;        /* errno of P_ERROR (ECONNRESET: the VM went away) */
 	char msg[256];
 	uint32_t proc, pid;
 	int exit_code, signal, timed_out; /* -1 when not given */
-	size_t cap;     /* SOP_COLLECT: bytes kept per stream */
-	struct pbuf out[2];
-	uint64_t total[2];
-	uint8_t partial[2][4]; /* SOP_NDJSON: an unfinished UTF-8 sequence */
-	size_t npartial[2];
-	int stalled;    /* counted in the sandbox's backpressure */
-	json_t *items;  /* P_ENTRY items as JSON (list, ps) */
-	json_t *ok;     /* P_OK attributes as JSON (stat) */
-	struct sbx *owner;
-	int abandoned;  /* its owner left: the pump frees it when it ends */
 };
 
-struct sop *sop_new(enum sop_mode mode);
+/* A new operation; cap is the bytes of each stream SOP_COLLECT keeps. */
+struct sop *sop_new(enum sop_mode mode, size_t cap);
 /* Frees op, or leaves that to the pump if the agent operation is live
- * (after asking the agent to cancel it). */
+ * (after asking the agent to cancel it; a foreground exec's process is
+ * killed: nobody is left to hear how it ends). */
 void sop_free(struct sbx *s, struct sop *op);
 
 /* Starts request type for op: returns the frame to add attributes to, with
- * the sandbox locked, or NULL (not locked) if the sandbox is not running.
+ * the sandbox locked, or NULL (not locked) with -errno in *err: -ECONNRESET
+ * when the sandbox is not running, -EAGAIN when it has too many operations
+ * or streams open. Requests with output get their credit window here.
  * sbx_end seals it, unlocks and wakes the pump: 0 or -errno. */
-struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op);
+struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err);
 int sbx_end(struct sbx *s, struct sop *op);
 /* Drops the request begun by sbx_begin unsent (an attribute did not fit)
  * and unlocks. */
 void sbx_abort(struct sbx *s, struct sop *op);
-/* Sends raw bytes on op (stdin, file content), waiting while the channel's
- * queue is long so memory stays bounded. 0 or -errno. */
-int sbx_data(struct sbx *s, struct sop *op, uint16_t flags, const void *p, size_t n);
-/* Waits until op is done (started too, if want_start and it started) or
- * timeout_ms passes (-1: forever). 0 or -ETIMEDOUT. */
-int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms);
-/* Writes to the stdin of process proc (PF_EOF closes it): 0, -ESRCH when it
- * is gone, -errno. */
-int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_t n);
+/* Sends raw bytes on op (stdin, file content) within the operation's input
+ * credit, waiting up to timeout_ms for the agent to take earlier bytes.
+ * 0, -ETIMEDOUT, or -errno once the operation ended. */
+int sbx_data(struct sbx *s, struct sop *op, uint16_t flags, const void *p, size_t n,
+	     int timeout_ms);
+/* Waits until op ended (or started, with want_start) or timeout_ms passes;
+ * fills *st either way. 0 or -ETIMEDOUT. */
+int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms, struct sop_state *st);
+/* Writes to the stdin of process proc (PF_EOF closes it), waiting up to
+ * timeout_ms for credit: 0, -ESRCH when it is gone, -ETIMEDOUT, -errno. */
+int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_t n,
+	      int timeout_ms);
 /* Moves a sandbox's expiry: 0 or -ENOENT when it is not running. */
 int sbx_set_expiry(struct sbx_mgr *m, const char *id, long long expires_at);
 
-/* Takes up to n queued bytes of op (SOP_QUEUE/SOP_NDJSON), waiting for some
- * unless it is done. Returns the count, 0 at the end, -ETIMEDOUT. */
+/* Takes up to n bytes of op's queue (SOP_QUEUE: raw bytes; SOP_NDJSON: whole
+ * JSON lines, the exit line last), waiting up to timeout_ms for some.
+ * Returns the count, 0 at the end, -ETIMEDOUT, or -EPIPE when the agent
+ * ended the operation with an error (the stream is incomplete). n must be
+ * at least 1 KiB for SOP_NDJSON. */
 ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout_ms);
+
+/* What an ended operation gathered; valid only after sbx_wait reported its
+ * end, owned by op. The P_ENTRY items (list, ps) as the text of a JSON array
+ * ("[]" when none); the P_OK attributes of a stat as an entry object (NULL
+ * when none); the kept tail of a stream (SOP_COLLECT), with whether older
+ * bytes were cut and how many bytes there were in all. */
+const char *sop_items(struct sop *op);
+json_t *sop_entry(struct sop *op);
+const struct pbuf *sop_output(struct sop *op, int stream, int *cut);
+/* The listed directory, for P_LIST items' absolute paths: set before
+ * sbx_end. */
+int sop_set_base(struct sop *op, const char *path);
 
 #endif

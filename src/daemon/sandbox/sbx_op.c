@@ -2,86 +2,187 @@
  * sbx_op: operations on a running sandbox, run from HTTP threads. A request
  * is built under the sandbox lock and handed to the pump; the pump decodes
  * the agent's frames into the struct sop (sop_cb, always locked) and wakes
- * the waiters. Also the stdin channels of background processes.
+ * the waiters. Everything the guest sends is charged against a cap: output
+ * against the operation's credit window, listings against a byte cap,
+ * one-answer requests against a frame count. Also the stdin channels of
+ * background processes.
  */
 #include "daemon/sandbox/sbx_impl.h"
 
+#include "common/log.h"
 #include "common/utf8.h"
 #include "runner/agentc.h"
 #include "runner/vm.h"
 
 #include <errno.h>
+#include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-struct sop *sop_new(enum sop_mode mode)
+#define NO_REC SIZE_MAX
+#define REC_HDR 5 /* SOP_NDJSON record: u8 stream, u32 length */
+
+struct sop *sop_new(enum sop_mode mode, size_t cap)
 {
 	struct sop *op = calloc(1, sizeof(*op));
 	if (!op)
 		return NULL;
 	op->mode = mode;
-	op->exit_code = op->signal = -1;
+	op->cap = cap;
+	op->last_rec = NO_REC;
+	op->st.exit_code = op->st.signal = -1;
 	return op;
 }
 
 static void sop_destroy(struct sop *op)
 {
+	if (!op)
+		return;
 	pbuf_release(&op->out[0]);
 	pbuf_release(&op->out[1]);
-	json_decref(op->items);
-	json_decref(op->ok);
+	pbuf_release(&op->items);
+	json_decref(op->entry);
+	free(op->base);
 	free(op);
 }
 
-static void unstall(struct sop *op)
+static int is_stream(const struct sop *op)
 {
-	if (op->stalled && op->owner) {
-		op->stalled = 0;
-		op->owner->stalled--;
-		wake(op->owner);
+	return op->mode == SOP_QUEUE || op->mode == SOP_NDJSON;
+}
+
+static struct agentc *agent_of(struct sbx *s)
+{
+	return s->vm ? vm_agent(s->vm) : NULL;
+}
+
+/* With the sandbox locked: the agent operation is over for us. */
+static void op_ended(struct sbx *s, struct sop *op)
+{
+	if (!op->live)
+		return;
+	op->live = 0;
+	op->done = 1;
+	s->nops--;
+	if (is_stream(op))
+		s->nstreams--;
+}
+
+static void remove_ctl(struct sbx *s, struct sop *op)
+{
+	for (size_t i = 0; i < s->nctls; i++) {
+		if (s->ctls[i].op == op) {
+			s->ctls[i] = s->ctls[--s->nctls];
+			return;
+		}
 	}
+}
+
+/* Fire and forget: SIGKILL to a process's group and cgroup. */
+static void kill_proc(struct agentc *a, uint32_t proc)
+{
+	struct pbuf *b = agentc_begin(a, P_SIGNAL, NULL, NULL, NULL);
+	if (!b)
+		return;
+	if (proto_put_u32(b, A_PROC, proc) < 0 || proto_put_u32(b, A_SIGNO, SIGKILL) < 0)
+		agentc_abort(a);
+	else
+		agentc_end(a);
+}
+
+static void cancel(struct agentc *a, uint32_t id)
+{
+	struct pbuf *b = agentc_begin(a, P_CANCEL, NULL, NULL, NULL);
+	if (b && proto_put_u32(b, A_TARGET, id) == 0)
+		agentc_end(a);
+	else if (b)
+		agentc_abort(a);
+}
+
+/* With the sandbox locked: the owner leaves a live operation to the pump,
+ * which frees it when its end comes. A foreground exec nobody waits for
+ * is killed, not left running. */
+static void abandon_locked(struct sbx *s, struct sop *op)
+{
+	struct agentc *a = agent_of(s);
+	op->abandoned = 1;
+	if (!a)
+		return;
+	if (op->type == P_EXEC && op->mode != SOP_DISCARD) {
+		if (op->st.proc)
+			kill_proc(a, op->st.proc);
+		else
+			op->kill_on_start = 1;
+	}
+	cancel(a, op->id);
 }
 
 void sop_free(struct sbx *s, struct sop *op)
 {
 	if (!op)
 		return;
-	if (!s || !op->live) {
-		if (s) {
-			pthread_mutex_lock(&s->mu);
-			unstall(op);
-			pthread_mutex_unlock(&s->mu);
-		}
+	if (!s) {
 		sop_destroy(op);
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
-	unstall(op);
 	if (!op->live) {
 		pthread_mutex_unlock(&s->mu);
 		sop_destroy(op);
 		return;
 	}
-	op->abandoned = 1;
-	struct agentc *a = s->vm ? vm_agent(s->vm) : NULL;
-	struct pbuf *b = a ? agentc_begin(a, P_CANCEL, NULL, NULL, NULL) : NULL;
-	if (b && proto_put_u32(b, A_TARGET, op->id) == 0)
-		agentc_end(a);
+	abandon_locked(s, op);
 	pthread_mutex_unlock(&s->mu);
 	wake(s);
 }
 
-/* Attributes of a stat-like frame as an API entry (docs/api.md). */
-static json_t *entry_json(const struct proto_frame *f)
+/* With the sandbox locked: ends op on our side, because the guest broke a
+ * cap. Its later frames are dropped and the agent is asked to stop. */
+static void fail_local(struct sbx *s, struct sop *op, int err, const char *why)
+{
+	struct agentc *a = agent_of(s);
+	log_warn("operation %u (%s): %s", op->id, proto_type_name(op->type), why);
+	if (a) {
+		agentc_forget(a, op->id);
+		cancel(a, op->id);
+	}
+	op->st.end = P_ERROR;
+	op->st.err = err;
+	snprintf(op->st.msg, sizeof(op->st.msg), "%s", why);
+	op_ended(s, op);
+}
+
+/* Returns n bytes of credit to the agent, in quarters of the window. */
+static void refund(struct sbx *s, struct sop *op, uint64_t n)
+{
+	op->unacked += n;
+	struct agentc *a = agent_of(s);
+	if (!op->live || op->abandoned || !a || op->unacked < op->window / 4)
+		return;
+	if (agentc_credit(a, op->id, (uint32_t)op->unacked) == 0) {
+		op->granted += op->unacked;
+		op->unacked = 0;
+		wake(s);
+	}
+}
+
+/* Attributes of a stat-like frame as an API entry (docs/api.md); for a
+ * listing, base is the listed directory and the path becomes absolute. */
+static json_t *entry_json(const struct proto_frame *f, const char *base)
 {
 	json_t *e = json_object();
 	char path[PROTO_MAX_STR + 1], link[PROTO_MAX_STR + 1];
 	uint32_t mode = 0, uid = 0, gid = 0;
 	uint64_t size = 0, mtime = 0;
-	if (proto_get_str(f, A_PATH, path, sizeof(path)) == 0)
-		json_object_set_new(e, "path", json_string(path));
+	if (proto_get_str(f, A_PATH, path, sizeof(path)) == 0) {
+		char abs[2 * PROTO_MAX_STR + 2];
+		snprintf(abs, sizeof(abs), "%s/%s", base && strcmp(base, "/") ? base : "", path);
+		json_object_set_new(e, "name", json_string(basename(path)));
+		json_object_set_new(e, "path", json_string(base ? abs : path));
+	}
 	proto_get_u32(f, A_MODE, &mode);
 	proto_get_u64(f, A_SIZE, &size);
 	proto_get_u64(f, A_MTIME_NS, &mtime);
@@ -121,6 +222,25 @@ static json_t *process_json(const struct proto_frame *f)
 	return p;
 }
 
+/* One P_ENTRY into the items text: 0, or -E2BIG past the byte cap. */
+static int add_item(struct sop *op, const struct proto_frame *f)
+{
+	json_t *e = op->type == P_PS ? process_json(f) : entry_json(f, op->base);
+	char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+	json_decref(e);
+	if (!text)
+		return 0; /* out of memory: the entry is lost, not the daemon */
+	size_t n = strlen(text);
+	int r = 0;
+	if (op->items.len + n + 2 > SBX_MAX_ITEMS_BYTES)
+		r = -E2BIG;
+	else if (pbuf_append(&op->items, op->nitems ? "," : "[", 1) == 0 &&
+		 pbuf_append(&op->items, text, n) == 0)
+		op->nitems++;
+	free(text);
+	return r;
+}
+
 /* SOP_COLLECT keeps the newest cap bytes: trimming at twice the cap keeps
  * the copying amortised. */
 static void collect(struct sop *op, int stream, const uint8_t *p, size_t n)
@@ -132,150 +252,174 @@ static void collect(struct sop *op, int stream, const uint8_t *p, size_t n)
 		pbuf_consume(b, b->len - op->cap);
 }
 
-static void ndjson_output(struct sop *op, int stream, const uint8_t *p, size_t n)
+/* SOP_NDJSON: appends output to the record queue, growing the last record
+ * while the same stream continues. */
+static void queue_record(struct sop *op, int stream, const uint8_t *p, size_t n)
 {
-	/* Join with the bytes an earlier frame cut mid-character. */
-	size_t have = op->npartial[stream];
-	uint8_t *joined = malloc(have + n);
-	if (!joined)
+	struct pbuf *q = &op->out[0];
+	if (op->last_rec != NO_REC && q->data[op->last_rec] == stream) {
+		uint32_t len;
+		memcpy(&len, q->data + op->last_rec + 1, 4);
+		if (pbuf_append(q, p, n) == 0) {
+			len += (uint32_t)n;
+			memcpy(q->data + op->last_rec + 1, &len, 4);
+		}
 		return;
-	memcpy(joined, op->partial[stream], have);
-	memcpy(joined + have, p, n);
-	size_t total = have + n;
-	size_t keep = utf8_incomplete_tail(joined, total);
-	memcpy(op->partial[stream], joined + total - keep, keep);
-	op->npartial[stream] = keep;
-	char *text = malloc(3 * (total - keep) + 1);
-	if (text) {
-		size_t len = utf8_sanitize(joined, total - keep, text);
-		json_t *line = json_pack("{s:s,s:s%}", "type", stream ? "stderr" : "stdout", "data", text, len);
-		char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
-		if (s) {
-			pbuf_append(&op->out[0], s, strlen(s));
-			pbuf_append(&op->out[0], "\n", 1);
-		}
-		free(s);
-		json_decref(line);
-		free(text);
 	}
-	free(joined);
+	uint8_t hdr[REC_HDR] = { (uint8_t)stream };
+	uint32_t len = (uint32_t)n;
+	memcpy(hdr + 1, &len, 4);
+	size_t at = q->len;
+	if (pbuf_append(q, hdr, sizeof(hdr)) == 0 && pbuf_append(q, p, n) == 0)
+		op->last_rec = at;
+	else
+		q->len = at;
 }
 
-static void ndjson_exit(struct sop *op)
+/* Output or file bytes: charged against the window, then kept per mode. */
+static void on_bytes(struct sbx *s, struct sop *op, const struct proto_frame *f)
 {
-	json_t *line = json_pack("{s:s,s:o,s:o,s:b}", "type", "exit", "exit_code",
-				 op->exit_code >= 0 ? json_integer(op->exit_code) : json_null(), "signal",
-				 op->signal >= 0 ? json_integer(op->signal) : json_null(), "timed_out",
-				 op->timed_out > 0);
-	char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
-	if (s) {
-		pbuf_append(&op->out[0], s, strlen(s));
-		pbuf_append(&op->out[0], "\n", 1);
+	uint32_t cost = proto_cost(f->len);
+	op->received += cost;
+	if (op->received > op->granted + PROTO_DATA_CHUNK) {
+		fail_local(s, op, EPROTO, "the agent sent past its credit window");
+		return;
 	}
-	free(s);
-	json_decref(line);
+	if (f->type == P_DATA) {
+		op->st.started = 1; /* a download may answer 200 now */
+		op->total[0] += f->len;
+	}
+	int stream = f->type == P_STDERR;
+	if (op->mode == SOP_QUEUE && f->type == P_DATA) {
+		pbuf_append(&op->out[0], f->payload, f->len);
+		refund(s, op, cost - f->len); /* the rest as the reader takes it */
+	} else if (op->mode == SOP_NDJSON && f->type != P_DATA && f->len) {
+		queue_record(op, stream, f->payload, f->len);
+		refund(s, op, cost - f->len);
+	} else {
+		if (op->mode == SOP_COLLECT && f->type != P_DATA)
+			collect(op, stream, f->payload, f->len);
+		refund(s, op, cost);
+	}
 }
 
-static void remove_ctl(struct sbx *s, struct sop *op)
+static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 {
-	for (size_t i = 0; i < s->nctls; i++) {
-		if (s->ctls[i].op == op) {
-			s->ctls[i] = s->ctls[--s->nctls];
-			return;
+	struct sop_state *st = &op->st;
+	int terminal = f->type == P_OK || f->type == P_ERROR || f->type == P_EXIT;
+	if (proto_check_attrs(f) < 0) {
+		if (terminal) {
+			st->end = P_ERROR;
+			st->err = EPROTO;
+			snprintf(st->msg, sizeof(st->msg), "malformed answer from the agent");
 		}
+		return;
+	}
+	uint32_t v;
+	switch (f->type) {
+	case P_CREDIT:
+		if (proto_get_u32(f, A_CREDIT, &v) == 0)
+			op->acked = op->acked + v > op->sent ? op->sent : op->acked + v;
+		return;
+	case P_ENTRY:
+		if (add_item(op, f) < 0)
+			fail_local(s, op, E2BIG, "the listing is too large");
+		return;
+	case P_STARTED:
+	case P_OK:
+		proto_get_u32(f, A_PROC, &st->proc);
+		proto_get_u32(f, A_PID, &st->pid);
+		st->started = 1;
+		if (op->kill_on_start && st->proc && agent_of(s))
+			kill_proc(agent_of(s), st->proc);
+		if (f->type == P_OK && op->type == P_STAT) {
+			json_decref(op->entry);
+			op->entry = entry_json(f, NULL);
+		}
+		break;
+	case P_EXIT:
+		if (proto_get_u32(f, A_EXIT_CODE, &v) == 0)
+			st->exit_code = (int)v;
+		if (proto_get_u32(f, A_SIGNAL, &v) == 0)
+			st->signal = (int)v;
+		st->timed_out = proto_get_u32(f, A_TIMED_OUT, &v) == 0 && v;
+		break;
+	case P_ERROR:
+		v = EIO;
+		proto_get_u32(f, A_ERRNO, &v);
+		st->err = (int)v;
+		if (proto_get_str(f, A_MESSAGE, st->msg, sizeof(st->msg)) < 0)
+			snprintf(st->msg, sizeof(st->msg), "%s", strerror((int)v));
+		break;
+	default:
+		break;
+	}
+	if (terminal)
+		st->end = f->type;
+}
+
+/* How many frames a request may get: unbounded for streams (credit bounds
+ * them), the listing cap for listings, a few for the rest. */
+static uint64_t max_frames(uint16_t type)
+{
+	switch (type) {
+	case P_EXEC: case P_ATTACH: case P_FREAD: case P_FWRITE: return UINT64_MAX;
+	case P_LIST: return PROTO_MAX_LIST + SBX_MAX_SMALL_FRAMES;
+	case P_PS: return 4 * SBX_MAX_OPS + SBX_MAX_SMALL_FRAMES;
+	default: return SBX_MAX_SMALL_FRAMES;
 	}
 }
 
-/* Runs in the pump thread with the sandbox locked. */
+/* Runs in the pump thread with the sandbox locked (ECONNRESET endings come
+ * from whichever thread closes the connection, locked too). */
 static void sop_cb(void *arg, const struct proto_frame *f)
 {
 	struct sop *op = arg;
 	struct sbx *s = op->owner;
-	int stream = f->type == P_STDERR;
-	switch (f->type) {
-	case P_STDOUT:
-	case P_STDERR:
-		if (op->mode == SOP_COLLECT)
-			collect(op, stream, f->payload, f->len);
-		else if (op->mode == SOP_NDJSON)
-			ndjson_output(op, stream, f->payload, f->len);
-		break;
-	case P_DATA:
-		op->started = 1; /* a download may answer 200 now */
-		if (op->mode == SOP_QUEUE)
-			pbuf_append(&op->out[0], f->payload, f->len);
-		op->total[0] += f->len;
-		op->eof |= (f->flags & PF_EOF) != 0;
-		break;
-	default:
-		if (proto_check_attrs(f) < 0) {
-			if (f->type == P_OK || f->type == P_ERROR || f->type == P_EXIT) {
-				op->end = P_ERROR;
-				op->err = EPROTO;
-				snprintf(op->msg, sizeof(op->msg), "malformed answer from the agent");
-			}
-			break;
-		}
-		if (f->type == P_STARTED || f->type == P_OK) {
-			proto_get_u32(f, A_PROC, &op->proc);
-			proto_get_u32(f, A_PID, &op->pid);
-			op->started = 1;
-		}
-		if (f->type == P_ENTRY) {
-			if (!op->items)
-				op->items = json_array();
-			json_array_append_new(op->items, op->type == P_PS ? process_json(f) : entry_json(f));
-		}
-		if (f->type == P_OK && op->type == P_STAT)
-			op->ok = entry_json(f);
-		if (f->type == P_EXIT) {
-			uint32_t v;
-			if (proto_get_u32(f, A_EXIT_CODE, &v) == 0)
-				op->exit_code = (int)v;
-			if (proto_get_u32(f, A_SIGNAL, &v) == 0)
-				op->signal = (int)v;
-			op->timed_out = proto_get_u32(f, A_TIMED_OUT, &v) == 0 && v;
-			if (op->mode == SOP_NDJSON)
-				ndjson_exit(op);
-		}
-		if (f->type == P_ERROR) {
-			uint32_t e = EIO;
-			proto_get_u32(f, A_ERRNO, &e);
-			op->err = (int)e;
-			if (proto_get_str(f, A_MESSAGE, op->msg, sizeof(op->msg)) < 0)
-				snprintf(op->msg, sizeof(op->msg), "%s", strerror((int)e));
-		}
-		if (f->type == P_OK || f->type == P_ERROR || f->type == P_EXIT)
-			op->end = f->type;
-	}
-	if ((op->mode == SOP_QUEUE || op->mode == SOP_NDJSON) && !op->stalled &&
-	    op->out[0].len > QUEUE_HIGH && !op->abandoned) {
-		op->stalled = 1;
-		s->stalled++;
-	}
-	if (op->end) {
-		op->done = 1;
-		op->live = 0;
-		if (op->abandoned) {
-			remove_ctl(s, op);
-			unstall(op);
-			sop_destroy(op);
-		}
+	if (++op->frames > max_frames(op->type))
+		fail_local(s, op, EPROTO, "the agent sent too many frames");
+	else if (f->type == P_STDOUT || f->type == P_STDERR || f->type == P_DATA)
+		on_bytes(s, op, f);
+	else
+		on_attrs(s, op, f);
+	if (op->st.end && op->live)
+		op_ended(s, op);
+	if (op->done && op->abandoned) {
+		remove_ctl(s, op);
+		sop_destroy(op);
 	}
 }
 
-struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op)
+struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err)
 {
 	pthread_mutex_lock(&s->mu);
-	struct agentc *a = s->running && s->vm ? vm_agent(s->vm) : NULL;
-	struct pbuf *b = a ? agentc_begin(a, type, sop_cb, op, &op->id) : NULL;
+	struct agentc *a = s->running ? agent_of(s) : NULL;
+	int e = !a ? -ECONNRESET
+		: s->nops >= SBX_MAX_OPS || (is_stream(op) && s->nstreams >= SBX_MAX_STREAMS) ? -EAGAIN
+		: 0;
+	struct pbuf *b = e ? NULL : agentc_begin(a, type, sop_cb, op, &op->id);
+	uint32_t window = type == P_ATTACH ? SBX_ATTACH_WINDOW : SBX_WINDOW;
+	if (b && (type == P_EXEC || type == P_ATTACH || type == P_FREAD) &&
+	    proto_put_u32(b, A_WINDOW, window) < 0) {
+		agentc_abort(a);
+		b = NULL;
+	}
 	if (!b) {
 		pthread_mutex_unlock(&s->mu);
+		if (err)
+			*err = e ? e : -ENOMEM;
 		return NULL;
 	}
+	agentc_manual_credit(a, op->id);
+	op->window = (type == P_EXEC || type == P_ATTACH || type == P_FREAD) ? window : 0;
+	op->granted = op->window;
 	op->owner = s;
 	op->type = type;
 	op->live = 1;
+	op->t0 = clock_ms();
+	s->nops++;
+	if (is_stream(op))
+		s->nstreams++;
 	return b;
 }
 
@@ -283,131 +427,276 @@ int sbx_end(struct sbx *s, struct sop *op)
 {
 	int r = agentc_end(vm_agent(s->vm));
 	if (r < 0)
-		op->live = 0;
+		op_ended(s, op);
 	pthread_mutex_unlock(&s->mu);
 	wake(s);
 	return r;
-}
-
-/* With the sandbox locked: waits while the agent channel's queue is long,
- * so writers keep memory bounded. The agent, or NULL if the VM is gone. */
-static struct agentc *room_to_send(struct sbx *s)
-{
-	for (;;) {
-		struct agentc *a = s->running && s->vm ? vm_agent(s->vm) : NULL;
-		if (!a || agentc_queued(a) < SEND_HIGH)
-			return a;
-		struct timespec ts;
-		clock_deadline(&ts, 1000);
-		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-	}
 }
 
 void sbx_abort(struct sbx *s, struct sop *op)
 {
 	agentc_abort(vm_agent(s->vm));
-	op->live = 0;
+	op_ended(s, op);
 	pthread_mutex_unlock(&s->mu);
 }
 
-int sbx_data(struct sbx *s, struct sop *op, uint16_t flags, const void *p, size_t n)
+/* With the sandbox locked: sends n bytes on op (or on the stdin channel of
+ * process ctl_proc, looked up anew after every wait: the pump may end and
+ * free it meanwhile), each chunk within the input credit and the channel's
+ * queue limit. */
+static int send_locked(struct sbx *s, struct sop *op, uint32_t ctl_proc, uint16_t flags,
+		       const uint8_t *p, size_t n, int timeout_ms)
+{
+	struct timespec deadline;
+	clock_deadline(&deadline, timeout_ms);
+	do {
+		size_t k = n > PROTO_DATA_CHUNK ? PROTO_DATA_CHUNK : n;
+		for (;;) {
+			if (ctl_proc) {
+				op = NULL;
+				for (size_t i = 0; i < s->nctls && !op; i++)
+					if (s->ctls[i].proc == ctl_proc)
+						op = s->ctls[i].op;
+				if (!op)
+					return -ESRCH;
+			}
+			struct agentc *a = agent_of(s);
+			if (!op->live || !a)
+				return op->st.err ? -op->st.err : -ECONNRESET;
+			if (op->sent - op->acked + k <= PROTO_INPUT_WINDOW && agentc_queued(a) < SEND_HIGH)
+				break;
+			if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT)
+				return -ETIMEDOUT;
+		}
+		int r = agentc_data(agent_of(s), op->id, k == n ? flags : 0, p, k);
+		if (r < 0)
+			return r;
+		op->sent += k;
+		p += k;
+		n -= k;
+		wake(s);
+	} while (n);
+	return 0;
+}
+
+int sbx_data(struct sbx *s, struct sop *op, uint16_t flags, const void *p, size_t n, int timeout_ms)
 {
 	pthread_mutex_lock(&s->mu);
-	struct agentc *a = room_to_send(s);
-	int r;
-	if (!a || !op->live)
-		r = op->err ? -op->err : -ECONNRESET;
-	else
-		r = agentc_data(a, op->id, flags, p, n);
+	int r = send_locked(s, op, 0, flags, p, n, timeout_ms);
 	pthread_mutex_unlock(&s->mu);
-	wake(s);
 	return r;
 }
 
-int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms)
+int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms, struct sop_state *st)
 {
 	struct timespec ts;
-	if (timeout_ms >= 0)
-		clock_deadline(&ts, timeout_ms);
+	clock_deadline(&ts, timeout_ms);
 	int r = 0;
 	pthread_mutex_lock(&s->mu);
-	while (!op->done && !(want_start && op->started)) {
-		if (timeout_ms < 0) {
-			pthread_cond_wait(&s->cv, &s->mu);
-		} else if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
+	while (!op->done && !(want_start && op->st.started)) {
+		if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
 			r = -ETIMEDOUT;
 			break;
 		}
 	}
+	*st = op->st;
 	pthread_mutex_unlock(&s->mu);
 	return r;
+}
+
+/* Appends one NDJSON line to buf; returns its length. */
+static size_t put_line(char *buf, size_t room, json_t *line)
+{
+	char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+	json_decref(line);
+	size_t n = text ? strlen(text) : 0;
+	if (!text || n + 1 > room) {
+		free(text);
+		return 0;
+	}
+	memcpy(buf, text, n);
+	buf[n] = '\n';
+	free(text);
+	return n + 1;
+}
+
+/* With the sandbox locked: one output line from the first record, at most
+ * budget raw bytes of it. Returns the line's length. */
+static size_t ndjson_output(struct sbx *s, struct sop *op, char *buf, size_t room, size_t budget)
+{
+	struct pbuf *q = &op->out[0];
+	uint32_t len;
+	memcpy(&len, q->data + 1, 4);
+	int stream = q->data[0];
+	size_t take = len < budget ? len : budget;
+	/* Join with the bytes an earlier line cut mid-character. */
+	uint8_t joined[4 + 16384];
+	size_t have = op->npartial[stream];
+	memcpy(joined, op->partial[stream], have);
+	memcpy(joined + have, q->data + REC_HDR, take);
+	size_t total = have + take;
+	size_t keep = utf8_incomplete_tail(joined, total);
+	memcpy(op->partial[stream], joined + total - keep, keep);
+	op->npartial[stream] = keep;
+	char text[3 * sizeof(joined) + 1];
+	size_t tlen = utf8_sanitize(joined, total - keep, text);
+	size_t n = put_line(buf, room,
+			    json_pack("{s:s,s:s%}", "type", stream ? "stderr" : "stdout", "data", text, tlen));
+	/* Consume what was taken: the whole record, or its head. */
+	if (take == len) {
+		pbuf_consume(q, REC_HDR + len);
+		op->last_rec = op->last_rec == 0 ? NO_REC
+			       : op->last_rec == NO_REC ? NO_REC : op->last_rec - REC_HDR - len;
+	} else {
+		len -= (uint32_t)take;
+		memcpy(q->data + 1, &len, 4);
+		memmove(q->data + REC_HDR, q->data + REC_HDR + take, q->len - REC_HDR - take);
+		q->len -= take;
+		if (op->last_rec != NO_REC && op->last_rec > 0)
+			op->last_rec -= take;
+	}
+	refund(s, op, take);
+	return n;
+}
+
+/* With the sandbox locked: what the reader gets of a SOP_NDJSON queue. */
+static size_t ndjson_read(struct sbx *s, struct sop *op, char *buf, size_t n)
+{
+	size_t used = 0;
+	/* Each raw byte can become six (a \u00XX escape); a line adds ~40. */
+	while (op->out[0].len && n - used > 256) {
+		size_t budget = (n - used - 128) / 6;
+		if (budget > 16384)
+			budget = 16384;
+		used += ndjson_output(s, op, buf + used, n - used, budget);
+	}
+	if (!op->out[0].len && op->done && !op->exit_sent && op->st.end == P_EXIT && n - used > 256) {
+		struct sop_state *st = &op->st;
+		json_t *line = json_pack("{s:s,s:o,s:o,s:b}", "type", "exit", "exit_code",
+					 st->exit_code >= 0 ? json_integer(st->exit_code) : json_null(),
+					 "signal", st->signal >= 0 ? json_integer(st->signal) : json_null(),
+					 "timed_out", st->timed_out > 0);
+		if (line && op->type == P_EXEC)
+			json_object_set_new(line, "duration_ms", json_integer(clock_ms() - op->t0));
+		used += put_line(buf + used, n - used, line);
+		op->exit_sent = 1;
+	}
+	return used;
 }
 
 ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout_ms)
 {
 	struct timespec ts;
 	clock_deadline(&ts, timeout_ms);
-	ssize_t r;
 	pthread_mutex_lock(&s->mu);
-	while (op->out[0].len == 0 && !op->done) {
+	for (;;) {
+		int more = op->out[0].len > 0 || (op->mode == SOP_NDJSON && op->done && !op->exit_sent &&
+						  op->st.end == P_EXIT);
+		if (more || op->done)
+			break;
 		if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
 			pthread_mutex_unlock(&s->mu);
 			return -ETIMEDOUT;
 		}
 	}
-	size_t k = op->out[0].len < n ? op->out[0].len : n;
-	memcpy(buf, op->out[0].data, k);
-	pbuf_consume(&op->out[0], k);
-	if (op->stalled && op->out[0].len < QUEUE_LOW)
-		unstall(op);
-	r = (ssize_t)k;
+	ssize_t r;
+	if (op->mode == SOP_NDJSON) {
+		r = (ssize_t)ndjson_read(s, op, buf, n);
+	} else {
+		size_t k = op->out[0].len < n ? op->out[0].len : n;
+		memcpy(buf, op->out[0].data, k);
+		pbuf_consume(&op->out[0], k);
+		refund(s, op, k);
+		r = (ssize_t)k;
+	}
+	/* Cut short: the client must not take an error's stream as whole. */
+	if (r == 0 && op->done && op->st.end == P_ERROR)
+		r = -EPIPE;
 	pthread_mutex_unlock(&s->mu);
 	return r;
 }
 
+const char *sop_items(struct sop *op)
+{
+	if (!op->done)
+		return "[]";
+	if (!op->nitems)
+		return "[]";
+	if (op->items.len && op->items.data[op->items.len - 1] != '\0') {
+		if (pbuf_append(&op->items, "]", 2) < 0)
+			return "[]";
+	}
+	return (const char *)op->items.data;
+}
+
+json_t *sop_entry(struct sop *op)
+{
+	return op->done ? op->entry : NULL;
+}
+
+const struct pbuf *sop_output(struct sop *op, int stream, int *cut)
+{
+	struct pbuf *b = &op->out[stream];
+	*cut = op->total[stream] > op->cap;
+	if (op->done && b->len > op->cap)
+		pbuf_consume(b, b->len - op->cap);
+	return b;
+}
+
+int sop_set_base(struct sop *op, const char *path)
+{
+	free(op->base);
+	op->base = strdup(path);
+	return op->base ? 0 : -ENOMEM;
+}
+
 /* Hands a started attach operation (SOP_DISCARD) to the sandbox, which
- * keeps it as the process's stdin channel until the process ends. */
+ * keeps it as the process's stdin channel until the process ends. All
+ * decided under the lock: once it is unlocked the pump may free op. */
 static void sbx_adopt(struct sbx *s, struct sop *op)
 {
 	pthread_mutex_lock(&s->mu);
-	struct ctl *c = NULL;
-	if (op->live && op->proc) {
-		c = realloc(s->ctls, (s->nctls + 1) * sizeof(*c));
-		if (c) {
-			s->ctls = c;
-			s->ctls[s->nctls++] = (struct ctl){ .proc = op->proc, .op = op };
-		}
-	}
-	if (op->live)
-		op->abandoned = 1; /* freed by the pump when it ends */
-	pthread_mutex_unlock(&s->mu);
-	if (!c && op->live)
-		sop_free(s, op); /* cannot keep it: cancel */
-	else if (!op->abandoned)
+	if (!op->live) {
+		pthread_mutex_unlock(&s->mu);
 		sop_destroy(op);
+		return;
+	}
+	struct ctl *c = op->st.proc ? realloc(s->ctls, (s->nctls + 1) * sizeof(*c)) : NULL;
+	if (c) {
+		s->ctls = c;
+		s->ctls[s->nctls++] = (struct ctl){ .proc = op->st.proc, .op = op };
+		op->abandoned = 1; /* freed by the pump when it ends */
+	} else {
+		abandon_locked(s, op); /* cannot keep it: cancel */
+	}
+	pthread_mutex_unlock(&s->mu);
+	wake(s);
 }
 
-static struct sop *find_ctl(struct sbx *s, uint32_t proc)
+static int have_ctl(struct sbx *s, uint32_t proc)
 {
 	for (size_t i = 0; i < s->nctls; i++)
 		if (s->ctls[i].proc == proc)
-			return s->ctls[i].op;
-	return NULL;
+			return 1;
+	return 0;
 }
 
-int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_t n)
+int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_t n, int timeout_ms)
 {
+	if (!proc)
+		return -ESRCH; /* agent ids start at 1 */
 	pthread_mutex_lock(&s->mu);
-	int have = find_ctl(s, proc) != NULL;
+	int have = have_ctl(s, proc);
 	pthread_mutex_unlock(&s->mu);
 	if (!have) {
 		/* The first write: attach to get an operation whose P_DATA
 		 * reaches the process's stdin. */
-		struct sop *op = sop_new(SOP_DISCARD);
-		struct pbuf *b = op ? sbx_begin(s, P_ATTACH, op) : NULL;
+		int e = -ENOMEM;
+		struct sop *op = sop_new(SOP_DISCARD, 0);
+		struct pbuf *b = op ? sbx_begin(s, P_ATTACH, op, &e) : NULL;
 		if (!b) {
 			sop_destroy(op);
-			return -ECONNRESET;
+			return e;
 		}
 		/* A failed put leaves A_PROC out: the agent then refuses it. */
 		proto_put_u32(b, A_PROC, proc);
@@ -415,19 +704,17 @@ int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_
 			sop_free(s, op);
 			return -ENOMEM;
 		}
-		sbx_wait(s, op, 1, 10000);
-		if (!op->started) {
-			int e = op->err ? op->err : ETIMEDOUT;
+		struct sop_state st;
+		sbx_wait(s, op, 1, 10000, &st);
+		if (!st.started) {
+			e = st.err ? st.err : ETIMEDOUT;
 			sop_free(s, op);
 			return -e;
 		}
 		sbx_adopt(s, op);
 	}
 	pthread_mutex_lock(&s->mu);
-	struct agentc *a = room_to_send(s);
-	struct sop *op = find_ctl(s, proc); /* after the wait: it may have ended */
-	int r = a && op ? agentc_data(a, op->id, flags, p, n) : -ESRCH;
+	int r = send_locked(s, NULL, proc, flags, p, n, timeout_ms);
 	pthread_mutex_unlock(&s->mu);
-	wake(s);
 	return r;
 }

@@ -395,6 +395,8 @@ int store_key_create(struct store *s, const char *name, const char *account, cha
 {
 	if (!store__name_ok(name) || !store__name_ok(account) || !secret)
 		return -EINVAL;
+	if (!strcmp(account, STORE_ADMIN_ACCOUNT))
+		return -EPERM;
 	struct store_key k = {.created_at = (long long)time(NULL)};
 	memcpy(k.name, name, strlen(name) + 1);
 	memcpy(k.account, account, strlen(account) + 1);
@@ -462,6 +464,8 @@ int store_key_lookup(struct store *s, const char *secret, char *account, size_t 
 		sqlite3_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (r == 0 && !strcmp(account, STORE_ADMIN_ACCOUNT))
+		r = -ENOENT;
 	return r;
 }
 

@@ -17,6 +17,10 @@ int store_open(const char *path, struct store **out, char *err, size_t errlen);
 void store_close(struct store *s);
 
 /* ---- API keys ---- */
+/* The account of the Unix socket (the administrator): no key may have it,
+ * or that key would see every sandbox made on the socket. */
+#define STORE_ADMIN_ACCOUNT "admin"
+
 #define STORE_KEY_SECRET_LEN 70 /* "cpuos_" + 64 hex, NUL included below */
 
 struct store_key {
@@ -28,11 +32,13 @@ struct store_key {
 
 /* Creates a key named name for account (created if new). The secret is
  * written once into secret[STORE_KEY_SECRET_LEN + 1] and never stored.
- * 0 or -errno (-EINVAL for an empty or over-long name/account). */
+ * 0 or -errno (-EINVAL for an empty or over-long name/account, -EPERM for
+ * the reserved STORE_ADMIN_ACCOUNT). */
 int store_key_create(struct store *s, const char *name, const char *account, char *secret,
 		     struct store_key *out);
 /* Finds the account of a presented secret: 0 with account filled, or
- * -ENOENT. Compares hashes, never secrets. */
+ * -ENOENT (also for a key of the reserved account, made before it was
+ * reserved). Compares hashes, never secrets. */
 int store_key_lookup(struct store *s, const char *secret, char *account, size_t accountlen);
 /* All keys, oldest first; *out is malloc'd (free it). */
 int store_key_list(struct store *s, struct store_key **out, size_t *n);
