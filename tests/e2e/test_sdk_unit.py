@@ -1,12 +1,21 @@
-"""SDK pieces that need no daemon: durations, URLs, errors, result parsing, request bodies."""
+"""SDK pieces that need no daemon: durations, URLs, errors, result parsing, request bodies, and the
+transport, paging and exec streams against a local fake of the daemon's HTTP side."""
 
+import base64
+import http.server
 import io
+import json
 import os
+import socket
+import socketserver
+import threading
+import time
+import urllib.parse
 
 import pytest
 
 import cpuos
-from cpuos import _client
+from cpuos import _client, process
 from cpuos.errors import error_from_response
 
 
@@ -81,3 +90,433 @@ def test_request_bodies(tmp_path):
     assert length is None and list(body) == [b"a", b"b"]
     with pytest.raises(TypeError):
         _client._body_and_length(12)
+
+
+# Transport, paging, exec streams and stdin against a local fake of the daemon. The fake is a test
+# double of the HTTP side only: it checks what the client sends and how it reuses connections.
+
+class FakeDaemon:
+    """A threaded HTTP/1.1 keep-alive server on 127.0.0.1 (or a Unix socket).
+
+    `routes[(method, path)](handler, query, body)` answers a request; `connections` counts the
+    connections accepted and `requests` holds (method, path, body) of every request."""
+
+    def __init__(self, unix_path=None):
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.requests = []
+        self.routes = {}
+        handler = type("Handler", (_FakeHandler,), {"fake": self})
+        if unix_path:
+            self.server = _UnixHTTPServer(unix_path, handler)
+            self.url = "unix://" + unix_path
+        else:
+            self.server = _TCPHTTPServer(("127.0.0.1", 0), handler)
+            self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def bodies(self, method, path):
+        return [b for m, p, b in self.requests if (m, p) == (method, path)]
+
+
+class _Quiet:
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # a client that closes a connection with an answer unread resets it: expected here
+
+
+class _TCPHTTPServer(_Quiet, http.server.ThreadingHTTPServer):
+    pass
+
+
+class _UnixHTTPServer(_Quiet, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    pass
+
+
+class _FakeHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive unless a response says otherwise
+    fake = None
+
+    def setup(self):
+        super().setup()
+        if self.connection.family != socket.AF_UNIX:  # headers and body go in two writes
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.fake.lock:
+            self.fake.connections += 1
+
+    def log_message(self, *args):
+        pass
+
+    def _read_body(self):
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                chunk = self.rfile.read(size + 2)[:size]
+                if not size:
+                    return out
+                out += chunk
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _handle(self):
+        url = urllib.parse.urlsplit(self.path)
+        body = self._read_body()
+        if self.headers.get("Content-Type") == "application/json":
+            body = json.loads(body)
+        with self.fake.lock:
+            self.fake.requests.append((self.command, url.path, body))
+        route = self.fake.routes.get((self.command, url.path))
+        if route is None:
+            self.send_json(404, {"error": {"code": "not_found", "message": f"no route {url.path}"}})
+        else:
+            route(self, dict(urllib.parse.parse_qsl(url.query)), body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+    def send_json(self, status, obj, drop_after=False):
+        """Answer JSON; `drop_after` closes the connection without saying so first."""
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = drop_after
+
+    def send_ndjson(self, events):
+        """Answer a chunked NDJSON stream, one chunk per event; a callable runs in between."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            if callable(event):
+                event()
+                continue
+            line = json.dumps(event).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def send_bytes(self, data):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def fake():
+    f = FakeDaemon()
+    yield f
+    f.close()
+    # Sandbox handles share a Client per URL: a later fake may get this port again.
+    for c in _client._SHARED.values():
+        c.close()
+    _client._SHARED.clear()
+
+
+def _sandbox(fake):
+    return cpuos.Sandbox("sbx_1", api_key="cpuos_test", api_url=fake.url)
+
+
+EXEC = "/v1/sandboxes/sbx_1/exec"
+FILES = "/v1/sandboxes/sbx_1/files"
+RESULT = {"exit_code": 0, "stdout": "", "stderr": "", "signal": None, "timed_out": False,
+          "duration_ms": 3}
+
+
+def test_keep_alive_reuses_one_connection(fake):
+    fake.routes[("GET", "/v1/sandboxes/sbx_1")] = lambda h, q, b: h.send_json(200, {"id": "sbx_1"})
+    sbx = _sandbox(fake)
+    for _ in range(10):
+        assert sbx.info().id == "sbx_1"
+    with pytest.raises(cpuos.NotFoundError):  # an error answer read to its end keeps it too
+        sbx.process(7)
+    stats = sbx.client.pool_stats()
+    assert (fake.connections, stats.opened, stats.reused, stats.idle) == (1, 1, 10, 1)
+    sbx.client.close()
+    assert sbx.client.pool_stats().idle == 0
+
+
+def test_sandbox_handles_share_a_client(fake):
+    fake.routes[("GET", "/v1/sandboxes/sbx_1")] = lambda h, q, b: h.send_json(200, {"id": "sbx_1"})
+    handles = [_sandbox(fake) for _ in range(20)]
+    for sbx in handles:
+        sbx.info()
+    assert all(s.client is handles[0].client for s in handles)
+    assert (fake.connections, handles[0].client.pool_stats().idle) == (1, 1)
+    other = cpuos.Sandbox("sbx_1", api_key="cpuos_other", api_url=fake.url)
+    assert other.client is not handles[0].client and other.client.api_key == "cpuos_other"
+
+
+def test_keep_alive_over_a_unix_socket(tmp_path):
+    f = FakeDaemon(unix_path=str(tmp_path / "d.sock"))
+    try:
+        f.routes[("GET", "/v1/health")] = lambda h, q, b: h.send_json(200, {"status": "ok"})
+        c = _client.Client(api_url=f.url)
+        assert [c.request("GET", "/v1/health")["status"] for _ in range(5)] == ["ok"] * 5
+        assert (f.connections, c.pool_stats().opened) == (1, 1)
+    finally:
+        f.close()
+
+
+def test_pool_is_shared_by_threads_and_capped(fake):
+    gate = threading.Barrier(12)
+    fake.routes[("GET", "/v1/health")] = lambda h, q, b: h.send_json(200, {"ok": True})
+    c = _client.Client(api_url=fake.url, max_idle=8)
+    errors = []
+
+    def worker():
+        try:
+            gate.wait(10)
+            for _ in range(20):
+                assert c.request("GET", "/v1/health") == {"ok": True}
+        except Exception as e:  # reported below: an assert in a thread would be lost
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    stats = c.pool_stats()
+    assert errors == [] and len(fake.requests) == 240
+    assert stats.opened <= 40 and stats.reused >= 200 and stats.idle <= 8
+    assert stats.opened == fake.connections
+
+
+def test_partly_read_stream_closes_its_connection(fake):
+    data = bytes(range(256)) * 1024
+    fake.routes[("GET", FILES)] = lambda h, q, b: h.send_bytes(data)
+    files = _sandbox(fake).files
+    client = files._sandbox.client
+    assert files.read("/work/f") == data  # read to the end: pooled
+    assert client.pool_stats().idle == 1
+    stream = files.read_stream("/work/f", chunk_size=1000)
+    assert len(next(stream)) <= 1000
+    stream.close()  # stopped early: the rest is unread, so the connection must not be reused
+    assert client.pool_stats().idle == 0
+    assert files.read("/work/f") == data
+    assert (client.pool_stats().opened, fake.connections) == (2, 2)
+
+
+def test_server_closed_idle_connection_is_not_used(fake):
+    fake.routes[("GET", "/v1/health")] = lambda h, q, b: h.send_json(200, {}, drop_after=True)
+    c = _client.Client(api_url=fake.url)
+    c.request("GET", "/v1/health")
+    time.sleep(0.2)  # let the fake's close arrive
+    c.request("GET", "/v1/health")
+    stats = c.pool_stats()
+    assert (stats.opened, stats.reused, stats.retried) == (2, 0, 0)
+
+
+def test_stale_reused_connection_is_retried_once(fake, monkeypatch):
+    # The race the idle check cannot see: the server closes just after the check.
+    fake.routes[("POST", "/v1/echo")] = lambda h, q, b: h.send_json(200, b, drop_after=True)
+    monkeypatch.setattr(_client, "_dropped", lambda conn: False)
+    c = _client.Client(api_url=fake.url)
+    assert c.request("POST", "/v1/echo", json_body={"n": 1}) == {"n": 1}
+    time.sleep(0.2)
+    assert c.request("POST", "/v1/echo", json_body={"n": 2}) == {"n": 2}
+    stats = c.pool_stats()
+    assert (stats.opened, stats.reused, stats.retried) == (2, 1, 1)
+    assert fake.bodies("POST", "/v1/echo") == [{"n": 1}, {"n": 2}]  # each sent and run once
+
+
+def test_streamed_body_is_never_sent_on_a_reused_connection(fake, monkeypatch):
+    fake.routes[("PUT", FILES)] = lambda h, q, b: h.send_json(201, {"path": q["path"], "size": len(b)},
+                                                               drop_after=True)
+    monkeypatch.setattr(_client, "_dropped", lambda conn: False)
+    files = _sandbox(fake).files
+    assert files.write("/work/a", b"abc").size == 3
+    time.sleep(0.2)
+    # An iterator cannot be sent twice: it gets a new connection rather than risk a stale one.
+    assert files.write("/work/b", iter([b"x" * 10, b"y" * 5])).size == 15
+    stats = files._sandbox.client.pool_stats()
+    assert (stats.opened, stats.reused, stats.retried) == (2, 0, 0)
+    assert fake.bodies("PUT", FILES) == [b"abc", b"x" * 10 + b"y" * 5]
+
+
+def _list_route(fake, total, key="cpuos_test"):
+    """GET /v1/sandboxes over `total` sandboxes; the queries it got are in `fake.list_queries`."""
+    ids = [f"sbx_{i:02d}" for i in range(total)]
+    fake.list_queries = []
+
+    def route(h, q, b):
+        fake.list_queries.append(q)
+        if h.headers.get("Authorization") != f"Bearer {key}":
+            return h.send_json(401, {"error": {"code": "unauthorized", "message": "bad key"}})
+        start, limit = int(q.get("cursor", 0)), int(q.get("limit", 50))
+        page = ids[start:start + limit]
+        more = start + limit < total
+        h.send_json(200, {"sandboxes": [{"id": i, "state": "running"} for i in page],
+                          "next_cursor": str(start + limit) if more else None})
+
+    fake.routes[("GET", "/v1/sandboxes")] = route
+    return ids
+
+
+def test_list_fetches_pages_only_when_reached(fake):
+    ids = _list_route(fake, 5)
+    it = cpuos.Sandbox.list(page_size=2, api_key="cpuos_test", api_url=fake.url)
+    assert isinstance(it, cpuos.SandboxPaginator)
+    assert (it.pages_fetched, len(fake.requests)) == (1, 1)
+    first = [next(it).id, next(it).id]
+    assert first == ids[:2] and len(fake.requests) == 1  # the first page is used up, not more
+    assert next(it).id == ids[2] and len(fake.requests) == 2
+    assert [s.id for s in it] == ids[3:] and it.pages_fetched == 3
+    assert list(it) == []  # an iterator: once
+    assert fake.connections == 1  # the pages share the paginator's client and its connection
+    listed = cpuos.Sandbox.list(page_size=2, api_key="cpuos_test", api_url=fake.url)
+    assert all(s.client is listed._client for s in listed)
+
+
+def test_list_pages_and_filters(fake):
+    ids = _list_route(fake, 5)
+    it = cpuos.Sandbox.list(state="running", metadata={"suite": "x y"}, page_size=2,
+                            api_key="cpuos_test", api_url=fake.url)
+    assert next(it).id == ids[0]
+    assert [[s.id for s in page] for page in it.pages()] == [ids[1:2], ids[2:4], ids[4:]]
+    query = {"state": "running", "metadata.suite": "x y", "limit": "2"}
+    assert fake.list_queries == [query, dict(query, cursor="2"), dict(query, cursor="4")]
+    assert list(cpuos.Sandbox.list(api_key="cpuos_test", api_url=fake.url).pages()) != []
+    assert fake.list_queries[-1] == {}
+
+
+def test_list_raises_at_the_call_for_a_wrong_key(fake):
+    _list_route(fake, 3)
+    with pytest.raises(cpuos.AuthenticationError):
+        cpuos.Sandbox.list(api_key="cpuos_wrong", api_url=fake.url)
+
+
+def _exec_route(fake, answer):
+    fake.routes[("POST", EXEC)] = answer
+
+
+def test_stdin_text_and_bytes_bodies(fake):
+    _exec_route(fake, lambda h, q, b: h.send_json(200, RESULT))
+    sbx = _sandbox(fake)
+    blob = b"\x00\xff\xfe binary \x80\n" + bytes(range(256))
+    sbx.exec("cat", stdin="text é")
+    sbx.exec("cat", stdin=blob)
+    sbx.exec("cat", stdin=bytearray(b"\x00\x01"))
+    sbx.exec(["cat"], stdin=memoryview(b"\xffmv"))
+    sbx.exec("true")
+    text, raw, arr, mv, none = fake.bodies("POST", EXEC)
+    assert text == {"cmd": "cat", "stdin": "text é"}
+    assert "stdin" not in raw and base64.b64decode(raw["stdin_base64"], validate=True) == blob
+    assert base64.b64decode(arr["stdin_base64"]) == b"\x00\x01" and "stdin" not in arr
+    assert mv == {"argv": ["cat"], "stdin_base64": base64.b64encode(b"\xffmv").decode()}
+    assert none == {"cmd": "true"}
+    assert "stream" not in text  # no callbacks: the plain JSON answer
+
+
+def test_exec_callbacks_get_chunks_as_they_come(fake):
+    arrived = threading.Event()
+    waited = []
+
+    def answer(h, q, b):
+        h.send_ndjson([
+            {"type": "stdout", "data": "one\n"},
+            # The rest only after the client has called back for the first chunk (or 5 s).
+            lambda: waited.append(arrived.wait(5)),
+            {"type": "stderr", "data": "warn\n"},
+            {"type": "stdout", "data": "two\n"},
+            {"type": "progress", "data": "a later event type"},
+            {"type": "exit", "exit_code": 3, "signal": None, "timed_out": False, "duration_ms": 812},
+        ])
+
+    _exec_route(fake, answer)
+    out, err = [], []
+
+    def on_out(text):
+        out.append(text)
+        arrived.set()
+
+    r = _sandbox(fake).exec("x", on_stdout=on_out, on_stderr=err.append)
+    assert waited == [True]
+    assert (out, err) == (["one\n", "two\n"], ["warn\n"])
+    assert (r.exit_code, r.stdout, r.stderr, r.signal, r.duration_ms) == (3, "one\ntwo\n", "warn\n",
+                                                                          None, 812)
+    assert fake.bodies("POST", EXEC) == [{"cmd": "x", "stream": True}]
+
+
+def test_exec_stream_reuses_its_connection(fake):
+    _exec_route(fake, lambda h, q, b: h.send_ndjson([
+        {"type": "stdout", "data": "x"}, {"type": "exit", "exit_code": 0}]))
+    sbx = _sandbox(fake)
+    for _ in range(3):
+        assert sbx.exec("x", on_stdout=lambda t: None).stdout == "x"
+    assert (fake.connections, sbx.client.pool_stats().reused) == (1, 2)
+
+
+def test_exec_stream_timeout_raises_with_the_partial_result(fake):
+    _exec_route(fake, lambda h, q, b: h.send_ndjson([
+        {"type": "stdout", "data": "started\n"},
+        {"type": "exit", "exit_code": None, "signal": 9, "timed_out": True, "duration_ms": 1000}]))
+    got = []
+    with pytest.raises(cpuos.TimeoutError) as e:
+        _sandbox(fake).exec("sleep 9", timeout="1s", on_stdout=got.append)
+    assert got == ["started\n"]
+    partial = e.value.result
+    assert (partial.stdout, partial.signal, partial.timed_out) == ("started\n", 9, True)
+    assert fake.bodies("POST", EXEC)[0]["timeout"] == "1s"
+
+
+def test_exec_stream_without_exit_is_an_error(fake):
+    _exec_route(fake, lambda h, q, b: h.send_ndjson([{"type": "stdout", "data": "half"}]))
+    got = []
+    with pytest.raises(cpuos.CpuosError, match="without an exit line"):
+        _sandbox(fake).exec("x", on_stdout=got.append)
+    assert got == ["half"]
+
+
+def test_exec_stream_bad_line_is_an_error(fake):
+    def answer(h, q, b):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/x-ndjson")
+        h.send_header("Content-Length", "9")
+        h.end_headers()
+        h.wfile.write(b"not json\n")
+
+    _exec_route(fake, answer)
+    with pytest.raises(cpuos.CpuosError, match="invalid JSON"):
+        _sandbox(fake).exec("x", on_stderr=lambda t: None)
+
+
+def test_exec_callbacks_with_a_daemon_that_ignores_stream(fake):
+    _exec_route(fake, lambda h, q, b: h.send_json(200, dict(RESULT, stdout="all\nat once\n",
+                                                            stderr="", exit_code=1)))
+    out, err = [], []
+    r = _sandbox(fake).exec("x", on_stdout=out.append, on_stderr=err.append)
+    assert (out, err, r.exit_code, r.stdout) == (["all\nat once\n"], [], 1, "all\nat once\n")
+
+
+def test_exec_callbacks_are_for_foreground_only(fake):
+    with pytest.raises(ValueError):
+        _sandbox(fake).exec("x", background=True, on_stdout=print)
+    assert fake.requests == []
+
+
+def test_tail_keeps_the_end():
+    t = process.Tail(cap=10)
+    for i in range(100):
+        t.add(str(i % 10))
+    assert (t.text(), t.truncated) == ("0123456789", True)
+    short = process.Tail(cap=10)
+    short.add("abc")
+    assert (short.text(), short.truncated) == ("abc", False)
+
+
+def test_package_ships_py_typed():
+    pkg = os.path.dirname(cpuos.__file__)
+    assert os.path.isfile(os.path.join(pkg, "py.typed"))
+    with open(os.path.join(pkg, "..", "pyproject.toml")) as f:
+        assert 'cpuos = ["py.typed"]' in f.read()

@@ -1,16 +1,17 @@
 """cpuos: Python SDK for cpuos sandboxes (QEMU microVMs for AI agents)."""
 
+from ._client import Client, PoolStats
 from .errors import (AuthenticationError, BadRequestError, ConflictError, CpuosError,
                      NotFoundError, QuotaError, SandboxError, TimeoutError)
 from .files import Entry, Files
 from .interpreter import Answer, CodeInterpreter, ModelError, Step
 from .process import ExecResult, Process
-from .sandbox import Sandbox
+from .sandbox import Sandbox, SandboxPaginator
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Files", "Entry", "Process", "ExecResult",
+    "Sandbox", "SandboxPaginator", "Client", "PoolStats", "Files", "Entry", "Process", "ExecResult",
     "CodeInterpreter", "Answer", "Step",
     "CpuosError", "AuthenticationError", "NotFoundError", "BadRequestError", "ConflictError",
     "QuotaError", "SandboxError", "TimeoutError", "ModelError",

@@ -1,19 +1,31 @@
 """Typed exceptions for cpuos API errors."""
 
+from __future__ import annotations
+
 import builtins
 import json
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .process import ExecResult
 
 
 class CpuosError(Exception):
-    """Base of every cpuos error: `.status` (HTTP), `.code` and `.message` from the API."""
+    """Base of every cpuos error: `.status` (HTTP), `.code` and `.message` from the API.
 
-    def __init__(self, message, status=None, code=None):
+    Args:
+        message: what went wrong, for people.
+        status: the HTTP status, if the daemon answered one.
+        code: the API's error code, e.g. "not_found".
+    """
+
+    def __init__(self, message: str, status: Optional[int] = None, code: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
 
-    def __str__(self):
+    def __str__(self) -> str:
         parts = [str(p) for p in (self.status, self.code) if p is not None]
         return f"{self.message} ({' '.join(parts)})" if parts else self.message
 
@@ -43,17 +55,27 @@ class SandboxError(CpuosError):
 
 
 class TimeoutError(CpuosError, builtins.TimeoutError):
-    """A command's timeout killed it (`.result` holds the partial result), or a wait timed out."""
+    """A command's timeout killed it (`.result` holds the partial result), or a wait timed out.
 
-    def __init__(self, message, result=None, status=None, code=None):
+    Also a builtins.TimeoutError, so `except TimeoutError` catches it either way.
+
+    Args:
+        message: what timed out.
+        result: the partial ExecResult of a command that its timeout killed, else None.
+        status: the HTTP status, if any.
+        code: the API's error code, if any.
+    """
+
+    def __init__(self, message: str, result: Optional[ExecResult] = None,
+                 status: Optional[int] = None, code: Optional[str] = None) -> None:
         super().__init__(message, status=status, code=code)
         self.result = result
 
-    def __str__(self):
+    def __str__(self) -> str:
         return CpuosError.__str__(self)
 
 
-_BY_STATUS = {
+_BY_STATUS: dict[int, type[CpuosError]] = {
     400: BadRequestError,
     401: AuthenticationError,
     404: NotFoundError,
@@ -66,9 +88,19 @@ _BY_STATUS = {
 }
 
 
-def error_from_response(status, body):
-    """Build the exception for an error status and its raw body."""
-    code, message = None, None
+def error_from_response(status: int, body: bytes) -> CpuosError:
+    """Build the exception for an error status and its raw body.
+
+    Args:
+        status: the HTTP status (400 or more).
+        body: the raw answer, ideally `{"error": {"code": ..., "message": ...}}`.
+
+    Returns:
+        The CpuosError subclass for `status` (BadRequestError for another 4xx, SandboxError for
+        another 5xx), carrying the API's code and message, or the body's text.
+    """
+    code: Optional[str] = None
+    message: Optional[str] = None
     try:
         err = json.loads(body.decode("utf-8", "replace")).get("error") or {}
         code, message = err.get("code"), err.get("message")

@@ -1,17 +1,39 @@
 """Files in a sandbox: streamed up and down, never held whole by the SDK."""
 
+from __future__ import annotations
+
 import dataclasses
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Union
 
+from ._client import Body, Client
 from .errors import NotFoundError
 
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
+
 CHUNK = 64 * 1024
+
+#: A file mode: 0o644, or an octal string like "0644".
+Mode = Union[int, str]
+#: A local path.
+LocalPath = Union[str, "os.PathLike[str]"]
 
 
 @dataclasses.dataclass
 class Entry:
-    """A file system entry. `type` is "file", "dir", "symlink" or "other"."""
+    """A file system entry in a sandbox.
+
+    Attributes:
+        path: the absolute path.
+        name: the last component of the path.
+        type: "file", "dir", "symlink" or "other".
+        size: the size in bytes.
+        mode: the permission bits as an octal string, e.g. "0644".
+        mtime: the modification time (RFC 3339).
+        uid, gid: the owner's ids.
+        target: where a symlink points.
+    """
 
     path: str
     name: Optional[str] = None
@@ -24,72 +46,137 @@ class Entry:
     target: Optional[str] = None
 
     @classmethod
-    def from_json(cls, d):
+    def from_json(cls, d: Mapping[str, Any]) -> Entry:
+        """The entry in an API answer; unknown fields are ignored.
+
+        Args:
+            d: the decoded JSON object (it must have "path").
+
+        Returns:
+            The Entry.
+        """
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in fields})
 
     @property
-    def is_dir(self):
+    def is_dir(self) -> bool:
+        """Whether the entry is a directory."""
         return self.type == "dir"
 
 
-def _mode(mode):
+def _mode(mode: Optional[Mode]) -> Optional[str]:
     if mode is None:
         return None
     return format(mode, "04o") if isinstance(mode, int) else str(mode)
 
 
 class Files:
-    """`sandbox.files`: read, write, list and manage files in the sandbox."""
+    """`sandbox.files`: read, write, list and manage files in the sandbox.
 
-    def __init__(self, sandbox):
+    Every method raises NotFoundError when the sandbox is gone (or belongs to another key),
+    ConflictError when it is not running, and CpuosError when the daemon fails or cannot be
+    reached; the other errors are listed per method."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
         self._sandbox = sandbox
 
     @property
-    def _client(self):
-        return self._sandbox._client
+    def _client(self) -> Client:
+        return self._sandbox.client
 
     @property
-    def _base(self):
+    def _base(self) -> str:
         return f"/v1/sandboxes/{self._sandbox.id}/files"
 
-    def write(self, path, data, mode=None, user=None):
-        """Write bytes, str (UTF-8), a binary file object or an iterator of bytes to `path`.
+    def write(self, path: str, data: Body, mode: Optional[Mode] = None,
+              user: Optional[str] = None) -> Entry:
+        """Write a file; parent directories are created.
 
-        Parent directories are created. Returns the Entry (path and size) written."""
+        Args:
+            path: the absolute path in the sandbox.
+            data: bytes, str (UTF-8), a binary file object or an iterator of bytes (streamed).
+            mode: the permission bits, e.g. 0o755 or "0755".
+            user: who owns it ("user" or "root").
+
+        Returns:
+            The Entry (path and size) written.
+
+        Raises:
+            BadRequestError: the path or mode is invalid, or the file is larger than the
+                daemon's max_file_bytes (413).
+            TypeError: `data` is of another type.
+        """
         d = self._client.request("PUT", self._base, body=data,
                                  query={"path": path, "mode": _mode(mode), "user": user})
         return Entry.from_json(d or {"path": path})
 
-    def upload(self, local_path, path, mode=None, user=None):
-        """Upload a local file to `path` in the sandbox."""
+    def upload(self, local_path: LocalPath, path: str, mode: Optional[Mode] = None,
+               user: Optional[str] = None) -> Entry:
+        """Upload a local file to `path` in the sandbox, streamed.
+
+        Args:
+            local_path: the file to send.
+            path, mode, user: as for `write`.
+
+        Returns:
+            The Entry written.
+
+        Raises:
+            OSError: `local_path` cannot be read.
+            BadRequestError: as for `write`.
+        """
         with open(local_path, "rb") as f:
             return self.write(path, f, mode=mode, user=user)
 
-    def read_stream(self, path, chunk_size=CHUNK):
-        """Yield the file's bytes in chunks of at most `chunk_size`."""
-        conn, resp = self._client.open("GET", self._base, query={"path": path})
-        try:
-            while True:
-                chunk = resp.read1(chunk_size) if hasattr(resp, "read1") else resp.read(chunk_size)
-                if not chunk:
-                    break
-                yield chunk
-        finally:
-            conn.close()
+    def read_stream(self, path: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
+        """Yield the file's bytes in chunks of at most `chunk_size`.
 
-    def read(self, path):
-        """The whole file as bytes."""
+        Reading to the end lets the Client reuse the connection; stopping early closes it.
+
+        Raises:
+            NotFoundError: there is no file at `path`.
+            BadRequestError: `path` is a directory or invalid.
+        """
+        with self._client.open("GET", self._base, query={"path": path}) as resp:
+            while True:
+                chunk = resp.read1(chunk_size)
+                if not chunk:
+                    return
+                yield chunk
+
+    def read(self, path: str) -> bytes:
+        """The whole file as bytes.
+
+        Raises:
+            NotFoundError, BadRequestError: as for `read_stream`.
+        """
         return b"".join(self.read_stream(path))
 
-    def read_text(self, path, encoding="utf-8", errors="strict"):
-        """The whole file decoded as text."""
+    def read_text(self, path: str, encoding: str = "utf-8", errors: str = "strict") -> str:
+        """The whole file decoded as text.
+
+        Args:
+            path: the file in the sandbox.
+            encoding, errors: as for bytes.decode.
+
+        Raises:
+            NotFoundError, BadRequestError: as for `read_stream`.
+            UnicodeDecodeError: the file is not valid in `encoding` (with errors="strict").
+        """
         return self.read(path).decode(encoding, errors)
 
-    def download(self, path, local_path, chunk_size=CHUNK):
-        """Copy a sandbox file to a local path in chunks; return the number of bytes."""
+    def download(self, path: str, local_path: LocalPath, chunk_size: int = CHUNK) -> int:
+        """Copy a sandbox file to a local path in chunks, through `<local_path>.part`.
+
+        Returns:
+            The number of bytes copied.
+
+        Raises:
+            NotFoundError, BadRequestError: as for `read_stream`.
+            OSError: the local file cannot be written.
+        """
         n = 0
-        tmp = f"{local_path}.part"
+        tmp = f"{os.fspath(local_path)}.part"
         try:
             with open(tmp, "wb") as f:
                 for chunk in self.read_stream(path, chunk_size):
@@ -101,36 +188,86 @@ class Files:
                 os.unlink(tmp)
         return n
 
-    def stat(self, path):
-        """The Entry at `path` (NotFoundError if there is none)."""
+    def stat(self, path: str) -> Entry:
+        """The Entry at `path`.
+
+        Raises:
+            NotFoundError: there is nothing at `path`.
+        """
         return Entry.from_json(self._client.request("GET", self._base + "/stat", query={"path": path}))
 
-    def exists(self, path):
+    def exists(self, path: str) -> bool:
+        """Whether anything exists at `path` (False as well when the sandbox is gone).
+
+        Raises:
+            ConflictError: the sandbox is not running.
+        """
         try:
             self.stat(path)
             return True
         except NotFoundError:
             return False
 
-    def list(self, path, depth=1):
-        """Entries under the directory `path`, `depth` levels deep (1..16)."""
+    def list(self, path: str, depth: int = 1) -> List[Entry]:
+        """Entries under a directory.
+
+        Args:
+            path: the directory.
+            depth: how many levels deep (1..16).
+
+        Returns:
+            The entries.
+
+        Raises:
+            NotFoundError: there is no directory at `path`.
+            BadRequestError: the path is invalid or `depth` is out of range.
+        """
         d = self._client.request("GET", self._base + "/list", query={"path": path, "depth": depth})
         return [Entry.from_json(e) for e in d.get("entries", [])]
 
-    def mkdir(self, path, parents=True, mode=None, user=None):
-        """Create a directory; return its Entry."""
-        body = {"path": path, "parents": parents}
+    def mkdir(self, path: str, parents: bool = True, mode: Optional[Mode] = None,
+              user: Optional[str] = None) -> Entry:
+        """Create a directory.
+
+        Args:
+            path: the directory to create.
+            parents: create missing parents too (and accept an existing directory).
+            mode, user: as for `write`.
+
+        Returns:
+            Its Entry.
+
+        Raises:
+            BadRequestError: the path is invalid.
+            CpuosError: the directory cannot be made (e.g. a file is in the way).
+        """
+        body: dict[str, Any] = {"path": path, "parents": parents}
         if mode is not None:
             body["mode"] = _mode(mode)
         if user is not None:
             body["user"] = user
         return Entry.from_json(self._client.request("POST", self._base + "/mkdir", json_body=body))
 
-    def remove(self, path, recursive=False):
-        """Delete a file, or a directory (its contents too with `recursive=True`)."""
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Delete a file, or a directory (its contents too with `recursive=True`).
+
+        Raises:
+            NotFoundError: there is nothing at `path`.
+            BadRequestError: the path is invalid.
+            CpuosError: it cannot be removed (e.g. a directory that is not empty, without
+                `recursive=True`).
+        """
         self._client.request("DELETE", self._base, query={"path": path, "recursive": recursive or None})
 
-    def rename(self, src, dst):
-        """Move `src` to `dst`; return the new Entry."""
+    def rename(self, src: str, dst: str) -> Entry:
+        """Move `src` to `dst`.
+
+        Returns:
+            The new Entry.
+
+        Raises:
+            NotFoundError: there is nothing at `src`.
+            BadRequestError: a path is invalid.
+        """
         d = self._client.request("POST", self._base + "/rename", json_body={"from": src, "to": dst})
         return Entry.from_json(d)

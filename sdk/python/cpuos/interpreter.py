@@ -1,19 +1,23 @@
 """A code interpreter: an OpenAI-compatible model with one tool, run_python, in a sandbox."""
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
 import urllib.error
 import urllib.request
-from typing import Dict, List, Optional
+from types import TracebackType
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
+from ._client import Duration
 from .errors import CpuosError, TimeoutError
 from .sandbox import Sandbox
 
 SYSTEM_PROMPT = ("You are a data analyst. Use run_python to compute every number. "
                  "Files are in /work. Save charts as PNG files in /work.")
 
-TOOLS = [{
+TOOLS: List[Dict[str, Any]] = [{
     "type": "function",
     "function": {
         "name": "run_python",
@@ -32,7 +36,13 @@ SCRIPT = "/tmp/run_python/main.py"  # outside /work, so it is not reported as a 
 
 @dataclasses.dataclass
 class Step:
-    """One run_python call: the code and what it returned."""
+    """One run_python call: the code and what it returned.
+
+    Attributes:
+        code: the script the model sent.
+        exit_code: its exit status (None if a signal or the timeout ended it).
+        stdout, stderr: its whole output.
+    """
 
     code: str
     exit_code: Optional[int]
@@ -42,13 +52,19 @@ class Step:
 
 @dataclasses.dataclass
 class Answer:
-    """The model's final text, the files it saved in /work (path -> bytes) and its tool runs."""
+    """The model's final answer.
+
+    Attributes:
+        text: the model's final text.
+        files: the files it saved or changed in /work (path -> bytes).
+        steps: its run_python calls, in order.
+    """
 
     text: str
     files: Dict[str, bytes]
     steps: List[Step]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text
 
 
@@ -59,12 +75,34 @@ class ModelError(CpuosError):
 class CodeInterpreter:
     """Ask questions that a model answers by running Python in a cpuos sandbox.
 
-    Without `sandbox`, one is created from `template` and killed by `close()` (or `with`)."""
+    Without `sandbox`, one is created from `template` and killed by `close()` (or `with`).
 
-    def __init__(self, sandbox=None, template="python", base_url=None, api_key=None, model=None,
-                 max_steps=8, system_prompt=SYSTEM_PROMPT, exec_timeout="2m",
-                 sandbox_timeout="30m", max_file_bytes=10 << 20, request_timeout=300,
-                 cpuos_api_key=None, cpuos_api_url=None):
+    Args:
+        sandbox: a sandbox to use (and leave running), else one is created.
+        template: the template of the created sandbox.
+        base_url: an OpenAI-compatible /v1 URL; default $OPENAI_BASE_URL.
+        api_key: the model endpoint's key; default $OPENAI_API_KEY, else $GPUOS_API_KEY.
+        model: the model name; default $OPENAI_MODEL, else "qwen3-32b".
+        max_steps: model turns per question before giving up.
+        system_prompt: the system message.
+        exec_timeout: how long one run_python may run.
+        sandbox_timeout: the created sandbox's timeout.
+        max_file_bytes: larger files saved in /work are left out of the Answer.
+        request_timeout: seconds to wait for the model endpoint.
+        cpuos_api_key, cpuos_api_url: for creating the sandbox, as for `Sandbox.create`.
+
+    Raises:
+        ValueError: no model endpoint URL.
+        CpuosError: the sandbox could not be created (see `Sandbox.create`).
+    """
+
+    def __init__(self, sandbox: Optional[Sandbox] = None, template: str = "python",
+                 base_url: Optional[str] = None, api_key: Optional[str] = None,
+                 model: Optional[str] = None, max_steps: int = 8,
+                 system_prompt: str = SYSTEM_PROMPT, exec_timeout: Duration = "2m",
+                 sandbox_timeout: Duration = "30m", max_file_bytes: int = 10 << 20,
+                 request_timeout: float = 300, cpuos_api_key: Optional[str] = None,
+                 cpuos_api_url: Optional[str] = None) -> None:
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").rstrip("/")
         if not self.base_url:
             raise ValueError("set OPENAI_BASE_URL or pass base_url= (an OpenAI-compatible /v1 URL)")
@@ -79,25 +117,43 @@ class CodeInterpreter:
         self.sandbox = sandbox or Sandbox.create(template=template, timeout=sandbox_timeout,
                                                  api_key=cpuos_api_key, api_url=cpuos_api_url)
 
-    def __enter__(self):
+    def __enter__(self) -> CodeInterpreter:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         self.close()
         return False
 
-    def close(self):
-        """Kill the sandbox if this interpreter created it."""
+    def close(self) -> None:
+        """Kill the sandbox if this interpreter created it.
+
+        Raises:
+            CpuosError: the daemon failed or cannot be reached.
+        """
         if self._owned:
             self.sandbox.kill()
             self._owned = False
 
-    def run_python(self, code):
-        """Run code in /work; return (tool message content, Step). Output is truncated."""
+    def run_python(self, code: str) -> Tuple[str, Step]:
+        """Run a Python script in /work, as the tool does.
+
+        Args:
+            code: the script.
+
+        Returns:
+            (the tool message content: JSON with exit_code and the tails of stdout and stderr,
+            the Step with the whole output). A script killed by `exec_timeout` is a result too.
+
+        Raises:
+            CpuosError: the sandbox failed or cannot be reached.
+        """
         self.sandbox.files.write(SCRIPT, code)
         try:
             run = self.sandbox.exec(f"cd /work && python3 {SCRIPT}", timeout=self.exec_timeout)
         except TimeoutError as e:
+            if e.result is None:
+                raise
             run = e.result
             run.stderr += f"\n[killed: the script ran longer than {self.exec_timeout}]"
         content = json.dumps({
@@ -107,16 +163,28 @@ class CodeInterpreter:
         })
         return content, Step(code, run.exit_code, run.stdout, run.stderr)
 
-    def ask(self, question):
-        """Run the tool loop for one question; return an Answer."""
+    def ask(self, question: str) -> Answer:
+        """Run the tool loop for one question.
+
+        Args:
+            question: the user's message.
+
+        Returns:
+            The Answer ("Stopped after too many steps." after `max_steps` turns of tool calls).
+
+        Raises:
+            ModelError: the model endpoint failed or answered something unusable.
+            CpuosError: the sandbox failed or cannot be reached.
+        """
         before = self._snapshot()
-        messages = [{"role": "system", "content": self.system_prompt},
-                    {"role": "user", "content": question}]
-        steps, text = [], None
+        messages: List[Dict[str, Any]] = [{"role": "system", "content": self.system_prompt},
+                                          {"role": "user", "content": question}]
+        steps: List[Step] = []
+        text: Optional[str] = None
         for _ in range(self.max_steps):
             msg = self._complete(messages)
             calls = msg.get("tool_calls") or []
-            turn = {"role": "assistant", "content": msg.get("content")}
+            turn: Dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
             if calls:
                 turn["tool_calls"] = calls
             messages.append(turn)
@@ -130,7 +198,7 @@ class CodeInterpreter:
             text = "Stopped after too many steps."
         return Answer(text=text, files=self._saved(before), steps=steps)
 
-    def _tool(self, call, steps):
+    def _tool(self, call: Dict[str, Any], steps: List[Step]) -> str:
         fn = call.get("function") or {}
         if fn.get("name") != "run_python":
             return json.dumps({"error": f"unknown tool {fn.get('name')!r}; the only tool is run_python"})
@@ -143,7 +211,7 @@ class CodeInterpreter:
         steps.append(step)
         return content
 
-    def _complete(self, messages):
+    def _complete(self, messages: List[Dict[str, Any]]) -> Dict[str, Any]:
         body = json.dumps({"model": self.model, "messages": messages, "tools": TOOLS}).encode()
         req = urllib.request.Request(self.base_url + "/chat/completions", data=body, method="POST")
         req.add_header("Content-Type", "application/json")
@@ -158,19 +226,20 @@ class CodeInterpreter:
         except (OSError, ValueError) as e:
             raise ModelError(f"model endpoint {self.base_url} failed: {e}") from e
         try:
-            return reply["choices"][0]["message"]
+            message: Dict[str, Any] = reply["choices"][0]["message"]
+            return message
         except (KeyError, IndexError, TypeError) as e:
             raise ModelError(f"model endpoint sent no message: {str(reply)[:300]}") from e
 
-    def _snapshot(self):
+    def _snapshot(self) -> Dict[str, Tuple[Optional[int], Optional[str]]]:
         try:
             entries = self.sandbox.files.list("/work", depth=8)
         except CpuosError:
             return {}
         return {e.path: (e.size, e.mtime) for e in entries if e.type == "file"}
 
-    def _saved(self, before):
-        files = {}
+    def _saved(self, before: Dict[str, Tuple[Optional[int], Optional[str]]]) -> Dict[str, bytes]:
+        files: Dict[str, bytes] = {}
         for path, (size, mtime) in self._snapshot().items():
             if before.get(path) == (size, mtime) or (size or 0) > self.max_file_bytes:
                 continue
