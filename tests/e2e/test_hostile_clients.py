@@ -206,3 +206,11 @@ def test_sigterm_stops_cleanly_and_the_next_daemon_takes_over():
         d.kill_all_sandboxes()
         d.stop()
         shutil.rmtree(d.dir, ignore_errors=True)
+
+
+def test_stdin_past_the_input_window(daemon, sandbox):
+    big = "x" * 900000  # past the 512 KiB window, within the 1 MiB JSON body
+    assert sandbox.exec("wc -c", stdin=big).stdout.strip() == str(len(big))
+    t0 = time.monotonic()
+    assert sandbox.exec("echo hi", stdin=big).stdout == "hi\n"  # never reads it
+    assert time.monotonic() - t0 < PROMPT_S

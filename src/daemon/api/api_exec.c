@@ -256,12 +256,11 @@ int api_exec(struct req *r)
 		exec_background(r, s, op, &x);
 		goto out;
 	}
-	if (x.in && sbx_data(s, op, PF_EOF, x.in, x.inlen, STDIN_WAIT_MS) < 0) {
-		/* The command keeps stdin open, unread: end it, say why. */
-		if (sbx_wait(s, op, 0, 0, &st) == 0 && st.end)
-			start_error(r, &st);
-		else
-			reply_error(r, 503, "unavailable", "the command did not take its stdin");
+	/* A command may end without reading its stdin: its result stands.
+	 * One that neither reads it nor ends is killed (sop_free). */
+	if (x.in && sbx_data(s, op, PF_EOF, x.in, x.inlen, STDIN_WAIT_MS) < 0 &&
+	    sbx_wait(s, op, 0, 0, &st) < 0) {
+		reply_error(r, 504, "timeout", "the command did not read its stdin in time");
 		goto out;
 	}
 	if (x.stream) {
