@@ -1,7 +1,9 @@
-/* fs: mkdir -p. */
+/* fs: mkdir -p and the last line of a log. */
 #include "common/fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -38,4 +40,25 @@ int fs_mkdir_p(const char *path, mode_t mode, uid_t uid, gid_t gid)
 		if (r < 0 || saved == '\0')
 			return r;
 	}
+}
+
+int fs_last_line(const char *path, char *out, size_t len)
+{
+	char buf[4096];
+	out[0] = '\0';
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+	close(fd);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n <= 0)
+		return -ENODATA;
+	buf[n] = '\0';
+	char *last = strrchr(buf, '\n');
+	snprintf(out, len, "%s", last ? last + 1 : buf);
+	return 0;
 }

@@ -11,4 +11,9 @@
  * 0, -ENOTDIR when a component is not a directory, -ENAMETOOLONG, -errno. */
 int fs_mkdir_p(const char *path, mode_t mode, uid_t uid, gid_t gid);
 
+/* The last non-empty line of the file at path (a log's last word: why a
+ * program refused to start or died), read from its last 4 KiB into out:
+ * 0, or -errno (-ENODATA when the file holds no line) with out empty. */
+int fs_last_line(const char *path, char *out, size_t len);
+
 #endif

@@ -7,6 +7,7 @@
  */
 #include "runner/vm.h"
 
+#include "common/fs.h"
 #include "common/proto.h"
 #include "common/spawn.h"
 #include "common/unixsock.h"
@@ -60,27 +61,14 @@ const char *vm_state_name(enum vm_state s)
 	return s <= VM_CRASHED ? names[s] : "?";
 }
 
-/* The last non-empty line of the run directory's qemu.log: QEMU's reason
- * for refusing to start or for dying. */
+/* The last line of the run directory's qemu.log: QEMU's reason for
+ * refusing to start or for dying. */
 static void qemu_log_last_line(const struct vm *vm, char *out, size_t outlen)
 {
-	char path[300], buf[4096];
+	char path[300], line[200];
 	snprintf(path, sizeof(path), "%s/qemu.log", vm->run_dir);
-	out[0] = '\0';
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	off_t size = lseek(fd, 0, SEEK_END);
-	off_t from = size > (off_t)sizeof(buf) - 1 ? size - (off_t)sizeof(buf) + 1 : 0;
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
-	close(fd);
-	if (n <= 0)
-		return;
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	buf[n] = '\0';
-	char *last = strrchr(buf, '\n');
-	snprintf(out, outlen, "%.180s", last ? last + 1 : buf);
+	fs_last_line(path, line, sizeof(line));
+	snprintf(out, outlen, "%.180s", line);
 }
 
 /* QEMU has exited (status st): settle the end state. */

@@ -69,27 +69,6 @@ static int health(struct api *a, int quiet)
 	return -1;
 }
 
-static void last_log_line(const char *log, char *out, size_t n)
-{
-	char buf[4096];
-	snprintf(out, n, "(nothing in %s)", log);
-	int fd = open(log, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	off_t end = lseek(fd, 0, SEEK_END);
-	off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
-	ssize_t len = pread(fd, buf, sizeof(buf) - 1, from);
-	close(fd);
-	if (len <= 0)
-		return;
-	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
-		len--;
-	buf[len] = '\0';
-	char *line = strrchr(buf, '\n');
-	if (len)
-		snprintf(out, n, "%s", line ? line + 1 : buf);
-}
-
 /* A message from the detached child about its start. */
 struct start_msg {
 	int kind; /* 'p': pid of cpuosd, 'e': exec failed with errno val */
@@ -244,7 +223,8 @@ int cmd_up(struct cli *c, int argc, char **argv)
 		ret = 0;
 	} else {
 		char last[4200];
-		last_log_line(log, last, sizeof(last));
+		if (fs_last_line(log, last, sizeof(last)) < 0)
+			snprintf(last, sizeof(last), "(nothing in %s)", log);
 		cli_err("cpuosd did not come up on %s: %s", url, last);
 	}
 out:
