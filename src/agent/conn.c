@@ -3,7 +3,16 @@
  * through a table, keeps the live operations of the connection and the out
  * queue with its watermarks, and ends everything silently on disconnect.
  */
-#include "agent.h"
+#include "agent/conn.h"
+
+#include "agent/agent.h"
+#include "agent/exec.h"
+#include "agent/files.h"
+#include "agent/proc.h"
+#include "agent/sys.h"
+#include "agent/xfer.h"
+#include "common/clock.h"
+#include "common/proto.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -48,7 +57,7 @@ bool conn_want_read(const struct conn *c)
 	return c->up && !c->broken && conn_pending(c) < OUT_HARD && !proc_stdin_full();
 }
 
-struct op *op_find(struct conn *c, uint32_t id)
+struct conn_op *conn_op_find(struct conn *c, uint32_t id)
 {
 	for (int i = 0; i < c->nops; i++)
 		if (c->ops[i]->id == id)
@@ -56,15 +65,15 @@ struct op *op_find(struct conn *c, uint32_t id)
 	return NULL;
 }
 
-struct op *op_open(struct conn *c, uint32_t id, enum op_kind kind)
+struct conn_op *conn_op_open(struct conn *c, uint32_t id, enum conn_op_kind kind)
 {
 	if (c->nops >= MAX_OPS) {
-		send_error(c, id, EAGAIN, "too many operations (%d)", MAX_OPS);
+		conn_send_error(c, id, EAGAIN, "too many operations (%d)", MAX_OPS);
 		return NULL;
 	}
-	struct op *op = calloc(1, sizeof(*op));
+	struct conn_op *op = calloc(1, sizeof(*op));
 	if (!op) {
-		send_error(c, id, ENOMEM, "out of memory");
+		conn_send_error(c, id, ENOMEM, "out of memory");
 		return NULL;
 	}
 	op->id = id;
@@ -79,13 +88,13 @@ struct op *op_open(struct conn *c, uint32_t id, enum op_kind kind)
 	return op;
 }
 
-int op_window(struct conn *c, const struct proto_frame *f, int64_t *credit)
+int conn_op_window(struct conn *c, const struct proto_frame *f, int64_t *credit)
 {
 	uint32_t w;
 	*credit = PROTO_DEFAULT_WINDOW;
 	int r = proto_get_u32(f, A_WINDOW, &w);
 	if (r == -EPROTO) {
-		send_attr_error(c, f->id, r, "window");
+		conn_send_attr_error(c, f->id, r, "window");
 		return -1;
 	}
 	if (r == 0)
@@ -96,13 +105,13 @@ int op_window(struct conn *c, const struct proto_frame *f, int64_t *credit)
 
 static void send_credit(struct conn *c, uint32_t id, uint64_t n)
 {
-	int r = out_begin(c, P_CREDIT, 0, id);
+	int r = conn_out_begin(c, P_CREDIT, 0, id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_CREDIT, (uint32_t)n);
-	out_end(c, r);
+	conn_out_end(c, r);
 }
 
-void op_input_taken(struct conn *c, struct op *op, size_t n)
+void conn_op_input_taken(struct conn *c, struct conn_op *op, size_t n)
 {
 	op->in_unacked += n;
 	/* In quarters of the window: fewer frames, and the host never waits
@@ -116,7 +125,7 @@ void op_input_taken(struct conn *c, struct op *op, size_t n)
 void conn_stdin_credit(struct conn *c)
 {
 	for (int i = 0; i < c->nops && c->up && !c->broken; i++) {
-		struct op *op = c->ops[i];
+		struct conn_op *op = c->ops[i];
 		if (!op->in_unacked || (op->kind != OP_EXEC && op->kind != OP_ATTACH))
 			continue;
 		/* Credit once the pipe took the bytes (or nobody reads them:
@@ -129,7 +138,7 @@ void conn_stdin_credit(struct conn *c)
 	}
 }
 
-void op_close(struct conn *c, struct op *op)
+void conn_op_close(struct conn *c, struct conn_op *op)
 {
 	switch (op->kind) {
 	case OP_EXEC:
@@ -140,7 +149,7 @@ void op_close(struct conn *c, struct op *op)
 		proc_unsubscribe(op->proc, false);
 		break;
 	case OP_FWRITE:
-		fwrite_release(op);
+		xfer_fwrite_release(op);
 		c->nfwrite--;
 		break;
 	case OP_FREAD:
@@ -160,9 +169,9 @@ void op_close(struct conn *c, struct op *op)
 
 void conn_drop(struct conn *c)
 {
-	/* Highest index first: op_close moves the last entry into the hole. */
+	/* Highest index first: conn_op_close moves the last entry into the hole. */
 	while (c->nops > 0)
-		op_close(c, c->ops[c->nops - 1]);
+		conn_op_close(c, c->ops[c->nops - 1]);
 	pbuf_release(&c->in);
 	pbuf_release(&c->out);
 	c->out_head = 0;
@@ -177,14 +186,14 @@ void conn_drop(struct conn *c)
 
 /* --- sending --- */
 
-int out_begin(struct conn *c, uint16_t type, uint16_t flags, uint32_t id)
+int conn_out_begin(struct conn *c, uint16_t type, uint16_t flags, uint32_t id)
 {
 	if (!c->up || c->broken)
 		return -ENOTCONN;
 	return proto_begin(&c->out, type, flags, id);
 }
 
-void out_end(struct conn *c, int r)
+void conn_out_end(struct conn *c, int r)
 {
 	if (r == -ENOTCONN)
 		return;
@@ -192,51 +201,52 @@ void out_end(struct conn *c, int r)
 		r = proto_end(&c->out);
 	if (r < 0) {
 		proto_abort(&c->out);
-		alog("cannot queue a frame: %s", strerror(-r));
+		sys_log("cannot queue a frame: %s", strerror(-r));
 		c->broken = true;
 		return;
 	}
 	update_throttle(c);
 }
 
-void send_raw(struct conn *c, uint16_t type, uint16_t flags, uint32_t id, const void *p, size_t n)
+void conn_send_raw(struct conn *c, uint16_t type, uint16_t flags, uint32_t id, const void *p,
+		   size_t n)
 {
-	int r = out_begin(c, type, flags, id);
+	int r = conn_out_begin(c, type, flags, id);
 	if (r == 0)
 		r = pbuf_append(&c->out, p, n);
-	out_end(c, r);
+	conn_out_end(c, r);
 }
 
-void send_ok(struct conn *c, uint32_t id)
+void conn_send_ok(struct conn *c, uint32_t id)
 {
-	out_end(c, out_begin(c, P_OK, 0, id));
+	conn_out_end(c, conn_out_begin(c, P_OK, 0, id));
 }
 
-void send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...)
+void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...)
 {
 	char msg[PROTO_MAX_STR + 1];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	int r = out_begin(c, P_ERROR, 0, id);
+	int r = conn_out_begin(c, P_ERROR, 0, id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_ERRNO, (uint32_t)err);
 	if (r == 0)
 		r = proto_put_str(&c->out, A_MESSAGE, msg);
-	out_end(c, r);
+	conn_out_end(c, r);
 }
 
-void send_attr_error(struct conn *c, uint32_t id, int r, const char *what)
+void conn_send_attr_error(struct conn *c, uint32_t id, int r, const char *what)
 {
 	if (r == -ENOENT)
-		send_error(c, id, EINVAL, "missing attribute '%s'", what);
+		conn_send_error(c, id, EINVAL, "missing attribute '%s'", what);
 	else if (r == -ENAMETOOLONG)
-		send_error(c, id, ENAMETOOLONG, "attribute '%s' is too long", what);
+		conn_send_error(c, id, ENAMETOOLONG, "attribute '%s' is too long", what);
 	else if (r == -EINVAL)
-		send_error(c, id, EINVAL, "attribute '%s' holds a NUL byte", what);
+		conn_send_error(c, id, EINVAL, "attribute '%s' holds a NUL byte", what);
 	else
-		send_error(c, id, EPROTO, "attribute '%s' has the wrong size", what);
+		conn_send_error(c, id, EPROTO, "attribute '%s' has the wrong size", what);
 }
 
 void conn_flush(struct conn *c)
@@ -289,14 +299,14 @@ static void req_hello(struct conn *c, const struct proto_frame *f)
 	uint32_t v;
 	int r = proto_get_u32(f, A_VERSION, &v);
 	if (r == -EPROTO) {
-		send_attr_error(c, f->id, r, "version");
+		conn_send_attr_error(c, f->id, r, "version");
 		return;
 	}
 	/* A hello starts a session: whatever the previous host left open (it may
 	 * have gone and come back within one reconnect tick) ends silently. */
 	for (int i = c->nops - 1; i >= 0; i--)
-		op_close(c, c->ops[i]);
-	r = out_begin(c, P_OK, 0, f->id);
+		conn_op_close(c, c->ops[i]);
+	r = conn_out_begin(c, P_OK, 0, f->id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_VERSION, PROTO_VERSION);
 	if (r == 0)
@@ -305,12 +315,12 @@ static void req_hello(struct conn *c, const struct proto_frame *f)
 		r = proto_put_u64(&c->out, A_BOOT_NS, agent.boot_ns);
 	if (r == 0 && agent.ready_ns)
 		r = proto_put_u64(&c->out, A_READY_NS, agent.ready_ns);
-	out_end(c, r);
+	conn_out_end(c, r);
 }
 
 static void req_ping(struct conn *c, const struct proto_frame *f)
 {
-	send_ok(c, f->id);
+	conn_send_ok(c, f->id);
 }
 
 static void req_cancel(struct conn *c, const struct proto_frame *f)
@@ -318,32 +328,32 @@ static void req_cancel(struct conn *c, const struct proto_frame *f)
 	uint32_t target;
 	int r = proto_get_u32(f, A_TARGET, &target);
 	if (r < 0) {
-		send_attr_error(c, f->id, r, "target");
+		conn_send_attr_error(c, f->id, r, "target");
 		return;
 	}
-	struct op *op = target ? op_find(c, target) : NULL;
+	struct conn_op *op = target ? conn_op_find(c, target) : NULL;
 	if (op) {
-		send_error(c, op->id, ECANCELED, "operation cancelled");
-		op_close(c, op);
+		conn_send_error(c, op->id, ECANCELED, "operation cancelled");
+		conn_op_close(c, op);
 	}
 	/* An unknown target is not an error: it may have just ended. */
-	send_ok(c, f->id);
+	conn_send_ok(c, f->id);
 }
 
 typedef void req_fn(struct conn *c, const struct proto_frame *f);
 
 static req_fn *const requests[] = {
-    [P_HELLO] = req_hello,     [P_PING] = req_ping,	    [P_EXEC] = req_exec,
-    [P_ATTACH] = req_attach,   [P_WAIT] = req_wait,	    [P_SIGNAL] = req_signal,
-    [P_PS] = req_ps,	       [P_FWRITE] = req_fwrite,	    [P_FREAD] = req_fread,
-    [P_STAT] = req_stat,       [P_LIST] = req_list,	    [P_MKDIR] = req_mkdir,
-    [P_REMOVE] = req_remove,   [P_RENAME] = req_rename,	    [P_SETTIME] = req_settime,
-    [P_ENTROPY] = req_entropy, [P_POWEROFF] = req_poweroff, [P_CANCEL] = req_cancel,
+    [P_HELLO] = req_hello,     [P_PING] = req_ping,	    [P_EXEC] = exec_run,
+    [P_ATTACH] = exec_attach,  [P_WAIT] = exec_wait,	    [P_SIGNAL] = exec_signal,
+    [P_PS] = exec_ps,	       [P_FWRITE] = xfer_fwrite,    [P_FREAD] = xfer_fread,
+    [P_STAT] = files_stat,     [P_LIST] = files_list,	    [P_MKDIR] = files_mkdir,
+    [P_REMOVE] = files_remove, [P_RENAME] = files_rename,   [P_SETTIME] = sys_settime,
+    [P_ENTROPY] = sys_entropy, [P_POWEROFF] = sys_poweroff, [P_CANCEL] = req_cancel,
 };
 
 static void on_data(struct conn *c, const struct proto_frame *f)
 {
-	struct op *op = op_find(c, f->id);
+	struct conn_op *op = conn_op_find(c, f->id);
 	/* Data for an operation that is gone may race its end: ignore it. */
 	if (!op)
 		return;
@@ -356,7 +366,7 @@ static void on_data(struct conn *c, const struct proto_frame *f)
 		conn_stdin_credit(c);
 		break;
 	case OP_FWRITE:
-		fwrite_data(c, op, f);
+		xfer_fwrite_data(c, op, f);
 		break;
 	default:
 		break;
@@ -366,7 +376,7 @@ static void on_data(struct conn *c, const struct proto_frame *f)
 /* The host consumed output of an operation: it may send more. */
 static void on_credit(struct conn *c, const struct proto_frame *f)
 {
-	struct op *op = op_find(c, f->id);
+	struct conn_op *op = conn_op_find(c, f->id);
 	uint32_t n;
 	if (!op || proto_check_attrs(f) < 0 || proto_get_u32(f, A_CREDIT, &n) < 0)
 		return; /* ended meanwhile, or nonsense: nothing to credit */
@@ -391,16 +401,16 @@ static void dispatch(struct conn *c, const struct proto_frame *f)
 		return;
 	req_fn *fn = f->type < sizeof(requests) / sizeof(requests[0]) ? requests[f->type] : NULL;
 	if (!fn) {
-		send_error(c, f->id, ENOSYS, "unknown request type %u", f->type);
+		conn_send_error(c, f->id, ENOSYS, "unknown request type %u", f->type);
 		return;
 	}
-	if (op_find(c, f->id)) {
-		send_error(c, f->id, EBUSY, "operation %u is already live", f->id);
+	if (conn_op_find(c, f->id)) {
+		conn_send_error(c, f->id, EBUSY, "operation %u is already live", f->id);
 		return;
 	}
 	if (proto_check_attrs(f) < 0) {
-		send_error(c, f->id, EPROTO, "malformed attribute list in '%s'",
-			   proto_type_name(f->type));
+		conn_send_error(c, f->id, EPROTO, "malformed attribute list in '%s'",
+				proto_type_name(f->type));
 		return;
 	}
 	fn(c, f);
@@ -432,7 +442,7 @@ void conn_read(struct conn *c)
 			struct proto_frame f;
 			ssize_t m = proto_parse(c->in.data + off, c->in.len - off, &f);
 			if (m < 0) {
-				alog("bad frame from host: %s", strerror((int)-m));
+				sys_log("bad frame from host: %s", strerror((int)-m));
 				c->broken = true;
 				return;
 			}

@@ -2,7 +2,13 @@
  * exec: the process requests (EXEC, ATTACH, WAIT, SIGNAL, PS) and the delivery
  * of a process's output and exit to the operations subscribed to it.
  */
-#include "agent.h"
+#include "agent/exec.h"
+
+#include "agent/agent.h"
+#include "agent/conn.h"
+#include "agent/proc.h"
+#include "agent/user.h"
+#include "common/proto.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -17,7 +23,7 @@
 
 static void put_exit(struct conn *c, uint32_t id, const struct proc *p)
 {
-	int r = out_begin(c, P_EXIT, 0, id);
+	int r = conn_out_begin(c, P_EXIT, 0, id);
 	if (r == 0) {
 		if (WIFSIGNALED(p->status))
 			r = proto_put_u32(&c->out, A_SIGNAL, (uint32_t)WTERMSIG(p->status));
@@ -26,27 +32,27 @@ static void put_exit(struct conn *c, uint32_t id, const struct proc *p)
 	}
 	if (r == 0 && p->timed_out)
 		r = proto_put_u32(&c->out, A_TIMED_OUT, 1);
-	out_end(c, r);
+	conn_out_end(c, r);
 }
 
 static void put_started(struct conn *c, uint16_t type, uint32_t id, const struct proc *p)
 {
-	int r = out_begin(c, type, 0, id);
+	int r = conn_out_begin(c, type, 0, id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_PROC, p->id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_PID, (uint32_t)p->pid);
-	out_end(c, r);
+	conn_out_end(c, r);
 }
 
 /* Sends output on op, whatever its credit: bytes read from a pipe must go
  * out. Credit decides whether the pipe is read at all (exec_can_send). */
-static void put_output(struct conn *c, struct op *op, int stream, const uint8_t *buf, size_t n)
+static void put_output(struct conn *c, struct conn_op *op, int stream, const uint8_t *buf, size_t n)
 {
 	uint16_t type = stream ? P_STDERR : P_STDOUT;
 	while (n > 0) {
 		size_t k = n < PROTO_DATA_CHUNK ? n : PROTO_DATA_CHUNK;
-		send_raw(c, type, 0, op->id, buf, k);
+		conn_send_raw(c, type, 0, op->id, buf, k);
 		op->credit -= proto_cost(k);
 		buf += k;
 		n -= k;
@@ -59,7 +65,7 @@ bool exec_can_send(const struct proc *p)
 	if (p->nstream == 0)
 		return true;
 	for (int i = 0; i < c->nops; i++) {
-		const struct op *op = c->ops[i];
+		const struct conn_op *op = c->ops[i];
 		if (op->proc == p && (op->kind == OP_EXEC || op->kind == OP_ATTACH) && op->credit <= 0)
 			return false;
 	}
@@ -72,7 +78,7 @@ void exec_output(struct proc *p, int stream, const uint8_t *buf, size_t n)
 	if (p->nstream == 0)
 		return;
 	for (int i = 0; i < c->nops; i++) {
-		struct op *op = c->ops[i];
+		struct conn_op *op = c->ops[i];
 		if (op->proc == p && (op->kind == OP_EXEC || op->kind == OP_ATTACH))
 			put_output(c, op, stream, buf, n);
 	}
@@ -82,15 +88,15 @@ void exec_ended(struct proc *p)
 {
 	struct conn *c = &agent.conn;
 	bool told = false;
-	/* Downwards: op_close moves the last entry into the freed slot. */
+	/* Downwards: conn_op_close moves the last entry into the freed slot. */
 	for (int i = c->nops - 1; i >= 0; i--) {
 		if (i >= c->nops)
 			continue;
-		struct op *op = c->ops[i];
+		struct conn_op *op = c->ops[i];
 		if (op->proc != p || op->kind > OP_WAIT)
 			continue;
 		put_exit(c, op->id, p);
-		op_close(c, op);
+		conn_op_close(c, op);
 		told = true;
 	}
 	/* A foreground exec's process is done with once its exit was told;
@@ -101,12 +107,12 @@ void exec_ended(struct proc *p)
 }
 
 /* Replays the kept output of p to op (the host gives a window it fits in). */
-static void replay(struct conn *c, struct op *op, const struct proc *p)
+static void replay(struct conn *c, struct conn_op *op, const struct proc *p)
 {
 	for (int s = 0; s < 2; s++) {
 		const uint8_t *span[2];
 		size_t len[2];
-		ring_spans(&p->ring[s], span, len);
+		proc_ring_spans(&p->ring[s], span, len);
 		for (int k = 0; k < 2; k++)
 			put_output(c, op, s, span[k], len[k]);
 	}
@@ -162,7 +168,8 @@ static void env_set(struct exec_req *x, char *entry)
 }
 
 /* Fills x from the frame; on error sends P_ERROR and returns -1. Strings the
- * request owns are freed by exec_req_release, even after an error. */
+ * request owns go to owned[] (*nowned of them), which the caller frees even
+ * after an error. */
 static int parse_exec(struct conn *c, const struct proto_frame *f, struct exec_req *x, char **owned,
 		      int *nowned)
 {
@@ -175,28 +182,28 @@ static int parse_exec(struct conn *c, const struct proto_frame *f, struct exec_r
 		const char *what = a.tag == A_ARG ? "arg" : a.tag == A_ENV ? "env" : "shell";
 		int r = proto_check_str(&a);
 		if (r < 0) {
-			send_attr_error(c, f->id, r, what);
+			conn_send_attr_error(c, f->id, r, what);
 			return -1;
 		}
 		if ((a.tag == A_ARG && ++nargs > MAX_ARGS) ||
 		    (a.tag == A_ENV && ++nenv > MAX_ARGS)) {
-			send_error(c, f->id, E2BIG, "too many '%s' attributes (max %d)", what,
-				   MAX_ARGS);
+			conn_send_error(c, f->id, E2BIG, "too many '%s' attributes (max %d)", what,
+					MAX_ARGS);
 			return -1;
 		}
 		if (a.tag == A_SHELL && ++nshell > 1) {
-			send_error(c, f->id, EINVAL, "more than one 'shell' attribute");
+			conn_send_error(c, f->id, EINVAL, "more than one 'shell' attribute");
 			return -1;
 		}
 		if (a.tag == A_ENV &&
 		    (!memchr(a.val, '=', a.len) || a.len == 0 || a.val[0] == '=')) {
-			send_error(c, f->id, EINVAL, "env entry '%.*s' is not NAME=value",
-				   (int)(a.len > 200 ? 200 : a.len), (const char *)a.val);
+			conn_send_error(c, f->id, EINVAL, "env entry '%.*s' is not NAME=value",
+					(int)(a.len > 200 ? 200 : a.len), (const char *)a.val);
 			return -1;
 		}
 		char *s = attr_dup(&a);
 		if (!s) {
-			send_error(c, f->id, ENOMEM, "out of memory");
+			conn_send_error(c, f->id, ENOMEM, "out of memory");
 			return -1;
 		}
 		owned[(*nowned)++] = s;
@@ -215,27 +222,27 @@ static int parse_exec(struct conn *c, const struct proto_frame *f, struct exec_r
 		}
 	}
 	if (nshell && nargs) {
-		send_error(c, f->id, EINVAL, "both 'arg' and 'shell' given");
+		conn_send_error(c, f->id, EINVAL, "both 'arg' and 'shell' given");
 		return -1;
 	}
 	if (!nshell && !nargs) {
-		send_error(c, f->id, EINVAL, "missing attribute 'arg' or 'shell'");
+		conn_send_error(c, f->id, EINVAL, "missing attribute 'arg' or 'shell'");
 		return -1;
 	}
 	if (!nshell && x->argv[0][0] == '\0') {
-		send_error(c, f->id, EINVAL, "empty program name");
+		conn_send_error(c, f->id, EINVAL, "empty program name");
 		return -1;
 	}
 	return 0;
 }
 
-void req_exec(struct conn *c, const struct proto_frame *f)
+void exec_run(struct conn *c, const struct proto_frame *f)
 {
 	struct exec_req *x = calloc(1, sizeof(*x));
 	char **owned = calloc(2 * MAX_ARGS + 2, sizeof(char *));
 	int nowned = 0;
 	if (!x || !owned) {
-		send_error(c, f->id, ENOMEM, "out of memory");
+		conn_send_error(c, f->id, ENOMEM, "out of memory");
 		goto out;
 	}
 	if (parse_exec(c, f, x, owned, &nowned) < 0)
@@ -244,41 +251,42 @@ void req_exec(struct conn *c, const struct proto_frame *f)
 	char name[256] = "root";
 	int r = proto_get_str(f, A_USER, name, sizeof(name));
 	if (r < 0 && r != -ENOENT) {
-		send_attr_error(c, f->id, r, "user");
+		conn_send_attr_error(c, f->id, r, "user");
 		goto out;
 	}
 	r = user_lookup(name, &x->user);
 	if (r < 0) {
 		if (r == -ENOENT)
-			send_error(c, f->id, EINVAL, "unknown user '%s'", name);
+			conn_send_error(c, f->id, EINVAL, "unknown user '%s'", name);
 		else
-			send_error(c, f->id, -r, "cannot read '/etc/passwd': %s", strerror(-r));
+			conn_send_error(c, f->id, -r, "cannot read '/etc/passwd': %s",
+					strerror(-r));
 		goto out;
 	}
 	bool setids = geteuid() == 0;
 	if (!setids && x->user.uid != geteuid()) {
-		send_error(c, f->id, EPERM, "cannot run as '%s': agent is not root", name);
+		conn_send_error(c, f->id, EPERM, "cannot run as '%s': agent is not root", name);
 		goto out;
 	}
 
 	uint64_t timeout = 0;
 	uint32_t want_stdin = 0, background = 0;
 	if ((r = proto_get_u64(f, A_TIMEOUT_MS, &timeout)) == -EPROTO) {
-		send_attr_error(c, f->id, r, "timeout_ms");
+		conn_send_attr_error(c, f->id, r, "timeout_ms");
 		goto out;
 	}
 	if ((r = proto_get_u32(f, A_STDIN, &want_stdin)) == -EPROTO) {
-		send_attr_error(c, f->id, r, "stdin");
+		conn_send_attr_error(c, f->id, r, "stdin");
 		goto out;
 	}
 	if ((r = proto_get_u32(f, A_BACKGROUND, &background)) == -EPROTO) {
-		send_attr_error(c, f->id, r, "background");
+		conn_send_attr_error(c, f->id, r, "background");
 		goto out;
 	}
 
 	r = proto_get_str(f, A_CWD, x->cwd, sizeof(x->cwd));
 	if (r < 0 && r != -ENOENT) {
-		send_attr_error(c, f->id, r, "cwd");
+		conn_send_attr_error(c, f->id, r, "cwd");
 		goto out;
 	}
 	struct stat st;
@@ -288,13 +296,15 @@ void req_exec(struct conn *c, const struct proto_frame *f)
 		if (stat(x->cwd, &st) < 0 || !S_ISDIR(st.st_mode))
 			strcpy(x->cwd, "/");
 	} else if (x->cwd[0] != '/') {
-		send_error(c, f->id, EINVAL, "cwd '%s' is not absolute", x->cwd);
+		conn_send_error(c, f->id, EINVAL, "cwd '%s' is not absolute", x->cwd);
 		goto out;
 	} else if (stat(x->cwd, &st) < 0) {
-		send_error(c, f->id, errno, "cannot use cwd '%s': %s", x->cwd, strerror(errno));
+		conn_send_error(c, f->id, errno, "cannot use cwd '%s': %s", x->cwd,
+				strerror(errno));
 		goto out;
 	} else if (!S_ISDIR(st.st_mode)) {
-		send_error(c, f->id, ENOTDIR, "cannot use cwd '%s': %s", x->cwd, strerror(ENOTDIR));
+		conn_send_error(c, f->id, ENOTDIR, "cannot use cwd '%s': %s", x->cwd,
+				strerror(ENOTDIR));
 		goto out;
 	}
 
@@ -316,14 +326,14 @@ void req_exec(struct conn *c, const struct proto_frame *f)
 	}
 
 	int64_t window;
-	if (op_window(c, f, &window) < 0)
+	if (conn_op_window(c, f, &window) < 0)
 		goto out;
-	struct op *op = NULL;
-	if (!background && !(op = op_open(c, f->id, OP_EXEC)))
+	struct conn_op *op = NULL;
+	if (!background && !(op = conn_op_open(c, f->id, OP_EXEC)))
 		goto out;
 	if (op)
 		op->credit = window;
-	struct spawn sp = {
+	struct proc_spawn_args sp = {
 	    .argv = x->argv,
 	    .env = x->env,
 	    .cwd = x->cwd,
@@ -337,11 +347,12 @@ void req_exec(struct conn *c, const struct proto_frame *f)
 	r = proc_spawn(&sp, &p);
 	if (r < 0) {
 		if (op)
-			op_close(c, op);
+			conn_op_close(c, op);
 		if (r == -EAGAIN)
-			send_error(c, f->id, EAGAIN, "too many processes (%d)", MAX_PROCS);
+			conn_send_error(c, f->id, EAGAIN, "too many processes (%d)", MAX_PROCS);
 		else
-			send_error(c, f->id, -r, "cannot start '%s': %s", x->argv[0], strerror(-r));
+			conn_send_error(c, f->id, -r, "cannot start '%s': %s", x->argv[0],
+					strerror(-r));
 		goto out;
 	}
 	p->background = background != 0;
@@ -366,24 +377,24 @@ static struct proc *get_proc(struct conn *c, const struct proto_frame *f)
 	uint32_t id;
 	int r = proto_get_u32(f, A_PROC, &id);
 	if (r < 0) {
-		send_attr_error(c, f->id, r, "proc");
+		conn_send_attr_error(c, f->id, r, "proc");
 		return NULL;
 	}
 	struct proc *p = proc_find(id);
 	if (!p)
-		send_error(c, f->id, ESRCH, "no process %u", id);
+		conn_send_error(c, f->id, ESRCH, "no process %u", id);
 	return p;
 }
 
-void req_attach(struct conn *c, const struct proto_frame *f)
+void exec_attach(struct conn *c, const struct proto_frame *f)
 {
 	struct proc *p = get_proc(c, f);
 	if (!p)
 		return;
 	int64_t window;
-	if (op_window(c, f, &window) < 0)
+	if (conn_op_window(c, f, &window) < 0)
 		return;
-	struct op *op = op_open(c, f->id, OP_ATTACH);
+	struct conn_op *op = conn_op_open(c, f->id, OP_ATTACH);
 	if (!op)
 		return;
 	op->proc = p;
@@ -395,12 +406,12 @@ void req_attach(struct conn *c, const struct proto_frame *f)
 		exec_ended(p);
 }
 
-void req_wait(struct conn *c, const struct proto_frame *f)
+void exec_wait(struct conn *c, const struct proto_frame *f)
 {
 	struct proc *p = get_proc(c, f);
 	if (!p)
 		return;
-	struct op *op = op_open(c, f->id, OP_WAIT);
+	struct conn_op *op = conn_op_open(c, f->id, OP_WAIT);
 	if (!op)
 		return;
 	op->proc = p;
@@ -409,16 +420,16 @@ void req_wait(struct conn *c, const struct proto_frame *f)
 		exec_ended(p);
 }
 
-void req_signal(struct conn *c, const struct proto_frame *f)
+void exec_signal(struct conn *c, const struct proto_frame *f)
 {
 	uint32_t sig;
 	int r = proto_get_u32(f, A_SIGNO, &sig);
 	if (r < 0) {
-		send_attr_error(c, f->id, r, "signo");
+		conn_send_attr_error(c, f->id, r, "signo");
 		return;
 	}
 	if (sig > (uint32_t)SIGRTMAX) {
-		send_error(c, f->id, EINVAL, "invalid signal %u", sig);
+		conn_send_error(c, f->id, EINVAL, "invalid signal %u", sig);
 		return;
 	}
 	struct proc *p = get_proc(c, f);
@@ -426,15 +437,15 @@ void req_signal(struct conn *c, const struct proto_frame *f)
 		return;
 	r = proc_kill(p, (int)sig);
 	if (r < 0)
-		send_error(c, f->id, -r, "cannot signal process %u: %s", p->id, strerror(-r));
+		conn_send_error(c, f->id, -r, "cannot signal process %u: %s", p->id, strerror(-r));
 	else
-		send_ok(c, f->id);
+		conn_send_ok(c, f->id);
 }
 
-void req_ps(struct conn *c, const struct proto_frame *f)
+void exec_ps(struct conn *c, const struct proto_frame *f)
 {
 	for (struct proc *p = proc_next(NULL); p && !c->broken; p = proc_next(p)) {
-		int r = out_begin(c, P_ENTRY, 0, f->id);
+		int r = conn_out_begin(c, P_ENTRY, 0, f->id);
 		if (r == 0)
 			r = proto_put_u32(&c->out, A_PROC, p->id);
 		if (r == 0)
@@ -452,7 +463,7 @@ void req_ps(struct conn *c, const struct proto_frame *f)
 		}
 		if (r == 0 && p->timed_out)
 			r = proto_put_u32(&c->out, A_TIMED_OUT, 1);
-		out_end(c, r);
+		conn_out_end(c, r);
 	}
-	send_ok(c, f->id);
+	conn_send_ok(c, f->id);
 }

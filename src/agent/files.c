@@ -3,7 +3,12 @@
  * path and user helpers the file transfers share. Paths are absolute and
  * never trusted: symlinks are not followed where a walk could escape.
  */
-#include "agent.h"
+#include "agent/files.h"
+
+#include "agent/conn.h"
+#include "agent/user.h"
+#include "common/fs.h"
+#include "common/proto.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,37 +20,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int get_abs_path(struct conn *c, const struct proto_frame *f, uint16_t tag, char *buf,
-		 const char *what)
+int files_get_path(struct conn *c, const struct proto_frame *f, uint16_t tag, char *buf,
+		   const char *what)
 {
 	int r = proto_get_str(f, tag, buf, PROTO_MAX_STR + 1);
 	if (r < 0) {
-		send_attr_error(c, f->id, r, what);
+		conn_send_attr_error(c, f->id, r, what);
 		return -1;
 	}
 	if (buf[0] != '/') {
-		send_error(c, f->id, EINVAL, "path '%s' is not absolute", buf);
+		conn_send_error(c, f->id, EINVAL, "path '%s' is not absolute", buf);
 		return -1;
 	}
 	return 0;
 }
 
-int get_user(struct conn *c, const struct proto_frame *f, struct user *u, bool *given)
+int files_get_user(struct conn *c, const struct proto_frame *f, struct user *u, bool *given)
 {
 	char name[256] = "root";
 	int r = proto_get_str(f, A_USER, name, sizeof(name));
 	if (r < 0 && r != -ENOENT) {
-		send_attr_error(c, f->id, r, "user");
+		conn_send_attr_error(c, f->id, r, "user");
 		return -1;
 	}
 	*given = r == 0;
 	r = user_lookup(name, u);
 	if (r == -ENOENT) {
-		send_error(c, f->id, EINVAL, "unknown user '%s'", name);
+		conn_send_error(c, f->id, EINVAL, "unknown user '%s'", name);
 		return -1;
 	}
 	if (r < 0) {
-		send_error(c, f->id, -r, "cannot read '/etc/passwd': %s", strerror(-r));
+		conn_send_error(c, f->id, -r, "cannot read '/etc/passwd': %s", strerror(-r));
 		return -1;
 	}
 	return 0;
@@ -76,20 +81,20 @@ static int put_stat(struct conn *c, const struct stat *st, int dirfd, const char
 	return r;
 }
 
-void req_stat(struct conn *c, const struct proto_frame *f)
+void files_stat(struct conn *c, const struct proto_frame *f)
 {
 	char path[PROTO_MAX_STR + 1];
-	if (get_abs_path(c, f, A_PATH, path, "path") < 0)
+	if (files_get_path(c, f, A_PATH, path, "path") < 0)
 		return;
 	struct stat st;
 	if (lstat(path, &st) < 0) {
-		send_error(c, f->id, errno, "cannot stat '%s': %s", path, strerror(errno));
+		conn_send_error(c, f->id, errno, "cannot stat '%s': %s", path, strerror(errno));
 		return;
 	}
-	int r = out_begin(c, P_OK, 0, f->id);
+	int r = conn_out_begin(c, P_OK, 0, f->id);
 	if (r == 0)
 		r = put_stat(c, &st, AT_FDCWD, path);
-	out_end(c, r);
+	conn_out_end(c, r);
 }
 
 /* --- LIST --- */
@@ -129,12 +134,12 @@ static void list_dir(struct lister *l, int dfd, size_t rlen, unsigned depth)
 		struct stat st;
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue; /* gone meanwhile */
-		int r = out_begin(l->c, P_ENTRY, 0, l->id);
+		int r = conn_out_begin(l->c, P_ENTRY, 0, l->id);
 		if (r == 0)
 			r = proto_put_str(&l->c->out, A_PATH, l->rel);
 		if (r == 0)
 			r = put_stat(l->c, &st, dirfd(d), e->d_name);
-		out_end(l->c, r);
+		conn_out_end(l->c, r);
 		l->count++;
 		if (S_ISDIR(st.st_mode) && depth > 1) {
 			int sub = openat(dirfd(d), e->d_name,
@@ -149,71 +154,71 @@ static void list_dir(struct lister *l, int dfd, size_t rlen, unsigned depth)
 	closedir(d);
 }
 
-void req_list(struct conn *c, const struct proto_frame *f)
+void files_list(struct conn *c, const struct proto_frame *f)
 {
 	char path[PROTO_MAX_STR + 1];
-	if (get_abs_path(c, f, A_PATH, path, "path") < 0)
+	if (files_get_path(c, f, A_PATH, path, "path") < 0)
 		return;
 	uint32_t depth = 1;
 	int r = proto_get_u32(f, A_DEPTH, &depth);
 	if (r == -EPROTO) {
-		send_attr_error(c, f->id, r, "depth");
+		conn_send_attr_error(c, f->id, r, "depth");
 		return;
 	}
 	if (depth == 0) {
-		send_error(c, f->id, EINVAL, "depth must be at least 1");
+		conn_send_error(c, f->id, EINVAL, "depth must be at least 1");
 		return;
 	}
 	if (depth > MAX_LIST_DEPTH)
 		depth = MAX_LIST_DEPTH;
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
-		send_error(c, f->id, errno, "cannot list '%s': %s", path, strerror(errno));
+		conn_send_error(c, f->id, errno, "cannot list '%s': %s", path, strerror(errno));
 		return;
 	}
 	struct lister *l = calloc(1, sizeof(*l));
 	if (!l) {
 		close(fd);
-		send_error(c, f->id, ENOMEM, "out of memory");
+		conn_send_error(c, f->id, ENOMEM, "out of memory");
 		return;
 	}
 	l->c = c;
 	l->id = f->id;
 	list_dir(l, fd, 0, depth);
 	if (l->full)
-		send_error(c, f->id, E2BIG, "listing of '%s' stopped after %d entries", path,
-			   MAX_LIST);
+		conn_send_error(c, f->id, E2BIG, "listing of '%s' stopped after %d entries", path,
+				MAX_LIST);
 	else
-		send_ok(c, f->id);
+		conn_send_ok(c, f->id);
 	free(l);
 }
 
 /* --- MKDIR, REMOVE, RENAME --- */
 
-void req_mkdir(struct conn *c, const struct proto_frame *f)
+void files_mkdir(struct conn *c, const struct proto_frame *f)
 {
 	char path[PROTO_MAX_STR + 1];
-	if (get_abs_path(c, f, A_PATH, path, "path") < 0)
+	if (files_get_path(c, f, A_PATH, path, "path") < 0)
 		return;
 	uint32_t mode = 0755, parents = 0;
 	int r = proto_get_u32(f, A_MODE, &mode);
 	if (r == -EPROTO) {
-		send_attr_error(c, f->id, r, "mode");
+		conn_send_attr_error(c, f->id, r, "mode");
 		return;
 	}
 	if ((r = proto_get_u32(f, A_PARENTS, &parents)) == -EPROTO) {
-		send_attr_error(c, f->id, r, "parents");
+		conn_send_attr_error(c, f->id, r, "parents");
 		return;
 	}
 	struct user u;
 	bool given;
-	if (get_user(c, f, &u, &given) < 0)
+	if (files_get_user(c, f, &u, &given) < 0)
 		return;
 	bool own = given && geteuid() == 0;
 	mode &= 07777;
 	struct stat st;
 	if (parents && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		send_ok(c, f->id); /* mkdir -p: already there is fine */
+		conn_send_ok(c, f->id); /* mkdir -p: already there is fine */
 		return;
 	}
 	char *slash = strrchr(path, '/');
@@ -230,9 +235,10 @@ void req_mkdir(struct conn *c, const struct proto_frame *f)
 			r = -errno;
 	}
 	if (r < 0)
-		send_error(c, f->id, -r, "cannot create directory '%s': %s", path, strerror(-r));
+		conn_send_error(c, f->id, -r, "cannot create directory '%s': %s", path,
+				strerror(-r));
 	else
-		send_ok(c, f->id);
+		conn_send_ok(c, f->id);
 }
 
 static int rm_errno;
@@ -251,24 +257,24 @@ static int rm_one(const char *path, const struct stat *st, int type, struct FTW 
 	return 0;
 }
 
-void req_remove(struct conn *c, const struct proto_frame *f)
+void files_remove(struct conn *c, const struct proto_frame *f)
 {
 	char path[PROTO_MAX_STR + 1];
-	if (get_abs_path(c, f, A_PATH, path, "path") < 0)
+	if (files_get_path(c, f, A_PATH, path, "path") < 0)
 		return;
 	uint32_t recursive = 0;
 	int r = proto_get_u32(f, A_RECURSIVE, &recursive);
 	if (r == -EPROTO) {
-		send_attr_error(c, f->id, r, "recursive");
+		conn_send_attr_error(c, f->id, r, "recursive");
 		return;
 	}
 	struct stat st, root;
 	if (lstat(path, &st) < 0) {
-		send_error(c, f->id, errno, "cannot remove '%s': %s", path, strerror(errno));
+		conn_send_error(c, f->id, errno, "cannot remove '%s': %s", path, strerror(errno));
 		return;
 	}
 	if (stat("/", &root) == 0 && st.st_dev == root.st_dev && st.st_ino == root.st_ino) {
-		send_error(c, f->id, EPERM, "refusing to remove '/'");
+		conn_send_error(c, f->id, EPERM, "refusing to remove '/'");
 		return;
 	}
 	if (!S_ISDIR(st.st_mode))
@@ -282,26 +288,26 @@ void req_remove(struct conn *c, const struct proto_frame *f)
 		rm_errno = 0;
 		r = nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS);
 		if (r > 0) {
-			send_error(c, f->id, rm_errno, "cannot remove '%s': %s", rm_path,
-				   strerror(rm_errno));
+			conn_send_error(c, f->id, rm_errno, "cannot remove '%s': %s", rm_path,
+					strerror(rm_errno));
 			return;
 		}
 	}
 	if (r < 0)
-		send_error(c, f->id, errno, "cannot remove '%s': %s", path, strerror(errno));
+		conn_send_error(c, f->id, errno, "cannot remove '%s': %s", path, strerror(errno));
 	else
-		send_ok(c, f->id);
+		conn_send_ok(c, f->id);
 }
 
-void req_rename(struct conn *c, const struct proto_frame *f)
+void files_rename(struct conn *c, const struct proto_frame *f)
 {
 	char from[PROTO_MAX_STR + 1], to[PROTO_MAX_STR + 1];
-	if (get_abs_path(c, f, A_PATH, from, "path") < 0 ||
-	    get_abs_path(c, f, A_PATH2, to, "path2") < 0)
+	if (files_get_path(c, f, A_PATH, from, "path") < 0 ||
+	    files_get_path(c, f, A_PATH2, to, "path2") < 0)
 		return;
 	if (rename(from, to) < 0)
-		send_error(c, f->id, errno, "cannot rename '%s' to '%s': %s", from, to,
-			   strerror(errno));
+		conn_send_error(c, f->id, errno, "cannot rename '%s' to '%s': %s", from, to,
+				strerror(errno));
 	else
-		send_ok(c, f->id);
+		conn_send_ok(c, f->id);
 }

@@ -3,7 +3,14 @@
  * template + ext4 scratch under overlayfs), mounts the API file systems,
  * finds the agent port, and shuts the VM down (a reset: QEMU runs -no-reboot).
  */
-#include "agent.h"
+#include "agent/init.h"
+
+#include "agent/conn.h"
+#include "agent/proc.h"
+#include "agent/sys.h"
+#include "common/clock.h"
+#include "common/fs.h"
+#include "common/proto.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -51,7 +58,7 @@ static void reset_vm(void)
 	int fd = open("/sys/kernel/reboot/type", O_WRONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		if (write(fd, "triple", 6) < 0)
-			alog("cannot set reboot type: %s", strerror(errno));
+			sys_log("cannot set reboot type: %s", strerror(errno));
 		close(fd);
 	}
 	reboot(RB_AUTOBOOT);
@@ -65,7 +72,7 @@ static __attribute__((noreturn, format(printf, 1, 2))) void fatal(const char *fm
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	alog("fatal: %s", line);
+	sys_log("fatal: %s", line);
 	sync();
 	reset_vm();
 	for (;;)
@@ -104,7 +111,7 @@ static void mount_api(const char *src, const char *dst, const char *type, unsign
 {
 	mkdir(dst, 0755);
 	if (mount(src, dst, type, flags, data) < 0 && errno != EBUSY)
-		alog("cannot mount %s on '%s': %s", type, dst, strerror(errno));
+		sys_log("cannot mount %s on '%s': %s", type, dst, strerror(errno));
 }
 
 /* Finds /dev/vdX whose virtio serial is want: 0 with dev filled, or -ENOENT. */
@@ -225,7 +232,7 @@ static void set_hostname(void)
 		}
 	}
 	if (sethostname(name, strlen(name)) < 0)
-		alog("cannot set hostname: %s", strerror(errno));
+		sys_log("cannot set hostname: %s", strerror(errno));
 }
 
 static void loopback_up(void)
@@ -239,7 +246,7 @@ static void loopback_up(void)
 	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
 		ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
 		if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
-			alog("cannot bring up 'lo': %s", strerror(errno));
+			sys_log("cannot bring up 'lo': %s", strerror(errno));
 	}
 	close(s);
 }
@@ -275,9 +282,9 @@ static long sandbox_pids(void)
 
 static void set_or_log(const char *dir, const char *knob, const char *val)
 {
-	int r = cgroup_set(dir, knob, val);
+	int r = proc_cgroup_set(dir, knob, val);
 	if (r < 0)
-		alog("cannot set '%s/%s' to '%s': %s", dir, knob, val, strerror(-r));
+		sys_log("cannot set '%s/%s' to '%s': %s", dir, knob, val, strerror(-r));
 }
 
 /* Enables the cpu, memory and pids controllers for the children of dir: in
@@ -286,7 +293,7 @@ static void set_or_log(const char *dir, const char *knob, const char *val)
 static void enable_controllers(const char *dir)
 {
 	static const char *const ctl[] = {"+cpu", "+memory", "+pids"};
-	if (cgroup_set(dir, "cgroup.subtree_control", "+cpu +memory +pids") == 0)
+	if (proc_cgroup_set(dir, "cgroup.subtree_control", "+cpu +memory +pids") == 0)
 		return;
 	for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
 		set_or_log(dir, "cgroup.subtree_control", ctl[i]);
@@ -307,7 +314,7 @@ static bool setup_limits(void)
 	 * holds if we ever stop being PID 1). Children reset it (proc.c). */
 	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (fd < 0 || write(fd, "-1000", 5) != 5)
-		alog("cannot set oom_score_adj: %s", strerror(errno));
+		sys_log("cannot set oom_score_adj: %s", strerror(errno));
 	if (fd >= 0)
 		close(fd);
 
@@ -317,7 +324,7 @@ static bool setup_limits(void)
 	enable_controllers(CGROUP_FS);
 	if ((mkdir(AGENT_CGROUP, 0755) < 0 && errno != EEXIST) ||
 	    (mkdir(SANDBOX_CGROUP, 0755) < 0 && errno != EEXIST)) {
-		alog("cannot make the cgroups: %s", strerror(errno));
+		sys_log("cannot make the cgroups: %s", strerror(errno));
 		return false;
 	}
 	set_or_log(AGENT_CGROUP, "cgroup.procs", "0");
@@ -337,9 +344,9 @@ static bool setup_limits(void)
 	}
 	/* Swap would let the sandbox past memory.max (the kernel has none
 	 * today: the knob is then absent). */
-	int r = cgroup_set(SANDBOX_CGROUP, "memory.swap.max", "0");
+	int r = proc_cgroup_set(SANDBOX_CGROUP, "memory.swap.max", "0");
 	if (r < 0 && r != -ENOENT)
-		alog("cannot set '%s/memory.swap.max': %s", SANDBOX_CGROUP, strerror(-r));
+		sys_log("cannot set '%s/memory.swap.max': %s", SANDBOX_CGROUP, strerror(-r));
 	snprintf(val, sizeof(val), "%ld", sandbox_pids());
 	set_or_log(SANDBOX_CGROUP, "pids.max", val);
 	enable_controllers(SANDBOX_CGROUP);
@@ -356,7 +363,7 @@ static void relink(const char *target, const char *name)
 		unlink(name);
 	}
 	if (symlink(target, name) < 0)
-		alog("cannot link '%s': %s", name, strerror(errno));
+		sys_log("cannot link '%s': %s", name, strerror(errno));
 }
 
 /* Copies our binary to /run so poweroff, reboot and halt can be us. */
@@ -376,7 +383,7 @@ static void install_self(void)
 	if (in >= 0)
 		close(in);
 	if (!ok) {
-		alog("cannot install '%s': %s", SELF, strerror(errno));
+		sys_log("cannot install '%s': %s", SELF, strerror(errno));
 		return;
 	}
 	fs_mkdir_p(dir, 0755, (uid_t)-1, (gid_t)-1);
@@ -453,13 +460,13 @@ static void reap_for(int ms)
 void init_shutdown(struct conn *c, int notice)
 {
 	if (notice && c->up && !c->broken) {
-		int r = out_begin(c, P_NOTICE, 0, 0);
+		int r = conn_out_begin(c, P_NOTICE, 0, 0);
 		if (r == 0)
 			r = proto_put_u32(&c->out, A_NOTICE, (uint32_t)notice);
-		out_end(c, r);
+		conn_out_end(c, r);
 	}
 	conn_flush_wait(c, 1000);
-	alog("%s", notice == PN_REBOOT ? "rebooting" : "powering off");
+	sys_log("%s", notice == PN_REBOOT ? "rebooting" : "powering off");
 	kill(-1, SIGTERM);
 	reap_for(2000);
 	kill(-1, SIGKILL);
@@ -467,7 +474,7 @@ void init_shutdown(struct conn *c, int notice)
 	sync();
 	/* Best effort: a clean scratch file system spares a journal replay. */
 	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY, NULL) < 0)
-		alog("cannot remount '/' read-only: %s", strerror(errno));
+		sys_log("cannot remount '/' read-only: %s", strerror(errno));
 	if (scratch_fd >= 0) {
 		char path[64];
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", scratch_fd);

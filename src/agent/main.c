@@ -3,7 +3,15 @@
  * socket for tests, or poweroff/reboot/halt by argv[0]) and the event loop:
  * one poll over the channel, a signalfd and the process pipes.
  */
-#include "agent.h"
+#include "agent/agent.h"
+
+#include "agent/conn.h"
+#include "agent/init.h"
+#include "agent/proc.h"
+#include "agent/sys.h"
+#include "agent/xfer.h"
+#include "common/clock.h"
+#include "common/proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,11 +29,12 @@
 #include <unistd.h>
 
 #define MAX_POLL (3 * MAX_PROCS + 8)
+#define TICK_MS	 50 /* reconnect probe of the virtio port */
 
 struct agent agent;
 
 static struct pollfd pfd[MAX_POLL];
-static struct ptag ptag[MAX_POLL];
+static struct proc_tag ptag[MAX_POLL];
 
 static int usage(void)
 {
@@ -99,7 +108,7 @@ static void loop(int sfd, int lfd)
 	bool reap = false;
 	while (agent.shutdown == SHUT_NONE) {
 		if (c->up && !c->throttled)
-			fread_pump(c);
+			xfer_fread_pump(c);
 		if (c->up && conn_pending(c))
 			conn_flush(c);
 
@@ -126,13 +135,13 @@ static void loop(int sfd, int lfd)
 		int timeout = -1;
 		if (wake)
 			timeout = wake <= now ? 0 : (int)(wake - now < 60000 ? wake - now : 60000);
-		if (c->up && !c->throttled && fread_ready(c))
+		if (c->up && !c->throttled && xfer_fread_ready(c))
 			timeout = 0;
 		if (reap)
 			timeout = 0;
 
 		if (poll(pfd, (nfds_t)n, timeout) < 0 && errno != EINTR) {
-			alog("poll: %s", strerror(errno));
+			sys_log("poll: %s", strerror(errno));
 			continue;
 		}
 		if (pfd[0].revents)
@@ -221,12 +230,12 @@ int main(int argc, char **argv)
 	if (agent.pid1) {
 		int fd = init_boot();
 		if (sfd < 0) {
-			alog("cannot create signalfd: %s", strerror(errno));
+			sys_log("cannot create signalfd: %s", strerror(errno));
 			init_shutdown(&agent.conn, 0);
 		}
 		agent.conn.fd = fd; /* up once a host is seen (loop probe) */
 		agent.ready_ns = boottime_ns();
-		alog("ready");
+		sys_log("ready");
 	} else {
 		if (sfd < 0) {
 			fprintf(stderr, "cpuos-agent: cannot create signalfd: %s\n",

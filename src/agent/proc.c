@@ -4,7 +4,14 @@
  * keeps the last RING_SIZE bytes of each output stream, feeds stdin, enforces
  * timeouts, reaps, and decides when a process has ended.
  */
-#include "agent.h"
+#include "agent/proc.h"
+
+#include "agent/agent.h"
+#include "agent/exec.h"
+#include "agent/sys.h"
+#include "agent/user.h"
+#include "common/clock.h"
+#include "common/proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +36,7 @@
  * processes (1.3 s under TCG), must not hold the exec past its deadline. A
  * plain process is reaped within milliseconds of its SIGKILL. */
 #define KILL_WAIT_MS 300
+#define GRACE_MS     100 /* wait for pipes held by descendants after exit */
 /* Children reaped per proc_reap call: orphans of a fork bomb (PID 1 adopts
  * them) can die faster than one loop turn reaps them, and the loop must
  * still get to its timers. */
@@ -81,7 +89,7 @@ struct proc *proc_find(uint32_t id)
 
 /* --- ring buffers --- */
 
-static void ring_append(struct ring *r, const uint8_t *p, size_t n)
+static void ring_append(struct proc_ring *r, const uint8_t *p, size_t n)
 {
 	if (!r->buf)
 		r->buf = malloc(RING_SIZE);
@@ -101,7 +109,7 @@ static void ring_append(struct ring *r, const uint8_t *p, size_t n)
 	r->total += n;
 }
 
-void ring_spans(const struct ring *r, const uint8_t *span[2], size_t len[2])
+void proc_ring_spans(const struct proc_ring *r, const uint8_t *span[2], size_t len[2])
 {
 	span[0] = span[1] = NULL;
 	len[0] = len[1] = 0;
@@ -133,7 +141,7 @@ static bool cgroup_empty(const char *dir)
 	return strstr(buf, "populated 0") != NULL;
 }
 
-int cgroup_set(const char *dir, const char *knob, const char *val)
+int proc_cgroup_set(const char *dir, const char *knob, const char *val)
 {
 	char path[256];
 	snprintf(path, sizeof(path), "%s/%s", dir, knob);
@@ -153,9 +161,9 @@ int cgroup_set(const char *dir, const char *knob, const char *val)
  * an older 6.1 could miss such a child.) */
 static void cgroup_kill(const char *dir)
 {
-	int r = cgroup_set(dir, "cgroup.kill", "1");
+	int r = proc_cgroup_set(dir, "cgroup.kill", "1");
 	if (r < 0 && r != -ENOENT)
-		alog("cannot write '%s/cgroup.kill': %s", dir, strerror(-r));
+		sys_log("cannot write '%s/cgroup.kill': %s", dir, strerror(-r));
 }
 
 /* Gives up a process's cgroup: kept as a spare if empty, else removed (or
@@ -391,7 +399,7 @@ void proc_kill_all(void)
 /* --- spawning --- */
 
 /* In the child: never returns. Only raw system calls and the error line. */
-static __attribute__((noreturn)) void child(const struct spawn *s, int fds[3], int cgfd)
+static __attribute__((noreturn)) void child(const struct proc_spawn_args *s, int fds[3], int cgfd)
 {
 	sigset_t none;
 	sigemptyset(&none);
@@ -464,12 +472,12 @@ static int set_nonblock(int fd)
 static void limit_cgroup(const char *dir)
 {
 	static bool warned;
-	int r = cgroup_set(dir, "pids.max", PROC_PIDS_MAX);
+	int r = proc_cgroup_set(dir, "pids.max", PROC_PIDS_MAX);
 	if (r == 0)
-		r = cgroup_set(dir, "memory.oom.group", "1");
+		r = proc_cgroup_set(dir, "memory.oom.group", "1");
 	if (r < 0 && r != -ENOENT && !warned) {
 		warned = true;
-		alog("cannot set the limits of '%s': %s", dir, strerror(-r));
+		sys_log("cannot set the limits of '%s': %s", dir, strerror(-r));
 	}
 }
 
@@ -503,7 +511,7 @@ static int make_cgroup(uint32_t id, char **dir, int *procs_fd)
 	return 0;
 }
 
-int proc_spawn(const struct spawn *s, struct proc **out)
+int proc_spawn(const struct proc_spawn_args *s, struct proc **out)
 {
 	if (nlive >= MAX_PROCS)
 		return -EAGAIN;
@@ -597,7 +605,7 @@ fail:
 
 /* --- events --- */
 
-int proc_poll_fill(struct pollfd *pfd, struct ptag *tag, int max, bool throttled)
+int proc_poll_fill(struct pollfd *pfd, struct proc_tag *tag, int max, bool throttled)
 {
 	int n = 0;
 	for (struct proc *p = proc_next(NULL); p; p = proc_next(p)) {
@@ -610,17 +618,17 @@ int proc_poll_fill(struct pollfd *pfd, struct ptag *tag, int max, bool throttled
 			if (p->out_fd[i] < 0 || n >= max)
 				continue;
 			pfd[n] = (struct pollfd){.fd = p->out_fd[i], .events = POLLIN};
-			tag[n++] = (struct ptag){.p = p, .what = i};
+			tag[n++] = (struct proc_tag){.p = p, .what = i};
 		}
 		if (p->in_fd >= 0 && p->in.len > p->in_head && n < max) {
 			pfd[n] = (struct pollfd){.fd = p->in_fd, .events = POLLOUT};
-			tag[n++] = (struct ptag){.p = p, .what = 2};
+			tag[n++] = (struct proc_tag){.p = p, .what = 2};
 		}
 	}
 	return n;
 }
 
-void proc_poll_event(const struct ptag *t, short revents)
+void proc_poll_event(const struct proc_tag *t, short revents)
 {
 	struct proc *p = t->p;
 	if (p->dead || p->ended)

@@ -3,7 +3,11 @@
  * whole: SETTIME, ENTROPY and POWEROFF. Outside PID 1 (--listen tests) they
  * answer without touching the host machine.
  */
-#include "agent.h"
+#include "agent/sys.h"
+
+#include "agent/agent.h"
+#include "agent/conn.h"
+#include "common/proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void alog(const char *fmt, ...)
+void sys_log(const char *fmt, ...)
 {
 	char line[512];
 	va_list ap;
@@ -27,12 +31,12 @@ void alog(const char *fmt, ...)
 	dprintf(2, "cpuos-agent: %s\n", line);
 }
 
-void req_settime(struct conn *c, const struct proto_frame *f)
+void sys_settime(struct conn *c, const struct proto_frame *f)
 {
 	uint64_t ns;
 	int r = proto_get_u64(f, A_TIME_NS, &ns);
 	if (r < 0) {
-		send_attr_error(c, f->id, r, "time_ns");
+		conn_send_attr_error(c, f->id, r, "time_ns");
 		return;
 	}
 	/* Only the guest's clock is ours to set. */
@@ -40,32 +44,33 @@ void req_settime(struct conn *c, const struct proto_frame *f)
 		struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
 				      .tv_nsec = (long)(ns % 1000000000u)};
 		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
-			send_error(c, f->id, errno, "cannot set the clock: %s", strerror(errno));
+			conn_send_error(c, f->id, errno, "cannot set the clock: %s",
+					strerror(errno));
 			return;
 		}
 	}
-	send_ok(c, f->id);
+	conn_send_ok(c, f->id);
 }
 
-void req_entropy(struct conn *c, const struct proto_frame *f)
+void sys_entropy(struct conn *c, const struct proto_frame *f)
 {
 	uint32_t n;
 	const uint8_t *bytes = proto_get(f, A_BYTES, &n);
 	if (!bytes) {
-		send_error(c, f->id, EINVAL, "missing attribute 'bytes'");
+		conn_send_error(c, f->id, EINVAL, "missing attribute 'bytes'");
 		return;
 	}
 	if (n > 4096) {
-		send_error(c, f->id, EINVAL, "too many entropy bytes (%u, max 4096)", n);
+		conn_send_error(c, f->id, EINVAL, "too many entropy bytes (%u, max 4096)", n);
 		return;
 	}
 	if (!agent.pid1 || n == 0) {
-		send_ok(c, f->id);
+		conn_send_ok(c, f->id);
 		return;
 	}
 	struct rand_pool_info *info = malloc(sizeof(*info) + n);
 	if (!info) {
-		send_error(c, f->id, ENOMEM, "out of memory");
+		conn_send_error(c, f->id, ENOMEM, "out of memory");
 		return;
 	}
 	info->entropy_count = (int)(n * 8);
@@ -79,14 +84,14 @@ void req_entropy(struct conn *c, const struct proto_frame *f)
 		close(fd);
 	free(info);
 	if (err)
-		send_error(c, f->id, err, "cannot add entropy: %s", strerror(err));
+		conn_send_error(c, f->id, err, "cannot add entropy: %s", strerror(err));
 	else
-		send_ok(c, f->id);
+		conn_send_ok(c, f->id);
 }
 
-void req_poweroff(struct conn *c, const struct proto_frame *f)
+void sys_poweroff(struct conn *c, const struct proto_frame *f)
 {
-	send_ok(c, f->id);
+	conn_send_ok(c, f->id);
 	/* The loop flushes the answer, then stops (init_shutdown as PID 1). */
 	agent.shutdown = SHUT_REQUEST;
 }

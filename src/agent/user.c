@@ -3,7 +3,7 @@
  * glibc binary, where getpwnam and friends would need NSS modules at run time,
  * so it reads the files itself.
  */
-#include "agent.h"
+#include "agent/user.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,13 @@
  * temporary file beside the target and renames it into place at PF_EOF; FREAD
  * sends a file in P_DATA chunks only as fast as the out queue drains.
  */
-#include "agent.h"
+#include "agent/xfer.h"
+
+#include "agent/conn.h"
+#include "agent/files.h"
+#include "agent/user.h"
+#include "common/fs.h"
+#include "common/proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +21,7 @@
 
 #define TMP_BASE_MAX 200 /* keeps ".NAME.cpuos-XXXXXX" under NAME_MAX */
 
-void fwrite_release(struct op *op)
+void xfer_fwrite_release(struct conn_op *op)
 {
 	if (op->fd >= 0)
 		close(op->fd);
@@ -27,37 +33,37 @@ void fwrite_release(struct op *op)
 	op->tmp = op->path = NULL;
 }
 
-static void fwrite_fail(struct conn *c, struct op *op, int err, const char *what)
+static void fwrite_fail(struct conn *c, struct conn_op *op, int err, const char *what)
 {
-	send_error(c, op->id, err, "cannot %s '%s': %s", what, op->path, strerror(err));
-	op_close(c, op);
+	conn_send_error(c, op->id, err, "cannot %s '%s': %s", what, op->path, strerror(err));
+	conn_op_close(c, op);
 }
 
-void req_fwrite(struct conn *c, const struct proto_frame *f)
+void xfer_fwrite(struct conn *c, const struct proto_frame *f)
 {
 	char path[PROTO_MAX_STR + 1];
-	if (get_abs_path(c, f, A_PATH, path, "path") < 0)
+	if (files_get_path(c, f, A_PATH, path, "path") < 0)
 		return;
 	size_t len = strlen(path);
 	if (path[len - 1] == '/') {
-		send_error(c, f->id, EISDIR, "cannot write '%s': %s", path, strerror(EISDIR));
+		conn_send_error(c, f->id, EISDIR, "cannot write '%s': %s", path, strerror(EISDIR));
 		return;
 	}
 	uint32_t mode = 0644;
 	int r = proto_get_u32(f, A_MODE, &mode);
 	if (r == -EPROTO) {
-		send_attr_error(c, f->id, r, "mode");
+		conn_send_attr_error(c, f->id, r, "mode");
 		return;
 	}
 	struct user u;
 	bool given;
-	if (get_user(c, f, &u, &given) < 0)
+	if (files_get_user(c, f, &u, &given) < 0)
 		return;
 	if (c->nfwrite >= MAX_FWRITES) {
-		send_error(c, f->id, EAGAIN, "too many file writes (%d)", MAX_FWRITES);
+		conn_send_error(c, f->id, EAGAIN, "too many file writes (%d)", MAX_FWRITES);
 		return;
 	}
-	struct op *op = op_open(c, f->id, OP_FWRITE);
+	struct conn_op *op = conn_op_open(c, f->id, OP_FWRITE);
 	if (!op)
 		return;
 	op->mode = mode & 07777;
@@ -70,8 +76,8 @@ void req_fwrite(struct conn *c, const struct proto_frame *f)
 	if (!op->path || !op->tmp) {
 		free(op->tmp);
 		op->tmp = NULL;
-		send_error(c, f->id, ENOMEM, "out of memory");
-		op_close(c, op);
+		conn_send_error(c, f->id, ENOMEM, "out of memory");
+		conn_op_close(c, op);
 		return;
 	}
 	char *slash = strrchr(path, '/');
@@ -96,7 +102,7 @@ void req_fwrite(struct conn *c, const struct proto_frame *f)
 	}
 }
 
-void fwrite_data(struct conn *c, struct op *op, const struct proto_frame *f)
+void xfer_fwrite_data(struct conn *c, struct conn_op *op, const struct proto_frame *f)
 {
 	if (op->fd < 0)
 		return;
@@ -116,7 +122,7 @@ void fwrite_data(struct conn *c, struct op *op, const struct proto_frame *f)
 		op->size += (uint64_t)w;
 	}
 	if (!(f->flags & PF_EOF)) {
-		op_input_taken(c, op, f->len);
+		conn_op_input_taken(c, op, f->len);
 		return;
 	}
 	if (fchmod(op->fd, op->mode) < 0) {
@@ -139,23 +145,23 @@ void fwrite_data(struct conn *c, struct op *op, const struct proto_frame *f)
 	}
 	free(op->tmp);
 	op->tmp = NULL; /* in place: nothing left to remove */
-	int r = out_begin(c, P_OK, 0, op->id);
+	int r = conn_out_begin(c, P_OK, 0, op->id);
 	if (r == 0)
 		r = proto_put_u64(&c->out, A_SIZE, op->size);
-	out_end(c, r);
-	op_close(c, op);
+	conn_out_end(c, r);
+	conn_op_close(c, op);
 }
 
-void req_fread(struct conn *c, const struct proto_frame *f)
+void xfer_fread(struct conn *c, const struct proto_frame *f)
 {
 	char path[PROTO_MAX_STR + 1];
 	int64_t window;
-	if (get_abs_path(c, f, A_PATH, path, "path") < 0 || op_window(c, f, &window) < 0)
+	if (files_get_path(c, f, A_PATH, path, "path") < 0 || conn_op_window(c, f, &window) < 0)
 		return;
 	/* O_NONBLOCK: opening a FIFO must not hang the agent. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
-		send_error(c, f->id, errno, "cannot open '%s': %s", path, strerror(errno));
+		conn_send_error(c, f->id, errno, "cannot open '%s': %s", path, strerror(errno));
 		return;
 	}
 	struct stat st;
@@ -168,11 +174,11 @@ void req_fread(struct conn *c, const struct proto_frame *f)
 		err = EINVAL;
 	if (err) {
 		close(fd);
-		send_error(c, f->id, err, "cannot read '%s': %s", path,
-			   err == EINVAL ? "Not a regular file" : strerror(err));
+		conn_send_error(c, f->id, err, "cannot read '%s': %s", path,
+				err == EINVAL ? "Not a regular file" : strerror(err));
 		return;
 	}
-	struct op *op = op_open(c, f->id, OP_FREAD);
+	struct conn_op *op = conn_op_open(c, f->id, OP_FREAD);
 	if (!op) {
 		close(fd);
 		return;
@@ -180,52 +186,52 @@ void req_fread(struct conn *c, const struct proto_frame *f)
 	op->fd = fd;
 	op->credit = window;
 	op->limit = (uint64_t)st.st_size;
-	/* The loop sends the content as the out queue drains (fread_pump). */
+	/* The loop sends the content as the out queue drains (xfer_fread_pump). */
 }
 
 /* Sends the next chunk of an fread; ends the operation at end of file.
  * Returns false when it made no progress. */
-static bool fread_chunk(struct conn *c, struct op *op)
+static bool fread_chunk(struct conn *c, struct conn_op *op)
 {
 	static uint8_t buf[PROTO_DATA_CHUNK];
 	ssize_t n = read(op->fd, buf, sizeof(buf));
 	if (n < 0) {
 		if (errno == EINTR || errno == EAGAIN)
 			return false;
-		send_error(c, op->id, errno, "cannot read file: %s", strerror(errno));
-		op_close(c, op);
+		conn_send_error(c, op->id, errno, "cannot read file: %s", strerror(errno));
+		conn_op_close(c, op);
 		return true;
 	}
 	op->size += (uint64_t)n;
 	/* A short read is the end; so is reaching the size seen at open, which
 	 * spares an empty last frame (files in /proc report size 0). */
 	bool eof = (size_t)n < sizeof(buf) || (op->limit && op->size >= op->limit);
-	send_raw(c, P_DATA, eof ? PF_EOF : 0, op->id, buf, (size_t)n);
+	conn_send_raw(c, P_DATA, eof ? PF_EOF : 0, op->id, buf, (size_t)n);
 	op->credit -= proto_cost((size_t)n);
 	if (!eof)
 		return true;
-	int r = out_begin(c, P_OK, 0, op->id);
+	int r = conn_out_begin(c, P_OK, 0, op->id);
 	if (r == 0)
 		r = proto_put_u64(&c->out, A_SIZE, op->size);
-	out_end(c, r);
-	op_close(c, op);
+	conn_out_end(c, r);
+	conn_op_close(c, op);
 	return true;
 }
 
-void fread_pump(struct conn *c)
+void xfer_fread_pump(struct conn *c)
 {
 	bool progress = true;
 	while (progress && c->nfread > 0 && c->up && !c->broken && !c->throttled) {
 		progress = false;
 		for (int i = c->nops - 1; i >= 0 && !c->throttled && !c->broken; i--) {
-			struct op *op = i < c->nops ? c->ops[i] : NULL;
+			struct conn_op *op = i < c->nops ? c->ops[i] : NULL;
 			if (op && op->kind == OP_FREAD && op->credit > 0 && fread_chunk(c, op))
 				progress = true;
 		}
 	}
 }
 
-bool fread_ready(const struct conn *c)
+bool xfer_fread_ready(const struct conn *c)
 {
 	for (int i = 0; c->nfread > 0 && i < c->nops; i++)
 		if (c->ops[i]->kind == OP_FREAD && c->ops[i]->credit > 0)

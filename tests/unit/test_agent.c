@@ -23,7 +23,7 @@
 
 #define IO_TIMEOUT_S 3	  /* per read: a hung agent fails fast */
 #define DEADLINE_S   50	  /* the whole run, under run.sh's budget */
-#define OP_CAP	     1024 /* MAX_OPS in src/agent/agent.h, the documented cap */
+#define OP_CAP	     1024 /* MAX_OPS in src/agent/conn.h, the documented cap */
 
 static pid_t agent_pid = -1;
 static int agent_status = -1; /* wait status once reaped */
