@@ -14,8 +14,16 @@ ifdef WERROR
 CFLAGS += -Werror
 endif
 ifdef SANITIZE
-CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+# A UBSan report is fatal, like an ASan or TSan one, so no test can pass
+# over it.
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer \
+	  $(if $(findstring undefined,$(SANITIZE)),-fno-sanitize-recover=undefined)
 LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+# libFuzzer builds (make fuzz): every object gets the coverage hooks, the
+# fuzz binaries link libFuzzer's main.
+ifdef LIBFUZZER
+CFLAGS += -fsanitize=fuzzer-no-link
 endif
 LDLIBS := -ljansson
 DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lcrypto -lpthread
@@ -50,7 +58,16 @@ BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
-FUZZ_REPLAY := $(BUILD)/tests/replay_proto
+# Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
+# linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
+FUZZ_TARGETS := proto agentc http
+FUZZ_SRCS_proto := src/common/proto.c
+FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c $(COMMON_SRCS)
+FUZZ_LIBS_agentc := -ljansson -lpthread
+FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(COMMON_SRCS)
+FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
+FUZZ_LIBS_http := $(DAEMON_LIBS)
+FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
 all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH)
 
@@ -110,19 +127,45 @@ $(BUILD)/bench/bench_%: $(call obj,bench/bench_%.c tests/lib/vmtest.c $(TEST_LIB
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
 
-# Fuzzing: make test replays the committed corpus through the target with
-# gcc; `make fuzz` runs libFuzzer (clang) and grows the corpus.
-$(BUILD)/tests/replay_%: $(call obj,tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(TEST_LIB) src/common/proto.c)
-	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+# Fuzzing: make test replays each committed corpus through its target with
+# gcc (replay_NAME). `make fuzz` builds the targets with clang, libFuzzer,
+# ASan and UBSan into $(FUZZ_BUILD) (fuzz_NAME) and runs each for
+# FUZZ_SECONDS on a work corpus ($(FUZZ_BUILD)/corpus/NAME) seeded from the
+# committed one; a finding lands in $(FUZZ_BUILD)/ as crash-*, leak-* or
+# timeout-*. `make fuzz-merge` then adds to the committed corpus the work
+# inputs that reach new features (libFuzzer -merge=1): prune it by hand to
+# what adds coverage, and keep each fixed finding there as a regression
+# input. FUZZ_TARGET=agentc picks one target. Seeds: tests/fuzz/mkcorpus.py.
+define fuzz_rules
+$(BUILD)/tests/replay_$(1): $(call obj,tests/fuzz/fuzz_$(1).c tests/fuzz/replay.c $(TEST_LIB) $(FUZZ_SRCS_$(1))) $(FUZZ_GEN_$(1))
+	@mkdir -p $$(@D)
+	$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$^ $(FUZZ_LIBS_$(1))
+$(BUILD)/fuzz/fuzz_$(1): $(call obj,tests/fuzz/fuzz_$(1).c $(FUZZ_SRCS_$(1))) $(FUZZ_GEN_$(1))
+	@mkdir -p $$(@D)
+	$(Q)$$(CC) $$(LDFLAGS) -fsanitize=fuzzer -o $$@ $$^ $(FUZZ_LIBS_$(1))
+endef
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzz_rules,$(t))))
 
 FUZZ_SECONDS ?= 60
-fuzz:
+FUZZ_TARGET ?= $(FUZZ_TARGETS)
+FUZZ_BUILD ?= build-fuzz
+FUZZ_MAX_LEN ?= 4096
+fuzz-build:
 	@command -v clang >/dev/null || { echo "fuzz: needs clang (apt-get install clang libclang-rt-14-dev)"; exit 1; }
-	@mkdir -p $(BUILD)/fuzz
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -Isrc -I. -fsanitize=fuzzer,address,undefined \
-	  -o $(BUILD)/fuzz/fuzz_proto tests/fuzz/fuzz_proto.c src/common/proto.c
-	$(BUILD)/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) -max_len=4096 tests/fuzz/corpus/proto
+	CFLAGS='-g -O1' $(MAKE) BUILD=$(FUZZ_BUILD) CC=clang SANITIZE=address,undefined LIBFUZZER=1 \
+	  $(foreach t,$(FUZZ_TARGET),$(FUZZ_BUILD)/fuzz/fuzz_$(t))
+
+fuzz: fuzz-build
+	set -e; for t in $(FUZZ_TARGET); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAX_LEN) \
+	    -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t; \
+	done
+
+fuzz-merge: fuzz-build
+	set -e; for t in $(FUZZ_TARGET); do \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -merge=1 -max_len=$(FUZZ_MAX_LEN) tests/fuzz/corpus/$$t $(FUZZ_BUILD)/corpus/$$t; \
+	done
 
 # Guest kernel and templates: long, cached outside the repo, with progress.
 kernel: $(KERNEL)
@@ -147,6 +190,41 @@ test:
 	$(MAKE) all guest
 	tests/run.sh
 
+# The same tests on sanitized builds of their own, so a memory error, an
+# undefined behaviour or a data race fails them. Reports go to files that
+# tests/run.sh prints and counts as failures (CPUOS_SANITIZER_LOGS); the
+# guest agent stays unsanitized and static. test-asan: ASan+UBSan over the
+# unit tests, the fuzz replays and the end-to-end suite. test-tsan: TSan
+# over cpuosd under the end-to-end suite; tests/tsan.supp silences races
+# inside third-party libraries only.
+# (gcc's UBSan runtime beside ASan's ignores log_path and reports on stderr:
+# fatal all the same, and shown in the test's output or, for cpuosd, in the
+# daemon log that a failing end-to-end test prints.) The end-to-end tests
+# bound cpuosd's RSS, so ASan keeps a small quarantine (16 MiB, not 256) and
+# hands freed memory back to the system; CPUOS_SANITIZER tells tests that
+# bound memory or time that they run on a sanitized daemon.
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+ASAN_LOGS = $(abspath $(ASAN_BUILD))/sanitizer
+TSAN_LOGS = $(abspath $(TSAN_BUILD))/sanitizer
+ASAN_RUN_OPTIONS = halt_on_error=1:detect_leaks=1:quarantine_size_mb=16:thread_local_quarantine_size_kb=256:allocator_release_to_os_interval_ms=500:log_path=$(ASAN_LOGS)/asan
+test-asan:
+	scripts/deps.sh
+	$(MAKE) BUILD=$(ASAN_BUILD) SANITIZE=address,undefined all guest
+	BUILD_DIR=$(ASAN_BUILD) CPUOS_TESTS='unit fuzz e2e' CPUOS_SANITIZER=address \
+	  CPUOS_SANITIZER_LOGS=$(ASAN_LOGS) \
+	  ASAN_OPTIONS=$(ASAN_RUN_OPTIONS) \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan \
+	  tests/run.sh
+
+test-tsan:
+	scripts/deps.sh
+	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
+	  $(TSAN_BUILD)/bin/cpuos-vm guest
+	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_SANITIZER=thread CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
+	  TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp):log_path=$(TSAN_LOGS)/tsan \
+	  tests/run.sh
+
 bench:
 	scripts/deps.sh
 	$(MAKE) all guest
@@ -158,5 +236,5 @@ format:
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all kernel templates guest run test bench fuzz format clean
+.PHONY: all kernel templates guest run test test-asan test-tsan bench fuzz fuzz-build fuzz-merge format clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,14 +1,64 @@
 #!/usr/bin/env bash
 # Runs every test: C unit tests, then integration tests against real QEMU
-# microVMs, then the pytest suite; each prints "N passed, N failed" and this
-# script closes with the sum. A test that cannot run fails, it never skips.
+# microVMs, then the fuzz corpus replays, then the pytest suite; each prints
+# "N passed, N failed" and this script closes with the sum. A test that
+# cannot run fails, it never skips: a missing test binary is a failure.
+#
+# Environment (all optional):
+#   BUILD_DIR      the build to test (default build; make test-asan uses
+#                  build-asan, make test-tsan build-tsan)
+#   CPUOS_TESTS    which suites, of "unit vm fuzz e2e" (default all four)
+#   CPUOS_SANITIZER_LOGS  a directory the sanitizers write their reports to
+#                  (log_path in ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS):
+#                  emptied first, and every report found there at the end
+#                  is printed and counted as a failure (gcc's UBSan beside
+#                  ASan reports on stderr instead: fatal all the same)
+#   CPUOSD_BIN, CPUOS_VM_BIN, CPUOS_CLI_BIN  the binaries the end-to-end
+#                  tests drive (default: those of BUILD_DIR)
+# A test source under tests/unit, tests/vm or tests/fuzz that the lists
+# below do not name fails too, so no new test is silently left out.
 set -u
 cd "$(dirname "$0")/.."
-export CPUOS_GUEST_DIR=${CPUOS_GUEST_DIR:-$PWD/build/guest}
+BUILD_DIR=${BUILD_DIR:-build}
+CPUOS_TESTS=${CPUOS_TESTS:-unit vm fuzz e2e}
+export CPUOS_GUEST_DIR=${CPUOS_GUEST_DIR:-$PWD/$BUILD_DIR/guest}
 export CPUOS_RUN_DIR=${CPUOS_RUN_DIR:-/tmp/cpuos-test-run}
+export CPUOS_AGENT=${CPUOS_AGENT:-$PWD/$BUILD_DIR/guest/cpuos-agent}
+# The binaries the end-to-end tests drive.
+export CPUOSD_BIN=${CPUOSD_BIN:-$PWD/$BUILD_DIR/bin/cpuosd}
+export CPUOS_VM_BIN=${CPUOS_VM_BIN:-$PWD/$BUILD_DIR/bin/cpuos-vm}
+export CPUOS_CLI_BIN=${CPUOS_CLI_BIN:-$PWD/$BUILD_DIR/bin/cpuos}
 mkdir -p "$CPUOS_RUN_DIR"
 
+# What each suite must find built; keep in step with the Makefile.
+UNIT_TESTS=(test_proto test_qemu test_agent test_store test_disk)
+VM_TESTS=(test_vm)
+FUZZ_TARGETS=(proto agentc http)
+
 passed=0 failed=0
+# A test source that none of the lists above names would never run.
+listed() { # list name, source files...
+	local list=$1 src name
+	shift
+	for src in "$@"; do
+		[ -e "$src" ] || continue
+		name=$(basename "$src" .c)
+		name=${name#fuzz_}
+		case " $list " in *" $name "*) continue ;; esac
+		echo "FAIL: $src is not listed in tests/run.sh"
+		failed=$((failed + 1))
+	done
+}
+listed "${UNIT_TESTS[*]}" tests/unit/test_*.c
+listed "${VM_TESTS[*]}" tests/vm/test_*.c
+listed "${FUZZ_TARGETS[*]}" tests/fuzz/fuzz_*.c
+
+logs=${CPUOS_SANITIZER_LOGS:-}
+if [ -n "$logs" ]; then
+	mkdir -p "$logs"
+	rm -f "$logs"/*
+fi
+
 count() { # reads a runner's output, adds its closing line to the totals
 	local out=$1 rc=$2 name=$3 line p f
 	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
@@ -38,12 +88,33 @@ run() { # name, command...
 	rm -f "$out"
 }
 
-for t in build/tests/test_proto build/tests/test_qemu build/tests/test_agent build/tests/test_store; do
-	[ -x "$t" ] && run "$(basename "$t")" timeout 300 "$t"
-done
-run replay_proto timeout 300 build/tests/replay_proto tests/fuzz/corpus/proto
-run test_vm timeout 1800 build/tests/test_vm
-if [ -d tests/e2e ]; then
+# A test binary that should be there and is not: one failure, one line.
+have() { # name, path
+	[ -x "$2" ] && return 0
+	echo "FAIL: $1: missing test binary $2 (build it: make BUILD=$BUILD_DIR all)"
+	failed=$((failed + 1))
+	return 1
+}
+
+wants() { case " $CPUOS_TESTS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if wants unit; then
+	for t in "${UNIT_TESTS[@]}"; do
+		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout 300 "$BUILD_DIR/tests/$t"
+	done
+fi
+if wants vm; then
+	for t in "${VM_TESTS[@]}"; do
+		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout 1800 "$BUILD_DIR/tests/$t"
+	done
+fi
+if wants fuzz; then
+	for t in "${FUZZ_TARGETS[@]}"; do
+		have "replay_$t" "$BUILD_DIR/tests/replay_$t" &&
+			run "replay_$t" timeout 300 "$BUILD_DIR/tests/replay_$t" "tests/fuzz/corpus/$t"
+	done
+fi
+if wants e2e; then
 	out=$(mktemp)
 	echo "== pytest"
 	timeout 1800 python3 -m pytest -q tests/e2e 2>&1 | tee "$out"
@@ -55,6 +126,14 @@ if [ -d tests/e2e ]; then
 	passed=$((passed + ${p:-0}))
 	failed=$((failed + ${f:-0}))
 	rm -f "$out"
+fi
+if [ -n "$logs" ]; then
+	for r in "$logs"/*; do
+		[ -f "$r" ] || continue
+		echo "FAIL: sanitizer report $r:"
+		head -n 200 "$r"
+		failed=$((failed + 1))
+	done
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

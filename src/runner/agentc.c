@@ -407,6 +407,7 @@ int agentc_new(int fd, struct agentc **out)
 	if (!c)
 		return -ENOMEM;
 	c->fd = fd;
+	c->hello_done = 1; /* no session to wait for: ready at once */
 	*out = c;
 	return 0;
 }

@@ -24,6 +24,12 @@ import cpuos  # noqa: E402
 DAEMON_BIN = Path(os.environ.get("CPUOSD_BIN", ROOT / "build" / "bin" / "cpuosd"))
 GUEST_DIR = Path(os.environ.get("CPUOS_GUEST_DIR", ROOT / "build" / "guest"))
 READY_TIMEOUT = 120
+# Set by make test-asan / test-tsan: a sanitized daemon is slower and holds
+# more memory (TSan most: shadow memory per thread), so bounds on time and
+# RSS scale by these factors.
+SANITIZER = os.environ.get("CPUOS_SANITIZER") or None
+SLOW = {None: 1, "address": 3, "thread": 5}.get(SANITIZER, 3)
+MEM = {None: 1, "address": 2, "thread": 8}.get(SANITIZER, 4)
 
 
 def free_port():

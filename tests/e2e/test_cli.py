@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = REPO / "build" / "bin" / "cpuos-vm"
+CLI = Path(os.environ.get("CPUOS_VM_BIN") or REPO / "build" / "bin" / "cpuos-vm")
 RUN_TIMEOUT = 300  # a boot plus the command, with room for a slow TCG host
 
 

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CPUOS = os.path.join(ROOT, "build", "bin", "cpuos")
+CPUOS = os.environ.get("CPUOS_CLI_BIN") or os.path.join(ROOT, "build", "bin", "cpuos")
 
 
 def cpuos(daemon, *args, key=None, stdin=None, timeout=300):

@@ -1,34 +1,272 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus for fuzz_proto: well-formed frames of each kind and a few broken ones."""
+"""Writes the seed corpus of a fuzz target: mkcorpus.py proto|agentc|http OUTDIR.
+
+proto: well-formed frames of each kind and a few broken ones.
+agentc: what an agent sends back to the operations fuzz_agentc starts (ids 1..14,
+        see its comment), well-formed and hostile.
+http: raw requests for every route of api_routes (src/daemon/api/api.c), with bad
+      query strings, bad JSON, bad durations, huge numbers and NUL escapes; the
+      first byte is fuzz_http's flags (1: API key, 2: Unix socket).
+"""
+import json
 import os
 import struct
 import sys
 
-out = sys.argv[1]
-os.makedirs(out, exist_ok=True)
+# Frame types and attribute tags (src/common/proto.h).
+P_HELLO, P_PING, P_EXEC, P_ATTACH, P_WAIT, P_SIGNAL, P_PS = 1, 2, 3, 4, 5, 6, 7
+P_FWRITE, P_FREAD, P_STAT, P_LIST, P_MKDIR, P_CANCEL = 8, 9, 10, 11, 12, 18
+P_DATA, P_CREDIT = 32, 33
+P_OK, P_ERROR, P_STARTED, P_STDOUT, P_STDERR, P_EXIT, P_ENTRY, P_NOTICE = 64, 65, 66, 67, 68, 69, 70, 71
+A_VERSION, A_AGENT, A_ARG, A_ENV, A_TIMEOUT_MS = 1, 2, 3, 5, 8
+A_PROC, A_PID, A_PATH, A_MODE, A_ERRNO, A_MESSAGE = 11, 12, 14, 16, 21, 22
+A_EXIT_CODE, A_SIGNAL, A_TIMED_OUT, A_SIZE, A_MTIME_NS, A_UID, A_GID = 23, 24, 25, 26, 27, 28, 29
+A_LINK, A_STATE, A_CMD, A_NOTICE, A_TARGET, A_CREDIT = 30, 31, 32, 33, 35, 40
+PF_EOF = 1
 
 
 def attr(tag, value):
     return struct.pack("<HI", tag, len(value)) + value
 
 
+def u32(tag, v):
+    return attr(tag, struct.pack("<I", v & 0xFFFFFFFF))
+
+
+def u64(tag, v):
+    return attr(tag, struct.pack("<Q", v & 0xFFFFFFFFFFFFFFFF))
+
+
+def s(tag, v):
+    return attr(tag, v if isinstance(v, bytes) else v.encode())
+
+
 def frame(type_, payload, flags=0, op=1):
     return struct.pack("<IHHI", len(payload), type_, flags, op) + payload
 
 
-seeds = {
-    "hello": frame(1, attr(1, struct.pack("<I", 1))),
-    "exec": frame(3, attr(3, b"python3") + attr(3, b"-c") + attr(5, b"A=b") + attr(8, struct.pack("<Q", 120000))),
-    "stat": frame(10, attr(14, b"/work/a.csv")),
-    "data_eof": frame(32, b"\x00\xffbinary", flags=1),
-    "exit": frame(69, attr(23, struct.pack("<I", 3))),
-    "two_frames": frame(2, b"") + frame(10, attr(14, b"/x")),
-    "nul_in_path": frame(10, attr(14, b"/a\x00b")),
-    "attr_overrun": frame(10, struct.pack("<HI", 14, 1000) + b"/x"),
-    "truncated": frame(3, attr(3, b"ls"))[:-1],
-    "reserved_flag": frame(2, b"", flags=2),
-    "oversized": struct.pack("<IHHI", 1 << 30, 3, 0, 1),
-}
-for name, data in seeds.items():
-    with open(os.path.join(out, name), "wb") as f:
-        f.write(data)
+def proto_seeds():
+    return {
+        "hello": frame(1, attr(1, struct.pack("<I", 1))),
+        "exec": frame(3, attr(3, b"python3") + attr(3, b"-c") + attr(5, b"A=b") + attr(8, struct.pack("<Q", 120000))),
+        "stat": frame(10, attr(14, b"/work/a.csv")),
+        "data_eof": frame(32, b"\x00\xffbinary", flags=1),
+        "exit": frame(69, attr(23, struct.pack("<I", 3))),
+        "two_frames": frame(2, b"") + frame(10, attr(14, b"/x")),
+        "nul_in_path": frame(10, attr(14, b"/a\x00b")),
+        "attr_overrun": frame(10, struct.pack("<HI", 14, 1000) + b"/x"),
+        "truncated": frame(3, attr(3, b"ls"))[:-1],
+        "reserved_flag": frame(2, b"", flags=2),
+        "oversized": struct.pack("<IHHI", 1 << 30, 3, 0, 1),
+    }
+
+
+def agentc_seeds():
+    # The operations fuzz_agentc starts, by id.
+    PLAIN, SPAWN, CANCELS, ABORTS = 1, 2, 3, 4
+    COLLECT, QUEUE, NDJSON, STAT, LIST, PS = 5, 6, 7, 8, 9, 10
+    SETTIME, ABANDONED, CANCEL1, CANCEL2 = 11, 12, 13, 14
+    SPAWNED = 15  # the first operation a callback starts
+
+    def started(op, proc=1, pid=100):
+        return frame(P_STARTED, u32(A_PROC, proc) + u32(A_PID, pid), op=op)
+
+    def exit_(op, code=0, sig=None, timed_out=0):
+        p = u32(A_EXIT_CODE, code) if sig is None else u32(A_SIGNAL, sig)
+        return frame(P_EXIT, p + u32(A_TIMED_OUT, timed_out), op=op)
+
+    def ok(op, payload=b""):
+        return frame(P_OK, payload, op=op)
+
+    def err(op, errno_, msg=b"no such file"):
+        return frame(P_ERROR, u32(A_ERRNO, errno_) + s(A_MESSAGE, msg), op=op)
+
+    def entry(op, path, mode, link=None):
+        p = s(A_PATH, path) + u32(A_MODE, mode) + u64(A_SIZE, 12) + u64(A_MTIME_NS, 1700000000 * 10**9)
+        p += u32(A_UID, 0) + u32(A_GID, 0)
+        if link:
+            p += s(A_LINK, link)
+        return frame(P_ENTRY, p, op=op)
+
+    def ps_entry(op, proc, state, cmd):
+        return frame(P_ENTRY, u32(A_PROC, proc) + u32(A_PID, 200 + proc) + u32(A_STATE, state) + s(A_CMD, cmd)
+                     + (u32(A_EXIT_CODE, 1) if state == 2 else b""), op=op)
+
+    exec_flow = started(PLAIN) + frame(P_STDOUT, b"hello\n", op=PLAIN) + frame(P_STDERR, b"warn\n", op=PLAIN) + exit_(PLAIN)
+    spawn_flow = started(SPAWN) + exit_(SPAWN) + started(SPAWNED) + exit_(SPAWNED, 3)
+    cancel_flow = frame(P_ENTRY, s(A_PATH, "/x"), op=CANCELS) + err(PLAIN, 125, b"cancelled") + ok(CANCELS) + ok(16)
+    abort_flow = entry(ABORTS, "a", 0o100644) + ok(ABORTS)
+    collect = started(COLLECT, 2, 101) + frame(P_STDOUT, b"x" * 200, op=COLLECT) + frame(P_STDERR, b"\xff\xfe", op=COLLECT) + exit_(COLLECT, 1)
+    queue = frame(P_DATA, b"file content", op=QUEUE) + frame(P_DATA, b"", flags=PF_EOF, op=QUEUE) + ok(QUEUE, u64(A_SIZE, 12))
+    ndjson = (started(NDJSON, 3, 102) + frame(P_STDOUT, "caf\u00e9 ".encode()[:-2], op=NDJSON)
+              + frame(P_STDOUT, "\u00e9!\n".encode()[1:], op=NDJSON) + frame(P_STDERR, b"\xc3", op=NDJSON) + exit_(NDJSON, sig=9))
+    stat = ok(STAT, u32(A_MODE, 0o120777) + u64(A_SIZE, 4) + u64(A_MTIME_NS, 2**64 - 1) + u32(A_UID, 1000) + u32(A_GID, 1000) + s(A_LINK, "/etc"))
+    listing = entry(LIST, "a.csv", 0o100644) + entry(LIST, "dir", 0o040755) + entry(LIST, "ln", 0o120777, "a.csv") + ok(LIST)
+    ps = ps_entry(PS, 1, 1, "python3 -c 'print(1)'") + ps_entry(PS, 2, 2, b"\xff\xfebad utf8") + ok(PS)
+    tail = ok(SETTIME) + err(ABANDONED, 125, b"cancelled") + ok(CANCEL1) + ok(CANCEL2)
+    notice = frame(P_NOTICE, u32(A_NOTICE, 1), op=0)
+    everything = exec_flow + spawn_flow + cancel_flow + abort_flow + collect + queue + ndjson + stat + listing + ps + notice + tail
+
+    return {
+        "exec": exec_flow,
+        "spawn": spawn_flow,
+        "cancel": cancel_flow,
+        "abort": abort_flow,
+        "collect": collect,
+        "queue": queue,
+        "ndjson": ndjson,
+        "stat": stat,
+        "list": listing,
+        "ps": ps,
+        "notice": notice,
+        "everything": everything,
+        "everything_eof": everything + b"\x00",  # odd length: the agent closes, one byte of a header pending
+        "errors": err(PLAIN, 2) + err(COLLECT, 28, b"\xffbad") + frame(P_ERROR, b"", op=STAT) + frame(P_ERROR, u32(A_ERRNO, 0xFFFFFFFF), op=LIST),
+        "malformed_terminal": frame(P_OK, struct.pack("<HI", A_SIZE, 99) + b"\x01", op=STAT) + frame(P_EXIT, b"\x01\x02", op=COLLECT),
+        "unknown_ids": ok(999) + frame(P_STDOUT, b"late", op=77) + exit_(0xFFFFFFFF) + ok(0),
+        "double_terminal": ok(PLAIN) + ok(PLAIN) + exit_(PLAIN) + frame(P_STDOUT, b"after", op=PLAIN),
+        "host_types": frame(P_EXEC, s(A_ARG, "sh"), op=PLAIN) + frame(P_HELLO, u32(A_VERSION, 2), op=SPAWN)
+        + frame(P_CREDIT, u32(A_CREDIT, 65536), op=COLLECT) + frame(P_CANCEL, u32(A_TARGET, 1), op=0),
+        "reserved_flag": frame(P_STDOUT, b"x", flags=2, op=PLAIN),
+        "oversized": struct.pack("<IHHI", 1 << 30, P_STDOUT, 0, COLLECT),
+        "truncated": exec_flow[:-3],
+        "big_output": started(COLLECT, 2, 101) + b"".join(frame(P_STDOUT, bytes([65 + i % 26]) * 1000, op=COLLECT) for i in range(4)) + exit_(COLLECT),
+        "many_entries": b"".join(entry(LIST, f"f{i}", 0o100644) for i in range(60)) + ok(LIST),
+        "too_many_frames": b"".join(frame(P_ENTRY, s(A_PATH, "x"), op=STAT) for _ in range(20)) + ok(STAT),
+        "kill_on_start": started(ABANDONED, 9, 109) + frame(P_STDOUT, b"late", op=ABANDONED) + exit_(ABANDONED, sig=9),
+        "ndjson_long": started(NDJSON) + frame(P_STDOUT, b"y" * 1500 + "\u20ac".encode(), op=NDJSON)
+        + frame(P_STDOUT, b"z" * 700, op=NDJSON) + frame(P_STDERR, b"e" * 900, op=NDJSON) + exit_(NDJSON, 0),
+        "credit": frame(P_CREDIT, u32(A_CREDIT, 0xFFFFFFFF), op=NDJSON) + frame(P_CREDIT, b"", op=NDJSON) + exit_(NDJSON),
+        "nul_strings": entry(LIST, b"a\x00b", 0o100644) + ps_entry(PS, 1, 1, b"x\x00y") + err(QUEUE, 5, b"a\x00b"),
+    }
+
+
+def http_seeds():
+    sid = "sbx_0123456789abcdef"
+    key, sock, both = 1, 2, 3
+
+    def req(method, path, body=None, headers=(), ctype="application/json", raw_body=None):
+        h = [f"{method} {path} HTTP/1.1", "Host: localhost"]
+        h += list(headers)
+        b = b""
+        if body is not None:
+            b = json.dumps(body).encode()
+        if raw_body is not None:
+            b = raw_body
+        if body is not None or raw_body is not None:
+            if ctype:
+                h.append(f"Content-Type: {ctype}")
+            h.append(f"Content-Length: {len(b)}")
+        return ("\r\n".join(h) + "\r\n\r\n").encode() + b
+
+    seeds = {
+        # the open routes and the admin ones
+        "health": (0, req("GET", "/v1/health")),
+        "openapi": (0, req("GET", "/v1/openapi.json")),
+        "templates": (key, req("GET", "/v1/templates")),
+        "templates_nokey": (0, req("GET", "/v1/templates")),
+        "templates_badkey": (0, req("GET", "/v1/templates", headers=["Authorization: Bearer cpuos_nope"])),
+        "templates_emptykey": (0, req("GET", "/v1/templates", headers=["Authorization: Bearer "])),
+        "keys_create": (sock, req("POST", "/v1/keys", {"name": "k1"})),
+        "keys_create_tcp": (key, req("POST", "/v1/keys", {"name": "k1"})),
+        "keys_create_badname": (sock, req("POST", "/v1/keys", {"name": 7})),
+        "keys_create_longname": (sock, req("POST", "/v1/keys", {"name": "n" * 300, "account": "a" * 300})),
+        "keys_list": (sock, req("GET", "/v1/keys")),
+        "keys_delete": (sock, req("DELETE", "/v1/keys/key_0000000000000000")),
+        "keys_delete_odd": (sock, req("DELETE", "/v1/keys/%00%2e%2e")),
+        # sandboxes
+        "create": (key, req("POST", "/v1/sandboxes", {"template": "python", "timeout": "5m", "vcpus": 1, "memory_mb": 512,
+                                                      "metadata": {"a": "b"}, "env": {"X": "1"}})),
+        "create_admin": (sock, req("POST", "/v1/sandboxes", {"template": "base"})),
+        "create_empty": (key, req("POST", "/v1/sandboxes", raw_body=b"")),
+        "create_badjson": (key, req("POST", "/v1/sandboxes", raw_body=b'{"template": "python",')),
+        "create_notobject": (key, req("POST", "/v1/sandboxes", raw_body=b'["python"]')),
+        "create_deep": (key, req("POST", "/v1/sandboxes", raw_body=b"[" * 2000 + b"]" * 2000)),
+        "create_baddur": (key, req("POST", "/v1/sandboxes", {"template": "python", "timeout": "5 fortnights"})),
+        "create_negdur": (key, req("POST", "/v1/sandboxes", {"template": "python", "timeout": -5})),
+        "create_hugedur": (key, req("POST", "/v1/sandboxes", {"template": "python", "timeout": "99999999999999999999h"})),
+        "create_hugenum": (key, req("POST", "/v1/sandboxes", raw_body=b'{"template":"python","vcpus":1e999,"memory_mb":99999999999999999999999,"disk_mb":-9223372036854775808}')),
+        "create_nul": (key, req("POST", "/v1/sandboxes", raw_body=b'{"template":"py\\u0000thon","metadata":{"k\\u0000":"v\\u0000"}}')),
+        "create_badutf8": (key, req("POST", "/v1/sandboxes", raw_body=b'{"template":"\xff\xfe"}')),
+        "create_badtemplate": (key, req("POST", "/v1/sandboxes", {"template": "../../etc/passwd"})),
+        "create_types": (key, req("POST", "/v1/sandboxes", {"template": ["x"], "timeout": {"s": 1}, "metadata": [1], "env": {"A": 1}})),
+        "create_manymeta": (key, req("POST", "/v1/sandboxes", {"template": "base", "metadata": {f"k{i}": "v" for i in range(100)}})),
+        "create_toobig": (key, req("POST", "/v1/sandboxes", headers=["Content-Length: 99999999999"], ctype=None)),
+        "create_chunked": (key, b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n"),
+        "create_formct": (key, req("POST", "/v1/sandboxes", raw_body=b"template=python", ctype="application/x-www-form-urlencoded")),
+        "list": (key, req("GET", "/v1/sandboxes?state=running&limit=10")),
+        "list_admin": (sock, req("GET", "/v1/sandboxes?limit=100")),
+        "list_badlimit": (key, req("GET", "/v1/sandboxes?limit=abc")),
+        "list_hugelimit": (key, req("GET", "/v1/sandboxes?limit=99999999999999999999999")),
+        "list_neglimit": (key, req("GET", "/v1/sandboxes?limit=-1&state=bogus")),
+        "list_badcursor": (key, req("GET", "/v1/sandboxes?cursor=%ff%fe%00")),
+        "list_cursor": (key, req("GET", "/v1/sandboxes?cursor=MTcwMDAwMDAwMDpzYnhfMA")),
+        "list_meta": (key, req("GET", "/v1/sandboxes?metadata.a=b&metadata.c=%00&metadata.=x")),
+        "list_dupes": (key, req("GET", "/v1/sandboxes?limit=1&limit=2&state&state=")),
+        "get": (key, req("GET", f"/v1/sandboxes/{sid}")),
+        "get_longid": (key, req("GET", "/v1/sandboxes/" + "a" * 200)),
+        "get_nul": (key, req("GET", "/v1/sandboxes/sbx_%00")),
+        "kill": (key, req("DELETE", f"/v1/sandboxes/{sid}")),
+        "timeout": (key, req("POST", f"/v1/sandboxes/{sid}/timeout", {"timeout": "10m"})),
+        "timeout_bad": (key, req("POST", f"/v1/sandboxes/{sid}/timeout", {"timeout": "0s"})),
+        "exec": (key, req("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["python3", "-c", "print(1)"], "timeout": "30s",
+                                                                 "env": {"A": "1"}, "cwd": "/work", "background": False})),
+        "exec_shell": (key, req("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo hi", "stdin": "data\n", "user": "root"})),
+        "exec_bad": (key, req("POST", f"/v1/sandboxes/{sid}/exec", {"argv": [], "cmd": "x", "timeout": 1e300, "stdin": 5, "env": {"": "x"}})),
+        "procs": (key, req("GET", f"/v1/sandboxes/{sid}/processes")),
+        "proc_get": (key, req("GET", f"/v1/sandboxes/{sid}/processes/1")),
+        "proc_get_badpid": (key, req("GET", f"/v1/sandboxes/{sid}/processes/99999999999999999999")),
+        "proc_kill": (key, req("DELETE", f"/v1/sandboxes/{sid}/processes/-1")),
+        "proc_stream": (key, req("GET", f"/v1/sandboxes/{sid}/processes/1/stream")),
+        "proc_stdin": (key, req("POST", f"/v1/sandboxes/{sid}/processes/1/stdin?eof=true", raw_body=b"input\n", ctype="application/octet-stream")),
+        "proc_wait_bad": (key, req("POST", f"/v1/sandboxes/{sid}/processes/1/wait?timeout=%00")),
+        "proc_signal": (key, req("POST", f"/v1/sandboxes/{sid}/processes/1/signal", {"signal": "SIGTERM"})),
+        "proc_signal_bad": (key, req("POST", f"/v1/sandboxes/{sid}/processes/1/signal", {"signal": 99999})),
+        "proc_wait": (key, req("POST", f"/v1/sandboxes/{sid}/processes/1/wait?timeout=1s")),
+        "file_put": (key, req("PUT", f"/v1/sandboxes/{sid}/files?path=/work/a.txt&mode=0644", raw_body=b"hello", ctype="application/octet-stream")),
+        "file_put_badpath": (key, req("PUT", f"/v1/sandboxes/{sid}/files?path=../etc/passwd", raw_body=b"x", ctype=None)),
+        "file_put_huge": (key, req("PUT", f"/v1/sandboxes/{sid}/files?path=/a", headers=["Content-Length: 18446744073709551615"], ctype=None)),
+        "file_get": (key, req("GET", f"/v1/sandboxes/{sid}/files?path=/work/a.txt")),
+        "file_get_nul": (key, req("GET", f"/v1/sandboxes/{sid}/files?path=/work/a%00b")),
+        "file_get_nopath": (key, req("GET", f"/v1/sandboxes/{sid}/files")),
+        "file_delete": (key, req("DELETE", f"/v1/sandboxes/{sid}/files?path=/work/a&recursive=true")),
+        "file_stat": (key, req("GET", f"/v1/sandboxes/{sid}/files/stat?path=/work/../..")),
+        "file_list": (key, req("GET", f"/v1/sandboxes/{sid}/files/list?path=/work&depth=99999999999")),
+        "file_mkdir": (key, req("POST", f"/v1/sandboxes/{sid}/files/mkdir", {"path": "/work/d", "parents": True, "mode": "0755"})),
+        "file_rename": (key, req("POST", f"/v1/sandboxes/{sid}/files/rename", {"from": "/a", "to": "/b\u0000c"})),
+        "file_long_path": (key, req("GET", f"/v1/sandboxes/{sid}/files/stat?path=/" + "a" * 5000)),
+        # routing and HTTP itself
+        "unknown_route": (key, req("GET", "/v1/nope")),
+        "wrong_method": (key, req("PATCH", "/v1/sandboxes")),
+        "head": (key, req("HEAD", "/v1/health")),
+        "options": (0, req("OPTIONS", "*")),
+        "trailing_slash": (key, req("GET", "/v1/sandboxes/")),
+        "double_slash": (key, req("GET", "/v1//sandboxes")),
+        "pct_path": (key, req("GET", "/v1/sandboxes/%2e%2e/keys")),
+        "http10": (key, b"GET /v1/health HTTP/1.0\r\n\r\n"),
+        "pipelined": (key, req("GET", "/v1/health") + req("GET", "/v1/templates") + req("POST", "/v1/sandboxes", {"template": "x"})),
+        "expect_continue": (key, req("POST", "/v1/sandboxes", {"template": "x"}, headers=["Expect: 100-continue"])),
+        # libmicrohttpd 0.9.75 spun without answering on these (http.c refuses them now)
+        "expect_nobody": (0, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\nX"),
+        "expect_cl0": (key, b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n{}"),
+        "garbage": (0, b"\x00\x01\x02 / HTTP/1.1\r\n\r\n"),
+        "no_version": (0, b"GET /v1/health\r\n\r\n"),
+        "bad_header": (key, b"GET /v1/health HTTP/1.1\r\nHost x\r\n: y\r\n\r\n"),
+        "long_header": (key, req("GET", "/v1/health", headers=["X-Long: " + "y" * 3000])),
+        "dup_cl": (key, b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\n{}"),
+        "neg_cl": (key, b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}"),
+        "two_auth": (both, req("GET", "/v1/sandboxes", headers=["Authorization: Basic Zm9vOmJhcg=="])),
+    }
+    return {name: bytes([flags]) + data for name, (flags, data) in seeds.items()}
+
+
+TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in TARGETS:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(TARGETS)} OUTDIR")
+    out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    for name, data in TARGETS[sys.argv[1]]().items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)

@@ -332,9 +332,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
 		cs->r.con = con;
 		cs->r.api = h->api;
 		cs->r.method = method;
+		/* The Unix socket is the administrator's. Told by the peer's
+		 * address family: comparing daemons would read h->unix_ while
+		 * http_start still writes it and TCP already serves (TSan). */
 		const union MHD_ConnectionInfo *ci =
-			MHD_get_connection_info(con, MHD_CONNECTION_INFO_DAEMON);
-		cs->r.admin = ci && ci->daemon == h->unix_;
+			MHD_get_connection_info(con, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		cs->r.admin = ci && ci->client_addr && ci->client_addr->sa_family == AF_UNIX;
 		begin(cs, h, url);
 		return MHD_YES;
 	}

@@ -604,7 +604,8 @@ ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout
 		r = (ssize_t)ndjson_read(s, op, buf, n);
 	} else {
 		size_t k = op->out[0].len < n ? op->out[0].len : n;
-		memcpy(buf, op->out[0].data, k);
+		if (k)
+			memcpy(buf, op->out[0].data, k);
 		pbuf_consume(&op->out[0], k);
 		refund(s, op, k);
 		r = (ssize_t)k;
