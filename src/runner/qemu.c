@@ -106,7 +106,10 @@ static int safe_path(const char *p)
 unsigned qemu_host_tsc_khz(void)
 {
 #if defined(__x86_64__)
-	static unsigned khz; /* benign race: two callers measure alike */
+	/* Atomic: sandboxes boot from many threads; two that measure at
+	 * once get the same figure. */
+	static unsigned cached;
+	unsigned khz = __atomic_load_n(&cached, __ATOMIC_RELAXED);
 	if (khz)
 		return khz;
 	struct timespec a, b;
@@ -119,6 +122,7 @@ unsigned qemu_host_tsc_khz(void)
 	double us = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3;
 	if (us > 0)
 		khz = (unsigned)((double)(t1 - t0) * 1000.0 / us + 0.5);
+	__atomic_store_n(&cached, khz, __ATOMIC_RELAXED);
 	return khz;
 #else
 	return 0;
