@@ -25,7 +25,8 @@ endif
 ifdef LIBFUZZER
 CFLAGS += -fsanitize=fuzzer-no-link
 endif
-LDLIBS := -ljansson
+# The runner checksums snapshots with OpenSSL (snap.c).
+LDLIBS := -ljansson -lcrypto -lpthread
 DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lcrypto -lpthread
 ifndef V
 Q := @

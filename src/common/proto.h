@@ -48,6 +48,7 @@ enum proto_type {
 	P_ENTROPY = 16,
 	P_POWEROFF = 17,
 	P_CANCEL = 18,
+	P_RESTORED = 19, /* the VM was restored or forked: fix the guest up */
 	/* both ways, inside an operation: raw bytes (stdin, file content) */
 	P_DATA = 32,
 	/* both ways, inside an operation: A_CREDIT more bytes may be sent */
@@ -109,6 +110,9 @@ enum proto_tag {
 	A_READY_NS = 38,   /* u64: guest CLOCK_BOOTTIME when it began serving */
 	A_WINDOW = 39,     /* u32: output credit an operation starts with */
 	A_CREDIT = 40,     /* u32: credit returned by P_CREDIT */
+	A_HOSTNAME = 41,   /* str: P_RESTORED: a new hostname (a new sandbox) */
+	A_MACHINE_ID = 42, /* str: P_RESTORED: 32 hex digits for /etc/machine-id */
+	A_GENERATION = 43, /* u32: P_RESTORED: how many restores this sandbox had */
 };
 
 enum proto_proc_state { PS_RUNNING = 1, PS_EXITED = 2 };

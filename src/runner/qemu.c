@@ -132,7 +132,8 @@ unsigned qemu_host_tsc_khz(void)
 int qemu_argv(const struct qemu_config *c, char ***out)
 {
 	if (!c->binary || !safe_path(c->kernel) || !safe_path(c->initrd) ||
-	    !safe_path(c->template) || !safe_path(c->scratch) || !safe_path(c->run_dir))
+	    !safe_path(c->template) || !safe_path(c->scratch) || !safe_path(c->run_dir) ||
+	    (c->mem_path && !safe_path(c->mem_path)))
 		return -EINVAL;
 	if (c->vcpus < 1 || c->vcpus > 64 || c->memory_mb < 64 || c->accel == QEMU_ACCEL_AUTO)
 		return -EINVAL;
@@ -146,7 +147,13 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	 * there is no kvmclock and the kernel calibrates the TSC against it
 	 * (without it boot stalls with "Unable to calibrate against PIT"). */
 	add(&b, "-M");
-	add(&b, "microvm,acpi=off,rtc=on,isa-serial=on,x-option-roms=off");
+	add(&b, "microvm,acpi=off,rtc=on,isa-serial=on,x-option-roms=off%s",
+	    c->mem_path ? ",memory-backend=mem" : "");
+	if (c->mem_path) {
+		add(&b, "-object");
+		add(&b, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s", c->memory_mb,
+		    c->mem_path, c->mem_shared ? "on" : "off");
+	}
 	if (c->accel == QEMU_ACCEL_KVM) {
 		add(&b, "-accel");
 		add(&b, "kvm");
@@ -228,6 +235,10 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	add(&b, "-device");
 	add(&b, "virtio-rng-device,rng=rng");
 
+	if (c->incoming) {
+		add(&b, "-incoming");
+		add(&b, "defer");
+	}
 	for (const char *const *p = c->extra_args; p && *p; p++)
 		add(&b, "%s", *p);
 

@@ -21,6 +21,12 @@ struct qemu_config {
 	const char *hostname;
 	const char *extra_append; /* appended to the kernel command line, or NULL */
 	unsigned tsc_khz;     /* TCG: the host's TSC rate for the guest, 0 = let it calibrate */
+	/* Guest RAM in a file: mapped shared, the file is the RAM (a pause
+	 * leaves it in place); not shared, the file is a copy-on-write base
+	 * that never changes (a snapshot restored by many VMs). */
+	const char *mem_path;
+	int mem_shared;
+	int incoming;         /* wait for a migration (`-incoming defer`) */
 	const char *const *extra_args; /* NULL-terminated, appended as they are */
 };
 

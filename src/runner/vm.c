@@ -14,7 +14,9 @@
 #include "runner/agentc.h"
 #include "runner/console.h"
 #include "runner/disk.h"
+#include "runner/migrate.h"
 #include "runner/qmp.h"
+#include "runner/snap.h"
 #include "common/clock.h"
 
 #include <errno.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -47,6 +50,9 @@ struct vm {
 	int backoff_ms;
 	unsigned reconnects;
 	int notice;    /* PN_POWEROFF / PN_REBOOT seen */
+	int pausing;   /* vm_pause made QEMU quit */
+	int ram_shared; /* RAM is a file of its own (a pause leaves it there) */
+	struct snap_env env; /* what a snapshot of it depends on */
 	char reason[256];
 	struct vm_timings t;
 };
@@ -56,9 +62,9 @@ const char *vm_state_name(enum vm_state s)
 	static const char *const names[] = {
 		[VM_BOOTING] = "booting", [VM_RUNNING] = "running", [VM_STOPPED] = "stopped",
 		[VM_POWEROFF] = "poweroff", [VM_REBOOT] = "reboot", [VM_PANIC] = "panic",
-		[VM_CRASHED] = "crashed",
+		[VM_CRASHED] = "crashed", [VM_PAUSED] = "paused",
 	};
-	return s <= VM_CRASHED ? names[s] : "?";
+	return s <= VM_PAUSED ? names[s] : "?";
 }
 
 /* The last line of the run directory's qemu.log: QEMU's reason for
@@ -77,7 +83,10 @@ static void finish(struct vm *vm, int st)
 	for (int i = 0; i < 64 && vm->con.fd >= 0; i++) /* the last words */
 		console_drain(&vm->con);
 	char panic[200];
-	if (vm->stopping) {
+	if (vm->pausing) {
+		vm->state = VM_PAUSED;
+		snprintf(vm->reason, sizeof(vm->reason), "paused");
+	} else if (vm->stopping) {
 		vm->state = VM_STOPPED;
 		snprintf(vm->reason, sizeof(vm->reason), "stopped by the host");
 	} else if (vm->notice == PN_POWEROFF) {
@@ -187,6 +196,97 @@ static void start_failed(struct vm *vm, char *err, size_t errlen)
 			 vm->reason);
 }
 
+/* The guest after a restore: its clock is the pause behind, its RNG is a
+ * copy of the one it was saved with (and of every other fork's), and a new
+ * sandbox wants a name of its own. Sent first, so it comes before any
+ * request. Without new identity only clock, entropy and generation. */
+static int send_restored(struct vm *vm, const struct vm_config *cfg)
+{
+	uint8_t seed[64];
+	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+		return -EIO;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct pbuf *b = agentc_begin(vm->agent, P_RESTORED, NULL, NULL, NULL);
+	if (!b)
+		return -ENOMEM;
+	int r = proto_put_u64(b, A_TIME_NS, (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec);
+	if (!r)
+		r = proto_put(b, A_BYTES, seed, sizeof(seed));
+	if (!r)
+		r = proto_put_u32(b, A_GENERATION, cfg->generation);
+	if (!r && cfg->new_identity) {
+		uint8_t id[16];
+		char hex[33];
+		if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id))
+			r = -EIO;
+		for (int i = 0; !r && i < 16; i++)
+			snprintf(hex + 2 * i, 3, "%02x", id[i]);
+		if (!r)
+			r = proto_put_str(b, A_MACHINE_ID, hex);
+		if (!r && cfg->hostname)
+			r = proto_put_str(b, A_HOSTNAME, cfg->hostname);
+	}
+	if (r < 0) {
+		agentc_abort(vm->agent);
+		return r;
+	}
+	return agentc_end(vm->agent);
+}
+
+/* The guest clock came from the RTC, to the second (or stood still while
+ * the VM was stopped): set it exactly. Fire and forget. */
+static void send_time(struct vm *vm)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct pbuf *b = agentc_begin(vm->agent, P_SETTIME, NULL, NULL, NULL);
+	if (b && proto_put_u64(b, A_TIME_NS, (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) == 0)
+		agentc_end(vm->agent);
+	else if (b)
+		agentc_abort(vm->agent);
+}
+
+/* Where a restore takes its files from, once its manifest is read: the
+ * layer is copied unless the VM resumes in place; RAM maps the
+ * snapshot's file copy-on-write, or its own file (in place), or a new
+ * file of its own filled from the state (RAM that was streamed). */
+static int prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_manifest *m,
+			   char *mem, size_t memlen, char *err, size_t errlen)
+{
+	int r = snap_load(cfg->restore, m, 0, err, errlen);
+	if (r < 0)
+		return r;
+	if (m->env.vcpus != (cfg->vcpus ? cfg->vcpus : 1) ||
+	    m->env.memory_mb != (cfg->memory_mb ? cfg->memory_mb : 512)) {
+		snprintf(err, errlen, "snapshot is %u vCPU %u MB, asked for %u vCPU %u MB",
+			 m->env.vcpus, m->env.memory_mb, cfg->vcpus, cfg->memory_mb);
+		return -EINVAL;
+	}
+	int in_place = !strcmp(cfg->restore, cfg->run_dir);
+	char path[600];
+	if (!in_place) {
+		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m->files[SNAP_DISK].name);
+		char dst[300];
+		snprintf(dst, sizeof(dst), "%s/scratch.qcow2", vm->run_dir);
+		unlink(dst);
+		if ((r = snap_copy(path, dst)) < 0) {
+			snprintf(err, errlen, "cannot copy the snapshot's disk: %s", strerror(-r));
+			return r;
+		}
+	}
+	if (m->ram_in_file && !in_place) {
+		snprintf(mem, memlen, "%s/%s", cfg->restore, m->files[SNAP_MEM].name);
+		vm->ram_shared = 0;
+	} else {
+		snprintf(mem, memlen, "%s/mem", vm->run_dir);
+		if (!m->ram_in_file)
+			unlink(mem); /* filled from the state, page by page */
+		vm->ram_shared = 1;
+	}
+	return 0;
+}
+
 int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen)
 {
 	const char *qemu = cfg->qemu ? cfg->qemu : "qemu-system-x86_64";
@@ -217,7 +317,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	vm->backoff_ms = BACKOFF_MIN_MS;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", cfg->run_dir);
 	char **argv = NULL;
-	char path[300], scratch[300];
+	char path[300], scratch[300], mem[600];
+	struct snap_manifest m;
 	int r;
 
 	if (mkdir(vm->run_dir, 0700) < 0 && errno != EEXIST) {
@@ -225,15 +326,31 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		snprintf(err, errlen, "cannot create '%s': %s", vm->run_dir, strerror(errno));
 		goto fail;
 	}
+	enum qemu_accel accel = cfg->accel == QEMU_ACCEL_AUTO ? qemu_accel_probe() : cfg->accel;
+	vm->env.vcpus = cfg->vcpus ? cfg->vcpus : 1;
+	vm->env.memory_mb = cfg->memory_mb ? cfg->memory_mb : 512;
+	vm->env.disk_mb = cfg->disk_mb ? cfg->disk_mb : 2048;
+	snprintf(vm->env.accel, sizeof(vm->env.accel), "%s", qemu_accel_name(accel));
+	if ((r = snap_env_files(&vm->env, cfg->kernel, cfg->initrd, cfg->template, err, errlen)) < 0)
+		goto fail;
 	snprintf(scratch, sizeof(scratch), "%s/scratch.qcow2", vm->run_dir);
-	r = disk_scratch_create(cfg->cache_dir, cfg->disk_mb ? cfg->disk_mb : 2048, scratch, err, errlen);
+	if (cfg->restore) {
+		r = prepare_restore(vm, cfg, &m, mem, sizeof(mem), err, errlen);
+		if (r == 0)
+			r = snap_check(&m, &vm->env, err, errlen); /* QEMU's version is checked below */
+	} else {
+		snprintf(mem, sizeof(mem), "%s/mem", vm->run_dir);
+		unlink(mem); /* a fresh RAM file, whatever an earlier VM left here */
+		vm->ram_shared = 1;
+		r = disk_scratch_create(cfg->cache_dir, vm->env.disk_mb, scratch, err, errlen);
+	}
 	if (r < 0)
 		goto fail;
 	struct qemu_config qc = {
 		.binary = qemu,
-		.accel = cfg->accel == QEMU_ACCEL_AUTO ? qemu_accel_probe() : cfg->accel,
-		.vcpus = cfg->vcpus ? cfg->vcpus : 1,
-		.memory_mb = cfg->memory_mb ? cfg->memory_mb : 512,
+		.accel = accel,
+		.vcpus = vm->env.vcpus,
+		.memory_mb = vm->env.memory_mb,
 		.kernel = cfg->kernel,
 		.initrd = cfg->initrd,
 		.template = cfg->template,
@@ -242,6 +359,9 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.hostname = cfg->hostname,
 		.extra_append = cfg->extra_append,
 		.tsc_khz = qemu_host_tsc_khz(),
+		.mem_path = mem,
+		.mem_shared = vm->ram_shared,
+		.incoming = cfg->restore != NULL,
 		.extra_args = cfg->extra_args,
 	};
 	r = qemu_argv(&qc, &argv);
@@ -273,7 +393,16 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		goto fail;
 	}
 	vm->t.qemu_ms = clock_ms_f() - t0;
-	console_open(&vm->con, vm->run_dir, cfg->console_cap, 0, 2000);
+	if ((r = migrate_qemu_version(vm->qmp, vm->env.qemu, sizeof(vm->env.qemu), err, errlen)) < 0)
+		goto fail;
+	if (cfg->restore) {
+		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m.files[SNAP_STATE].name);
+		if ((r = snap_check(&m, &vm->env, err, errlen)) < 0 ||
+		    (r = migrate_load(vm->qmp, path, m.ram_in_file, 60000, err, errlen)) < 0)
+			goto fail;
+		vm->t.restore_ms = clock_ms_f() - t0;
+	}
+	console_open(&vm->con, vm->run_dir, cfg->console_cap, cfg->restore != NULL, 2000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
 	r = agentc_connect(path, cfg->boot_timeout_ms ? cfg->boot_timeout_ms : 60000, &vm->agent,
 			   err, errlen);
@@ -283,20 +412,19 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 	agentc_on_notice(vm->agent, notice_cb, vm);
 	vm->t.total_ms = clock_ms_f() - t0;
-	/* The guest clock came from the RTC, to the second: set it exactly.
-	 * Fire and forget; it goes out with the first request. */
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	struct pbuf *b = agentc_begin(vm->agent, P_SETTIME, NULL, NULL, NULL);
-	if (b && proto_put_u64(b, A_TIME_NS, (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) == 0)
-		agentc_end(vm->agent);
-	else if (b)
-		agentc_abort(vm->agent);
-	uint64_t boot_ns, ready_ns;
-	agentc_boot_times(vm->agent, &boot_ns, &ready_ns);
-	if (ready_ns) {
-		vm->t.kernel_ms = (double)boot_ns / 1e6;
-		vm->t.agent_ms = (double)(ready_ns - boot_ns) / 1e6;
+	if (cfg->restore) {
+		if ((r = send_restored(vm, cfg)) < 0) {
+			snprintf(err, errlen, "cannot tell the guest it was restored: %s", strerror(-r));
+			goto fail;
+		}
+	} else {
+		send_time(vm);
+		uint64_t boot_ns, ready_ns;
+		agentc_boot_times(vm->agent, &boot_ns, &ready_ns);
+		if (ready_ns) {
+			vm->t.kernel_ms = (double)boot_ns / 1e6;
+			vm->t.agent_ms = (double)(ready_ns - boot_ns) / 1e6;
+		}
 	}
 	vm->state = VM_RUNNING;
 	qemu_argv_free(argv);
@@ -304,6 +432,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	return 0;
 fail:
 	qemu_argv_free(argv);
+	/* A failed resume must not take the paused sandbox's files with it. */
 	vm_free(vm, 1);
 	return r;
 }
@@ -493,6 +622,93 @@ int vm_stop(struct vm *vm, int grace_ms)
 	return 0;
 }
 
+/* The manifest of a snapshot of vm whose state is saved in dir. */
+static void manifest_of(const struct vm *vm, struct snap_manifest *m, int sealed, int in_run_dir)
+{
+	memset(m, 0, sizeof(*m));
+	m->env = vm->env;
+	m->ram_in_file = vm->ram_shared;
+	m->sealed = sealed;
+	snprintf(m->files[SNAP_STATE].name, sizeof(m->files[SNAP_STATE].name), "state");
+	if (vm->ram_shared)
+		snprintf(m->files[SNAP_MEM].name, sizeof(m->files[SNAP_MEM].name), "mem");
+	snprintf(m->files[SNAP_DISK].name, sizeof(m->files[SNAP_DISK].name), "%s",
+		 in_run_dir ? "scratch.qcow2" : "disk.qcow2");
+}
+
+int vm_pause(struct vm *vm, char *err, size_t errlen)
+{
+	if (vm->state != VM_RUNNING || !vm->qmp) {
+		snprintf(err, errlen, "vm is %s", vm_state_name(vm->state));
+		return -ESHUTDOWN;
+	}
+	char tmp[300], path[300];
+	snprintf(tmp, sizeof(tmp), "%s/state.tmp", vm->run_dir);
+	snprintf(path, sizeof(path), "%s/state", vm->run_dir);
+	/* The guest must not be mid-request when it is saved: the agent
+	 * sees the host leave, and finds a new one after the resume. */
+	vm_drop_agent(vm);
+	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, 60000, err, errlen);
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0) {
+		char e2[64];
+		unlink(tmp);
+		qmp_command(vm->qmp, "cont", NULL, 2000, NULL, e2, sizeof(e2));
+		vm->reconnect_at = clock_ms(); /* and talk to the agent again */
+		return r;
+	}
+	vm->pausing = 1;
+	char e2[64];
+	if (qmp_command(vm->qmp, "quit", NULL, 2000, NULL, e2, sizeof(e2)) < 0 || !reap(vm, 5000)) {
+		kill(vm->pid, SIGKILL);
+		reap(vm, 5000);
+	}
+	/* QEMU is gone: its files are final. RAM that is not a file of its
+	 * own went into the state. */
+	struct snap_manifest m;
+	manifest_of(vm, &m, 0, 1);
+	return snap_seal(vm->run_dir, &m, err, errlen);
+}
+
+int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t errlen)
+{
+	if (vm->state != VM_RUNNING || !vm->qmp) {
+		snprintf(err, errlen, "vm is %s", vm_state_name(vm->state));
+		return -ESHUTDOWN;
+	}
+	if (mkdir(dir, 0700) < 0) {
+		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
+		return -errno;
+	}
+	char path[600], src[300];
+	snprintf(path, sizeof(path), "%s/state", dir);
+	int r = migrate_save(vm->qmp, path, vm->ram_shared, 60000, err, errlen);
+	/* Stopped, its disk flushed by the migration: copy what changes. */
+	const char *copies[][2] = { { "mem", "mem" }, { "scratch.qcow2", "disk.qcow2" } };
+	for (size_t i = vm->ram_shared ? 0 : 1; r == 0 && i < 2; i++) {
+		snprintf(src, sizeof(src), "%s/%s", vm->run_dir, copies[i][0]);
+		snprintf(path, sizeof(path), "%s/%s", dir, copies[i][1]);
+		if ((r = snap_copy(src, path)) < 0)
+			snprintf(err, errlen, "cannot copy '%s': %s", src, strerror(-r));
+	}
+	char e2[128];
+	if (qmp_command(vm->qmp, "cont", NULL, 5000, NULL, e2, sizeof(e2)) < 0 && r == 0) {
+		snprintf(err, errlen, "the VM did not go on after its snapshot: %s", e2);
+		r = -EIO;
+	}
+	if (vm->agent)
+		send_time(vm); /* it stood still meanwhile */
+	if (r == 0) {
+		struct snap_manifest m;
+		manifest_of(vm, &m, sealed, 0);
+		r = snap_seal(dir, &m, err, errlen);
+	}
+	if (r < 0)
+		snap_remove(dir);
+	return r;
+}
+
 void vm_free(struct vm *vm, int keep)
 {
 	if (!vm)
@@ -506,7 +722,8 @@ void vm_free(struct vm *vm, int keep)
 	console_close(&vm->con);
 	if (!keep && vm->run_dir[0]) {
 		const char *files[] = { QEMU_QMP_SOCK, QEMU_AGENT_SOCK, QEMU_CONSOLE_SOCK,
-					"scratch.qcow2", "qemu.log", "console.log" };
+					"scratch.qcow2", "qemu.log", "console.log", "mem",
+					"state", "state.tmp", SNAP_MANIFEST };
 		char path[300];
 		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 			snprintf(path, sizeof(path), "%s/%s", vm->run_dir, files[i]);
@@ -559,6 +776,11 @@ const char *vm_reason(const struct vm *vm)
 pid_t vm_pid(const struct vm *vm)
 {
 	return vm->pid;
+}
+
+const char *vm_run_dir(const struct vm *vm)
+{
+	return vm->run_dir;
 }
 
 const struct vm_timings *vm_timings(const struct vm *vm)

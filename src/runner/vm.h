@@ -28,6 +28,16 @@ struct vm_config {
 	const char *extra_append;
 	const char *const *extra_args; /* more QEMU arguments (benchmarks) */
 	int boot_timeout_ms;   /* 0 = 60 s */
+	/* Restore from this snapshot directory instead of booting. When it
+	 * is run_dir itself the VM resumes in place (after vm_pause); else
+	 * its disk is copied and its RAM maps the snapshot's memory file
+	 * copy-on-write, so many VMs share one. vcpus and memory_mb must be
+	 * the snapshot's. */
+	const char *restore;
+	/* After a restore the guest is told the time, gets fresh entropy and
+	 * (with new_identity) a new hostname and machine id. */
+	int new_identity;
+	unsigned generation; /* restores so far, passed to the guest's hooks */
 	size_t console_cap;    /* bytes of console.log kept; 0 = 1 MiB */
 };
 
@@ -40,12 +50,14 @@ enum vm_state {
 	VM_REBOOT,   /* the guest asked for a reboot; a microVM ends instead */
 	VM_PANIC,    /* the guest kernel panicked */
 	VM_CRASHED,  /* QEMU died, or the guest reset with no word why */
+	VM_PAUSED,   /* saved by vm_pause: QEMU gone, the run directory holds it */
 };
 
 struct vm_timings {
 	double qemu_ms;  /* spawn -> QMP answering */
 	double kernel_ms; /* guest boot clock when the agent started */
 	double agent_ms; /* agent start -> agent serving (guest clock) */
+	double restore_ms; /* a restore: state loaded, guest running */
 	double total_ms; /* spawn -> agent answered P_HELLO; the rest of it is
 			  * kernel loading and decompression before the guest
 			  * clock starts, and host-side connects */
@@ -93,6 +105,16 @@ int vm_run(struct vm *vm, const int *done, int timeout_ms);
 /* Stops the VM: asks the agent to power off and waits grace_ms, then QMP
  * quit, then SIGKILL. The state becomes VM_STOPPED unless it had ended. */
 int vm_stop(struct vm *vm, int grace_ms);
+/* Pauses the VM into its run directory: the device state (and the RAM
+ * when it is not already a file of its own) saved, QEMU gone, every file
+ * fsync'ed with a manifest. A vm_start with restore = run_dir resumes it.
+ * On failure the VM runs on. 0 or -errno with a reason in err. */
+int vm_pause(struct vm *vm, char *err, size_t errlen);
+/* Saves the VM into a new directory dir (a sealed snapshot when sealed:
+ * every file checksummed) and lets it run on; it stands still while its
+ * memory and disk are copied. 0 or -errno; dir is removed on failure. */
+int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t errlen);
+
 /* Kills QEMU if still running and frees everything; removes the run
  * directory's sockets and the writable layer unless keep is set. */
 void vm_free(struct vm *vm, int keep);
@@ -112,6 +134,7 @@ const char *vm_state_name(enum vm_state s);
 /* Why it ended ("kernel panic", "qemu killed by signal 9"), or "". */
 const char *vm_reason(const struct vm *vm);
 pid_t vm_pid(const struct vm *vm);
+const char *vm_run_dir(const struct vm *vm);
 const struct vm_timings *vm_timings(const struct vm *vm);
 /* The last console bytes kept in memory (up to 64 KiB), NUL-terminated. */
 const char *vm_console_tail(const struct vm *vm);

@@ -10,30 +10,49 @@
 #include <string.h>
 #include <unistd.h>
 
-struct vm *vt_boot(const char *template, unsigned vcpus, unsigned memory_mb,
-		   const char *const *extra_args)
+void vt_new_run_dir(char *out, size_t n)
 {
 	static int seq;
+	const char *runroot = getenv("CPUOS_RUN_DIR");
+	snprintf(out, n, "%s/t%d-%d", runroot ? runroot : "/tmp", (int)getpid(), ++seq);
+}
+
+struct vm *vt_start(const char *template, unsigned vcpus, unsigned memory_mb,
+		    const char *const *extra_args, const char *restore, const char *run_dir,
+		    char *err, size_t errlen)
+{
 	const char *g = getenv("CPUOS_GUEST_DIR");
 	const char *cache = getenv("CPUOS_CACHE");
-	const char *runroot = getenv("CPUOS_RUN_DIR");
 	char kernel[512], initrd[512], image[512], run[128];
 	g = g ? g : "build/guest";
 	snprintf(kernel, sizeof(kernel), "%s/bzImage", g);
 	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", g);
 	snprintf(image, sizeof(image), "%s/templates/%s.erofs", g, template);
-	snprintf(run, sizeof(run), "%s/t%d-%d", runroot ? runroot : "/tmp", (int)getpid(), ++seq);
+	if (run_dir)
+		snprintf(run, sizeof(run), "%s", run_dir);
+	else
+		vt_new_run_dir(run, sizeof(run));
 	struct vm_config cfg = {
 		.vcpus = vcpus, .memory_mb = memory_mb, .disk_mb = 2048, .extra_args = extra_args,
 		.kernel = kernel, .initrd = initrd, .template = image, .run_dir = run,
 		.cache_dir = cache ? cache : "/var/cache/cpuos", .boot_timeout_ms = 60000,
+		.restore = restore, .new_identity = restore && strcmp(restore, run),
+		.hostname = restore && strcmp(restore, run) ? strrchr(run, '/') + 1 : NULL,
 	};
 	struct vm *vm;
-	char err[512];
-	if (vm_start(&cfg, &vm, err, sizeof(err)) < 0) {
-		t_note("cannot boot %s: %s", template, err);
+	if (vm_start(&cfg, &vm, err, errlen) < 0)
 		return NULL;
-	}
+	return vm;
+}
+
+struct vm *vt_boot(const char *template, unsigned vcpus, unsigned memory_mb,
+		   const char *const *extra_args)
+{
+	char err[512];
+	struct vm *vm = vt_start(template, vcpus, memory_mb, extra_args, NULL, NULL, err,
+				 sizeof(err));
+	if (!vm)
+		t_note("cannot boot %s: %s", template, err);
 	return vm;
 }
 

@@ -40,6 +40,14 @@ struct result {
  * NULL) go to QEMU. NULL with a note on failure. */
 struct vm *vt_boot(const char *template, unsigned vcpus, unsigned memory_mb,
 		   const char *const *extra_args);
+/* The same, or a restore from the snapshot directory restore (in place
+ * when run_dir is that directory; run_dir NULL: a new one), failing with
+ * the runner's reason in err. */
+struct vm *vt_start(const char *template, unsigned vcpus, unsigned memory_mb,
+		    const char *const *extra_args, const char *restore, const char *run_dir,
+		    char *err, size_t errlen);
+/* A new run directory name under $CPUOS_RUN_DIR. */
+void vt_new_run_dir(char *out, size_t n);
 void vt_result_free(struct result *r);
 /* Sends an exec; the result fills in as vm_pump runs. 0 or -errno. */
 int vt_exec_start(struct vm *vm, const struct cmd *c, struct result *r);

@@ -1,0 +1,25 @@
+/*
+ * migrate: QEMU's migration commands as the snapshot code uses them: save
+ * a stopped VM's state to a file, load one into a QEMU started with
+ * `-incoming defer`. With ignore_shared (QEMU's x-ignore-shared) RAM that
+ * lives in a shared memory file is left out of the state: the file is the
+ * RAM. Both sides must agree on it, so the snapshot records it.
+ */
+#ifndef CPUOS_MIGRATE_H
+#define CPUOS_MIGRATE_H
+
+#include <stddef.h>
+
+struct qmp;
+
+/* Stops the VM (it stays stopped) and writes its state to path. 0 or
+ * -errno with QEMU's reason in err. */
+int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,
+		 size_t errlen);
+/* Loads the state at path and runs the guest. */
+int migrate_load(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,
+		 size_t errlen);
+/* QEMU's version and package as one string ("7.2.22 (Debian ...)"). */
+int migrate_qemu_version(struct qmp *q, char *out, size_t outlen, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,409 @@
+/*
+ * snap: manifests, checksums and copies of snapshot files. A manifest is
+ * written last, to a temporary name and renamed, after every file it names
+ * is fsync'ed: a snapshot with a manifest is complete, one without is
+ * rubbish to remove.
+ */
+#include "runner/snap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <linux/fs.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const file_keys[SNAP_NFILES] = { "state", "mem", "disk" };
+
+static int sha256_fd(int fd, char out[65])
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	static char buf[1 << 20];
+	static pthread_mutex_t buf_mu = PTHREAD_MUTEX_INITIALIZER;
+	int r = 0;
+	if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		EVP_MD_CTX_free(ctx);
+		return -ENOMEM;
+	}
+	/* One buffer for all: checksums are rare and big reads want a big
+	 * buffer, not a megabyte of stack per thread. */
+	pthread_mutex_lock(&buf_mu);
+	for (off_t off = 0;;) {
+		ssize_t n = pread(fd, buf, sizeof(buf), off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		off += n;
+	}
+	pthread_mutex_unlock(&buf_mu);
+	unsigned char md[32];
+	unsigned len = 0;
+	if (r == 0 && (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32))
+		r = -EIO;
+	EVP_MD_CTX_free(ctx);
+	for (unsigned i = 0; r == 0 && i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+	return r;
+}
+
+static int sha256_path(const char *path, char out[65])
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = sha256_fd(fd, out);
+	close(fd);
+	return r;
+}
+
+/* Checksums of the kernel and initramfs by (path, size, mtime): every
+ * restore asks, and they change only when rebuilt. */
+static struct {
+	char path[512];
+	long long size, mtime_ns;
+	char sha[65];
+} sums[8];
+static pthread_mutex_t sums_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int cached_sha(const char *path, char out[65])
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -errno;
+	long long mt = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+	pthread_mutex_lock(&sums_mu);
+	for (size_t i = 0; i < sizeof(sums) / sizeof(sums[0]); i++) {
+		if (!strcmp(sums[i].path, path) && sums[i].size == st.st_size && sums[i].mtime_ns == mt) {
+			memcpy(out, sums[i].sha, 65);
+			pthread_mutex_unlock(&sums_mu);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&sums_mu);
+	int r = sha256_path(path, out);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&sums_mu);
+	static size_t next;
+	size_t i = next++ % (sizeof(sums) / sizeof(sums[0]));
+	snprintf(sums[i].path, sizeof(sums[i].path), "%s", path);
+	sums[i].size = st.st_size;
+	sums[i].mtime_ns = mt;
+	memcpy(sums[i].sha, out, 65);
+	pthread_mutex_unlock(&sums_mu);
+	return 0;
+}
+
+int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
+		   const char *template, char *err, size_t errlen)
+{
+	int r;
+	if ((r = cached_sha(kernel, e->kernel_sha)) < 0 || (r = cached_sha(initrd, e->initrd_sha)) < 0) {
+		snprintf(err, errlen, "cannot checksum the guest kernel or initramfs: %s", strerror(-r));
+		return r;
+	}
+	/* The image is big and immutable once built (templates are rebuilt
+	 * under a new name): its real path, size and mtime name it. */
+	char real[PATH_MAX];
+	struct stat st;
+	if (!realpath(template, real) || stat(real, &st) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot find template image '%s': %s", template, strerror(errno));
+		return r;
+	}
+	snprintf(e->template, sizeof(e->template), "%.400s:%lld:%lld", real, (long long)st.st_size,
+		 (long long)st.st_mtim.tv_sec);
+	return 0;
+}
+
+static int fsync_path(const char *path, int dir)
+{
+	int fd = open(path, (dir ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+static json_t *env_json(const struct snap_env *e)
+{
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "qemu", e->qemu, "accel",
+			 e->accel, "kernel_sha256", e->kernel_sha, "initrd_sha256", e->initrd_sha,
+			 "template", e->template, "vcpus", (int)e->vcpus, "memory_mb",
+			 (int)e->memory_mb, "disk_mb", (int)e->disk_mb);
+}
+
+int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen)
+{
+	char path[600], tmp[600];
+	json_t *files = json_object();
+	int r = 0;
+	for (int i = 0; i < SNAP_NFILES && files; i++) {
+		if (!m->files[i].name[0])
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "snapshot file '%s': %s", path, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			break;
+		}
+		m->files[i].size = st.st_size;
+		m->files[i].sha256[0] = '\0';
+		if (i == SNAP_STATE || m->sealed)
+			r = sha256_fd(fd, m->files[i].sha256);
+		if (r == 0 && fsync(fd) < 0)
+			r = -errno;
+		close(fd);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot seal '%s': %s", path, strerror(-r));
+			break;
+		}
+		json_t *f = json_pack("{s:s, s:I}", "name", m->files[i].name, "size",
+				      (json_int_t)m->files[i].size);
+		if (f && m->files[i].sha256[0])
+			json_object_set_new(f, "sha256", json_string(m->files[i].sha256));
+		json_object_set_new(files, file_keys[i], f);
+	}
+	if (!files || r < 0) {
+		json_decref(files);
+		return r < 0 ? r : -ENOMEM;
+	}
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	m->created_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+	json_t *doc = json_pack("{s:i, s:o, s:s, s:b, s:I, s:o}", "format", SNAP_FORMAT, "made_with",
+				env_json(&m->env), "ram", m->ram_in_file ? "file" : "stream", "sealed",
+				m->sealed, "created_ns", (json_int_t)m->created_ns, "files", files);
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
+	snprintf(tmp, sizeof(tmp), "%s/" SNAP_MANIFEST ".tmp", dir);
+	if (!doc || json_dump_file(doc, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) < 0) {
+		r = -EIO;
+	} else if ((r = fsync_path(tmp, 0)) == 0 && rename(tmp, path) < 0) {
+		r = -errno;
+	}
+	json_decref(doc);
+	if (r == 0)
+		r = fsync_path(dir, 1);
+	if (r < 0)
+		snprintf(err, errlen, "cannot write the manifest of '%s': %s", dir, strerror(-r));
+	return r;
+}
+
+static int bad(char *err, size_t errlen, const char *dir, const char *what)
+{
+	snprintf(err, errlen, "snapshot '%s' is damaged: %s", dir, what);
+	return -EBADMSG;
+}
+
+int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, size_t errlen)
+{
+	char path[600];
+	memset(m, 0, sizeof(*m));
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
+	json_error_t je;
+	json_t *doc = json_load_file(path, 0, &je);
+	if (!doc) {
+		if (access(path, F_OK) < 0) {
+			snprintf(err, errlen, "no snapshot in '%s' (no manifest)", dir);
+			return -ENOENT;
+		}
+		return bad(err, errlen, dir, "the manifest is not JSON");
+	}
+	int r = 0, format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0;
+	json_int_t created = 0;
+	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
+	json_t *files = NULL;
+	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i}, s:s, s:b, s:I, s:o}",
+			"format", &format, "made_with", "qemu", &qemu, "accel", &accel,
+			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
+			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "ram", &ram, "sealed", &sealed,
+			"created_ns", &created, "files", &files) < 0) {
+		r = bad(err, errlen, dir, "the manifest lacks a field");
+		goto out;
+	}
+	if (format != SNAP_FORMAT) {
+		snprintf(err, errlen, "snapshot '%s' has format %d; this cpuos reads %d", dir, format,
+			 SNAP_FORMAT);
+		r = -EPROTO;
+		goto out;
+	}
+	snprintf(m->env.qemu, sizeof(m->env.qemu), "%s", qemu);
+	snprintf(m->env.accel, sizeof(m->env.accel), "%s", accel);
+	snprintf(m->env.kernel_sha, sizeof(m->env.kernel_sha), "%s", ksha);
+	snprintf(m->env.initrd_sha, sizeof(m->env.initrd_sha), "%s", isha);
+	snprintf(m->env.template, sizeof(m->env.template), "%s", tpl);
+	m->env.vcpus = (unsigned)vcpus;
+	m->env.memory_mb = (unsigned)mem;
+	m->env.disk_mb = (unsigned)disk;
+	m->ram_in_file = !strcmp(ram, "file");
+	m->sealed = sealed;
+	m->created_ns = created;
+	for (int i = 0; i < SNAP_NFILES; i++) {
+		json_t *f = json_object_get(files, file_keys[i]);
+		if (!f)
+			continue;
+		const char *name, *sha = NULL;
+		json_int_t size;
+		if (json_unpack(f, "{s:s, s:I, s?s}", "name", &name, "size", &size, "sha256", &sha) < 0 ||
+		    strchr(name, '/') || strlen(name) >= sizeof(m->files[i].name)) {
+			r = bad(err, errlen, dir, "a file entry is malformed");
+			goto out;
+		}
+		snprintf(m->files[i].name, sizeof(m->files[i].name), "%s", name);
+		snprintf(m->files[i].sha256, sizeof(m->files[i].sha256), "%s", sha ? sha : "");
+		m->files[i].size = size;
+	}
+	if (!m->files[SNAP_STATE].name[0] || !m->files[SNAP_DISK].name[0] ||
+	    (m->ram_in_file && !m->files[SNAP_MEM].name[0])) {
+		r = bad(err, errlen, dir, "a file is missing from the manifest");
+		goto out;
+	}
+	for (int i = 0; i < SNAP_NFILES; i++) {
+		if (!m->files[i].name[0])
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
+		struct stat st;
+		if (stat(path, &st) < 0 || st.st_size != m->files[i].size) {
+			char what[128];
+			snprintf(what, sizeof(what), "'%s' is %s", m->files[i].name,
+				 access(path, F_OK) ? "missing" : "of the wrong size (truncated?)");
+			r = bad(err, errlen, dir, what);
+			goto out;
+		}
+		if (!m->files[i].sha256[0] || (i != SNAP_STATE && !full))
+			continue;
+		char sha[65];
+		if ((r = sha256_path(path, sha)) < 0) {
+			snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-r));
+			goto out;
+		}
+		if (strcmp(sha, m->files[i].sha256)) {
+			char what[128];
+			snprintf(what, sizeof(what), "'%s' does not match its checksum", m->files[i].name);
+			r = bad(err, errlen, dir, what);
+			goto out;
+		}
+	}
+out:
+	json_decref(doc);
+	return r;
+}
+
+int snap_check(const struct snap_manifest *m, const struct snap_env *now, char *err,
+	       size_t errlen)
+{
+	const struct snap_env *e = &m->env;
+	const char *what = NULL, *was = "", *is = "";
+	char a[32], b[32];
+	if (now->qemu[0] && strcmp(e->qemu, now->qemu)) /* "": not known yet */
+		what = "QEMU", was = e->qemu, is = now->qemu;
+	else if (strcmp(e->accel, now->accel))
+		what = "accelerator", was = e->accel, is = now->accel;
+	else if (strcmp(e->kernel_sha, now->kernel_sha))
+		what = "guest kernel", was = e->kernel_sha, is = now->kernel_sha;
+	else if (strcmp(e->initrd_sha, now->initrd_sha))
+		what = "agent (initramfs)", was = e->initrd_sha, is = now->initrd_sha;
+	else if (strcmp(e->template, now->template))
+		what = "template image", was = e->template, is = now->template;
+	else if (e->vcpus != now->vcpus || e->memory_mb != now->memory_mb) {
+		snprintf(a, sizeof(a), "%u vCPU %u MB", e->vcpus, e->memory_mb);
+		snprintf(b, sizeof(b), "%u vCPU %u MB", now->vcpus, now->memory_mb);
+		what = "machine size", was = a, is = b;
+	}
+	if (!what)
+		return 0;
+	snprintf(err, errlen, "snapshot made with another %s (%.60s, now %.60s)", what, was, is);
+	return -EPROTO;
+}
+
+/* Copies the data regions of in to out, leaving holes as holes. */
+static int copy_sparse(int in, int out, off_t size)
+{
+	off_t pos = 0;
+	while (pos < size) {
+		off_t data = lseek(in, pos, SEEK_DATA);
+		if (data < 0)
+			return errno == ENXIO ? 0 : -errno; /* only a hole is left */
+		off_t hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0)
+			return -errno;
+		for (off_t o = data; o < hole;) {
+			loff_t src = o, dst = o;
+			ssize_t n = copy_file_range(in, &src, out, &dst, (size_t)(hole - o), 0);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return n < 0 ? -errno : -EIO;
+			o += n;
+		}
+		pos = hole;
+	}
+	return 0;
+}
+
+int snap_copy(const char *src, const char *dst)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	int r = 0;
+	int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	struct stat st;
+	if (out < 0 || fstat(in, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	/* A reflink shares the blocks (XFS, btrfs); ext4 has none. */
+	if (ioctl(out, FICLONE, in) == 0)
+		goto sync;
+	if (ftruncate(out, st.st_size) < 0 || (r = copy_sparse(in, out, st.st_size)) < 0) {
+		r = r ? r : -errno;
+		goto out;
+	}
+sync:
+	if (fsync(out) < 0)
+		r = -errno;
+out:
+	if (out >= 0)
+		close(out);
+	if (r < 0 && out >= 0)
+		unlink(dst);
+	close(in);
+	return r;
+}
+
+long long snap_file_bytes(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) < 0 ? 0 : (long long)st.st_blocks * 512;
+}
+
+void snap_remove(const char *dir)
+{
+	static const char *const names[] = { SNAP_MANIFEST, SNAP_MANIFEST ".tmp", "state",
+					     "state.tmp", "mem", "disk.qcow2" };
+	char path[600];
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}

@@ -1,0 +1,77 @@
+/*
+ * snap: a VM snapshot as a directory. manifest.json says what made it (the
+ * exact QEMU, kernel, initramfs, template image, accelerator and machine
+ * size) and lists its files with sizes and checksums:
+ *   state  QEMU's device state; also the RAM when "ram" is "stream"
+ *   mem    the guest RAM, page for page, when "ram" is "file"
+ *   disk   the writable layer (qcow2)
+ * A snapshot is refused unless everything it was made with is what would
+ * restore it. No QEMU here: vm_snap.c drives QEMU, this file keeps the
+ * records and copies files.
+ */
+#ifndef CPUOS_SNAP_H
+#define CPUOS_SNAP_H
+
+#include <stddef.h>
+
+#define SNAP_FORMAT 1
+#define SNAP_MANIFEST "manifest.json"
+
+/* What a snapshot depends on; the restoring side fills the same struct
+ * and snap_check compares. */
+struct snap_env {
+	char qemu[128];     /* QMP query-version: "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" */
+	char accel[8];      /* "tcg" or "kvm": CPU state does not cross them */
+	char kernel_sha[65], initrd_sha[65];
+	char template[512]; /* the image's real path, size and mtime */
+	unsigned vcpus, memory_mb, disk_mb;
+};
+
+enum snap_file { SNAP_STATE, SNAP_MEM, SNAP_DISK, SNAP_NFILES };
+
+struct snap_manifest {
+	struct snap_env env;
+	int ram_in_file;   /* RAM in "mem" (QEMU's x-ignore-shared), else in "state" */
+	int sealed;        /* every file is checksummed (an immutable snapshot:
+			    * checkpoint, fork source, template); a pause
+			    * checksums only the state, the rest by size */
+	long long created_ns;
+	struct {
+		char name[64];   /* inside the directory; "" when absent */
+		long long size;
+		char sha256[65]; /* "" when not checksummed */
+	} files[SNAP_NFILES];
+};
+
+/* The environment of files kernel/initrd/template (checksums are cached
+ * per path, size and mtime, so asking again is cheap). 0 or -errno. */
+int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
+		   const char *template, char *err, size_t errlen);
+
+/* Fills the sizes (and with sealed, checksums) of m's named files in dir
+ * and writes the manifest atomically, everything fsync'ed. 0 or -errno. */
+int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen);
+
+/* Reads dir's manifest and checks that every file is there with its size,
+ * the state's checksum, and with full also the others' (full costs a read
+ * of the whole snapshot). 0, or -EBADMSG/-ENOENT/-errno with a reason. */
+int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, size_t errlen);
+
+/* Compares what a snapshot needs with what would restore it: 0, or
+ * -EPROTO with the first difference in err. An empty now->qemu is not
+ * compared (QEMU's version is known once it runs). */
+int snap_check(const struct snap_manifest *m, const struct snap_env *now, char *err,
+	       size_t errlen);
+
+/* Copies src to dst (created, must not exist): a reflink where the file
+ * system has them, else a copy of the data that keeps holes; fsync'ed.
+ * 0 or -errno. */
+int snap_copy(const char *src, const char *dst);
+
+/* Bytes a file takes on disk (allocated blocks), for storage metering. */
+long long snap_file_bytes(const char *path);
+
+/* Removes a snapshot directory's known files and the directory. */
+void snap_remove(const char *dir);
+
+#endif
