@@ -349,6 +349,7 @@ static req_fn *const requests[] = {
     [P_STAT] = files_stat,     [P_LIST] = files_list,	    [P_MKDIR] = files_mkdir,
     [P_REMOVE] = files_remove, [P_RENAME] = files_rename,   [P_SETTIME] = sys_settime,
     [P_ENTROPY] = sys_entropy, [P_POWEROFF] = sys_poweroff, [P_CANCEL] = req_cancel,
+    [P_RESTORED] = sys_restored,
 };
 
 static void on_data(struct conn *c, const struct proto_frame *f)

@@ -1,24 +1,38 @@
 /*
- * sys: logging, the monotonic clock, and the requests about the guest as a
- * whole: SETTIME, ENTROPY and POWEROFF. Outside PID 1 (--listen tests) they
- * answer without touching the host machine.
+ * sys: logging, and the requests about the guest as a whole: SETTIME,
+ * ENTROPY, RESTORED (clock, entropy, identity and hooks after a restore or
+ * a fork) and POWEROFF. Outside PID 1 (--listen tests) they check their
+ * input and answer without touching the host machine.
  */
 #include "agent/sys.h"
 
 #include "agent/agent.h"
 #include "agent/conn.h"
+#include "agent/hooks.h"
+#include "common/clock.h"
 #include "common/proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/random.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
+
+#define ENTROPY_MAX 4096u /* bytes per request */
+/* 256 bits: as many as the kernel wants before its CRNG counts as seeded,
+ * so a P_RESTORED alone is enough even for a guest that never was. */
+#define RESTORED_ENTROPY_MIN 32u
+#define HOSTNAME_MAX	     63 /* one DNS label */
+#define MACHINE_ID_LEN	     32
+/* The most a P_RESTORED holds the loop, its hooks included. */
+#define RESTORED_MAX_MS 2500
 
 void sys_log(const char *fmt, ...)
 {
@@ -31,6 +45,51 @@ void sys_log(const char *fmt, ...)
 	dprintf(2, "cpuos-agent: %s\n", line);
 }
 
+/* Sets CLOCK_REALTIME to ns: 0 or -errno. */
+static int set_clock(uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+			      .tv_nsec = (long)(ns % 1000000000u)};
+	return clock_settime(CLOCK_REALTIME, &ts) < 0 ? -errno : 0;
+}
+
+/* Credits n bytes (at most ENTROPY_MAX) to the kernel's input pool, at 8
+ * bits a byte, and with reseed makes the CRNG take them now: 0, or -errno
+ * with *what naming the step that failed. */
+static int feed_entropy(const uint8_t *bytes, uint32_t n, bool reseed, const char **what)
+{
+	int r = 0;
+	*what = "cannot add entropy";
+	struct rand_pool_info *info = malloc(sizeof(*info) + n);
+	if (!info)
+		return -ENOMEM;
+	info->entropy_count = (int)(n * 8);
+	info->buf_size = (int)n;
+	memcpy(info->buf, bytes, n);
+	int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, RNDADDENTROPY, info) < 0) {
+		r = -errno;
+		goto out;
+	}
+	/* Once the CRNG is initialised, added bytes wait in the input pool
+	 * until its next scheduled reseed (up to a minute away), and until
+	 * then getrandom() goes on from the state the snapshot holds: two
+	 * forks would hand out the same bytes. A forced reseed, after the
+	 * add so it takes the host's bytes, ends that at once (microvm has no
+	 * VMGenID to tell the kernel itself). */
+	if (reseed && ioctl(fd, RNDRESEEDCRNG) < 0) {
+		r = -errno;
+		*what = "cannot reseed the kernel's random generator";
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	/* The bytes are secret: not left in freed memory. */
+	explicit_bzero(info->buf, n);
+	free(info);
+	return r;
+}
+
 void sys_settime(struct conn *c, const struct proto_frame *f)
 {
 	uint64_t ns;
@@ -40,14 +99,9 @@ void sys_settime(struct conn *c, const struct proto_frame *f)
 		return;
 	}
 	/* Only the guest's clock is ours to set. */
-	if (agent.pid1) {
-		struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
-				      .tv_nsec = (long)(ns % 1000000000u)};
-		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
-			conn_send_error(c, f->id, errno, "cannot set the clock: %s",
-					strerror(errno));
-			return;
-		}
+	if (agent.pid1 && (r = set_clock(ns)) < 0) {
+		conn_send_error(c, f->id, -r, "cannot set the clock: %s", strerror(-r));
+		return;
 	}
 	conn_send_ok(c, f->id);
 }
@@ -60,33 +114,191 @@ void sys_entropy(struct conn *c, const struct proto_frame *f)
 		conn_send_error(c, f->id, EINVAL, "missing attribute 'bytes'");
 		return;
 	}
-	if (n > 4096) {
-		conn_send_error(c, f->id, EINVAL, "too many entropy bytes (%u, max 4096)", n);
+	if (n > ENTROPY_MAX) {
+		conn_send_error(c, f->id, EINVAL, "too many entropy bytes (%u, max %u)", n,
+				ENTROPY_MAX);
 		return;
 	}
-	if (!agent.pid1 || n == 0) {
-		conn_send_ok(c, f->id);
-		return;
-	}
-	struct rand_pool_info *info = malloc(sizeof(*info) + n);
-	if (!info) {
-		conn_send_error(c, f->id, ENOMEM, "out of memory");
-		return;
-	}
-	info->entropy_count = (int)(n * 8);
-	info->buf_size = (int)n;
-	memcpy(info->buf, bytes, n);
-	int err = 0;
-	int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || ioctl(fd, RNDADDENTROPY, info) < 0)
-		err = errno;
-	if (fd >= 0)
-		close(fd);
-	free(info);
-	if (err)
-		conn_send_error(c, f->id, err, "cannot add entropy: %s", strerror(err));
+	const char *what;
+	int r = agent.pid1 && n ? feed_entropy(bytes, n, false, &what) : 0;
+	if (r < 0)
+		conn_send_error(c, f->id, -r, "%s: %s", what, strerror(-r));
 	else
 		conn_send_ok(c, f->id);
+}
+
+/* --- P_RESTORED --- */
+
+/* What a P_RESTORED asks for, checked whole before anything changes. */
+struct restored {
+	uint64_t time_ns;
+	const uint8_t *bytes;
+	uint32_t nbytes;
+	char hostname[HOSTNAME_MAX + 1]; /* "" when not given */
+	char machine_id[MACHINE_ID_LEN + 1];
+	bool has_generation;
+	uint32_t generation;
+};
+
+/* One DNS label in lowercase, what the daemon names sandboxes with: 1 to
+ * HOSTNAME_MAX of [a-z0-9-], not starting with '-'. */
+static bool valid_hostname(const uint8_t *s, uint32_t n)
+{
+	if (n == 0 || n > HOSTNAME_MAX || s[0] == '-')
+		return false;
+	for (uint32_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+			return false;
+	return true;
+}
+
+/* machine-id(5): 32 lowercase hexadecimal digits. */
+static bool valid_machine_id(const uint8_t *s, uint32_t n)
+{
+	if (n != MACHINE_ID_LEN)
+		return false;
+	for (uint32_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* Fills r from f: 0, or -1 after answering P_ERROR. */
+static int restored_parse(struct conn *c, const struct proto_frame *f, struct restored *r)
+{
+	memset(r, 0, sizeof(*r));
+	int e = proto_get_u64(f, A_TIME_NS, &r->time_ns);
+	if (e < 0) {
+		conn_send_attr_error(c, f->id, e, "time_ns");
+		return -1;
+	}
+	r->bytes = proto_get(f, A_BYTES, &r->nbytes);
+	if (!r->bytes) {
+		conn_send_error(c, f->id, EINVAL, "missing attribute 'bytes'");
+		return -1;
+	}
+	if (r->nbytes < RESTORED_ENTROPY_MIN || r->nbytes > ENTROPY_MAX) {
+		conn_send_error(c, f->id, EINVAL, "attribute 'bytes' holds %u bytes, not %u to %u",
+				r->nbytes, RESTORED_ENTROPY_MIN, ENTROPY_MAX);
+		return -1;
+	}
+	uint32_t n;
+	const uint8_t *s = proto_get(f, A_HOSTNAME, &n);
+	if (s) {
+		if (!valid_hostname(s, n)) {
+			conn_send_error(c, f->id, EINVAL,
+					"attribute 'hostname' is not 1 to %d of [a-z0-9-] "
+					"starting with a letter or digit",
+					HOSTNAME_MAX);
+			return -1;
+		}
+		memcpy(r->hostname, s, n);
+	}
+	s = proto_get(f, A_MACHINE_ID, &n);
+	if (s) {
+		if (!valid_machine_id(s, n)) {
+			conn_send_error(c, f->id, EINVAL,
+					"attribute 'machine_id' is not %d lowercase hex digits",
+					MACHINE_ID_LEN);
+			return -1;
+		}
+		memcpy(r->machine_id, s, n);
+	}
+	e = proto_get_u32(f, A_GENERATION, &r->generation);
+	if (e == -EPROTO) {
+		conn_send_attr_error(c, f->id, e, "generation");
+		return -1;
+	}
+	r->has_generation = e == 0;
+	return 0;
+}
+
+/* Replaces the content of path with line and a newline, in place: a
+ * rename would replace a symlink (machine-id is one in some images) and
+ * cannot replace a bind mount. With create a missing file is made (mode
+ * 0444, machine-id(5)'s). 0 or -errno (-ENOENT: missing, not created). */
+static int write_etc(const char *path, const char *line, bool create)
+{
+	char buf[80];
+	int n = snprintf(buf, sizeof(buf), "%s\n", line);
+	int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | (create ? O_CREAT : 0), 0444);
+	if (fd < 0)
+		return -errno;
+	int r = write(fd, buf, (size_t)n) == n ? 0 : -errno;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+/* write_etc, with failures logged, not answered: the kernel's hostname is
+ * what counts, and a read-only root (an image run without the overlay) is
+ * a setup, not an error, told once. */
+static void update_etc(const char *path, const char *line, bool create)
+{
+	static bool told_ro;
+	int r = write_etc(path, line, create);
+	if (r == -ENOENT && !create)
+		return;
+	if (r == -EROFS || r == -EACCES || r == -EPERM) {
+		if (!told_ro)
+			sys_log("cannot write '%s' after a restore: %s (not told again)", path,
+				strerror(-r));
+		told_ro = true;
+	} else if (r < 0) {
+		sys_log("cannot write '%s' after a restore: %s", path, strerror(-r));
+	}
+}
+
+/* Does what q asks for, as PID 1, by end (monotonic ms): 0, or -1 after
+ * answering P_ERROR. */
+static int restored_apply(struct conn *c, uint32_t id, const struct restored *q, int64_t end)
+{
+	/* The clock first: the hooks (DHCP, TLS) want the right time. */
+	int r = set_clock(q->time_ns);
+	if (r < 0) {
+		conn_send_error(c, id, -r, "cannot set the clock: %s", strerror(-r));
+		return -1;
+	}
+	const char *what;
+	r = feed_entropy(q->bytes, q->nbytes, true, &what);
+	if (r < 0) {
+		conn_send_error(c, id, -r, "%s: %s", what, strerror(-r));
+		return -1;
+	}
+	if (q->hostname[0]) {
+		if (sethostname(q->hostname, strlen(q->hostname)) < 0) {
+			r = errno;
+			conn_send_error(c, id, r, "cannot set the hostname: %s", strerror(r));
+			return -1;
+		}
+		update_etc("/etc/hostname", q->hostname, false);
+	}
+	if (q->machine_id[0])
+		update_etc("/etc/machine-id", q->machine_id, true);
+
+	char host[HOST_NAME_MAX + 1] = "", gen[16];
+	if (gethostname(host, sizeof(host)) < 0)
+		host[0] = '\0';
+	snprintf(gen, sizeof(gen), "%u", q->generation);
+	r = hooks_run(HOOKS_DIR, q->has_generation ? gen : NULL, host[0] ? host : NULL, end);
+	if (r < 0 && r != -ENOENT)
+		sys_log("cannot read '%s': %s", HOOKS_DIR, strerror(-r));
+	return 0;
+}
+
+void sys_restored(struct conn *c, const struct proto_frame *f)
+{
+	int64_t start = clock_ms();
+	struct restored q;
+	if (restored_parse(c, f, &q) < 0)
+		return;
+	/* Outside PID 1 nothing here is ours to change. */
+	if (agent.pid1 && restored_apply(c, f->id, &q, start + RESTORED_MAX_MS) < 0)
+		return;
+	int r = conn_out_begin(c, P_OK, 0, f->id);
+	if (r == 0 && q.has_generation)
+		r = proto_put_u32(&c->out, A_GENERATION, q.generation);
+	conn_out_end(c, r);
 }
 
 void sys_poweroff(struct conn *c, const struct proto_frame *f)

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -346,7 +347,7 @@ static void test_hello_ping(void)
 
 static void test_unknown_type(void)
 {
-	static const uint16_t types[] = {0, P_CANCEL + 1, 31, P_OK, P_NOTICE, 0xffff};
+	static const uint16_t types[] = {0, P_RESTORED + 1, 31, P_OK, P_NOTICE, 0xffff};
 	struct client c;
 	if (!cl_ready(&c))
 		goto out;
@@ -879,6 +880,144 @@ out:
 	cl_close(&c);
 }
 
+/* A P_RESTORED; absent parts: time_ns 0 (no A_TIME_NS), nbytes < 0 (no
+ * A_BYTES), NULL strings, generation < 0. */
+struct restored_req {
+	int64_t time_ns;
+	int nbytes;
+	const char *hostname, *machine_id;
+	int64_t generation;
+};
+
+static const struct restored_req restored_ok = {
+    .time_ns = 1767225600000000000ll, /* 2026-01-01 */
+    .nbytes = 64,
+    .hostname = "sbx-0123",
+    .machine_id = "0123456789abcdef0123456789abcdef",
+    .generation = 7,
+};
+
+static int send_restored(struct client *c, uint32_t id, const struct restored_req *q)
+{
+	static uint8_t bytes[8192];
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		bytes[i] = (uint8_t)(i * 131 + 7);
+	struct pbuf b = {0};
+	int r = proto_begin(&b, P_RESTORED, 0, id);
+	if (q->time_ns)
+		r = r ? r : proto_put_u64(&b, A_TIME_NS, (uint64_t)q->time_ns);
+	if (q->nbytes >= 0)
+		r = r ? r : proto_put(&b, A_BYTES, bytes, (size_t)q->nbytes);
+	if (q->hostname)
+		r = r ? r : proto_put_str(&b, A_HOSTNAME, q->hostname);
+	if (q->machine_id)
+		r = r ? r : proto_put_str(&b, A_MACHINE_ID, q->machine_id);
+	if (q->generation >= 0)
+		r = r ? r : proto_put_u32(&b, A_GENERATION, (uint32_t)q->generation);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r;
+}
+
+/* Sends q and checks it is refused with EINVAL and a message naming attr. */
+static void restored_refused(struct client *c, const struct restored_req *q, const char *attr,
+			     const char *what)
+{
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	char msg[256] = "";
+	int t = send_restored(c, id, q) == 0 ? cl_wait_end(c, id, &f) : -1;
+	uint32_t e = t == P_ERROR ? attr_u32(&f, A_ERRNO) : 0;
+	if (t == P_ERROR && proto_get_str(&f, A_MESSAGE, msg, sizeof(msg)) < 0)
+		msg[0] = '\0';
+	if (!CHECK(t == P_ERROR && e == EINVAL && strstr(msg, attr)))
+		t_note("%s: got type %d errno %u message '%s', wanted EINVAL naming '%s'", what, t,
+		       e, msg, attr);
+}
+
+static void test_restored(void)
+{
+	struct client c;
+	struct utsname before, after;
+	CHECK(uname(&before) == 0);
+	if (!cl_ready(&c))
+		goto out;
+	/* Everything: P_OK with the generation echoed. */
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	CHECK(send_restored(&c, id, &restored_ok) == 0);
+	CHECK(cl_wait_end(&c, id, &f) == P_OK && attr_u32(&f, A_GENERATION) == 7);
+	/* Only what is required, at the edges: no generation comes back. */
+	struct restored_req q = {.time_ns = 1, .nbytes = 32, .generation = -1};
+	id = next_id++;
+	CHECK(send_restored(&c, id, &q) == 0);
+	CHECK(cl_wait_end(&c, id, &f) == P_OK && attr_u32(&f, A_GENERATION) == 0xffffffffu);
+	q = restored_ok;
+	q.nbytes = 4096;
+	q.hostname = "a23456789-123456789-123456789-123456789-123456789-123456789-123";
+	q.generation = 0xffffffffll;
+	id = next_id++;
+	CHECK(send_restored(&c, id, &q) == 0);
+	CHECK(cl_wait_end(&c, id, &f) == P_OK && attr_u32(&f, A_GENERATION) == 0xffffffffu &&
+	      proto_get(&f, A_GENERATION, NULL) != NULL);
+
+	static const struct {
+		const char *field, *value, *attr;
+	} bad[] = {
+	    {"time_ns", NULL, "time_ns"},
+	    {"bytes", NULL, "bytes"},
+	    {"bytes", "31", "bytes"},
+	    {"bytes", "4097", "bytes"},
+	    {"bytes", "0", "bytes"},
+	    {"hostname", "Sandbox", "hostname"},
+	    {"hostname", "a23456789-123456789-123456789-123456789-123456789-123456789-1234",
+	     "hostname"},
+	    {"hostname", "-sbx", "hostname"},
+	    {"hostname", "", "hostname"},
+	    {"hostname", "sbx.example", "hostname"},
+	    {"machine_id", "0123456789abcdef0123456789abcde", "machine_id"},
+	    {"machine_id", "0123456789abcdef0123456789abcdeg", "machine_id"},
+	    {"machine_id", "0123456789ABCDEF0123456789ABCDEF", "machine_id"},
+	    {"machine_id", "0123456789abcdef0123456789abcdef0", "machine_id"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		q = restored_ok;
+		if (!strcmp(bad[i].field, "time_ns"))
+			q.time_ns = 0;
+		else if (!strcmp(bad[i].field, "bytes"))
+			q.nbytes = bad[i].value ? atoi(bad[i].value) : -1;
+		else if (!strcmp(bad[i].field, "hostname"))
+			q.hostname = bad[i].value;
+		else
+			q.machine_id = bad[i].value;
+		char what[128];
+		snprintf(what, sizeof(what), "%s %s", bad[i].field,
+			 bad[i].value ? bad[i].value : "missing");
+		restored_refused(&c, &q, bad[i].attr, what);
+	}
+	/* A hostname holding a NUL byte, and a generation of the wrong size. */
+	uint8_t pl[256];
+	uint64_t ns = 1;
+	static const uint8_t rnd[32] = {1};
+	uint32_t n = (uint32_t)put_attr(pl, A_TIME_NS, 8, &ns, 8);
+	n += (uint32_t)put_attr(pl + n, A_BYTES, 32, rnd, 32);
+	uint32_t common = n;
+	n += (uint32_t)put_attr(pl + n, A_HOSTNAME, 5, "sb\0x1", 5);
+	id = next_id++;
+	CHECK(raw_request(&c, P_RESTORED, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, EINVAL, EINVAL));
+	n = common + (uint32_t)put_attr(pl + common, A_GENERATION, 2, "\x01\x00", 2);
+	id = next_id++;
+	CHECK(raw_request(&c, P_RESTORED, id, pl, n) == 0);
+	CHECK(expect_error(&c, id, EPROTO, EPROTO));
+	CHECK(cl_ping(&c));
+	/* --listen: the host machine was left alone. */
+	CHECK(uname(&after) == 0 && !strcmp(before.nodename, after.nodename));
+out:
+	cl_close(&c);
+}
+
 /* The backstop for an agent that hangs in a way no single timeout sees. */
 static void on_deadline(int sig)
 {
@@ -908,6 +1047,7 @@ int main(int argc, char **argv)
 	    {"agent_operation_cap", test_operation_cap},
 	    {"agent_output_window", test_output_window},
 	    {"agent_input_credit", test_input_credit},
+	    {"agent_restored", test_restored},
 	    {"agent_poweroff_exits_0", test_poweroff},
 	    {0, 0},
 	};

@@ -554,6 +554,115 @@ static void test_reconnect(void)
 	vt_result_free(&r);
 }
 
+/* The answer to a P_RESTORED: a result, and the generation it echoed. */
+struct restored_res {
+	struct result r; /* first: vt_collect gets the same pointer */
+	uint32_t generation;
+};
+
+static void restored_cb(void *arg, const struct proto_frame *f)
+{
+	struct restored_res *x = arg;
+	if (f->type == P_OK && proto_check_attrs(f) == 0)
+		proto_get_u32(f, A_GENERATION, &x->generation);
+	vt_collect(&x->r, f);
+}
+
+/* 16 bytes of the guest's /dev/urandom in hex, into hex[33]: 0 or -1. */
+static int guest_random(struct vm *vm, char hex[33])
+{
+	struct result r;
+	int ok = vt_exec(vm, &(struct cmd){ .shell = "head -c 16 /dev/urandom | od -An -tx1 | "
+						     "tr -d ' \\n'" },
+			 &r, 30000) == 0 &&
+		 r.exit_code == 0 && r.out.len == 32;
+	if (ok) {
+		memcpy(hex, r.out.data, 32);
+		hex[32] = '\0';
+	}
+	vt_result_free(&r);
+	return ok ? 0 : -1;
+}
+
+/* P_RESTORED on a booted guest: clock, hostname, machine id, hooks (a slow
+ * one killed at its 2 s), and /dev/urandom still working. A VM of its own:
+ * it changes the guest's identity and clock. */
+static void test_restored(void)
+{
+	struct vm *vm = vt_boot("base", 1, 256, NULL);
+	if (!CHECK(vm))
+		return;
+	struct result r;
+	/* Hooks: one that records what it got (its own fds: a redirection
+	 * would change them), one not executable, one that outlives its 2 s
+	 * with a child in its process group. */
+	CHECK(vt_exec(vm, &(struct cmd){ .shell =
+		"mkdir -p /etc/cpuos/restore.d && cd /etc/cpuos/restore.d && "
+		"printf '#!/bin/sh\\ni=$(readlink /proc/$$/fd/0) o=$(readlink /proc/$$/fd/1)\\n"
+		"echo \"$i $o $CPUOS_GENERATION $CPUOS_HOSTNAME $PATH\" > /tmp/hook.out\\n' > 10-env && "
+		"printf '#!/bin/sh\\ntouch /tmp/noexec.ran\\n' > 15-noexec && "
+		"printf '#!/bin/sh\\nsleep 10\\ntouch /tmp/slow.done\\n' > 20-slow && "
+		"chmod 755 10-env 20-slow && chmod 644 15-noexec" },
+		      &r, 30000) == 0 && r.exit_code == 0);
+	vt_result_free(&r);
+	char before[33] = "", after[33] = "";
+	CHECK(guest_random(vm, before) == 0);
+
+	uint8_t entropy[64];
+	FILE *u = fopen("/dev/urandom", "rb");
+	CHECK(u && fread(entropy, 1, sizeof(entropy), u) == sizeof(entropy));
+	if (u)
+		fclose(u);
+	/* A day ahead, so the guest's clock shows it was set. */
+	uint64_t ahead = clock_realtime_ns() + 86400ull * 1000000000u;
+	struct restored_res x;
+	memset(&x, 0, sizeof(x));
+	struct agentc *a = vm_agent(vm);
+	struct pbuf *b = a ? agentc_begin(a, P_RESTORED, restored_cb, &x, NULL) : NULL;
+	CHECK(b && proto_put_u64(b, A_TIME_NS, ahead) == 0 &&
+	      proto_put(b, A_BYTES, entropy, sizeof(entropy)) == 0 &&
+	      proto_put_str(b, A_HOSTNAME, "sbx-restored-3") == 0 &&
+	      proto_put_str(b, A_MACHINE_ID, "5f1e0c2d9a8b47f6a3c2e1d0b9a8f7e6") == 0 &&
+	      proto_put_u32(b, A_GENERATION, 3) == 0 && agentc_end(a) == 0);
+	int64_t t0 = clock_ms();
+	CHECK(vm_run(vm, &x.r.done, 30000) == 0);
+	int64_t ms = clock_ms() - t0;
+	t_note("P_RESTORED answered in %lld ms", (long long)ms);
+	if (!CHECK(x.r.error == 0 && x.generation == 3))
+		t_note("error %d: %s", x.r.error, x.r.message);
+	/* The slow hook held it 2 s, and nothing more than the 2.5 s bound. */
+	CHECK(ms >= 1900 && ms < 3500);
+	vt_result_free(&x.r);
+
+	CHECK(vt_exec(vm, &(struct cmd){ .shell = "hostname; cat /etc/machine-id /etc/hostname" },
+		      &r, 30000) == 0);
+	if (!CHECK(out_is(&r, "sbx-restored-3\n5f1e0c2d9a8b47f6a3c2e1d0b9a8f7e6\nsbx-restored-3\n")))
+		t_note("got '%.*s', stderr '%.*s'", (int)r.out.len, r.out.data, (int)r.err.len,
+		       r.err.data);
+	vt_result_free(&r);
+	CHECK(vt_exec(vm, &(struct cmd){ .shell = "cat /tmp/hook.out; ls /tmp/noexec.ran "
+						  "/tmp/slow.done 2>&1; pgrep -c -x sleep" },
+		      &r, 30000) == 0);
+	const char *want = "/dev/null /dev/null 3 sbx-restored-3 /usr/sbin:/usr/bin:/sbin:/bin\n"
+			   "ls: cannot access '/tmp/noexec.ran': No such file or directory\n"
+			   "ls: cannot access '/tmp/slow.done': No such file or directory\n0\n";
+	if (!CHECK(out_is(&r, want)))
+		t_note("hooks: '%.*s'", (int)r.out.len, r.out.data);
+	vt_result_free(&r);
+	/* The clock: a day ahead of the host's, give or take the exec. */
+	CHECK(vt_exec(vm, &(struct cmd){ .shell = "date +%s" }, &r, 30000) == 0 && r.out.len > 0);
+	long long guest_s = r.out.len < 32 ? strtoll((const char *)r.out.data, NULL, 10) : 0;
+	long long want_s = (long long)(clock_realtime_ns() / 1000000000u) + 86400;
+	if (!CHECK(guest_s > want_s - 60 && guest_s <= want_s + 1))
+		t_note("guest clock %lld, want about %lld", guest_s, want_s);
+	vt_result_free(&r);
+	CHECK(guest_random(vm, after) == 0 && strcmp(before, after) != 0);
+	t_note("urandom before %s, after %s", before, after);
+	CHECK(strstr(vm_console_tail(vm), "restore hook '/etc/cpuos/restore.d/20-slow' still "
+					 "running") != NULL);
+	vm_free(vm, 0);
+}
+
 static void test_poweroff(void)
 {
 	struct vm *vm = vt_boot("base", 1, 256, NULL);
@@ -644,6 +753,7 @@ int main(int argc, char **argv)
 		{ "vm_files", test_files },
 		{ "vm_big_file_200mb", test_big_file },
 		{ "vm_reconnect", test_reconnect },
+		{ "vm_restored", test_restored },
 		{ "vm_stop", test_stop },
 		{ "vm_poweroff", test_poweroff },
 		{ "vm_panic", test_panic },
