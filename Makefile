@@ -116,6 +116,10 @@ $(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c $(TEST_LIB) $(STOR
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
+$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
+
 $(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "1"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "2"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 2", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 3", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 2") != NULL);
+	CHECK(strstr(err, "schema version 3") != NULL);
 	tdb_remove(&t);
 }
 
@@ -322,7 +322,21 @@ static void test_sbx_crud(void)
 		CHECK(y.expires_at == 1764412918 && y.qemu_pid == 0);
 		store_sbx_release(&y);
 	}
-	CHECK(store_sbx_set_state(t.s, x.id, "paused", "") == -EINVAL);
+	CHECK(store_sbx_set_state(t.s, x.id, "frozen", "") == -EINVAL);
+	/* pause and resume carry what they need */
+	CHECK(store_sbx_set_paused(t.s, x.id, 1764412000, 42) == 0);
+	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
+		CHECK(!strcmp(y.state, "paused") && y.paused_at == 1764412000 &&
+		      y.timeout_left_s == 42 && y.qemu_pid == 0 && !strcmp(y.on_timeout, "pause"));
+		store_sbx_release(&y);
+	}
+	CHECK(store_sbx_set_resumed(t.s, x.id, 1764413000, 77, 3) == 0);
+	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
+		CHECK(!strcmp(y.state, "running") && y.paused_at == 0 && y.expires_at == 1764413000 &&
+		      y.qemu_pid == 77 && y.generation == 3);
+		store_sbx_release(&y);
+	}
+	CHECK(store_sbx_set_resumed(t.s, "sbx_nope", 1, 1, 1) == -ENOENT);
 	CHECK(store_sbx_set_state(t.s, x.id, "lost", "a reason that is far too long to fit") ==
 	      -EINVAL);
 	CHECK(store_sbx_set_pid(t.s, x.id, -1) == -EINVAL);
@@ -491,7 +505,8 @@ static void test_list_state_filter(void)
 	CHECK(list_count(t.s, "alice", "stopped", NULL, 0, "alice") == 1);
 	CHECK(list_count(t.s, NULL, "lost", NULL, 0, NULL) == 1);
 	CHECK(list_count(t.s, NULL, NULL, NULL, 0, NULL) == 3);
-	CHECK(list_count(t.s, NULL, "paused", NULL, 0, NULL) == -1);
+	CHECK(list_count(t.s, NULL, "paused", NULL, 0, NULL) == 0);
+	CHECK(list_count(t.s, NULL, "frozen", NULL, 0, NULL) == -1);
 	tdb_remove(&t);
 }
 

@@ -69,6 +69,76 @@ static const char *const migrations[] = {
     " value TEXT NOT NULL,"
     " PRIMARY KEY (sbx_id, key)) WITHOUT ROWID;"
     "CREATE INDEX sandbox_meta_by_pair ON sandbox_meta (key, value);",
+    /* 1 -> 2: pause (a new state and what it needs), checkpoints, usage.
+     * A CHECK cannot be altered: both tables are rebuilt, the meta table
+     * first so dropping the old sandboxes cascades into nothing. */
+    "CREATE TABLE sandboxes2 ("
+    " id TEXT PRIMARY KEY NOT NULL,"
+    " account TEXT NOT NULL REFERENCES accounts(name),"
+    " template TEXT NOT NULL,"
+    " state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped', 'lost')),"
+    " end_reason TEXT NOT NULL DEFAULT '',"
+    " vcpus INTEGER NOT NULL,"
+    " memory_mb INTEGER NOT NULL,"
+    " disk_mb INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL,"
+    " expires_at INTEGER NOT NULL,"
+    " metadata TEXT NOT NULL DEFAULT '{}',"
+    " env TEXT NOT NULL DEFAULT '{}',"
+    " run_dir TEXT NOT NULL DEFAULT '',"
+    " qemu_pid INTEGER NOT NULL DEFAULT 0,"
+    " on_timeout TEXT NOT NULL DEFAULT 'pause' CHECK (on_timeout IN ('pause', 'kill')),"
+    " timeout_s INTEGER NOT NULL DEFAULT 0,"  /* left when paused */
+    " paused_at INTEGER NOT NULL DEFAULT 0,"
+    " parent TEXT NOT NULL DEFAULT '',"        /* forked from, or a checkpoint */
+    " key_id TEXT NOT NULL DEFAULT '',"        /* the key that created it */
+    " generation INTEGER NOT NULL DEFAULT 0);" /* restores so far */
+    "INSERT INTO sandboxes2 (id, account, template, state, end_reason, vcpus, memory_mb,"
+    " disk_mb, created_at, expires_at, metadata, env, run_dir, qemu_pid)"
+    " SELECT id, account, template, state, end_reason, vcpus, memory_mb, disk_mb,"
+    " created_at, expires_at, metadata, env, run_dir, qemu_pid FROM sandboxes;"
+    "CREATE TABLE sandbox_meta2 ("
+    " sbx_id TEXT NOT NULL REFERENCES sandboxes2(id) ON DELETE CASCADE,"
+    " key TEXT NOT NULL,"
+    " value TEXT NOT NULL,"
+    " PRIMARY KEY (sbx_id, key)) WITHOUT ROWID;"
+    "INSERT INTO sandbox_meta2 SELECT sbx_id, key, value FROM sandbox_meta;"
+    "DROP TABLE sandbox_meta;"
+    "DROP TABLE sandboxes;"
+    "ALTER TABLE sandboxes2 RENAME TO sandboxes;"
+    "ALTER TABLE sandbox_meta2 RENAME TO sandbox_meta;"
+    "CREATE INDEX sandboxes_by_time ON sandboxes (created_at, id);"
+    "CREATE INDEX sandboxes_by_account ON sandboxes (account, created_at, id);"
+    "CREATE INDEX sandboxes_by_state ON sandboxes (state, account);"
+    "CREATE INDEX sandbox_meta_by_pair ON sandbox_meta (key, value);"
+    "CREATE TABLE checkpoints ("
+    " id TEXT PRIMARY KEY NOT NULL,"
+    " name TEXT NOT NULL,"
+    " account TEXT NOT NULL REFERENCES accounts(name),"
+    " sbx_id TEXT NOT NULL,"
+    " template TEXT NOT NULL,"
+    " vcpus INTEGER NOT NULL,"
+    " memory_mb INTEGER NOT NULL,"
+    " disk_mb INTEGER NOT NULL,"
+    " env TEXT NOT NULL DEFAULT '{}',"
+    " dir TEXT NOT NULL,"
+    " size_bytes INTEGER NOT NULL DEFAULT 0,"
+    " created_at INTEGER NOT NULL,"
+    " UNIQUE (account, name));"
+    /* One row per state change of a sandbox; usage integrates between
+     * them. storage_bytes: what a paused sandbox keeps on disk. */
+    "CREATE TABLE usage_events ("
+    " seq INTEGER PRIMARY KEY,"
+    " sbx_id TEXT NOT NULL,"
+    " account TEXT NOT NULL,"
+    " key_id TEXT NOT NULL DEFAULT '',"
+    " state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped')),"
+    " vcpus INTEGER NOT NULL,"
+    " memory_mb INTEGER NOT NULL,"
+    " storage_bytes INTEGER NOT NULL DEFAULT 0,"
+    " at_ms INTEGER NOT NULL);"
+    "CREATE INDEX usage_by_account ON usage_events (account, at_ms);"
+    "CREATE INDEX usage_by_sbx ON usage_events (sbx_id, seq);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -434,14 +504,15 @@ out:
 	return r;
 }
 
-int store_key_lookup(struct store *s, const char *secret, char *account, size_t accountlen)
+int store_key_lookup_id(struct store *s, const char *secret, char *account, size_t accountlen,
+			char *key_id, size_t idlen)
 {
 	if (!secret)
 		return -ENOENT;
 	size_t len = strnlen(secret, MAX_SECRET_LEN + 1);
 	if (len == 0 || len > MAX_SECRET_LEN)
 		return -ENOENT;
-	if (!account || !accountlen)
+	if (!account || !accountlen || (key_id && !idlen))
 		return -EINVAL;
 	char hash[65];
 	int r = sha256_hex(secret, len, hash);
@@ -450,14 +521,17 @@ int store_key_lookup(struct store *s, const char *secret, char *account, size_t 
 
 	sqlite3_stmt *st;
 	pthread_mutex_lock(&s->lock);
-	if (!(r = store__prep(s, "SELECT account FROM keys WHERE sha256 = ?1", &st))) {
+	if (!(r = store__prep(s, "SELECT account, id FROM keys WHERE sha256 = ?1", &st))) {
 		if (store__bind_text(st, 1, hash) != SQLITE_OK) {
 			r = -EIO;
 		} else {
 			int rc = sqlite3_step(st);
 			if (rc == SQLITE_ROW)
-				/* a buffer too small for the account: -ERANGE */
-				r = store__col_copy(st, 0, account, accountlen) ? -ERANGE : 0;
+				/* a buffer too small for the account or id: -ERANGE */
+				r = store__col_copy(st, 0, account, accountlen) ||
+					    (key_id && store__col_copy(st, 1, key_id, idlen))
+					? -ERANGE
+					: 0;
 			else
 				r = rc == SQLITE_DONE ? -ENOENT : -EIO;
 		}
@@ -467,6 +541,11 @@ int store_key_lookup(struct store *s, const char *secret, char *account, size_t 
 	if (r == 0 && !strcmp(account, STORE_ADMIN_ACCOUNT))
 		r = -ENOENT;
 	return r;
+}
+
+int store_key_lookup(struct store *s, const char *secret, char *account, size_t accountlen)
+{
+	return store_key_lookup_id(s, secret, account, accountlen, NULL, 0);
 }
 
 int store_key_list(struct store *s, struct store_key **out, size_t *n)

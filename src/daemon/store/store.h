@@ -40,6 +40,10 @@ int store_key_create(struct store *s, const char *name, const char *account, cha
  * -ENOENT (also for a key of the reserved account, made before it was
  * reserved). Compares hashes, never secrets. */
 int store_key_lookup(struct store *s, const char *secret, char *account, size_t accountlen);
+/* The same, also writing the key's id into key_id[idlen] (32 bytes always
+ * hold one; -ERANGE if idlen is too small); key_id may be NULL. */
+int store_key_lookup_id(struct store *s, const char *secret, char *account, size_t accountlen,
+			char *key_id, size_t idlen);
 /* All keys, oldest first; *out is malloc'd (free it). */
 int store_key_list(struct store *s, struct store_key **out, size_t *n);
 int store_key_delete(struct store *s, const char *id); /* -ENOENT if unknown */
@@ -49,7 +53,7 @@ struct store_sbx {
 	char id[32];         /* "sbx_" + 16 hex */
 	char account[128];
 	char template[64];
-	char state[16];      /* "running", "stopped", "lost" */
+	char state[16];      /* "running", "paused", "stopped", "lost" */
 	char end_reason[32]; /* "" while running */
 	unsigned vcpus, memory_mb, disk_mb;
 	long long created_at, expires_at; /* unix seconds */
@@ -57,6 +61,12 @@ struct store_sbx {
 	char *env_json;      /* likewise */
 	char run_dir[256];
 	int qemu_pid;
+	char on_timeout[8];  /* "pause" (default) or "kill" */
+	long long timeout_left_s; /* paused: seconds its timeout had left */
+	long long paused_at; /* unix seconds; 0 unless paused */
+	char parent[32];     /* forked from (sbx_...) or made from (ckp_...) */
+	char key_id[32];     /* the key that created it; "" on the socket */
+	unsigned generation; /* restores so far (fork, resume) */
 };
 
 /* Frees the strings inside (not the struct). */
@@ -84,6 +94,67 @@ struct store_kv {
 int store_sbx_list(struct store *s, const char *account, const char *state,
 		   const struct store_kv *meta, size_t nmeta, size_t limit, const char *cursor,
 		   struct store_sbx **out, size_t *n, char *next_cursor, size_t cursorlen);
+/* Pause and resume: the row's state and what goes with it. */
+int store_sbx_set_paused(struct store *s, const char *id, long long paused_at,
+			 long long timeout_left_s);
+int store_sbx_set_resumed(struct store *s, const char *id, long long expires_at, int qemu_pid,
+			  unsigned generation);
+/* Every paused sandbox (retention expiry); *out as for store_sbx_list. */
+int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n);
+
+/* ---- checkpoints: a sandbox's whole state, kept under a name ---- */
+struct store_ckpt {
+	char id[32];         /* "ckp_" + 16 hex */
+	char name[128];
+	char account[128];
+	char sbx_id[32];     /* taken from */
+	char template[64];
+	unsigned vcpus, memory_mb, disk_mb;
+	char *env_json;      /* malloc'd, owned */
+	char dir[256];       /* the snapshot directory */
+	long long size_bytes, created_at;
+};
+void store_ckpt_release(struct store_ckpt *c);
+void store_ckpt_free_list(struct store_ckpt *cs, size_t n);
+/* 0, -EEXIST (the account has a checkpoint of that name), -errno. */
+int store_ckpt_insert(struct store *s, const struct store_ckpt *c);
+/* By id, or by name within account: 0 with *out filled, or -ENOENT. */
+int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
+		   struct store_ckpt *out);
+/* account NULL: every account; newest first. */
+int store_ckpt_list(struct store *s, const char *account, struct store_ckpt **out, size_t *n);
+int store_ckpt_delete(struct store *s, const char *id); /* -ENOENT if unknown */
+
+/* ---- usage: one event per state change, integrated by queries ---- */
+struct store_usage_event {
+	const char *sbx_id, *account, *key_id;
+	const char *state;   /* "running", "paused" or "stopped" */
+	unsigned vcpus, memory_mb;
+	long long storage_bytes; /* paused: bytes kept on disk */
+	long long at_ms;     /* unix milliseconds */
+};
+int store_usage_add(struct store *s, const struct store_usage_event *e);
+
+struct store_usage {
+	double running_s;        /* sandbox-seconds running */
+	double vcpu_s;           /* running seconds x vCPUs */
+	double gib_s;            /* running seconds x GiB of memory */
+	double paused_gib_s;     /* paused seconds x GiB kept on disk */
+	unsigned sandboxes;      /* that ran or were paused in the window */
+};
+/* Usage of account (NULL: all) in [from_ms, to_ms), optionally of one key
+ * (key_id NULL: all keys). An open interval (still running) counts up to
+ * min(to_ms, now_ms). 0 or -errno. */
+int store_usage_query(struct store *s, const char *account, const char *key_id,
+		      long long from_ms, long long to_ms, long long now_ms,
+		      struct store_usage *out);
+
+/* How many sandboxes are in each state, every account (GET /metrics). */
+struct store_sbx_counts {
+	unsigned running, paused, stopped, lost;
+};
+int store_sbx_count_by_state(struct store *s, struct store_sbx_counts *out);
+
 /* Running sandboxes of account. */
 int store_sbx_count_running(struct store *s, const char *account);
 /* Every sandbox in state "running", any account (the daemon re-attaches

@@ -33,7 +33,8 @@
 
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
-	"expires_at, metadata, env, run_dir, qemu_pid"
+	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
+	"key_id, generation"
 
 /* Sandbox ids: 1..31 printable bytes, no space. */
 static int sbx_id_ok(const char *s)
@@ -43,7 +44,8 @@ static int sbx_id_ok(const char *s)
 
 static int state_ok(const char *s)
 {
-	return s && (!strcmp(s, "running") || !strcmp(s, "stopped") || !strcmp(s, "lost"));
+	return s && (!strcmp(s, "running") || !strcmp(s, "paused") || !strcmp(s, "stopped") ||
+		     !strcmp(s, "lost"));
 }
 
 static int col_unsigned(sqlite3_stmt *st, int col, unsigned *out)
@@ -109,7 +111,8 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 	if (!r)
 		r = store__prep(s,
 				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
-				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+				"?17, ?18, ?19, ?20)",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
@@ -125,7 +128,13 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		    store__bind_text(st, 11, meta_text) != SQLITE_OK ||
 		    store__bind_text(st, 12, env_text) != SQLITE_OK ||
 		    store__bind_text(st, 13, x->run_dir) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 14, x->qemu_pid) != SQLITE_OK)
+		    sqlite3_bind_int(st, 14, x->qemu_pid) != SQLITE_OK ||
+		    store__bind_text(st, 15, x->on_timeout[0] ? x->on_timeout : "pause") != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 16, x->timeout_left_s) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 17, x->paused_at) != SQLITE_OK ||
+		    store__bind_text(st, 18, x->parent) != SQLITE_OK ||
+		    store__bind_text(st, 19, x->key_id) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 20, x->generation) != SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -204,8 +213,14 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	    store__col_copy(st, 4, x->end_reason, sizeof(x->end_reason)) ||
 	    col_unsigned(st, 5, &x->vcpus) || col_unsigned(st, 6, &x->memory_mb) ||
 	    col_unsigned(st, 7, &x->disk_mb) ||
-	    store__col_copy(st, 12, x->run_dir, sizeof(x->run_dir)))
+	    store__col_copy(st, 12, x->run_dir, sizeof(x->run_dir)) ||
+	    store__col_copy(st, 14, x->on_timeout, sizeof(x->on_timeout)) ||
+	    store__col_copy(st, 17, x->parent, sizeof(x->parent)) ||
+	    store__col_copy(st, 18, x->key_id, sizeof(x->key_id)) ||
+	    col_unsigned(st, 19, &x->generation))
 		return -EIO;
+	x->timeout_left_s = sqlite3_column_int64(st, 15);
+	x->paused_at = sqlite3_column_int64(st, 16);
 	x->created_at = sqlite3_column_int64(st, 8);
 	x->expires_at = sqlite3_column_int64(st, 9);
 	sqlite3_int64 pid = sqlite3_column_int64(st, 13);
@@ -323,6 +338,55 @@ int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at)
 		return -EINVAL;
 	return sbx_update(s, "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1", id, NULL, NULL,
 			  expires_at);
+}
+
+int store_sbx_set_paused(struct store *s, const char *id, long long paused_at,
+			 long long timeout_left_s)
+{
+	if (!sbx_id_ok(id) || paused_at < 0 || timeout_left_s < 0)
+		return -EINVAL;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "UPDATE sandboxes SET state = 'paused', qemu_pid = 0, paused_at = ?2, "
+			    "timeout_s = ?3 WHERE id = ?1",
+			    &st);
+	if (!r) {
+		if (store__bind_text(st, 1, id) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 2, paused_at) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 3, timeout_left_s) != SQLITE_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ENOENT;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_sbx_set_resumed(struct store *s, const char *id, long long expires_at, int qemu_pid,
+			  unsigned generation)
+{
+	if (!sbx_id_ok(id) || expires_at < 0 || qemu_pid < 0)
+		return -EINVAL;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "UPDATE sandboxes SET state = 'running', paused_at = 0, timeout_s = 0, "
+			    "expires_at = ?2, qemu_pid = ?3, generation = ?4 WHERE id = ?1",
+			    &st);
+	if (!r) {
+		if (store__bind_text(st, 1, id) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 2, expires_at) != SQLITE_OK ||
+		    sqlite3_bind_int(st, 3, qemu_pid) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 4, generation) != SQLITE_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ENOENT;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 int store_sbx_set_pid(struct store *s, const char *id, int qemu_pid)
@@ -506,7 +570,21 @@ int store_sbx_count_running(struct store *s, const char *account)
 	return r;
 }
 
+static int by_state(struct store *s, const char *sql, struct store_sbx **out, size_t *n);
+
 int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n)
+{
+	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'running' "
+			   "ORDER BY created_at, id", out, n);
+}
+
+int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n)
+{
+	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'paused' "
+			   "ORDER BY paused_at, id", out, n);
+}
+
+static int by_state(struct store *s, const char *sql, struct store_sbx **out, size_t *n)
 {
 	*out = NULL;
 	*n = 0;
@@ -515,10 +593,7 @@ int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n)
 	int more;
 	sqlite3_stmt *st;
 	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s,
-			    "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'running' "
-			    "ORDER BY created_at, id",
-			    &st);
+	int r = store__prep(s, sql, &st);
 	if (!r) {
 		r = collect(st, 0, &xs, &got, &more);
 		sqlite3_finalize(st);
