@@ -36,6 +36,22 @@ static const char usage[] =
 	"  --conn-timeout SECONDS an idle connection is closed after this (default 60)\n"
 	"  --answer-timeout SECONDS  how long a request that answers at once (stat, mkdir,\n"
 	"                         a process list, a start) waits for the guest (default 60)\n"
+	"  --price-per-hour USD   GET /v1/usage: the price of a running hour of the reference\n"
+	"                         size (default 0.11); a sandbox pays it times the mean of\n"
+	"                         its vCPU and memory ratios to that size\n"
+	"  --price-vcpus N        vCPUs of the reference size (default 2)\n"
+	"  --price-memory-gib N   memory of the reference size in GiB (default 4)\n"
+	"  --price-storage-gib-month USD\n"
+	"                         the price of a GiB a paused sandbox keeps for 30 days\n"
+	"                         (default 0)\n"
+	"  --paused-retention SECONDS  a paused sandbox is deleted this long after its\n"
+	"                         pause (default 2592000: 30 days)\n"
+	"  --template-snapshots on|off  boot each template once, warm it and snapshot it;\n"
+	"                         creates restore the snapshot (default on)\n"
+	"  --pool-python N        warm python VMs kept restored, so a create only claims one\n"
+	"                         (default 2)\n"
+	"  --pool-other N         the same for every other template (default 0)\n"
+	"  --pool-max-mb N        guest memory all warm pools together may hold (default 4096)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --help                 this text\n"
 	"Logs go to stderr, one JSON object per line unless stderr is a terminal.\n"
@@ -51,6 +67,15 @@ static const struct option longopts[] = {
 	{ "max-file-bytes", required_argument, 0, 'f' }, { "max-output-bytes", required_argument, 0, 'o' },
 	{ "max-conns-per-ip", required_argument, 0, 'p' }, { "conn-timeout", required_argument, 0, 't' },
 	{ "answer-timeout", required_argument, 0, 'A' },
+	{ "price-per-hour", required_argument, 0, 'P' },
+	{ "price-vcpus", required_argument, 0, 'V' },
+	{ "price-memory-gib", required_argument, 0, 'M' },
+	{ "price-storage-gib-month", required_argument, 0, 'G' },
+	{ "paused-retention", required_argument, 0, 'R' },
+	{ "template-snapshots", required_argument, 0, 'T' },
+	{ "pool-python", required_argument, 0, 'Y' },
+	{ "pool-other", required_argument, 0, 'O' },
+	{ "pool-max-mb", required_argument, 0, 'X' },
 	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
 };
@@ -65,6 +90,36 @@ static int set_number(const char *name, const char *v, long long min, long long 
 		return -1;
 	}
 	*out = n;
+	return 0;
+}
+
+/* A count that must also fit an unsigned field. */
+static int set_bounded(const char *name, const char *v, long long min, long long max,
+		       long long *out)
+{
+	long long n;
+	if (set_number(name, v, min, &n) < 0)
+		return -1;
+	if (n > max) {
+		fprintf(stderr, "cpuosd: --%s '%s' is over %lld\n", name, v, max);
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+/* A price: a finite decimal number >= 0. */
+static int set_price(const char *name, const char *v, double *out)
+{
+	char *end;
+	errno = 0;
+	double d = strtod(v, &end);
+	/* !(d >= 0) also refuses NaN; the cap refuses inf and typos alike */
+	if (errno || !*v || *end || !(d >= 0) || d > 1e9) {
+		fprintf(stderr, "cpuosd: invalid --%s '%s' (a price in USD, 0 to 1e9)\n", name, v);
+		return -1;
+	}
+	*out = d;
 	return 0;
 }
 
@@ -87,6 +142,21 @@ static int apply(struct config *o, int c, const char *v)
 	case 'p': return set_number("max-conns-per-ip", v, 1, &o->max_conns_per_ip);
 	case 't': return set_number("conn-timeout", v, 1, &o->conn_timeout_s);
 	case 'A': return set_number("answer-timeout", v, 1, &o->answer_timeout_s);
+	case 'P': return set_price("price-per-hour", v, &o->price_per_hour);
+	case 'V': return set_bounded("price-vcpus", v, 1, 1024, &o->price_vcpus);
+	case 'M': return set_bounded("price-memory-gib", v, 1, 1 << 20, &o->price_memory_gib);
+	case 'G': return set_price("price-storage-gib-month", v, &o->price_storage_gib_month);
+	case 'R': return set_number("paused-retention", v, 1, &o->paused_retention_s);
+	case 'T':
+		if (strcmp(v, "on") && strcmp(v, "off")) {
+			fprintf(stderr, "cpuosd: --template-snapshots must be on or off\n");
+			return -1;
+		}
+		o->template_snapshots = !strcmp(v, "on");
+		return 0;
+	case 'Y': return set_bounded("pool-python", v, 0, 64, &o->pool_python);
+	case 'O': return set_bounded("pool-other", v, 0, 64, &o->pool_other);
+	case 'X': return set_number("pool-max-mb", v, 0, &o->pool_max_mb);
 	default: return -1;
 	}
 }
@@ -150,6 +220,17 @@ static void defaults(struct config *o)
 	o->max_conns_per_ip = 128;
 	o->conn_timeout_s = 60;
 	o->answer_timeout_s = 60;
+	/* the product's seed price: $0.11 an hour for 2 vCPUs and 4 GiB;
+	 * paused storage is nearly free */
+	o->price_per_hour = 0.11;
+	o->price_vcpus = 2;
+	o->price_memory_gib = 4;
+	o->price_storage_gib_month = 0;
+	o->paused_retention_s = 30LL * 24 * 3600;
+	o->template_snapshots = 1;
+	o->pool_python = 2;
+	o->pool_other = 0;
+	o->pool_max_mb = 4096;
 }
 
 int config_parse(struct config *o, int argc, char **argv)

@@ -12,6 +12,14 @@ struct config {
 	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
 	long long max_sandboxes, max_json, max_file, max_output;
 	long long max_conns_per_ip, conn_timeout_s, answer_timeout_s;
+	/* usage pricing (GET /v1/usage): per running hour of a reference
+	 * size, and per GiB-month of paused storage */
+	double price_per_hour, price_storage_gib_month;
+	long long price_vcpus, price_memory_gib;
+	/* snapshots: retention of paused sandboxes, template snapshots and
+	 * the warm pools made from them */
+	long long paused_retention_s, pool_python, pool_other, pool_max_mb;
+	int template_snapshots;
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

@@ -68,6 +68,10 @@ int main(int argc, char **argv)
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
 		.qemu = o.qemu[0] ? o.qemu : NULL, .accel = accel,
 		.max_sandboxes = (int)o.max_sandboxes, .max_output = (size_t)o.max_output,
+		.paused_retention_s = o.paused_retention_s,
+		.template_snapshots = o.template_snapshots,
+		.pool_python = (unsigned)o.pool_python, .pool_other = (unsigned)o.pool_other,
+		.pool_max_mb = (unsigned long long)o.pool_max_mb,
 	};
 	struct sbx_mgr *mgr;
 	if (sbx_mgr_new(&sc, store, &mgr) < 0) {
@@ -84,6 +88,10 @@ int main(int argc, char **argv)
 		.conn_timeout_s = (unsigned)o.conn_timeout_s,
 		.max_conns_per_ip = (unsigned)o.max_conns_per_ip,
 		.answer_ms = (int)(o.answer_timeout_s > 3600 ? 3600000 : o.answer_timeout_s * 1000),
+		.price_usd_per_hour = o.price_per_hour,
+		.price_vcpus = (unsigned)o.price_vcpus,
+		.price_memory_gib = (unsigned)o.price_memory_gib,
+		.price_storage_usd_per_gib_month = o.price_storage_gib_month,
 	};
 	int no_sock = !strcmp(o.socket, "none"), no_tcp = !strcmp(o.listen, "none");
 	if (!no_sock) {

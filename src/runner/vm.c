@@ -18,6 +18,7 @@
 #include "runner/qmp.h"
 #include "runner/snap.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -317,7 +318,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	vm->backoff_ms = BACKOFF_MIN_MS;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", cfg->run_dir);
 	char **argv = NULL;
-	char path[300], scratch[300], mem[600];
+	char path[600], scratch[300], mem[600];
 	struct snap_manifest m;
 	int r;
 
@@ -401,6 +402,15 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		    (r = migrate_load(vm->qmp, path, m.ram_in_file, 60000, err, errlen)) < 0)
 			goto fail;
 		vm->t.restore_ms = clock_ms_f() - t0;
+		/* Resumed in place: the saved state is history now, and a
+		 * manifest left beside a running VM would be taken for a
+		 * pause after a crash. */
+		if (!strcmp(cfg->restore, vm->run_dir)) {
+			snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
+			unlink(path);
+			snprintf(path, sizeof(path), "%s/%s", vm->run_dir, m.files[SNAP_STATE].name);
+			unlink(path);
+		}
 	}
 	console_open(&vm->con, vm->run_dir, cfg->console_cap, cfg->restore != NULL, 2000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
@@ -547,6 +557,16 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 	int r = qmp_connect(path, 5000, &vm->qmp, err, errlen);
 	if (r < 0)
 		goto fail;
+	/* A daemon that died between stopping the VM for a snapshot and
+	 * letting it go on left it stopped: it goes on now. */
+	json_t *st = NULL;
+	if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, errlen) == 0 &&
+	    !json_is_true(json_object_get(st, "running")) &&
+	    qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, errlen) < 0)
+		log_warn("cannot resume stopped vm in %s: %s", run_dir, err);
+	json_decref(st);
+	snprintf(path, sizeof(path), "%s/state.tmp", vm->run_dir);
+	unlink(path);
 	console_open(&vm->con, vm->run_dir, 0, 1, 1000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
 	r = agentc_connect(path, 10000, &vm->agent, err, errlen);
@@ -720,18 +740,22 @@ void vm_free(struct vm *vm, int keep)
 	agentc_close(vm->agent);
 	qmp_close(vm->qmp);
 	console_close(&vm->con);
-	if (!keep && vm->run_dir[0]) {
-		const char *files[] = { QEMU_QMP_SOCK, QEMU_AGENT_SOCK, QEMU_CONSOLE_SOCK,
-					"scratch.qcow2", "qemu.log", "console.log", "mem",
-					"state", "state.tmp", SNAP_MANIFEST };
-		char path[300];
-		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-			snprintf(path, sizeof(path), "%s/%s", vm->run_dir, files[i]);
-			unlink(path);
-		}
-		rmdir(vm->run_dir);
-	}
+	if (!keep && vm->run_dir[0])
+		vm_remove_files(vm->run_dir);
 	free(vm);
+}
+
+void vm_remove_files(const char *run_dir)
+{
+	static const char *const files[] = { QEMU_QMP_SOCK, QEMU_AGENT_SOCK, QEMU_CONSOLE_SOCK,
+					     "scratch.qcow2", "qemu.log", "console.log", "mem",
+					     "state", "state.tmp", SNAP_MANIFEST, SNAP_MANIFEST ".tmp" };
+	char path[300];
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", run_dir, files[i]);
+		unlink(path);
+	}
+	rmdir(run_dir);
 }
 
 int vm_reconnect(struct vm *vm, char *err, size_t errlen)

@@ -119,6 +119,10 @@ int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t er
  * directory's sockets and the writable layer unless keep is set. */
 void vm_free(struct vm *vm, int keep);
 
+/* Removes what a VM keeps in run_dir (sockets, logs, layer, RAM, saved
+ * state) and the directory: for a paused VM that is deleted. */
+void vm_remove_files(const char *run_dir);
+
 /* Closes the runner's side and frees vm but leaves QEMU running with its
  * run directory, for a later vm_attach. */
 void vm_detach(struct vm *vm);

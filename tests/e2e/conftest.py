@@ -64,7 +64,11 @@ class Daemon:
     """A cpuosd process: `url`, `socket`, `state_dir`, `key_a` (alice), `key_b` (bob)."""
 
     def __init__(self, extra_args=()):
+        # No warm pool unless a test asks: every daemon of the suite would
+        # otherwise keep two python VMs running beside the tests.
         self.extra_args = list(extra_args)
+        if not any(str(a).startswith("--pool-python") for a in self.extra_args):
+            self.extra_args += ["--pool-python", "0"]
         self.dir = tempfile.mkdtemp(prefix="cpuosd-", dir="/tmp")
         self.state_dir = os.path.join(self.dir, "state")
         self.socket = os.path.join(self.dir, "cpuosd.sock")
@@ -146,9 +150,13 @@ class Daemon:
         return r.json()["key"]
 
     def kill_all_sandboxes(self):
+        for state in ("running", "paused"):
+            self._kill_all(state)
+
+    def _kill_all(self, state):
         cursor = None
         while True:
-            path = "/v1/sandboxes?state=running&limit=100" + (f"&cursor={cursor}" if cursor else "")
+            path = f"/v1/sandboxes?state={state}&limit=100" + (f"&cursor={cursor}" if cursor else "")
             r = self.http("GET", path, unix=True)
             if r.status != 200:
                 return

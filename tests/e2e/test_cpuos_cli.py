@@ -1,9 +1,14 @@
-"""The cpuos CLI against a real cpuosd: what a user types, over the socket and over TCP with a key."""
+"""The cpuos CLI against a real cpuosd: what a user types, over the socket and over TCP with a key;
+and the pause, resume, fork, checkpoint and usage commands against a fake of the daemon's HTTP
+side (what they send, what they print), which needs no VM."""
 import hashlib
+import json
 import os
 import subprocess
 
 import pytest
+
+from test_sdk_unit import FakeDaemon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPUOS = os.environ.get("CPUOS_CLI_BIN") or os.path.join(ROOT, "build", "bin", "cpuos")
@@ -91,3 +96,170 @@ def test_errors_are_one_line(daemon):
     assert r.returncode == 1 and "422" in r.stderr.decode()
     r = cpuos(daemon, "frobnicate")
     assert r.returncode == 2
+
+
+# The snapshot commands against the fake: the request each sends and what it prints.
+
+SESSION = "ses_00112233445566ff"
+CKP = {"id": "ckp_0123456789abcdef", "name": "step-3", "sandbox_id": "sbx_1", "template": "python",
+       "vcpus": 1, "memory_mb": 512, "disk_mb": 2048, "size_bytes": 123456789,
+       "created_at": "2026-11-29T09:41:58Z"}
+
+
+def _obj(sid="sbx_1", state="running", **extra):
+    return dict({"id": sid, "template": "base", "state": state, "session_id": SESSION,
+                 "on_timeout": "pause", "paused_at": None, "parent": None}, **extra)
+
+
+def _error(h, status, code, message):
+    h.send_json(status, {"error": {"code": code, "message": message}})
+
+
+@pytest.fixture
+def fake():
+    f = FakeDaemon()
+    yield f
+    f.close()
+
+
+def cli(fake, *args, timeout=60):
+    if not os.path.exists(CPUOS):
+        pytest.fail(f"{CPUOS} does not exist: build it first (make all)")
+    env = dict(os.environ, CPUOS_API_URL=fake.url, CPUOS_API_KEY="cpuos_test")
+    r = subprocess.run([CPUOS, *args], capture_output=True, timeout=timeout, env=env)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def test_pause_and_resume_print_the_ids(fake):
+    fake.routes[("POST", "/v1/sandboxes/sbx_1/pause")] = lambda h, q, b: h.send_json(
+        200, _obj(state="paused"))
+    fake.routes[("POST", f"/v1/sandboxes/{SESSION}/resume")] = lambda h, q, b: h.send_json(
+        200, _obj())
+    assert cli(fake, "pause", "sbx_1") == (0, SESSION + "\n", "")
+    assert cli(fake, "resume", SESSION) == (0, "sbx_1\n", "")
+    rc, out, _ = cli(fake, "pause", "--json", "sbx_1")
+    assert rc == 0 and json.loads(out)["state"] == "paused"
+    assert [(m, p) for m, p, _ in fake.requests] == [
+        ("POST", "/v1/sandboxes/sbx_1/pause"), ("POST", f"/v1/sandboxes/{SESSION}/resume"),
+        ("POST", "/v1/sandboxes/sbx_1/pause")]
+    assert all(b == b"" for _, _, b in fake.requests)  # no body
+
+
+def test_pause_errors_are_one_line(fake):
+    fake.routes[("POST", "/v1/sandboxes/sbx_1/pause")] = lambda h, q, b: _error(
+        h, 409, "conflict", "sandbox sbx_1 is stopped")
+    fake.routes[("POST", "/v1/sandboxes/sbx_2/pause")] = lambda h, q, b: h.send_json(
+        200, _obj("sbx_2", state="paused", session_id=None))
+    rc, out, err = cli(fake, "pause", "sbx_1")
+    assert (rc, out) == (1, "") and err.startswith("cpuos: ") and err.count("\n") == 1
+    assert "409" in err and "stopped" in err
+    rc, out, err = cli(fake, "pause", "sbx_2")
+    assert (rc, out) == (1, "") and "no session_id" in err
+    assert cli(fake, "pause")[0] == 2
+    assert cli(fake, "resume", "a", "b")[0] == 2
+    assert cli(fake, "pause", "--help")[0:2] == (0, cli(fake, "help", "pause")[1])
+
+
+def test_fork_prints_the_new_ids(fake):
+    def answer(h, q, b):
+        h.send_json(201, {"sandboxes": [_obj(f"sbx_{i + 2}", parent="sbx_1")
+                                        for i in range(b["count"])]})
+
+    fake.routes[("POST", "/v1/sandboxes/sbx_1/fork")] = answer
+    assert cli(fake, "fork", "sbx_1", "-n", "2") == (0, "sbx_2\nsbx_3\n", "")
+    assert cli(fake, "fork", "sbx_1") == (0, "sbx_2\n", "")
+    assert cli(fake, "fork", "--count", "3", "sbx_1")[1].split() == ["sbx_2", "sbx_3", "sbx_4"]
+    assert fake.bodies("POST", "/v1/sandboxes/sbx_1/fork") == [{"count": 2}, {"count": 1},
+                                                               {"count": 3}]
+    rc, _, err = cli(fake, "fork", "-n", "two", "sbx_1")
+    assert rc == 2 and "invalid count" in err
+    assert cli(fake, "fork")[0] == 2 and len(fake.requests) == 3
+
+
+def test_checkpoint_commands(fake):
+    store = {}
+
+    def create(h, q, b):
+        if b["name"] in store:
+            return _error(h, 409, "conflict", f"checkpoint '{b['name']}' exists")
+        store[b["name"]] = dict(CKP, name=b["name"])
+        h.send_json(201, store[b["name"]])
+
+    def delete(h, q, b):
+        name = h.path.rsplit("/", 1)[1]
+        if store.pop(name, None) is None:
+            return _error(h, 404, "not_found", f"no checkpoint '{name}'")
+        h.send_empty(204)
+
+    fake.routes[("POST", "/v1/sandboxes/sbx_1/checkpoints")] = create
+    fake.routes[("GET", "/v1/checkpoints")] = lambda h, q, b: h.send_json(
+        200, {"checkpoints": list(store.values())})
+    for name in ("step-3", "nosuch"):
+        fake.routes[("DELETE", f"/v1/checkpoints/{name}")] = delete
+
+    assert cli(fake, "checkpoint", "sbx_1", "step-3") == (0, CKP["id"] + "\n", "")
+    rc, _, err = cli(fake, "checkpoint", "sbx_1", "step-3")
+    assert rc == 1 and "409" in err and "exists" in err and err.count("\n") == 1
+    assert fake.bodies("POST", "/v1/sandboxes/sbx_1/checkpoints") == [{"name": "step-3"}] * 2
+    assert cli(fake, "checkpoint", "sbx_1")[0] == 2
+
+    rc, out, _ = cli(fake, "checkpoints")
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == 2, out
+    assert lines[0].split() == ["ID", "NAME", "SANDBOX", "TEMPLATE", "SIZE", "CREATED"]
+    assert lines[1].split() == [CKP["id"], "step-3", "sbx_1", "python", "123", "MB",
+                                "2026-11-29T09:41:58Z"]
+    rc, out, _ = cli(fake, "checkpoints", "--json")
+    assert rc == 0 and json.loads(out)["checkpoints"][0]["id"] == CKP["id"]
+
+    # Goes on past a failure: the bad name does not spare the good one.
+    rc, out, err = cli(fake, "checkpoint-rm", "nosuch", "step-3")
+    assert (rc, out) == (1, "") and err.count("\n") == 1 and "404" in err
+    assert store == {} and [p for m, p, _ in fake.requests if m == "DELETE"] == [
+        "/v1/checkpoints/nosuch", "/v1/checkpoints/step-3"]
+    assert cli(fake, "checkpoints")[1].splitlines() == [
+        "ID  NAME  SANDBOX  TEMPLATE  SIZE  CREATED"]
+    assert cli(fake, "checkpoint-rm")[0] == 2
+
+
+def test_create_from_a_checkpoint(fake):
+    fake.routes[("POST", "/v1/sandboxes")] = lambda h, q, b: h.send_json(201, _obj("sbx_9"))
+    assert cli(fake, "create", "--checkpoint", "step-3", "--on-timeout", "kill") == (
+        0, "sbx_9\n", "")
+    assert cli(fake, "create", "--checkpoint", CKP["id"], "-T", "python")[0] == 0
+    assert cli(fake, "create", "--on-timeout", "pause")[0] == 0
+    assert fake.bodies("POST", "/v1/sandboxes") == [
+        {"checkpoint": "step-3", "on_timeout": "kill"},  # the template is the checkpoint's
+        {"checkpoint": CKP["id"], "template": "python"},
+        {"template": "base", "on_timeout": "pause"}]
+
+
+def test_usage_command(fake):
+    queries = []
+
+    def answer(h, q, b):
+        queries.append(q)
+        h.send_json(200, {"account": "alice", "from": q.get("from", "2026-10-30T09:00:00Z"),
+                          "to": q.get("to", "2026-11-29T09:00:00Z"), "sandboxes": 3,
+                          "running_seconds": 12.5, "vcpu_seconds": 12.5, "gib_seconds": 6.25,
+                          "paused_gib_seconds": 1.0, "cost_usd": 0.0004,
+                          "price": {"usd_per_hour": 0.11, "vcpus": 2, "memory_gib": 4}})
+
+    fake.routes[("GET", "/v1/usage")] = answer
+    rc, out, err = cli(fake, "usage", "--from", "2026-11-01T00:00:00Z", "--to",
+                       "2026-11-29T00:00:00+01:00", "--key-id", "key_01")
+    assert (rc, err) == (0, "")
+    assert queries == [{"from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00+01:00",
+                        "key": "key_01"}]  # "+" arrives as "+", not as a space
+    fields = dict(line.split("  ", 1) for line in out.splitlines())
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    assert fields["account"] == "alice" and fields["sandboxes"] == "3"
+    assert fields["from"] == "2026-11-01T00:00:00Z" and fields["running seconds"] == "12.5"
+    assert fields["paused GiB seconds"] == "1"
+    assert fields["cost"] == "$0.0004 (at $0.11 per hour for 2 vCPUs and 4 GiB)"
+    rc, out, _ = cli(fake, "usage", "--json")
+    assert rc == 0 and json.loads(out)["cost_usd"] == 0.0004 and queries[-1] == {}
+    fake.routes[("GET", "/v1/usage")] = lambda h, q, b: _error(h, 400, "bad_request", "bad from")
+    rc, _, err = cli(fake, "usage", "--from", "yesterday")
+    assert rc == 1 and "bad from" in err and err.count("\n") == 1
+    assert cli(fake, "usage", "extra")[0] == 2

@@ -1,7 +1,10 @@
 """Seed 003 ("Build a code interpreter with open models"): its program as written, through the
-real `openai` package, against a real cpuosd and a scripted OpenAI-compatible server."""
+real `openai` package, against a real cpuosd and a scripted OpenAI-compatible server; then the
+next turn of the conversation, resumed from the session id that the program's last line kept."""
 
+import hashlib
 import json
+import re
 import runpy
 
 import openai  # noqa: F401  (the program below imports it; fail here if it is missing)
@@ -81,19 +84,17 @@ print(ask("Load /work/sales.csv, plot revenue per month to /work/chart.png "
 
 with open("chart.png", "wb") as f:
     f.write(sbx.files.read("/work/chart.png"))
-
-# The page ends with `session = sbx.pause()` (resume with `Sandbox.resume(session)`): pause and
-# resume arrive with the snapshots issue, so that line is left out; the test kills the sandbox.
+session = sbx.pause()  # resume with Sandbox.resume(session) on the next question
 '''
 
 
 @pytest.fixture
 def alice_cleanup(daemon):
-    """Kills the sandboxes of alice's that the test created."""
+    """Kills the sandboxes of alice's that the test created, running or paused."""
     before = {s.id for s in cpuos.Sandbox.list()}
     yield
-    for s in cpuos.Sandbox.list(state="running"):
-        if s.id not in before:
+    for s in cpuos.Sandbox.list():
+        if s.id not in before and s.state in ("running", "paused"):
             s.kill()
 
 
@@ -123,10 +124,22 @@ def test_seed003_program(daemon, alice_cleanup, tmp_path, monkeypatch, capsys):
     assert headers.get("authorization") == "Bearer gpuos-test-key"
     assert first["model"] == "qwen3-32b" and first["tools"][0]["function"]["name"] == "run_python"
 
-    sbx = ns["sbx"]
-    assert sbx.info().state == "running"
-    assert sbx.files.read("/work/sales.csv") == data
-    assert sbx.files.read("/work/main.py").decode() == fake.code
+    # The program's last line paused the sandbox and kept the session id.
+    sbx, session = ns["sbx"], ns["session"]
+    assert re.fullmatch(r"ses_[0-9a-f]{16}", session), session
+    assert sbx.state == "paused" and sbx.info().state == "paused"
+
+    # The next question, maybe minutes later: resumed as a program that kept only the session id.
+    resumed = cpuos.Sandbox.resume(session)
+    assert (resumed.id, resumed.state) == (sbx.id, "running")
+    chart = (tmp_path / "chart.png").read_bytes()
+    run = resumed.exec("cd /work && python -c \"import hashlib; "
+                       "print(hashlib.sha256(open('chart.png', 'rb').read()).hexdigest())\"",
+                       timeout="2m")
+    assert run.exit_code == 0, run.stderr
+    assert run.stdout.strip() == hashlib.sha256(chart).hexdigest()  # what the first turn saved
+    assert resumed.files.read("/work/sales.csv") == data
+    assert resumed.files.read("/work/main.py").decode() == fake.code
 
 
 def test_code_interpreter(daemon, tmp_path):

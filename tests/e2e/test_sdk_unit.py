@@ -1,13 +1,16 @@
-"""SDK pieces that need no daemon: durations, URLs, errors, result parsing, request bodies, and the
-transport, paging and exec streams against a local fake of the daemon's HTTP side."""
+"""SDK pieces that need no daemon: durations, URLs, errors, result parsing, request bodies, the
+transport, paging, exec streams, pause/resume/fork, checkpoints and usage against a local fake of
+the daemon's HTTP side; and mypy --strict over the SDK."""
 
 import base64
+import datetime
 import http.server
 import io
 import json
 import os
 import socket
 import socketserver
+import textwrap
 import threading
 import time
 import urllib.parse
@@ -202,6 +205,11 @@ class _FakeHandler(http.server.BaseHTTPRequestHandler):
             line = json.dumps(event).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
         self.wfile.write(b"0\r\n\r\n")
+
+    def send_empty(self, status=204):
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def send_bytes(self, data):
         self.send_response(200)
@@ -520,3 +528,347 @@ def test_package_ships_py_typed():
     assert os.path.isfile(os.path.join(pkg, "py.typed"))
     with open(os.path.join(pkg, "..", "pyproject.toml")) as f:
         assert 'cpuos = ["py.typed"]' in f.read()
+
+
+# Pause, resume, fork, checkpoints and usage: the requests the SDK sends and how it reads the
+# answers, against the fake.
+
+SBX = "/v1/sandboxes/sbx_1"
+SESSION = "ses_00112233445566ff"
+CKP = {"id": "ckp_0123456789abcdef", "name": "step-3", "sandbox_id": "sbx_1", "template": "python",
+       "vcpus": 1, "memory_mb": 512, "disk_mb": 2048, "size_bytes": 123,
+       "created_at": "2026-11-29T09:41:58Z", "future_field": [1]}
+
+
+def _sbx_obj(sid="sbx_1", state="running", **extra):
+    obj = {"id": sid, "template": "python", "state": state, "vcpus": 1, "memory_mb": 512,
+           "disk_mb": 2048, "created_at": "2026-11-29T09:41:58Z",
+           "expires_at": "2026-11-29T10:11:58Z", "metadata": {}, "end_reason": None,
+           "session_id": SESSION, "on_timeout": "pause", "paused_at": None, "parent": None}
+    obj.update(extra)
+    return obj
+
+
+def _error(h, status, code, message):
+    h.send_json(status, {"error": {"code": code, "message": message}})
+
+
+def test_pause_returns_the_session_and_updates_the_handle(fake):
+    fake.routes[("POST", SBX + "/pause")] = lambda h, q, b: h.send_json(
+        200, _sbx_obj(state="paused", paused_at="2026-11-29T09:50:00Z"))
+    sbx = _sandbox(fake)
+    assert sbx.pause() == SESSION
+    assert (sbx.state, sbx.session_id, sbx.paused_at, sbx.on_timeout) == (
+        "paused", SESSION, "2026-11-29T09:50:00Z", "pause")
+    assert sbx.pause() == SESSION  # pausing a paused sandbox is the same answer
+    assert fake.requests == [("POST", SBX + "/pause", b"")] * 2  # no body
+
+
+def test_pause_errors(fake):
+    answers = iter([lambda h: _error(h, 409, "conflict", "sandbox sbx_1 is stopped"),
+                    lambda h: _error(h, 404, "not_found", "no sandbox sbx_1"),
+                    lambda h: h.send_json(200, _sbx_obj(state="paused", session_id=None))])
+    fake.routes[("POST", SBX + "/pause")] = lambda h, q, b: next(answers)(h)
+    sbx = _sandbox(fake)
+    with pytest.raises(cpuos.ConflictError) as e:
+        sbx.pause()
+    assert (e.value.status, e.value.code) == (409, "conflict")
+    with pytest.raises(cpuos.NotFoundError):
+        sbx.pause()
+    with pytest.raises(cpuos.CpuosError, match="no session id"):
+        sbx.pause()
+
+
+def test_resume_on_an_instance(fake):
+    fake.routes[("POST", SBX + "/resume")] = lambda h, q, b: h.send_json(200, _sbx_obj())
+    sbx = cpuos.Sandbox(api_key="cpuos_test", api_url=fake.url,
+                        _data=_sbx_obj(state="paused", paused_at="2026-11-29T09:50:00Z"))
+    assert sbx.resume() is sbx
+    assert (sbx.state, sbx.paused_at, sbx.session_id) == ("running", None, SESSION)
+    assert fake.requests == [("POST", SBX + "/resume", b"")]
+
+
+def test_resume_by_session_on_the_class(fake):
+    fake.routes[("POST", f"/v1/sandboxes/{SESSION}/resume")] = lambda h, q, b: h.send_json(
+        200, _sbx_obj())
+    fake.routes[("POST", SBX + "/resume")] = lambda h, q, b: h.send_json(200, _sbx_obj())
+    sbx = cpuos.Sandbox.resume(SESSION, api_key="cpuos_test", api_url=fake.url)
+    assert isinstance(sbx, cpuos.Sandbox)
+    assert (sbx.id, sbx.state, sbx.session_id) == ("sbx_1", "running", SESSION)
+    assert sbx.client is _sandbox(fake).client  # the shared Client of this daemon and key
+    assert cpuos.Sandbox.resume("sbx_1", api_key="cpuos_test", api_url=fake.url).id == "sbx_1"
+    assert [p for _, p, _ in fake.requests] == [f"/v1/sandboxes/{SESSION}/resume", SBX + "/resume"]
+
+    class Mine(cpuos.Sandbox):
+        pass
+
+    assert type(Mine.resume(SESSION, api_key="cpuos_test", api_url=fake.url)) is Mine
+
+
+def test_resume_by_session_uses_the_environment(fake, monkeypatch):
+    seen = []
+
+    def answer(h, q, b):
+        seen.append(h.headers.get("Authorization"))
+        h.send_json(200, _sbx_obj())
+
+    fake.routes[("POST", f"/v1/sandboxes/{SESSION}/resume")] = answer
+    monkeypatch.setenv("CPUOS_API_URL", fake.url)
+    monkeypatch.setenv("CPUOS_API_KEY", "cpuos_env")
+    assert cpuos.Sandbox.resume(SESSION).id == "sbx_1"
+    assert seen == ["Bearer cpuos_env"]
+
+
+def test_resume_errors_and_odd_ids(fake):
+    fake.routes[("POST", "/v1/sandboxes/ses_gone/resume")] = lambda h, q, b: _error(
+        h, 404, "not_found", "no session ses_gone")
+    fake.routes[("POST", SBX + "/resume")] = lambda h, q, b: _error(
+        h, 409, "conflict", "sandbox sbx_1 is stopped")
+    with pytest.raises(cpuos.NotFoundError) as e:
+        cpuos.Sandbox.resume("ses_gone", api_key="cpuos_test", api_url=fake.url)
+    assert e.value.message == "no session ses_gone"
+    with pytest.raises(cpuos.ConflictError):
+        _sandbox(fake).resume()
+    # A session id is user data: it stays one path segment, whatever it holds.
+    with pytest.raises(cpuos.NotFoundError):
+        cpuos.Sandbox.resume("../keys?x=1", api_key="cpuos_test", api_url=fake.url)
+    assert fake.requests[-1][1] == "/v1/sandboxes/..%2Fkeys%3Fx%3D1/resume"
+    with pytest.raises(ValueError):
+        cpuos.Sandbox.resume("", api_key="cpuos_test", api_url=fake.url)
+
+
+def test_fork(fake):
+    def answer(h, q, b):
+        n = b.get("count", 1)
+        h.send_json(201, {"sandboxes": [_sbx_obj(f"sbx_{i + 2}", parent="sbx_1",
+                                                 session_id=f"ses_{i + 2:016x}")
+                                        for i in range(n)]})
+
+    fake.routes[("POST", SBX + "/fork")] = answer
+    sbx = _sandbox(fake)
+    forks = sbx.fork(2)
+    assert [(f.id, f.parent, f.state) for f in forks] == [("sbx_2", "sbx_1", "running"),
+                                                          ("sbx_3", "sbx_1", "running")]
+    assert all(isinstance(f, cpuos.Sandbox) and f.client is sbx.client for f in forks)
+    assert forks[1].session_id == "ses_0000000000000003"
+    assert [f.id for f in sbx.fork()] == ["sbx_2"]
+    assert fake.bodies("POST", SBX + "/fork") == [{"count": 2}, {"count": 1}]
+
+
+def test_fork_errors(fake):
+    answers = iter([lambda h: _error(h, 422, "invalid_argument", "count must be 1..16"),
+                    lambda h: _error(h, 429, "quota_exceeded", "too many sandboxes"),
+                    lambda h: _error(h, 409, "conflict", "sandbox sbx_1 is stopped")])
+    fake.routes[("POST", SBX + "/fork")] = lambda h, q, b: next(answers)(h)
+    sbx = _sandbox(fake)
+    with pytest.raises(cpuos.BadRequestError):
+        sbx.fork(17)
+    with pytest.raises(cpuos.QuotaError):
+        sbx.fork(16)
+    with pytest.raises(cpuos.ConflictError):
+        sbx.fork()
+    assert fake.bodies("POST", SBX + "/fork") == [{"count": 17}, {"count": 16}, {"count": 1}]
+
+
+def test_checkpoint_of_a_sandbox(fake):
+    names = set()
+
+    def answer(h, q, b):
+        if b["name"] in names:
+            return _error(h, 409, "conflict", f"checkpoint '{b['name']}' exists")
+        names.add(b["name"])
+        h.send_json(201, CKP)
+
+    fake.routes[("POST", SBX + "/checkpoints")] = answer
+    sbx = _sandbox(fake)
+    ckp = sbx.checkpoint("step-3")
+    assert isinstance(ckp, cpuos.Checkpoint)
+    assert (ckp.id, ckp.name, ckp.sandbox_id, ckp.template, ckp.size_bytes, ckp.created_at) == (
+        CKP["id"], "step-3", "sbx_1", "python", 123, "2026-11-29T09:41:58Z")
+    assert (ckp.vcpus, ckp.memory_mb, ckp.disk_mb, ckp.data["future_field"]) == (1, 512, 2048, [1])
+    with pytest.raises(cpuos.ConflictError, match="exists"):
+        sbx.checkpoint("step-3")
+    assert fake.bodies("POST", SBX + "/checkpoints") == [{"name": "step-3"}] * 2
+
+
+def test_checkpoints_list_get_delete(fake):
+    older = dict(CKP, id="ckp_00000000000000aa", name="step-1", created_at="2026-11-29T09:00:00Z")
+    store = {CKP["id"]: CKP, older["id"]: older}
+
+    def find(h):
+        key = urllib.parse.unquote(urllib.parse.urlsplit(h.path).path.rsplit("/", 1)[1])
+        return next((c for c in store.values() if key in (c["id"], c["name"])), None)
+
+    def get(h, q, b):
+        c = find(h)
+        if c is None:
+            return _error(h, 404, "not_found", "no such checkpoint")
+        h.send_json(200, c)
+
+    def delete(h, q, b):
+        c = find(h)
+        if c is None:
+            return _error(h, 404, "not_found", "no such checkpoint")
+        del store[c["id"]]
+        h.send_empty(204)
+
+    fake.routes[("GET", "/v1/checkpoints")] = lambda h, q, b: h.send_json(
+        200, {"checkpoints": sorted(store.values(), key=lambda c: c["created_at"], reverse=True)})
+    for path in (f"/v1/checkpoints/{CKP['id']}", "/v1/checkpoints/step-3",
+                 f"/v1/checkpoints/{older['id']}", "/v1/checkpoints/step-1"):
+        fake.routes[("GET", path)] = get
+        fake.routes[("DELETE", path)] = delete
+    kw = {"api_key": "cpuos_test", "api_url": fake.url}
+
+    listed = cpuos.Checkpoint.list(**kw)
+    assert [c.name for c in listed] == ["step-3", "step-1"]
+    assert cpuos.Checkpoint.get("step-3", **kw) == cpuos.Checkpoint.from_json(CKP)
+    assert cpuos.Checkpoint.get(older["id"], **kw).name == "step-1"
+    listed[1].delete()
+    assert ("DELETE", f"/v1/checkpoints/{older['id']}", b"") in fake.requests
+    assert [c.id for c in cpuos.Checkpoint.list(**kw)] == [CKP["id"]]
+    with pytest.raises(cpuos.NotFoundError):
+        listed[1].delete()  # already gone
+    with pytest.raises(cpuos.NotFoundError):
+        cpuos.Checkpoint.get("nosuch", **kw)
+    with pytest.raises(ValueError):
+        cpuos.Checkpoint.get("", **kw)
+    fake.routes[("GET", "/v1/checkpoints")] = lambda h, q, b: h.send_json(200, {"checkpoints": []})
+    assert cpuos.Checkpoint.list(**kw) == []
+
+
+def test_checkpoint_answers_are_checked():
+    with pytest.raises(cpuos.CpuosError, match="without an id"):
+        cpuos.Checkpoint.from_json({"name": "x"})
+    with pytest.raises(cpuos.CpuosError):
+        cpuos.Checkpoint.from_json([])
+
+
+def test_create_from_a_checkpoint_and_on_timeout(fake):
+    fake.routes[("POST", "/v1/sandboxes")] = lambda h, q, b: h.send_json(
+        201, _sbx_obj("sbx_9", parent=b.get("checkpoint"), on_timeout=b.get("on_timeout", "pause")))
+    kw = {"api_key": "cpuos_test", "api_url": fake.url}
+    ckp = cpuos.Checkpoint.from_json(CKP)
+    sbx = cpuos.Sandbox.create(checkpoint=ckp, on_timeout="kill", **kw)
+    assert (sbx.id, sbx.parent, sbx.on_timeout) == ("sbx_9", CKP["id"], "kill")
+    cpuos.Sandbox.create(checkpoint="step-3", template="python", timeout="1h", **kw)
+    cpuos.Sandbox.create(**kw)
+    cpuos.Sandbox.create("base", on_timeout="pause", **kw)
+    assert fake.bodies("POST", "/v1/sandboxes") == [
+        {"checkpoint": CKP["id"], "on_timeout": "kill"},  # the template is the checkpoint's
+        {"checkpoint": "step-3", "template": "python", "timeout": "1h"},
+        {"template": "python"},
+        {"template": "base", "on_timeout": "pause"},
+    ]
+
+
+def test_kill_of_a_paused_sandbox_marks_it_stopped(fake):
+    fake.routes[("DELETE", SBX)] = lambda h, q, b: h.send_empty(204)
+    sbx = cpuos.Sandbox(api_key="cpuos_test", api_url=fake.url, _data=_sbx_obj(state="paused"))
+    sbx.kill()
+    assert sbx.state == "stopped"
+
+
+USAGE = {"account": "alice", "from": "2026-10-30T09:00:00Z", "to": "2026-11-29T09:00:00Z",
+         "sandboxes": 3, "running_seconds": 12.5, "vcpu_seconds": 12.5, "gib_seconds": 6.25,
+         "paused_gib_seconds": 1.0, "cost_usd": 0.0004,
+         "price": {"usd_per_hour": 0.11, "vcpus": 2, "memory_gib": 4}}
+
+
+def test_usage(fake):
+    queries = []
+
+    def answer(h, q, b):
+        queries.append(q)
+        h.send_json(200, USAGE)
+
+    fake.routes[("GET", "/v1/usage")] = answer
+    kw = {"api_key": "cpuos_test", "api_url": fake.url}
+    u = cpuos.usage(**kw)
+    assert isinstance(u, cpuos.Usage) and isinstance(u.price, cpuos.Price)
+    assert (u.account, u.from_, u.to, u.sandboxes) == ("alice", USAGE["from"], USAGE["to"], 3)
+    assert (u.running_seconds, u.vcpu_seconds, u.gib_seconds, u.paused_gib_seconds,
+            u.cost_usd) == (12.5, 12.5, 6.25, 1.0, 0.0004)
+    assert (u.price.usd_per_hour, u.price.vcpus, u.price.memory_gib) == (0.11, 2, 4)
+    tz = datetime.timezone(datetime.timedelta(hours=2))
+    cpuos.usage(from_=datetime.datetime(2026, 11, 1, 2, 0, 0, tzinfo=tz),
+                to="2026-11-29T00:00:00Z", key="key_0123", **kw)
+    assert queries == [{}, {"from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00Z",
+                            "key": "key_0123"}]
+
+
+def test_usage_errors(fake):
+    answers = iter([lambda h: _error(h, 400, "bad_request", "bad from"),
+                    lambda h: h.send_json(200, dict(USAGE, cost_usd="free")),
+                    lambda h: h.send_json(200, {"account": "bob"})])
+    fake.routes[("GET", "/v1/usage")] = lambda h, q, b: next(answers)(h)
+    kw = {"api_key": "cpuos_test", "api_url": fake.url}
+    with pytest.raises(cpuos.BadRequestError, match="bad from"):
+        cpuos.usage(from_="yesterday", **kw)
+    with pytest.raises(cpuos.CpuosError, match="cost_usd"):
+        cpuos.usage(**kw)
+    u = cpuos.usage(**kw)  # missing numbers read as 0
+    assert (u.account, u.sandboxes, u.cost_usd, u.price.usd_per_hour) == ("bob", 0, 0.0, 0.0)
+    with pytest.raises(TypeError):
+        cpuos.usage(from_=12, **kw)
+
+
+# mypy --strict over the SDK, and over a program that uses `resume` both ways: one name that is a
+# classmethod on the class and a method on a handle must type-check as each.
+
+RESUME_PROGRAM = '''
+from typing import List
+
+from cpuos import Checkpoint, Sandbox, Usage, usage
+
+
+class Mine(Sandbox):
+    pass
+
+
+def turn(sbx: Sandbox, mine: Mine) -> None:
+    session: str = sbx.pause()
+    again: Sandbox = Sandbox.resume(session)
+    same: Sandbox = sbx.resume()
+    other: Mine = Mine.resume(session, api_key="k", api_url="http://127.0.0.1:1")
+    forks: List[Mine] = mine.fork(2)
+    ckp: Checkpoint = sbx.checkpoint("step-3")
+    new: Sandbox = Sandbox.create(checkpoint=ckp, on_timeout="kill")
+    used: Usage = usage(from_="2026-11-01T00:00:00Z")
+    names: List[str] = [c.name or "" for c in Checkpoint.list()]
+    Checkpoint.get("step-3").delete()
+'''
+
+RESUME_MISUSE = '''
+from cpuos import Sandbox
+
+
+def turn(sbx: Sandbox) -> None:
+    sbx.resume("ses_0")
+    Sandbox.resume()
+'''
+
+
+def _mypy(*args):
+    try:
+        from mypy import api
+    except ImportError:
+        pytest.fail("mypy is not installed (pip install mypy): the SDK must pass mypy --strict")
+    return api.run(["--strict", "--cache-dir", os.devnull, "--no-error-summary", *args])
+
+
+def test_sdk_passes_mypy_strict():
+    out, err, status = _mypy(os.path.dirname(cpuos.__file__))
+    assert status == 0, out + err
+
+
+def test_resume_types_both_ways(tmp_path, monkeypatch):
+    monkeypatch.setenv("MYPYPATH", os.path.dirname(os.path.dirname(cpuos.__file__)))
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text(textwrap.dedent(RESUME_PROGRAM))
+    bad.write_text(textwrap.dedent(RESUME_MISUSE))
+    out, err, status = _mypy(str(good))
+    assert status == 0, out + err
+    out, err, status = _mypy(str(bad))
+    assert status == 1 and out.count("error:") == 2, out + err
+    assert "Too many arguments" in out and "session_or_id" in out, out

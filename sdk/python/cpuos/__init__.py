@@ -1,6 +1,8 @@
 """cpuos: Python SDK for cpuos sandboxes (QEMU microVMs for AI agents)."""
 
 from ._client import Client, PoolStats
+from .account import Price, Usage, usage
+from .checkpoint import Checkpoint
 from .errors import (AuthenticationError, BadRequestError, ConflictError, CpuosError,
                      NotFoundError, QuotaError, SandboxError, TimeoutError)
 from .files import Entry, Files
@@ -12,6 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "SandboxPaginator", "Client", "PoolStats", "Files", "Entry", "Process", "ExecResult",
+    "Checkpoint", "Usage", "Price", "usage",
     "CodeInterpreter", "Answer", "Step",
     "CpuosError", "AuthenticationError", "NotFoundError", "BadRequestError", "ConflictError",
     "QuotaError", "SandboxError", "TimeoutError", "ModelError",

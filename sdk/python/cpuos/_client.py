@@ -545,6 +545,21 @@ def _chunks(it: Iterable[Union[bytes, str]]) -> Iterator[bytes]:
             yield bytes(chunk)
 
 
+def path_segment(value: str, what: str) -> str:
+    """`value` percent-encoded as one path segment ("/", "?" and "%" included), for ids and names
+    that come from users.
+
+    Args:
+        value: the id or name.
+        what: what it is, for the error message.
+
+    Raises:
+        ValueError: `value` is empty or not a string.
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} is required")
+    return urllib.parse.quote(value, safe="")
+
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 

@@ -43,7 +43,7 @@ class BadRequestError(CpuosError):
 
 
 class ConflictError(CpuosError):
-    """409: the sandbox is not running."""
+    """409: the sandbox is not running (stopped), or a checkpoint name is taken."""
 
 
 class QuotaError(CpuosError):

@@ -1,20 +1,21 @@
-"""Sandboxes: create, connect, list, exec, kill."""
+"""Sandboxes: create, connect, list, exec, kill; pause, resume, fork and checkpoint."""
 
 from __future__ import annotations
 
 import base64
 import collections
 from types import TracebackType
-from typing import (Any, Callable, Iterator, List, Literal, Mapping, Optional, Sequence, Union,
-                    overload)
+from typing import (Any, Callable, Iterator, List, Literal, Mapping, Optional, Protocol,
+                    Sequence, TypeVar, Union, overload)
 
-from ._client import (DEFAULT_TIMEOUT, Client, Duration, Response, duration, seconds,
-                      shared_client)
+from ._client import (DEFAULT_TIMEOUT, Client, Duration, Response, duration, path_segment,
+                      seconds, shared_client)
+from .checkpoint import Checkpoint
 from .errors import CpuosError, TimeoutError
 from .files import Files
 from .process import ExecResult, Process, Tail, events
 
-_CREATE_TIMEOUT = 600.0  # a cold boot under TCG can take a while
+_CREATE_TIMEOUT = 600.0  # a cold boot under TCG can take a while; so can saving a VM's memory
 
 #: A command: a string for /bin/sh -c, or an argv list.
 Command = Union[str, Sequence[str]]
@@ -23,9 +24,49 @@ Stdin = Union[str, bytes, bytearray, memoryview]
 #: A callback for output chunks as a command produces them.
 OutputCallback = Callable[[str], object]
 
+_S = TypeVar("_S", bound="Sandbox")
+_S_co = TypeVar("_S_co", bound="Sandbox", covariant=True)
+
+
+class _ResumeSession(Protocol[_S_co]):
+    """`Sandbox.resume` on the class: resume a paused sandbox by its session or sandbox id."""
+
+    def __call__(self, session_or_id: str, *, api_key: Optional[str] = ...,
+                 api_url: Optional[str] = ...,
+                 request_timeout: Optional[float] = ...) -> _S_co: ...
+
+
+class _ResumeThis(Protocol[_S_co]):
+    """`sbx.resume` on an instance: resume this sandbox."""
+
+    def __call__(self) -> _S_co: ...
+
+
+class _Resume:
+    """`resume`, one name for two calls: `Sandbox.resume(session_id)` on the class (a new handle,
+    for a program that kept only the session id) and `sbx.resume()` on a handle (that sandbox).
+
+    A descriptor rather than a method because a plain method cannot be both: on the class it
+    hands out the classmethod `_resume_session`, on an instance the method `_resume_this`."""
+
+    @overload
+    def __get__(self, obj: None, owner: type[_S]) -> _ResumeSession[_S]: ...
+
+    @overload
+    def __get__(self, obj: _S, owner: Optional[type[_S]] = None) -> _ResumeThis[_S]: ...
+
+    def __get__(self, obj: Optional[_S], owner: Optional[type[_S]] = None
+                ) -> Union[_ResumeSession[_S], _ResumeThis[_S]]:
+        if obj is not None:
+            return obj._resume_this
+        if owner is None:  # the descriptor protocol always passes one of the two
+            raise TypeError("resume needs a Sandbox class or instance")
+        return owner._resume_session
+
 
 class Sandbox:
-    """A cpuos sandbox (a microVM). Use `Sandbox.create`, `Sandbox.connect` or `Sandbox.list`.
+    """A cpuos sandbox (a microVM). Use `Sandbox.create`, `Sandbox.connect`, `Sandbox.resume` or
+    `Sandbox.list`.
 
     `Sandbox(id, api_key=..., api_url=...)` makes a handle without asking the daemon. As a context
     manager it kills the sandbox at the end of the block.
@@ -37,7 +78,10 @@ class Sandbox:
 
     Attributes:
         id, template, state, vcpus, memory_mb, disk_mb, created_at, expires_at, metadata,
-        end_reason: the sandbox's fields as last read from the daemon (see `info`).
+        end_reason, session_id, on_timeout, paused_at, parent: the sandbox's fields as last read
+            from the daemon (see `info`). `state` is "running", "paused", "stopped" or "lost";
+            `session_id` ("ses_...") names it for `Sandbox.resume`; `parent` is the sandbox it
+            was forked from or the checkpoint it was started from.
         files: the sandbox's Files.
 
     Raises:
@@ -65,6 +109,10 @@ class Sandbox:
         self.expires_at: Optional[str] = data.get("expires_at")
         self.metadata: dict[str, str] = data.get("metadata") or {}
         self.end_reason: Optional[str] = data.get("end_reason")
+        self.session_id: Optional[str] = data.get("session_id")
+        self.on_timeout: Optional[str] = data.get("on_timeout")
+        self.paused_at: Optional[str] = data.get("paused_at")
+        self.parent: Optional[str] = data.get("parent")
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id} template={self.template} state={self.state}>"
@@ -95,22 +143,28 @@ class Sandbox:
         return f"/v1/sandboxes/{self.id}"
 
     @classmethod
-    def create(cls, template: str = "python", timeout: Optional[Duration] = None,
+    def create(cls, template: Optional[str] = None, timeout: Optional[Duration] = None,
                vcpus: Optional[int] = None, memory_mb: Optional[int] = None,
                disk_mb: Optional[int] = None, env: Optional[Mapping[str, str]] = None,
-               metadata: Optional[Mapping[str, str]] = None, *, api_key: Optional[str] = None,
+               metadata: Optional[Mapping[str, str]] = None, *,
+               checkpoint: Optional[Union[str, Checkpoint]] = None,
+               on_timeout: Optional[str] = None, api_key: Optional[str] = None,
                api_url: Optional[str] = None,
                request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> Sandbox:
         """Start a sandbox and return it once it is ready.
 
         Args:
-            template: the template to boot, e.g. "python" or "base".
-            timeout: when the daemon kills it ("30m" or seconds; default 5m, at most 24h).
+            template: the template to boot, e.g. "python" or "base" (default "python", or the
+                checkpoint's with `checkpoint`).
+            timeout: when its timeout acts ("30m" or seconds; default 5m, at most 24h).
             vcpus: virtual CPUs (1..16, default 1).
             memory_mb: memory (128..65536, default 512).
             disk_mb: the writable disk (64..1048576, default 2048).
             env: environment variables for every command in it.
             metadata: string pairs to find it by with `list`.
+            checkpoint: start from this checkpoint (a Checkpoint, its id or its name): its
+                memory, disk, running processes and template.
+            on_timeout: what its timeout does: "pause" (the daemon's default) or "kill".
             api_key, api_url: as for `Client`.
             request_timeout: seconds of socket inactivity before a call gives up (the boot
                 itself may take up to 10 minutes).
@@ -119,20 +173,27 @@ class Sandbox:
             The running Sandbox.
 
         Raises:
-            BadRequestError: an unknown template or a value out of range.
+            BadRequestError: an unknown template, a value out of range, a bad `on_timeout`, or
+                a template other than the checkpoint's.
+            NotFoundError: no such checkpoint in this key's account.
             AuthenticationError: a missing or wrong key.
             QuotaError: the account runs as many sandboxes as it may.
             SandboxError: the VM failed to start.
             CpuosError: the daemon cannot be reached.
         """
         client = shared_client(api_key, api_url, request_timeout)
-        body: dict[str, Any] = {"template": template}
+        body: dict[str, Any] = {}
+        if checkpoint is not None:
+            body["checkpoint"] = checkpoint.id if isinstance(checkpoint, Checkpoint) else checkpoint
+        if template is not None or checkpoint is None:
+            body["template"] = template if template is not None else "python"
         for key, value in (("timeout", duration(timeout)), ("vcpus", vcpus), ("memory_mb", memory_mb),
-                           ("disk_mb", disk_mb), ("env", env), ("metadata", metadata)):
+                           ("disk_mb", disk_mb), ("env", env), ("metadata", metadata),
+                           ("on_timeout", on_timeout)):
             if value is not None:
                 body[key] = dict(value) if isinstance(value, Mapping) else value
         data = client.request("POST", "/v1/sandboxes", json_body=body,
-                              timeout=max(_CREATE_TIMEOUT, request_timeout or 0))
+                              timeout=_slow_timeout(client))
         return cls(_data=data, _client=client)
 
     @classmethod
@@ -166,7 +227,7 @@ class Sandbox:
         page only when iteration reaches it. Use `list(Sandbox.list(...))` for a list.
 
         Args:
-            state: only those in this state ("running", "stopped" or "lost").
+            state: only those in this state ("running", "paused", "stopped" or "lost").
             metadata: only those with all of these metadata pairs.
             page_size: sandboxes per request (1..100, default 50).
             api_key, api_url, request_timeout: as for `create`.
@@ -231,7 +292,114 @@ class Sandbox:
             NotFoundError, CpuosError: as for `info`.
         """
         self._client.request("DELETE", self._path)
-        self.state = "stopped" if self.state == "running" else self.state
+        self.state = "stopped" if self.state in ("running", "paused") else self.state
+
+    def pause(self) -> str:
+        """Pause the sandbox: its VM stops, its memory, disk and processes are kept, and only
+        storage is billed until it resumes. Pausing a paused sandbox is fine.
+
+        Any later call on it (exec, files, processes) resumes it; so do `sbx.resume()` and
+        `Sandbox.resume(session_id)`, which needs only the returned id (keep it with the
+        conversation, say).
+
+        Returns:
+            The session id ("ses_..."); this handle's `state` is then "paused".
+
+        Raises:
+            ConflictError: the sandbox is stopped.
+            NotFoundError: no such sandbox for this key.
+            SandboxError: the daemon could not save the VM.
+            CpuosError: the daemon failed, cannot be reached, or sent no session id.
+        """
+        self._update(self._client.request("POST", self._path + "/pause",
+                                          timeout=_slow_timeout(self._client)))
+        if not self.session_id:
+            raise CpuosError(f"cpuosd paused {self.id} but sent no session id")
+        return self.session_id
+
+    #: `Sandbox.resume(session_or_id, *, api_key=None, api_url=None, request_timeout=...)` on
+    #: the class, `sbx.resume()` on a handle: see `_resume_session` and `_resume_this`.
+    resume = _Resume()
+
+    @classmethod
+    def _resume_session(cls: type[_S], session_or_id: str, *, api_key: Optional[str] = None,
+                        api_url: Optional[str] = None,
+                        request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> _S:
+        """Resume a paused sandbox by the session id that `pause` returned (or its sandbox id).
+
+        Resuming a running sandbox is fine: it is returned as it is.
+
+        Args:
+            session_or_id: "ses_..." from `pause`, or the sandbox's "sbx_..." id.
+            api_key, api_url, request_timeout: as for `create`.
+
+        Returns:
+            A handle on the running sandbox, with its processes and files as they were.
+
+        Raises:
+            NotFoundError: no such session or sandbox for this key.
+            ConflictError: the sandbox is stopped.
+            SandboxError: the VM failed to come back.
+            ValueError: an empty `session_or_id`.
+            CpuosError: the daemon failed or cannot be reached.
+        """
+        client = shared_client(api_key, api_url, request_timeout)
+        path = "/v1/sandboxes/" + path_segment(session_or_id, "a session or sandbox id")
+        data = client.request("POST", path + "/resume", timeout=_slow_timeout(client))
+        return cls(_data=data, _client=client)
+
+    def _resume_this(self: _S) -> _S:
+        """Resume this sandbox if it is paused (fine if it runs).
+
+        Returns:
+            self, with `state` "running".
+
+        Raises:
+            ConflictError: the sandbox is stopped.
+            NotFoundError, SandboxError, CpuosError: as for `Sandbox.resume`.
+        """
+        self._update(self._client.request("POST", self._path + "/resume",
+                                          timeout=_slow_timeout(self._client)))
+        return self
+
+    def fork(self: _S, count: int = 1) -> List[_S]:
+        """Make `count` copies of the running sandbox: each a new sandbox with this one's
+        memory, disk and processes as they are now. This one goes on running.
+
+        Args:
+            count: how many (1..16).
+
+        Returns:
+            The new sandboxes, running; their `parent` is this sandbox's id.
+
+        Raises:
+            BadRequestError: `count` out of range.
+            QuotaError: the account may not run that many more sandboxes.
+            ConflictError: the sandbox is stopped.
+            NotFoundError, SandboxError, CpuosError: as for `pause`.
+        """
+        data = self._client.request("POST", self._path + "/fork", json_body={"count": count},
+                                    timeout=_slow_timeout(self._client)) or {}
+        return [type(self)(_data=d, _client=self._client) for d in data.get("sandboxes", [])]
+
+    def checkpoint(self, name: str) -> Checkpoint:
+        """Save the sandbox's memory, disk and processes as a named checkpoint, to start new
+        sandboxes from with `Sandbox.create(checkpoint=...)`. The sandbox goes on running.
+
+        Args:
+            name: 1..64 characters of A-Z, a-z, 0-9, ".", "_" and "-", unique in the account.
+
+        Returns:
+            The Checkpoint.
+
+        Raises:
+            ConflictError: the name is taken, or the sandbox is stopped.
+            BadRequestError: an invalid name.
+            NotFoundError, SandboxError, CpuosError: as for `pause`.
+        """
+        data = self._client.request("POST", self._path + "/checkpoints", json_body={"name": name},
+                                    timeout=_slow_timeout(self._client))
+        return Checkpoint.from_json(data, self._client)
 
     @overload
     def exec(self, cmd: Command, timeout: Optional[Duration] = ...,
@@ -427,6 +595,12 @@ def _streamed_result(resp: Response, on_stdout: Optional[OutputCallback],
             return result
         # Other types are for later daemons: skip them.
     raise CpuosError("the exec output stream ended without an exit line")
+
+
+def _slow_timeout(client: Client) -> Optional[float]:
+    """The socket timeout for a call that boots or saves a VM: the Client's, but at least
+    `_CREATE_TIMEOUT` (None, waiting forever, stays None)."""
+    return None if client.timeout is None else max(_CREATE_TIMEOUT, client.timeout)
 
 
 def _show(timeout: Optional[Duration]) -> str:

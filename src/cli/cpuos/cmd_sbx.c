@@ -26,8 +26,12 @@ static const char create_usage[] =
     "usage: cpuos create [options]\n"
     "Creates a sandbox and prints its id once it is ready.\n"
     "\n"
-    "  -T, --template NAME     template (default base; see cpuos templates)\n"
+    "  -T, --template NAME     template (default base, or the checkpoint's; see\n"
+    "                          cpuos templates)\n"
+    "      --checkpoint CKP    start from a checkpoint (id or name; see cpuos\n"
+    "                          checkpoints): its memory, disk and processes\n"
     "      --timeout DURATION  lifetime: 90s, 30m, 2h, 1h30m or seconds (default 5m)\n"
+    "      --on-timeout WHAT   pause (the default) or kill the sandbox at its timeout\n"
     "      --vcpus N           virtual CPUs (1..16, default 1)\n"
     "      --memory MB         memory (128..65536, default 512)\n"
     "      --disk MB           writable disk (64..1048576, default 2048)\n"
@@ -40,7 +44,7 @@ static const char ls_usage[] =
     "       cpuos ls [--depth N] [--json] SANDBOX:/PATH\n"
     "Lists sandboxes (newest first), or the files under PATH in a sandbox.\n"
     "\n"
-    "      --state STATE       running, stopped or lost\n"
+    "      --state STATE       running, paused, stopped or lost\n"
     "  -m, --metadata K=V      only sandboxes with this metadata (repeatable)\n"
     "  -d, --depth N           levels of a file listing (1..16, default 1)\n"
     "      --json              print JSON instead of a table\n";
@@ -71,10 +75,11 @@ int cmd_create(struct cli *c, int argc, char **argv)
 	    {"vcpus", required_argument, 0, 'C'},    {"memory", required_argument, 0, 'M'},
 	    {"disk", required_argument, 0, 'D'},     {"env", required_argument, 0, 'e'},
 	    {"metadata", required_argument, 0, 'm'}, {"json", no_argument, 0, 'j'},
+	    {"checkpoint", required_argument, 0, 'P'}, {"on-timeout", required_argument, 0, 'X'},
 	    {"help", no_argument, 0, 'h'},	     {0, 0, 0, 0},
 	};
 	json_t *body = json_object(), *env = json_object(), *meta = json_object(), *sbx = NULL;
-	const char *template = "base";
+	const char *template = NULL, *checkpoint = NULL;
 	int json = 0, ret = EXIT_USAGE, o;
 	unsigned long v;
 	struct api *a;
@@ -91,6 +96,16 @@ int cmd_create(struct cli *c, int argc, char **argv)
 		switch (o) {
 		case 'T':
 			template = optarg;
+			break;
+		case 'P':
+			checkpoint = optarg;
+			break;
+		case 'X':
+			/* pause or kill: the daemon's to judge, like every value. */
+			if (json_object_set_new(body, "on_timeout", json_string(optarg)) < 0) {
+				ret = cli_usage_err("create", "invalid --on-timeout '%s'", optarg);
+				goto out;
+			}
 			break;
 		case 'O':
 			if (json_object_set_new(body, "timeout", cli_duration(optarg)) < 0) {
@@ -132,7 +147,13 @@ int cmd_create(struct cli *c, int argc, char **argv)
 		ret = cli_usage_err("create", "unexpected argument '%s'", argv[optind]);
 		goto out;
 	}
-	json_object_set_new(body, "template", json_string(template));
+	/* From a checkpoint the template is the checkpoint's unless given. */
+	if (checkpoint && json_object_set_new(body, "checkpoint", json_string(checkpoint)) < 0) {
+		ret = cli_usage_err("create", "invalid --checkpoint '%s'", checkpoint);
+		goto out;
+	}
+	if (template || !checkpoint)
+		json_object_set_new(body, "template", json_string(template ? template : "base"));
 	if (json_object_size(env))
 		json_object_set(body, "env", env);
 	if (json_object_size(meta))

@@ -7,6 +7,7 @@
 #include "cli/cpuos/cmd_admin.h"
 #include "cli/cpuos/cmd_files.h"
 #include "cli/cpuos/cmd_sbx.h"
+#include "cli/cpuos/cmd_snap.h"
 #include "cli/cpuos/http.h"
 
 #include <curl/curl.h>
@@ -26,6 +27,13 @@ static const char usage[] =
     "  cp SRC DST              copy a file into or out of a sandbox (SANDBOX:/PATH)\n"
     "  ls [SANDBOX:/PATH]      list sandboxes, or files in a sandbox\n"
     "  kill SANDBOX...         stop sandboxes\n"
+    "  pause SANDBOX           pause a sandbox, print its session id\n"
+    "  resume SANDBOX|SESSION  resume a paused sandbox\n"
+    "  fork SANDBOX [-n N]     copy a running sandbox N times, print the new ids\n"
+    "  checkpoint SANDBOX NAME save a sandbox as a named checkpoint, print its id\n"
+    "  checkpoints             list checkpoints\n"
+    "  checkpoint-rm CKP...    delete checkpoints (by id or name)\n"
+    "  usage                   what the account ran and what it cost, by time range\n"
     "  keys create|ls|rm       manage API keys (administrator)\n"
     "  templates [ls|build]    list templates, or build a template image\n"
     "  version                 print the versions of cpuos and cpuosd\n"
@@ -66,7 +74,10 @@ static const struct command {
     {"exec", cmd_exec},	      {"cp", cmd_cp},
     {"ls", cmd_ls},	      {"kill", cmd_kill},
     {"keys", cmd_keys},	      {"templates", cmd_templates},
-    {"version", cmd_version},
+    {"pause", cmd_pause},     {"resume", cmd_resume},
+    {"fork", cmd_fork},	      {"checkpoint", cmd_checkpoint},
+    {"checkpoints", cmd_checkpoints}, {"checkpoint-rm", cmd_checkpoint_rm},
+    {"usage", cmd_usage},     {"version", cmd_version},
 };
 
 int main(int argc, char **argv)

@@ -25,6 +25,15 @@ const struct route api_routes[] = {
 	{ "GET", "/v1/sandboxes/{id}", api_sbx_get, NULL, 0, 0 },
 	{ "DELETE", "/v1/sandboxes/{id}", api_sbx_kill, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/timeout", api_sbx_timeout, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/pause", api_sbx_pause, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/resume", api_sbx_resume, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/fork", api_sbx_fork, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/checkpoints", api_ckpt_create, NULL, 0, 0 },
+	{ "GET", "/v1/checkpoints", api_ckpt_list, NULL, 0, 0 },
+	{ "GET", "/v1/checkpoints/{id}", api_ckpt_get, NULL, 0, 0 },
+	{ "DELETE", "/v1/checkpoints/{id}", api_ckpt_delete, NULL, 0, 0 },
+	{ "GET", "/v1/usage", api_usage, NULL, 0, 0 },
+	{ "GET", "/metrics", api_metrics, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/exec", api_exec, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/processes", api_procs, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/processes/{pid}", api_proc_get, NULL, 0, 0 },
@@ -63,6 +72,16 @@ struct sbx *api_sbx(struct req *r)
 	struct store_sbx row;
 	if (api_row(r, &row) < 0)
 		return NULL;
+	/* A paused sandbox comes back for whatever is asked of it. */
+	if (!strcmp(row.state, "paused")) {
+		char err[512];
+		int e = sbx_resume(r->api->sbx, row.id, err, sizeof(err));
+		store_sbx_release(&row);
+		if (e == 0 && (s = sbx_find(r->api->sbx, r->param[0], NULL)))
+			return s;
+		api_resume_error(r, e ? e : -ESHUTDOWN, err);
+		return NULL;
+	}
 	reply_error(r, 409, "conflict", "sandbox '%s' is not running (%s%s%s)", row.id, row.state,
 		    row.end_reason[0] ? ": " : "", row.end_reason);
 	store_sbx_release(&row);
@@ -85,7 +104,26 @@ json_t *api_sandbox_json(const struct store_sbx *row)
 	json_object_set_new(o, "expires_at", rfc3339(row->expires_at));
 	json_object_set_new(o, "metadata", meta ? meta : json_object());
 	json_object_set_new(o, "end_reason", row->end_reason[0] ? json_string(row->end_reason) : json_null());
+	char session[40];
+	snprintf(session, sizeof(session), "ses_%s", row->id + 4);
+	json_object_set_new(o, "session_id", json_string(session));
+	json_object_set_new(o, "on_timeout", json_string(row->on_timeout[0] ? row->on_timeout : "pause"));
+	json_object_set_new(o, "paused_at", row->paused_at ? rfc3339(row->paused_at) : json_null());
+	json_object_set_new(o, "parent", row->parent[0] ? json_string(row->parent) : json_null());
 	return o;
+}
+
+int api_resume_error(struct req *r, int e, const char *err)
+{
+	if (e == -ENOENT)
+		return reply_error(r, 404, "not_found", "%s", err);
+	if (e == -ESHUTDOWN)
+		return reply_error(r, 409, "conflict", "%s", err);
+	if (e == -EDQUOT)
+		return reply_error(r, 429, "quota_exceeded", "%s", err);
+	if (e == -EBUSY)
+		return reply_error(r, 503, "unavailable", "%s", err);
+	return reply_error(r, 503, "unavailable", "the sandbox did not resume: %s", err);
 }
 
 int api_uint(struct req *r, const char *key, long long min, long long max, long long *out)

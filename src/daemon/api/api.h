@@ -18,6 +18,9 @@ struct sbx *api_sbx(struct req *r);
 /* The stored sandbox if the caller may see it: 0, or -ENOENT after 404. */
 int api_row(struct req *r, struct store_sbx *row);
 json_t *api_sandbox_json(const struct store_sbx *row);
+/* Answers a failed sbx_resume/sbx_pause/sbx_fork (e its -errno, err its
+ * reason): 404, 409 not running, 429 quota, 503. */
+int api_resume_error(struct req *r, int e, const char *err);
 
 /* Field helpers: each answers 422 and returns -1 when the field is there
  * but wrong; 0 when absent (out keeps its default) or fine. */
@@ -61,6 +64,16 @@ int api_sbx_list(struct req *r);
 int api_sbx_get(struct req *r);
 int api_sbx_kill(struct req *r);
 int api_sbx_timeout(struct req *r);
+int api_sbx_pause(struct req *r);
+int api_sbx_resume(struct req *r);
+int api_sbx_fork(struct req *r);
+int api_ckpt_create(struct req *r);
+int api_ckpt_list(struct req *r);
+int api_ckpt_get(struct req *r);
+int api_ckpt_delete(struct req *r);
+/* Usage and metering (api_usage.c). */
+int api_usage(struct req *r);
+int api_metrics(struct req *r);
 int api_templates(struct req *r);
 int api_health(struct req *r);
 int api_openapi(struct req *r);

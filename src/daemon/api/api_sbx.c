@@ -36,27 +36,36 @@ int api_sbx_create(struct req *r)
 {
 	if (!r->body)
 		return reply_error(r, 400, "bad_request", "a JSON body with \"template\" is required");
-	const char *tpl = NULL;
+	const char *tpl = NULL, *on_timeout = NULL, *ckpt = NULL;
 	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048;
 	char *env = NULL, *meta = NULL;
 	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
 	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
-	    api_str_map(r, "env", 64, 1, &env) < 0 || api_str_map(r, "metadata", 64, 0, &meta) < 0)
+	    api_str_map(r, "env", 64, 1, &env) < 0 || api_str_map(r, "metadata", 64, 0, &meta) < 0 ||
+	    api_str(r, "on_timeout", 8, &on_timeout) < 0 || api_str(r, "checkpoint", 127, &ckpt) < 0)
 		goto out;
-	if (!tpl) {
+	if (!tpl && !ckpt) {
 		reply_error(r, 422, "invalid_argument", "'template' is required");
+		goto out;
+	}
+	if (on_timeout && strcmp(on_timeout, "pause") && strcmp(on_timeout, "kill")) {
+		reply_error(r, 422, "invalid_argument", "'on_timeout' must be \"pause\" or \"kill\"");
 		goto out;
 	}
 	struct sbx_params p = {
 		.template = tpl, .timeout_s = timeout, .vcpus = (unsigned)vcpus,
 		.memory_mb = (unsigned)mem, .disk_mb = (unsigned)disk, .env_json = env, .metadata_json = meta,
+		.kill_on_timeout = on_timeout && !strcmp(on_timeout, "kill"), .checkpoint = ckpt,
+		.key_id = r->key_id,
 	};
 	struct store_sbx row;
 	char err[512];
 	int e = sbx_create(r->api->sbx, r->account, &p, &row, err, sizeof(err));
 	if (e == -ENOENT)
 		reply_error(r, 422, "invalid_argument", "%s", err);
+	else if (e == -ENXIO)
+		reply_error(r, 404, "not_found", "%s", err);
 	else if (e == -EDQUOT)
 		reply_error(r, 429, "quota_exceeded", "%s", err);
 	else if (e < 0)
@@ -97,8 +106,9 @@ int api_sbx_list(struct req *r)
 	const char *state = req_query(r, "state", NULL);
 	const char *lim = req_query(r, "limit", NULL);
 	const char *cursor = req_query(r, "cursor", NULL);
-	if (state && strcmp(state, "running") && strcmp(state, "stopped") && strcmp(state, "lost"))
-		return reply_error(r, 400, "bad_request", "state must be running, stopped or lost");
+	if (state && strcmp(state, "running") && strcmp(state, "paused") && strcmp(state, "stopped") &&
+	    strcmp(state, "lost"))
+		return reply_error(r, 400, "bad_request", "state must be running, paused, stopped or lost");
 	long limit = 50;
 	if (lim) {
 		char *end;

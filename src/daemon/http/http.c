@@ -248,7 +248,9 @@ static int authenticate(struct conn_state *cs, const struct http *h, int open)
 		reply_error(r, 401, "unauthorized", "missing API key (Authorization: Bearer <key>)");
 		return -1;
 	}
-	if (store_key_lookup(h->api->store, auth + 7, r->account, sizeof(r->account)) < 0) {
+	/* the key's id too: usage is metered per key */
+	if (store_key_lookup_id(h->api->store, auth + 7, r->account, sizeof(r->account), r->key_id,
+				sizeof(r->key_id)) < 0) {
 		reply_error(r, 401, "unauthorized", "invalid API key");
 		return -1;
 	}

@@ -28,6 +28,13 @@ struct api_ctx {
 	int answer_ms;             /* how long a request that answers once (stat,
 				    * mkdir, ps, a start) waits for the guest
 				    * before it answers 504 */
+	/* GET /v1/usage prices running time per hour of a reference size,
+	 * scaled by the mean of the vCPU and memory ratios to it, and paused
+	 * storage per GiB-month (30 days). A reference of 0 charges nothing. */
+	double price_usd_per_hour;
+	unsigned price_vcpus;
+	unsigned price_memory_gib;
+	double price_storage_usd_per_gib_month;
 };
 
 /* One request as handlers see it. */
@@ -37,6 +44,7 @@ struct req {
 	const char *method;
 	int admin;          /* came over the Unix socket */
 	char account[128];  /* whose request ("admin" on the socket) */
+	char key_id[32];    /* the key it came with; "" on the socket */
 	char param[2][80];  /* {id} and {pid} from the path */
 	json_t *body;       /* parsed JSON body, if the route takes one */
 	void *stream;       /* a streaming upload's own state */

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "runner/agentc.h"
+#include "runner/snap.h"
 #include "runner/vm.h"
 
 #include <errno.h>
@@ -26,26 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_STARTING 64 /* sandboxes booting at once, all accounts */
-#define MAX_KILLERS 16  /* expiry kills running at once */
-
-struct sbx_mgr {
-	struct sbx_config cfg;
-	struct store *store;
-	pthread_mutex_t mu;
-	struct sbx *list;
-	pthread_t expiry;
-	int quit;
-	int killers; /* expiry kill threads alive */
-	pthread_cond_t killers_cv;
-	/* Accounts of the sandboxes still booting: they count against the
-	 * quota before the store knows them, so parallel creates cannot
-	 * overshoot it. */
-	char starting[MAX_STARTING][128];
-};
-
 /* Reserves a quota slot for account: 0, or -EDQUOT. */
-static int reserve(struct sbx_mgr *m, const char *account)
+int sbx__reserve(struct sbx_mgr *m, const char *account)
 {
 	pthread_mutex_lock(&m->mu);
 	int n = store_sbx_count_running(m->store, account), slot = -1;
@@ -62,7 +45,7 @@ static int reserve(struct sbx_mgr *m, const char *account)
 	return ok ? 0 : -EDQUOT;
 }
 
-static void unreserve(struct sbx_mgr *m, const char *account)
+void sbx__unreserve(struct sbx_mgr *m, const char *account)
 {
 	pthread_mutex_lock(&m->mu);
 	for (int i = 0; i < MAX_STARTING; i++) {
@@ -115,7 +98,7 @@ void sbx_put(struct sbx *s)
 }
 
 /* Removes s from the manager's list: 1 if this call did it. */
-static int unlink_sbx(struct sbx_mgr *m, struct sbx *s)
+int sbx__unlink(struct sbx_mgr *m, struct sbx *s)
 {
 	pthread_mutex_lock(&m->mu);
 	int found = 0;
@@ -133,7 +116,7 @@ static int unlink_sbx(struct sbx_mgr *m, struct sbx *s)
 /* With the sandbox locked: takes the VM away from the operations. Pending
  * ones hear ECONNRESET through their callbacks, every waiter wakes, and
  * the caller stops and frees the VM without the lock (that takes seconds). */
-static struct vm *take_vm(struct sbx *s)
+struct vm *sbx__take_vm(struct sbx *s)
 {
 	struct vm *vm = s->vm;
 	s->running = 0;
@@ -144,19 +127,44 @@ static struct vm *take_vm(struct sbx *s)
 	return vm;
 }
 
+void sbx__usage(struct sbx_mgr *m, const struct store_sbx *row, const char *state,
+		long long storage_bytes)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct store_usage_event e = {
+		.sbx_id = row->id, .account = row->account, .key_id = row->key_id, .state = state,
+		.vcpus = row->vcpus, .memory_mb = row->memory_mb, .storage_bytes = storage_bytes,
+		.at_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
+	};
+	int r = store_usage_add(m->store, &e);
+	if (r < 0)
+		log_error("cannot record usage of %s: %s", row->id, strerror(-r));
+}
+
+static void usage_stopped(const struct sbx *s)
+{
+	struct store_sbx row = { .vcpus = s->vcpus, .memory_mb = s->memory_mb };
+	snprintf(row.id, sizeof(row.id), "%s", s->id);
+	snprintf(row.account, sizeof(row.account), "%s", s->account);
+	snprintf(row.key_id, sizeof(row.key_id), "%s", s->key_id);
+	sbx__usage(s->mgr, &row, "stopped", 0);
+}
+
 /* The VM ended by itself: settle how, record it, let go of the sandbox. */
 static void pump_ended(struct sbx *s)
 {
-	struct vm *vm = take_vm(s);
+	struct vm *vm = sbx__take_vm(s);
 	pthread_mutex_unlock(&s->mu);
 	if (!vm_wait(vm, 3000))
 		vm_stop(vm, 0); /* QMP gone but QEMU lingers: end it */
 	enum vm_state st = vm_state(vm);
 	log_info("vm ended: %s: %s", vm_state_name(st), vm_reason(vm));
 	store_sbx_set_state(s->mgr->store, s->id, "stopped", end_reason(st));
+	usage_stopped(s);
 	vm_free(vm, 0);
 	/* Nobody will join us once we are out of the list. */
-	if (unlink_sbx(s->mgr, s)) {
+	if (sbx__unlink(s->mgr, s)) {
 		pthread_detach(pthread_self());
 		sbx_put(s);
 	}
@@ -198,7 +206,7 @@ static void *pump_main(void *arg)
 	return NULL;
 }
 
-static int add_sbx(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
+int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
 {
 	struct sbx *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -206,6 +214,13 @@ static int add_sbx(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm
 	s->mgr = m;
 	snprintf(s->id, sizeof(s->id), "%s", row->id);
 	snprintf(s->account, sizeof(s->account), "%s", row->account);
+	snprintf(s->key_id, sizeof(s->key_id), "%s", row->key_id);
+	snprintf(s->template, sizeof(s->template), "%s", row->template);
+	s->vcpus = row->vcpus;
+	s->memory_mb = row->memory_mb;
+	s->disk_mb = row->disk_mb;
+	s->generation = row->generation;
+	s->pause_on_timeout = strcmp(row->on_timeout, "kill") != 0;
 	s->env_json = strdup(row->env_json ? row->env_json : "{}");
 	s->expires_at = row->expires_at;
 	s->vm = vm;
@@ -254,40 +269,132 @@ const char *sbx_env_json(const struct sbx *s)
 	return s->env_json;
 }
 
-int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
+struct vm *sbx__detach(struct sbx_mgr *m, struct sbx *s)
 {
-	struct sbx *s = sbx_find(m, id, NULL);
-	if (!s)
-		return -ENOENT;
-	if (!unlink_sbx(m, s)) { /* the pump or another kill got there first */
-		sbx_put(s);
-		return 0;
-	}
+	if (!sbx__unlink(m, s)) /* the pump or a kill got there first */
+		return NULL;
 	pthread_mutex_lock(&s->mu);
 	s->running = 0;
 	s->stop = 1;
 	pthread_mutex_unlock(&s->mu);
 	wake(s);
 	pthread_join(s->pump, NULL);
-	/* The pump is gone: operations end now, the stop runs unlocked. A
-	 * killed sandbox's disk is thrown away, so no graceful poweroff. */
+	/* The pump is gone: operations end now; whatever the caller does
+	 * with the VM runs unlocked. */
 	pthread_mutex_lock(&s->mu);
-	struct vm *vm = take_vm(s);
+	struct vm *vm = sbx__take_vm(s);
 	pthread_mutex_unlock(&s->mu);
-	if (vm) {
-		vm_stop(vm, 0);
-		vm_free(vm, 0);
-	}
-	store_sbx_set_state(m->store, id, "stopped", reason);
-	log_info("sandbox %s stopped: %s", id, reason);
+	return vm;
+}
+
+void sbx__done(struct sbx *s)
+{
 	sbx_put(s); /* ours */
 	sbx_put(s); /* the list's */
+}
+
+/* A paused sandbox has no VM: its files go, its row says why. */
+static int kill_paused(struct sbx_mgr *m, const char *id, const char *reason)
+{
+	struct store_sbx row;
+	int r = store_sbx_get(m->store, id, &row);
+	if (r < 0)
+		return r;
+	if (strcmp(row.state, "paused")) {
+		store_sbx_release(&row);
+		return -ENOENT;
+	}
+	vm_remove_files(row.run_dir);
+	store_sbx_set_state(m->store, id, "stopped", reason);
+	sbx__usage(m, &row, "stopped", 0);
+	log_info("paused sandbox %s deleted: %s", id, reason);
+	store_sbx_release(&row);
 	return 0;
+}
+
+int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
+{
+	if (sbx__claim(m, id, 60000) < 0)
+		return -EBUSY;
+	struct sbx *s = sbx_find(m, id, NULL);
+	if (!s) {
+		int r = kill_paused(m, id, reason);
+		sbx__unclaim(m, id);
+		return r;
+	}
+	struct vm *vm = sbx__detach(m, s);
+	if (!vm) {
+		sbx_put(s);
+		sbx__unclaim(m, id);
+		return 0;
+	}
+	/* A killed sandbox's disk is thrown away, so no graceful poweroff. */
+	vm_stop(vm, 0);
+	vm_free(vm, 0);
+	store_sbx_set_state(m->store, id, "stopped", reason);
+	usage_stopped(s);
+	log_info("sandbox %s stopped: %s", id, reason);
+	sbx__done(s);
+	sbx__unclaim(m, id);
+	return 0;
+}
+
+int sbx__claim(struct sbx_mgr *m, const char *id, int timeout_ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&m->mu);
+	for (;;) {
+		int held = 0, free_slot = -1;
+		for (int i = 0; i < MAX_BUSY; i++) {
+			if (!m->busy[i][0])
+				free_slot = free_slot < 0 ? i : free_slot;
+			else if (!strcmp(m->busy[i], id))
+				held = 1;
+		}
+		if (!held && free_slot >= 0) {
+			snprintf(m->busy[free_slot], sizeof(m->busy[free_slot]), "%s", id);
+			pthread_mutex_unlock(&m->mu);
+			return 0;
+		}
+		if (pthread_cond_timedwait(&m->busy_cv, &m->mu, &until) == ETIMEDOUT) {
+			pthread_mutex_unlock(&m->mu);
+			return -EBUSY;
+		}
+	}
+}
+
+void sbx__unclaim(struct sbx_mgr *m, const char *id)
+{
+	pthread_mutex_lock(&m->mu);
+	for (int i = 0; i < MAX_BUSY; i++)
+		if (!strcmp(m->busy[i], id))
+			m->busy[i][0] = '\0';
+	pthread_cond_broadcast(&m->busy_cv);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void sbx_mgr_stats(struct sbx_mgr *m, struct sbx_stats *out)
+{
+	pthread_mutex_lock(&m->mu);
+	*out = m->stats;
+	out->live = 0;
+	for (struct sbx *s = m->list; s; s = s->next)
+		out->live++;
+	pthread_mutex_unlock(&m->mu);
+	out->pool_depth = sbx__pool_depth(m);
+	out->live += out->pool_depth;
 }
 
 /* ---- creation, restore, expiry ---- */
 
-static void random_id(char *out, size_t n, const char *prefix)
+void sbx__random_id(char *out, size_t n, const char *prefix)
 {
 	uint8_t b[8];
 	if (getrandom(b, sizeof(b), 0) != sizeof(b))
@@ -297,51 +404,92 @@ static void random_id(char *out, size_t n, const char *prefix)
 		 b[5], b[6], b[7]);
 }
 
-/* The body of sbx_create once a quota slot is held. */
-static int boot(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
-		const char *image, struct store_sbx *row, char *err, size_t errlen)
+void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
+		      char *image, size_t n)
 {
-	const struct sbx_config *c = &m->cfg;
-	char kernel[512], initrd[512], run[sizeof(row->run_dir)];
-	snprintf(kernel, sizeof(kernel), "%s/bzImage", c->guest_dir);
-	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", c->guest_dir);
-	memset(row, 0, sizeof(*row));
-	random_id(row->id, sizeof(row->id), "sbx_");
-	snprintf(run, sizeof(run), "%s/vms/%s", c->state_dir, row->id);
-	snprintf(row->run_dir, sizeof(row->run_dir), "%s", run);
-	struct vm_config vc = {
-		.qemu = c->qemu, .accel = c->accel, .vcpus = p->vcpus, .memory_mb = p->memory_mb,
-		.disk_mb = p->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
-		.run_dir = run, .cache_dir = c->cache_dir, .hostname = row->id + 4,
-	};
-	struct vm *vm;
-	int r = vm_start(&vc, &vm, err, errlen);
-	if (r < 0) {
-		log_error("sandbox %s did not start: %s", row->id, err);
-		return -EIO;
-	}
-	snprintf(row->account, sizeof(row->account), "%s", account);
-	snprintf(row->template, sizeof(row->template), "%s", p->template);
+	snprintf(kernel, n, "%s/bzImage", m->cfg.guest_dir);
+	snprintf(initrd, n, "%s/initramfs.cpio", m->cfg.guest_dir);
+	snprintf(image, n, "%s/templates/%s.erofs", m->cfg.guest_dir, template);
+}
+
+int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *err,
+		 size_t errlen)
+{
 	snprintf(row->state, sizeof(row->state), "running");
-	row->vcpus = p->vcpus;
-	row->memory_mb = p->memory_mb;
-	row->disk_mb = p->disk_mb;
-	row->created_at = now_s();
-	row->expires_at = row->created_at + p->timeout_s;
-	row->metadata_json = strdup(p->metadata_json ? p->metadata_json : "{}");
-	row->env_json = strdup(p->env_json ? p->env_json : "{}");
 	row->qemu_pid = vm_pid(vm);
-	r = store_sbx_insert(m->store, row);
+	int r = store_sbx_insert(m->store, row);
 	if (r == 0)
-		r = add_sbx(m, row, vm);
+		r = sbx__add(m, row, vm);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot record sandbox: %s", strerror(-r));
 		vm_free(vm, 0);
-		store_sbx_release(row);
 		return -EIO;
 	}
-	log_info("sandbox %s started for '%s' (%s) in %.0f ms", row->id, account, p->template,
-		 vm_timings(vm)->total_ms);
+	sbx__usage(m, row, "running", 0);
+	return 0;
+}
+
+/* The body of sbx_create once a quota slot is held: a claim from the warm
+ * pool, a restore of a checkpoint or of the template's snapshot, or a
+ * cold boot, whichever comes first. row's identity is filled already. */
+static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct store_ckpt *ck,
+		struct store_sbx *row, char *err, size_t errlen)
+{
+	const struct sbx_config *c = &m->cfg;
+	double t0 = clock_ms_f();
+	struct vm *vm = NULL;
+	int how = 0; /* 0 cold, 1 restored, 2 pool */
+	int r = 0;
+	if (!ck && sbx__pool_take(m, row, &vm) == 0) {
+		how = 2;
+	} else {
+		char kernel[512], initrd[512], image[512], run[sizeof(row->run_dir)];
+		sbx__guest_paths(m, row->template, kernel, initrd, image, sizeof(image));
+		sbx__random_id(row->id, sizeof(row->id), "sbx_");
+		snprintf(run, sizeof(run), "%s/vms/%s", c->state_dir, row->id);
+		char snap[512];
+		const char *restore = ck ? ck->dir : NULL;
+		if (!restore && sbx__template_snapshot(m, row, snap, sizeof(snap)) == 0)
+			restore = snap;
+		struct vm_config vc = {
+			.qemu = c->qemu, .accel = c->accel, .vcpus = row->vcpus,
+			.memory_mb = row->memory_mb, .disk_mb = row->disk_mb, .kernel = kernel,
+			.initrd = initrd, .template = image, .run_dir = run, .cache_dir = c->cache_dir,
+			.hostname = row->id + 4, .restore = restore, .new_identity = 1,
+		};
+		r = vm_start(&vc, &vm, err, errlen);
+		if (r < 0 && restore && !ck) {
+			/* A template snapshot that does not restore (rebuilt
+			 * guest, damaged file) must not stop creates. */
+			log_warn("template snapshot %s: %s; booting instead", restore, err);
+			sbx__template_bad(m, restore);
+			vc.restore = NULL;
+			r = vm_start(&vc, &vm, err, errlen);
+		}
+		if (r < 0) {
+			log_error("sandbox %s did not start: %s", row->id, err);
+			return -EIO;
+		}
+		how = vc.restore != NULL;
+		snprintf(row->run_dir, sizeof(row->run_dir), "%s", run);
+	}
+	row->created_at = now_s();
+	row->expires_at = row->created_at + p->timeout_s;
+	if ((r = sbx__publish(m, row, vm, err, errlen)) < 0)
+		return r;
+	double ms = clock_ms_f() - t0;
+	pthread_mutex_lock(&m->mu);
+	m->stats.creates++;
+	m->stats.create_ms += ms;
+	if (how == 0)
+		m->stats.cold_boots++;
+	else if (how == 1)
+		m->stats.restores++;
+	else
+		m->stats.pool_claims++;
+	pthread_mutex_unlock(&m->mu);
+	log_info("sandbox %s started for '%s' (%s, %s) in %.0f ms", row->id, row->account,
+		 row->template, how == 2 ? "warm pool" : how ? "restored" : "booted", ms);
 	return 0;
 }
 
@@ -349,19 +497,54 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 	       struct store_sbx *row, char *err, size_t errlen)
 {
 	const struct sbx_config *c = &m->cfg;
-	char image[512];
-	snprintf(image, sizeof(image), "%s/templates/%s.erofs", c->guest_dir, p->template);
-	if (!*p->template || strchr(p->template, '/') || access(image, R_OK) < 0) {
-		snprintf(err, errlen, "unknown template '%s'", p->template);
+	struct store_ckpt ck;
+	memset(row, 0, sizeof(*row));
+	if (p->checkpoint) {
+		if (store_ckpt_get(m->store, account, p->checkpoint, &ck) < 0) {
+			snprintf(err, errlen, "no checkpoint '%s'", p->checkpoint);
+			return -ENXIO;
+		}
+		snprintf(row->template, sizeof(row->template), "%s", ck.template);
+		row->vcpus = ck.vcpus;
+		row->memory_mb = ck.memory_mb;
+		row->disk_mb = ck.disk_mb;
+		snprintf(row->parent, sizeof(row->parent), "%s", ck.id);
+	} else {
+		snprintf(row->template, sizeof(row->template), "%s", p->template);
+		row->vcpus = p->vcpus;
+		row->memory_mb = p->memory_mb;
+		row->disk_mb = p->disk_mb;
+	}
+	char kernel[512], initrd[512], image[512];
+	sbx__guest_paths(m, row->template, kernel, initrd, image, sizeof(image));
+	if (!row->template[0] || strchr(row->template, '/') || access(image, R_OK) < 0) {
+		snprintf(err, errlen, "unknown template '%s'", row->template);
+		if (p->checkpoint)
+			store_ckpt_release(&ck);
 		return -ENOENT;
 	}
-	if (reserve(m, account) < 0) {
+	snprintf(row->account, sizeof(row->account), "%s", account);
+	snprintf(row->key_id, sizeof(row->key_id), "%s", p->key_id ? p->key_id : "");
+	snprintf(row->on_timeout, sizeof(row->on_timeout), "%s", p->kill_on_timeout ? "kill" : "pause");
+	/* A checkpoint's own environment comes with it; the create's wins. */
+	row->env_json = strdup(p->env_json ? p->env_json : p->checkpoint && ck.env_json ? ck.env_json : "{}");
+	row->metadata_json = strdup(p->metadata_json ? p->metadata_json : "{}");
+	int r = -ENOMEM;
+	if (!row->env_json || !row->metadata_json)
+		goto out;
+	if (sbx__reserve(m, account) < 0) {
 		snprintf(err, errlen, "account '%s' already runs or starts %d sandboxes (or %d start at once)",
 			 account, c->max_sandboxes, MAX_STARTING);
-		return -EDQUOT;
+		r = -EDQUOT;
+		goto out;
 	}
-	int r = boot(m, account, p, image, row, err, errlen);
-	unreserve(m, account);
+	r = boot(m, p, p->checkpoint ? &ck : NULL, row, err, errlen);
+	sbx__unreserve(m, account);
+out:
+	if (r < 0)
+		store_sbx_release(row);
+	if (p->checkpoint)
+		store_ckpt_release(&ck);
 	return r;
 }
 
@@ -397,29 +580,64 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 		int r = -ESRCH;
 		if (is_our_qemu(row->qemu_pid, row->run_dir))
 			r = vm_attach(row->run_dir, row->qemu_pid, &vm, err, sizeof(err));
-		if (r == 0 && add_sbx(m, row, vm) == 0) {
+		if (r == 0 && sbx__add(m, row, vm) == 0) {
 			log_info("sandbox %s re-attached (qemu pid %d)", row->id, row->qemu_pid);
 			continue;
 		}
-		log_warn("sandbox %s lost: %s", row->id, err[0] ? err : "its QEMU is gone");
 		if (r == 0)
 			vm_free(vm, 1);
+		/* Killed between QEMU's exit and the row's update: the pause
+		 * itself is complete if its manifest was written. */
+		struct snap_manifest sm;
+		char serr[256];
+		if (r != 0 && snap_load(row->run_dir, &sm, 0, serr, sizeof(serr)) == 0) {
+			long long now = now_s(), left = row->expires_at - now;
+			store_sbx_set_paused(m->store, row->id, now, left > 0 ? left : 0);
+			sbx__usage(m, row, "paused", sbx__paused_bytes(row->run_dir));
+			log_info("sandbox %s was paused when the daemon stopped", row->id);
+			continue;
+		}
+		log_warn("sandbox %s lost: %s", row->id, err[0] ? err : "its QEMU is gone");
 		store_sbx_set_state(m->store, row->id, "lost", "lost");
+		sbx__usage(m, row, "stopped", 0);
 	}
 	store_sbx_free_list(rows, n);
+	sbx__snap_cleanup(m);
+	if (sbx__pools_start(m) < 0)
+		log_error("template snapshots and warm pools could not start");
 }
 
 struct killer {
 	struct sbx_mgr *m;
 	char id[32];
+	int pause; /* on_timeout: pause */
 };
+
+/* Paused sandboxes older than the retention are deleted. */
+static void expire_paused(struct sbx_mgr *m)
+{
+	struct store_sbx *rows;
+	size_t n;
+	if (store_sbx_paused(m->store, &rows, &n) < 0)
+		return;
+	long long now = now_s();
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].paused_at + m->cfg.paused_retention_s <= now)
+			sbx_kill(m, rows[i].id, "retention");
+	store_sbx_free_list(rows, n);
+}
 
 static void *killer_main(void *arg)
 {
 	struct killer *k = arg;
 	struct sbx_mgr *m = k->m;
 	log_set_tag("expiry");
-	sbx_kill(m, k->id, "timeout");
+	char err[256];
+	if (!k->pause || sbx_pause(m, k->id, err, sizeof(err)) < 0) {
+		if (k->pause)
+			log_warn("sandbox %s did not pause at its timeout (%s): killed", k->id, err);
+		sbx_kill(m, k->id, "timeout");
+	}
 	free(k);
 	pthread_mutex_lock(&m->mu);
 	m->killers--;
@@ -437,7 +655,7 @@ static void *expiry_main(void *arg)
 	pthread_attr_t at;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	for (;;) {
+	for (unsigned turn = 0;; ) {
 		pthread_mutex_lock(&m->mu);
 		if (m->quit) {
 			pthread_mutex_unlock(&m->mu);
@@ -451,7 +669,7 @@ static void *expiry_main(void *arg)
 			struct killer *k = malloc(sizeof(*k));
 			pthread_t t;
 			if (k) {
-				*k = (struct killer){ .m = m };
+				*k = (struct killer){ .m = m, .pause = s->pause_on_timeout };
 				snprintf(k->id, sizeof(k->id), "%s", s->id);
 			}
 			if (k && pthread_create(&t, &at, killer_main, k) == 0) {
@@ -462,6 +680,8 @@ static void *expiry_main(void *arg)
 			}
 		}
 		pthread_mutex_unlock(&m->mu);
+		if (++turn % 20 == 0) /* every 5 s */
+			expire_paused(m);
 		usleep(250000);
 	}
 }
@@ -487,6 +707,7 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 	m->store = store;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->killers_cv, NULL);
+	pthread_cond_init(&m->busy_cv, NULL);
 	if (pthread_create(&m->expiry, NULL, expiry_main, m) != 0) {
 		free(m);
 		return -EAGAIN;
@@ -506,6 +727,7 @@ void sbx_mgr_stop(struct sbx_mgr *m)
 	struct sbx *list = m->list;
 	m->list = NULL;
 	pthread_mutex_unlock(&m->mu);
+	sbx__pools_stop(m);
 	pthread_join(m->expiry, NULL);
 	while (list) {
 		struct sbx *s = list;

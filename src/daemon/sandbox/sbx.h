@@ -3,8 +3,10 @@
  * that alone touches the VM's sockets; HTTP threads hand it agent requests
  * under the sandbox's mutex and wait on its condition variable for the
  * frames, which the pump decodes into a struct sop (sandbox operation).
- * Lifecycle: running -> stopped (killed, timeout, poweroff, panic, crashed)
- * or lost (gone across a daemon restart); the store records every change.
+ * Lifecycle: running <-> paused (QEMU gone, state on disk), running ->
+ * stopped (killed, timeout, poweroff, panic, crashed) or lost (gone across a
+ * daemon restart); paused -> stopped (killed, retention). The store records
+ * every change.
  */
 #ifndef CPUOS_SBX_H
 #define CPUOS_SBX_H
@@ -25,6 +27,10 @@ struct sbx_config {
 	enum qemu_accel accel;
 	int max_sandboxes;     /* running, per account */
 	size_t max_output;     /* bytes of each stream kept by a foreground exec */
+	long long paused_retention_s; /* a paused sandbox is deleted after this */
+	int template_snapshots; /* boot each template once, create by restoring */
+	unsigned pool_python, pool_other; /* warm VMs kept per template */
+	unsigned long long pool_max_mb; /* memory the pools may hold in all */
 };
 
 struct sbx_params {
@@ -32,6 +38,9 @@ struct sbx_params {
 	long long timeout_s;
 	unsigned vcpus, memory_mb, disk_mb;
 	const char *env_json, *metadata_json; /* JSON objects of strings */
+	int kill_on_timeout;  /* else the sandbox pauses when its time is up */
+	const char *checkpoint; /* restore this checkpoint (id or name) */
+	const char *key_id;   /* the key that creates it, for usage */
 };
 
 struct sbx_mgr;
@@ -48,11 +57,31 @@ void sbx_mgr_stop(struct sbx_mgr *m);
 /* Stops if needed, then frees: only once no request can reach m. */
 void sbx_mgr_free(struct sbx_mgr *m);
 
-/* Boots a sandbox for account: 0 with row filled (release it), or -errno:
- * -ENOENT unknown template, -EDQUOT over the account's limit, -EIO the VM
- * did not start (reason in err). */
+/* Starts a sandbox for account: 0 with row filled (release it), or -errno:
+ * -ENOENT unknown template, -ENXIO unknown checkpoint, -EDQUOT over the
+ * account's limit, -EIO the VM did not start (reason in err). */
 int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
 	       struct store_sbx *row, char *err, size_t errlen);
+/* Pauses a running sandbox (no QEMU, no RAM; all on disk and fsync'ed):
+ * 0, also when already paused; -ENOENT unknown, -ESHUTDOWN stopped, -EBUSY
+ * another transition holds it, -EIO (it runs on; reason in err). */
+int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen);
+/* Resumes a paused sandbox with its id, processes, files and the time its
+ * timeout had left: 0, also when running; -ENOENT, -ESHUTDOWN, -EBUSY,
+ * -EDQUOT, -EIO (it stays paused; reason in err). */
+int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen);
+/* N new sandboxes with the memory, processes and files of running sandbox
+ * id, which stands still only while its state is copied. rows gets count
+ * entries (release each). 0 or -errno as sbx_create. */
+int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count, struct store_sbx *rows,
+	     char *err, size_t errlen);
+/* Keeps running sandbox id's whole state as checkpoint name of its
+ * account: 0 with out filled (release it), -EEXIST name taken, -errno. */
+int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct store_ckpt *out,
+		   char *err, size_t errlen);
+/* Deletes a checkpoint and its files (sandboxes made from it live on). */
+int sbx_ckpt_delete(struct sbx_mgr *m, const struct store_ckpt *c);
+
 /* The running sandbox id, if account may see it (NULL: any account), with
  * a reference; NULL otherwise. */
 struct sbx *sbx_find(struct sbx_mgr *m, const char *id, const char *account);
@@ -113,6 +142,16 @@ int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms, stru
  * timeout_ms for credit: 0, -ESRCH when it is gone, -ETIMEDOUT, -errno. */
 int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_t n,
 	      int timeout_ms);
+/* Counters for GET /metrics, since the daemon started. Latencies are sums
+ * in milliseconds over the counts beside them. */
+struct sbx_stats {
+	unsigned long long creates, cold_boots, restores, pauses, resumes, forks, pool_claims;
+	double create_ms, pause_ms, resume_ms, fork_ms;
+	unsigned pool_depth; /* restored VMs waiting in warm pools */
+	unsigned live;       /* VMs this daemon runs now */
+};
+void sbx_mgr_stats(struct sbx_mgr *m, struct sbx_stats *out);
+
 /* Moves a sandbox's expiry: 0 or -ENOENT when it is not running. */
 int sbx_set_expiry(struct sbx_mgr *m, const char *id, long long expires_at);
 

@@ -12,6 +12,9 @@
 
 #include "common/clock.h"
 
+struct vm;
+struct sbx_pools;
+
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -68,6 +71,10 @@ struct sbx {
 	struct sbx_mgr *mgr;
 	char id[32];
 	char account[128];
+	char key_id[32];
+	char template[64];
+	unsigned vcpus, memory_mb, disk_mb, generation;
+	int pause_on_timeout;
 	char *env_json;
 	long long expires_at;
 	int expiring; /* a killer thread has it (manager lock) */
@@ -89,6 +96,77 @@ struct sbx {
 	} *ctls;
 	size_t nctls;
 };
+
+#define MAX_STARTING 64 /* sandboxes booting at once, all accounts */
+#define MAX_KILLERS 16  /* expiry kills running at once */
+#define MAX_BUSY 256    /* sandboxes in a transition at once */
+
+struct sbx_mgr {
+	struct sbx_config cfg;
+	struct store *store;
+	pthread_mutex_t mu;
+	struct sbx *list;
+	pthread_t expiry;
+	int quit;
+	int killers; /* expiry kill threads alive */
+	pthread_cond_t killers_cv;
+	/* Accounts of the sandboxes still booting: they count against the
+	 * quota before the store knows them, so parallel creates cannot
+	 * overshoot it. */
+	char starting[MAX_STARTING][128];
+	/* Sandboxes in a transition (pause, resume, fork, kill): one at a
+	 * time for each, so two resumes never start two QEMUs. */
+	char busy[MAX_BUSY][32];
+	pthread_cond_t busy_cv;
+	struct sbx_stats stats; /* under mu */
+	struct sbx_pools *pools;
+};
+
+/* Shared by sbx.c (lifecycles), sbx_snap.c (pause, resume, fork,
+ * checkpoints) and sbx_pool.c (template snapshots, warm pools). */
+int sbx__reserve(struct sbx_mgr *m, const char *account);
+void sbx__unreserve(struct sbx_mgr *m, const char *account);
+/* Lists a sandbox for row around a running vm and starts its pump. */
+int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm);
+int sbx__unlink(struct sbx_mgr *m, struct sbx *s);
+struct vm *sbx__take_vm(struct sbx *s);
+/* Unlists s, stops its pump and takes its VM: the caller owns the VM and
+ * drops the two references (ours and the list's) with sbx__done. NULL
+ * when someone else got there first (a kill, the VM's own end). */
+struct vm *sbx__detach(struct sbx_mgr *m, struct sbx *s);
+void sbx__done(struct sbx *s);
+void sbx__random_id(char *out, size_t n, const char *prefix);
+/* Waits (up to timeout_ms) until no other transition holds id, then holds
+ * it: 0 or -EBUSY. */
+int sbx__claim(struct sbx_mgr *m, const char *id, int timeout_ms);
+void sbx__unclaim(struct sbx_mgr *m, const char *id);
+/* Records a state change for usage metering (errors are logged only). */
+void sbx__usage(struct sbx_mgr *m, const struct store_sbx *row, const char *state,
+		long long storage_bytes);
+/* The guest files of template, for vm_config. */
+void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
+		      char *image, size_t n);
+/* Makes row a new running sandbox of vm: stored, listed, metered. */
+int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *err,
+		 size_t errlen);
+
+/* sbx_snap.c: bytes a paused sandbox keeps on disk; removes the
+ * snapshots of forks a dead daemon left. */
+long long sbx__paused_bytes(const char *run_dir);
+void sbx__snap_cleanup(struct sbx_mgr *m);
+
+/* sbx_pool.c. Starts the builders and fillers (after restore). */
+int sbx__pools_start(struct sbx_mgr *m);
+void sbx__pools_stop(struct sbx_mgr *m);
+/* A warm VM for a create of row's template and size; sets row's id and
+ * run_dir: 0 or -ENOENT (none ready). */
+int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm);
+/* The directory of the template snapshot for row's template and size:
+ * 0, or -ENOENT when there is none (yet: asking starts its build). A
+ * snapshot that did not restore is dropped with sbx__template_bad. */
+int sbx__template_snapshot(struct sbx_mgr *m, const struct store_sbx *row, char *dir, size_t n);
+void sbx__template_bad(struct sbx_mgr *m, const char *dir);
+unsigned sbx__pool_depth(struct sbx_mgr *m);
 
 /* Wakes the sandbox's pump thread (it polls an eventfd). */
 static inline void wake(struct sbx *s)

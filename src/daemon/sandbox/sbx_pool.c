@@ -1,0 +1,448 @@
+/*
+ * sbx_pool: template snapshots and warm pools. A template is booted once
+ * per machine size, warmed (python imports numpy, pandas and matplotlib, so
+ * their pages and font cache are in its memory) and snapshotted, sealed,
+ * under the cache directory; creates of that size restore it. A pool keeps
+ * VMs already restored from it, so a create of the default size only
+ * claims one. One worker thread builds and fills, never past the pools'
+ * memory budget or what the host has free.
+ */
+#include "daemon/sandbox/sbx_impl.h"
+
+#include "common/fs.h"
+#include "common/log.h"
+#include "runner/agentc.h"
+#include "runner/snap.h"
+#include "runner/vm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SNAPS 32
+#define MAX_POOLED 64
+#define RETRY_S 600 /* a failed build is tried again after this */
+/* The one size pools hold: the create defaults. */
+#define POOL_VCPUS 1
+#define POOL_MEMORY_MB 512
+#define POOL_DISK_MB 2048
+
+enum { SNAP_NONE, SNAP_WANTED, SNAP_BUILDING, SNAP_READY, SNAP_FAILED };
+
+struct tsnap {
+	char template[64];
+	unsigned vcpus, memory_mb, disk_mb;
+	char dir[512];
+	int state;
+	long long failed_at;
+};
+
+struct pooled {
+	struct vm *vm;
+	char id[32], run_dir[256], template[64];
+};
+
+struct sbx_pools {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct tsnap snaps[MAX_SNAPS];
+	int nsnaps;
+	struct pooled pool[MAX_POOLED];
+	int npool;
+	pthread_t worker;
+	int quit, started;
+};
+
+static const char *warm_command(const char *template)
+{
+	/* As the default user, so matplotlib's font cache lands in its home
+	 * (on the snapshot's disk) as well as the imports in memory. */
+	if (!strcmp(template, "python"))
+		return "python3 -c 'import numpy, pandas, matplotlib, matplotlib.pyplot'";
+	if (!strcmp(template, "node"))
+		return "node -e 0";
+	return "true";
+}
+
+static unsigned pool_size(const struct sbx_mgr *m, const char *template)
+{
+	return !strcmp(template, "python") ? m->cfg.pool_python : m->cfg.pool_other;
+}
+
+/* The snapshot directory's name says what it was made from: a rebuilt
+ * kernel, agent or image gives another name, and the old one is unused. */
+static int snap_dir(struct sbx_mgr *m, const struct tsnap *t, char *out, size_t n)
+{
+	char kernel[512], initrd[512], image[512], err[256];
+	sbx__guest_paths(m, t->template, kernel, initrd, image, sizeof(image));
+	struct snap_env e = { 0 };
+	if (snap_env_files(&e, kernel, initrd, image, err, sizeof(err)) < 0)
+		return -ENOENT;
+	uint64_t h = 1469598103934665603ull; /* FNV-1a: a cache key, not a checksum */
+	const char *parts[] = { e.kernel_sha, e.initrd_sha, e.template };
+	for (size_t i = 0; i < 3; i++)
+		for (const char *p = parts[i]; *p; p++)
+			h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	snprintf(out, n, "%s/snapshots/%s-%uc-%um-%ud-%016llx", m->cfg.cache_dir, t->template,
+		 t->vcpus, t->memory_mb, t->disk_mb, (unsigned long long)h);
+	return 0;
+}
+
+struct exec_wait {
+	int done, exit_code;
+};
+
+static void exec_cb(void *arg, const struct proto_frame *f)
+{
+	struct exec_wait *w = arg;
+	uint32_t v;
+	if (f->type != P_EXIT && f->type != P_ERROR)
+		return;
+	w->done = 1;
+	if (f->type == P_EXIT && proto_check_attrs(f) == 0 && proto_get_u32(f, A_EXIT_CODE, &v) == 0)
+		w->exit_code = (int)v;
+}
+
+/* Runs shell in vm as the default user and waits for its end. */
+static int run_sync(struct vm *vm, const char *shell, int timeout_ms)
+{
+	struct exec_wait w = { .exit_code = -1 };
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_EXEC, exec_cb, &w, NULL);
+	if (!b)
+		return -ENOTCONN;
+	if (proto_put_str(b, A_SHELL, shell) < 0 || proto_put_str(b, A_USER, "user") < 0) {
+		agentc_abort(vm_agent(vm));
+		return -ENOMEM;
+	}
+	int r = agentc_end(vm_agent(vm));
+	if (r == 0)
+		r = vm_run(vm, &w.done, timeout_ms);
+	return r < 0 ? r : w.exit_code == 0 ? 0 : -EIO;
+}
+
+static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t errlen)
+{
+	const struct sbx_config *c = &m->cfg;
+	char kernel[512], initrd[512], image[512], run[512], tmp[600], tag[32];
+	sbx__guest_paths(m, t->template, kernel, initrd, image, sizeof(image));
+	sbx__random_id(tag, sizeof(tag), "");
+	snprintf(run, sizeof(run), "%s/snapshots/build-%s", c->cache_dir, tag);
+	snprintf(tmp, sizeof(tmp), "%s.tmp-%s", t->dir, tag);
+	fs_mkdir_p(run, 0700, (uid_t)-1, (gid_t)-1);
+	struct vm_config vc = {
+		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
+		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
+		.run_dir = run, .cache_dir = c->cache_dir, .hostname = "cpuos",
+	};
+	struct vm *vm;
+	int r = vm_start(&vc, &vm, err, errlen);
+	if (r < 0)
+		return r;
+	double t0 = clock_ms_f();
+	if ((r = run_sync(vm, warm_command(t->template), 600000)) < 0)
+		snprintf(err, errlen, "warming '%s' failed (%s)", warm_command(t->template), strerror(-r));
+	if (r == 0 && (r = vm_snapshot(vm, tmp, 1, err, errlen)) == 0 && rename(tmp, t->dir) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot rename '%.300s': %s", tmp, strerror(errno));
+		snap_remove(tmp);
+	}
+	log_info("template %s snapshot (%u vCPU, %u MB): warmed and saved in %.0f ms%s", t->template,
+		 t->vcpus, t->memory_mb, clock_ms_f() - t0, r < 0 ? " (failed)" : "");
+	vm_free(vm, 0);
+	return r;
+}
+
+static struct tsnap *find_snap(struct sbx_pools *p, const char *template, unsigned vcpus,
+			       unsigned memory_mb, unsigned disk_mb)
+{
+	for (int i = 0; i < p->nsnaps; i++) {
+		struct tsnap *t = &p->snaps[i];
+		if (!strcmp(t->template, template) && t->vcpus == vcpus && t->memory_mb == memory_mb &&
+		    t->disk_mb == disk_mb)
+			return t;
+	}
+	return NULL;
+}
+
+/* Finds or adds the record of a template snapshot (pools locked). A
+ * complete snapshot already on disk is taken after a full check. */
+static struct tsnap *want_snap(struct sbx_mgr *m, const char *template, unsigned vcpus,
+			       unsigned memory_mb, unsigned disk_mb)
+{
+	struct sbx_pools *p = m->pools;
+	struct tsnap *t = find_snap(p, template, vcpus, memory_mb, disk_mb);
+	if (t || p->nsnaps == MAX_SNAPS)
+		return t;
+	t = &p->snaps[p->nsnaps];
+	*t = (struct tsnap){ .vcpus = vcpus, .memory_mb = memory_mb, .disk_mb = disk_mb };
+	snprintf(t->template, sizeof(t->template), "%s", template);
+	char dir[sizeof(t->dir)];
+	if (snap_dir(m, t, dir, sizeof(dir)) < 0)
+		return NULL;
+	memcpy(t->dir, dir, sizeof(dir));
+	p->nsnaps++;
+	t->state = SNAP_WANTED;
+	struct snap_manifest sm;
+	char err[256];
+	if (snap_load(t->dir, &sm, 1, err, sizeof(err)) == 0)
+		t->state = SNAP_READY;
+	else if (access(t->dir, F_OK) == 0)
+		snap_remove(t->dir); /* damaged: built again */
+	pthread_cond_broadcast(&p->cv);
+	return t;
+}
+
+int sbx__template_snapshot(struct sbx_mgr *m, const struct store_sbx *row, char *dir, size_t n)
+{
+	struct sbx_pools *p = m->pools;
+	if (!p)
+		return -ENOENT;
+	pthread_mutex_lock(&p->mu);
+	struct tsnap *t = want_snap(m, row->template, row->vcpus, row->memory_mb, row->disk_mb);
+	int r = t && t->state == SNAP_READY ? 0 : -ENOENT;
+	if (r == 0)
+		snprintf(dir, n, "%s", t->dir);
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
+
+void sbx__template_bad(struct sbx_mgr *m, const char *dir)
+{
+	struct sbx_pools *p = m->pools;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->nsnaps; i++) {
+		if (!strcmp(p->snaps[i].dir, dir) && p->snaps[i].state == SNAP_READY) {
+			snap_remove(dir);
+			p->snaps[i].state = SNAP_WANTED;
+		}
+	}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm)
+{
+	struct sbx_pools *p = m->pools;
+	if (!p || row->vcpus != POOL_VCPUS || row->memory_mb != POOL_MEMORY_MB ||
+	    row->disk_mb != POOL_DISK_MB)
+		return -ENOENT;
+	pthread_mutex_lock(&p->mu);
+	int r = -ENOENT;
+	for (int i = 0; i < p->npool; i++) {
+		struct pooled *e = &p->pool[i];
+		if (strcmp(e->template, row->template))
+			continue;
+		*vm = e->vm;
+		snprintf(row->id, sizeof(row->id), "%s", e->id);
+		snprintf(row->run_dir, sizeof(row->run_dir), "%s", e->run_dir);
+		p->pool[i] = p->pool[--p->npool];
+		r = 0;
+		break;
+	}
+	pthread_cond_broadcast(&p->cv); /* refill */
+	pthread_mutex_unlock(&p->mu);
+	/* It stood idle in the pool: its clock may have drifted, its
+	 * connection may be gone. */
+	if (r == 0 && !vm_agent(*vm)) {
+		vm_free(*vm, 0);
+		return -ENOENT;
+	}
+	return r;
+}
+
+unsigned sbx__pool_depth(struct sbx_mgr *m)
+{
+	struct sbx_pools *p = m->pools;
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->mu);
+	unsigned n = (unsigned)p->npool;
+	pthread_mutex_unlock(&p->mu);
+	return n;
+}
+
+/* MemAvailable in MB, or 0 when unknown. */
+static unsigned long long mem_available_mb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb / 1024;
+}
+
+/* One warm VM for template t, if the budget allows: 1 made, 0 not. */
+static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
+{
+	const struct sbx_config *c = &m->cfg;
+	struct pooled e = { 0 };
+	snprintf(e.template, sizeof(e.template), "%s", t->template);
+	sbx__random_id(e.id, sizeof(e.id), "sbx_");
+	snprintf(e.run_dir, sizeof(e.run_dir), "%s/vms/%s", c->state_dir, e.id);
+	char kernel[512], initrd[512], image[512], err[512];
+	sbx__guest_paths(m, t->template, kernel, initrd, image, sizeof(image));
+	struct vm_config vc = {
+		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
+		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
+		.run_dir = e.run_dir, .cache_dir = c->cache_dir, .hostname = e.id + 4,
+		.restore = t->dir, .new_identity = 1,
+	};
+	if (vm_start(&vc, &e.vm, err, sizeof(err)) < 0) {
+		log_warn("warm pool of %s: %s", t->template, err);
+		return 0;
+	}
+	pthread_mutex_lock(&m->pools->mu);
+	if (m->pools->npool < MAX_POOLED && !m->pools->quit) {
+		m->pools->pool[m->pools->npool++] = e;
+		e.vm = NULL;
+	}
+	pthread_mutex_unlock(&m->pools->mu);
+	vm_free(e.vm, 0);
+	return e.vm == NULL;
+}
+
+/* What the worker should do next (pools locked): a snapshot to build, or
+ * a template whose pool is short; NULL when nothing. */
+static struct tsnap *next_job(struct sbx_mgr *m, int *fill)
+{
+	struct sbx_pools *p = m->pools;
+	long long now = (long long)time(NULL);
+	for (int i = 0; i < p->nsnaps; i++) {
+		struct tsnap *t = &p->snaps[i];
+		if (t->state == SNAP_FAILED && now - t->failed_at >= RETRY_S)
+			t->state = SNAP_WANTED;
+		if (t->state == SNAP_WANTED) {
+			*fill = 0;
+			return t;
+		}
+	}
+	unsigned long long held = 0;
+	for (int i = 0; i < p->npool; i++)
+		held += POOL_MEMORY_MB;
+	for (int i = 0; i < p->nsnaps; i++) {
+		struct tsnap *t = &p->snaps[i];
+		if (t->state != SNAP_READY || t->vcpus != POOL_VCPUS || t->memory_mb != POOL_MEMORY_MB ||
+		    t->disk_mb != POOL_DISK_MB)
+			continue;
+		unsigned have = 0;
+		for (int j = 0; j < p->npool; j++)
+			have += !strcmp(p->pool[j].template, t->template);
+		/* Never more than the budget, nor what would leave the host
+		 * short: a pool is a convenience, not a reservation. */
+		if (have < pool_size(m, t->template) && held + POOL_MEMORY_MB <= m->cfg.pool_max_mb &&
+		    mem_available_mb() >= 2ull * POOL_MEMORY_MB + 1024) {
+			*fill = 1;
+			return t;
+		}
+	}
+	return NULL;
+}
+
+static void *worker_main(void *arg)
+{
+	struct sbx_mgr *m = arg;
+	struct sbx_pools *p = m->pools;
+	log_set_tag("pool");
+	pthread_mutex_lock(&p->mu);
+	while (!p->quit) {
+		int fill = 0;
+		struct tsnap *t = next_job(m, &fill);
+		if (!t) {
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += 5;
+			pthread_cond_timedwait(&p->cv, &p->mu, &until);
+			continue;
+		}
+		struct tsnap copy = *t;
+		if (!fill)
+			t->state = SNAP_BUILDING;
+		pthread_mutex_unlock(&p->mu);
+		char err[512] = "";
+		int r = fill ? (fill_one(m, &copy) ? 0 : -EAGAIN) : build(m, &copy, err, sizeof(err));
+		pthread_mutex_lock(&p->mu);
+		if (!fill) {
+			t->state = r == 0 ? SNAP_READY : SNAP_FAILED;
+			t->failed_at = (long long)time(NULL);
+			if (r < 0)
+				log_error("template %s snapshot not built: %s", copy.template, err);
+		} else if (r < 0) {
+			/* Could not restore: wait before the next try. */
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += 10;
+			pthread_cond_timedwait(&p->cv, &p->mu, &until);
+		}
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+int sbx__pools_start(struct sbx_mgr *m)
+{
+	if (!m->cfg.template_snapshots)
+		return 0;
+	struct sbx_pools *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	m->pools = p;
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/snapshots", m->cfg.cache_dir);
+	fs_mkdir_p(dir, 0700, (uid_t)-1, (gid_t)-1);
+	/* Every template of the default size, python first: it is the one
+	 * whose imports take seconds. */
+	pthread_mutex_lock(&p->mu);
+	want_snap(m, "python", POOL_VCPUS, POOL_MEMORY_MB, POOL_DISK_MB);
+	snprintf(dir, sizeof(dir), "%s/templates", m->cfg.guest_dir);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char name[64];
+		size_t len = strlen(e->d_name);
+		if (len < 7 || len - 6 >= sizeof(name) || strcmp(e->d_name + len - 6, ".erofs"))
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)(len - 6), e->d_name);
+		want_snap(m, name, POOL_VCPUS, POOL_MEMORY_MB, POOL_DISK_MB);
+	}
+	if (d)
+		closedir(d);
+	pthread_mutex_unlock(&p->mu);
+	if (pthread_create(&p->worker, NULL, worker_main, m) != 0)
+		return -EAGAIN;
+	p->started = 1;
+	return 0;
+}
+
+void sbx__pools_stop(struct sbx_mgr *m)
+{
+	struct sbx_pools *p = m->pools;
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->quit = 1;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	if (p->started)
+		pthread_join(p->worker, NULL);
+	/* Warm VMs belong to no sandbox: they go with the daemon. */
+	for (int i = 0; i < p->npool; i++)
+		vm_free(p->pool[i].vm, 0);
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+	m->pools = NULL;
+}

@@ -1,0 +1,372 @@
+/*
+ * sbx_snap: the sandbox transitions that go through snapshots: pause and
+ * resume (in the sandbox's own run directory), fork (a snapshot restored N
+ * times, then thrown away) and checkpoints (a sealed snapshot kept under a
+ * name). Each holds the sandbox's claim (sbx__claim) for its whole length,
+ * so a pause, a resume, a fork and a kill of one sandbox never overlap.
+ */
+#include "daemon/sandbox/sbx_impl.h"
+
+#include "common/fs.h"
+#include "common/log.h"
+#include "runner/snap.h"
+#include "runner/vm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CLAIM_MS 60000
+#define RESUME_DEFAULT_S 300 /* a sandbox paused by its timeout gets this again */
+
+static long long now_s(void)
+{
+	return (long long)time(NULL);
+}
+
+long long sbx__paused_bytes(const char *run_dir)
+{
+	static const char *const files[] = { "mem", "state", "scratch.qcow2" };
+	char path[300];
+	long long n = 0;
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", run_dir, files[i]);
+		n += snap_file_bytes(path);
+	}
+	return n;
+}
+
+static void count(struct sbx_mgr *m, unsigned long long *n, double *ms_sum, double ms)
+{
+	pthread_mutex_lock(&m->mu);
+	(*n)++;
+	*ms_sum += ms;
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* What is left to say about a sandbox that is not running. */
+static int not_running(struct sbx_mgr *m, const char *id, const char *want, char *err,
+		       size_t errlen)
+{
+	struct store_sbx row;
+	if (store_sbx_get(m->store, id, &row) < 0) {
+		snprintf(err, errlen, "no sandbox '%s'", id);
+		return -ENOENT;
+	}
+	int r = !strcmp(row.state, want) ? 0 : -ESHUTDOWN;
+	if (r)
+		snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
+	store_sbx_release(&row);
+	return r;
+}
+
+int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
+{
+	if (sbx__claim(m, id, CLAIM_MS) < 0) {
+		snprintf(err, errlen, "sandbox '%s' is busy", id);
+		return -EBUSY;
+	}
+	double t0 = clock_ms_f();
+	int r;
+	struct sbx *s = sbx_find(m, id, NULL);
+	struct vm *vm = s ? sbx__detach(m, s) : NULL;
+	if (!vm) {
+		r = not_running(m, id, "paused", err, errlen);
+		goto out;
+	}
+	long long left = s->expires_at - now_s();
+	r = vm_pause(vm, err, errlen);
+	struct store_sbx row;
+	int have_row = store_sbx_get(m->store, id, &row) == 0;
+	if (r < 0) {
+		/* It runs on: back in the list under a new pump. */
+		log_error("sandbox %s did not pause: %s", id, err);
+		if (!have_row || sbx__add(m, &row, vm) < 0) {
+			vm_stop(vm, 0);
+			vm_free(vm, 0);
+			store_sbx_set_state(m->store, id, "stopped", "crashed");
+		}
+		r = -EIO;
+	} else {
+		vm_free(vm, 1);
+		r = store_sbx_set_paused(m->store, id, now_s(), left > 0 ? left : 0);
+		if (r < 0)
+			snprintf(err, errlen, "cannot record the pause: %s", strerror(-r));
+		if (have_row)
+			sbx__usage(m, &row, "paused", sbx__paused_bytes(row.run_dir));
+		count(m, &m->stats.pauses, &m->stats.pause_ms, clock_ms_f() - t0);
+		log_info("sandbox %s paused in %.0f ms", id, clock_ms_f() - t0);
+	}
+	if (have_row)
+		store_sbx_release(&row);
+	sbx__done(s);
+	s = NULL;
+out:
+	if (s)
+		sbx_put(s);
+	sbx__unclaim(m, id);
+	return r;
+}
+
+int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
+{
+	struct sbx *s = sbx_find(m, id, NULL);
+	if (s) { /* the common case: nothing to do */
+		sbx_put(s);
+		return 0;
+	}
+	if (sbx__claim(m, id, CLAIM_MS) < 0) {
+		snprintf(err, errlen, "sandbox '%s' is busy", id);
+		return -EBUSY;
+	}
+	double t0 = clock_ms_f();
+	struct store_sbx row;
+	int r = store_sbx_get(m->store, id, &row);
+	if (r < 0) {
+		snprintf(err, errlen, "no sandbox '%s'", id);
+		goto out_unclaim;
+	}
+	if (strcmp(row.state, "paused")) {
+		/* Running: another resume got there while we waited. */
+		r = strcmp(row.state, "running") ? -ESHUTDOWN : 0;
+		if (r)
+			snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
+		goto out;
+	}
+	if ((r = sbx__reserve(m, row.account)) < 0) {
+		snprintf(err, errlen, "account '%s' already runs %d sandboxes", row.account,
+			 m->cfg.max_sandboxes);
+		goto out;
+	}
+	const struct sbx_config *c = &m->cfg;
+	char kernel[512], initrd[512], image[512];
+	sbx__guest_paths(m, row.template, kernel, initrd, image, sizeof(image));
+	struct vm_config vc = {
+		.qemu = c->qemu, .accel = c->accel, .vcpus = row.vcpus, .memory_mb = row.memory_mb,
+		.disk_mb = row.disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
+		.run_dir = row.run_dir, .cache_dir = c->cache_dir, .hostname = row.id + 4,
+		.restore = row.run_dir, .generation = row.generation + 1,
+	};
+	struct vm *vm;
+	r = vm_start(&vc, &vm, err, errlen);
+	if (r == 0) {
+		long long left = row.timeout_left_s > 0 ? row.timeout_left_s : RESUME_DEFAULT_S;
+		row.expires_at = now_s() + left;
+		row.generation++;
+		row.qemu_pid = vm_pid(vm);
+		snprintf(row.state, sizeof(row.state), "running");
+		r = store_sbx_set_resumed(m->store, id, row.expires_at, row.qemu_pid, row.generation);
+		if (r == 0)
+			r = sbx__add(m, &row, vm);
+		if (r < 0) {
+			/* Never lost: the files are still the pause's. */
+			snprintf(err, errlen, "cannot record the resume: %s", strerror(-r));
+			vm_stop(vm, 0);
+			vm_free(vm, 1);
+			store_sbx_set_paused(m->store, id, row.paused_at, row.timeout_left_s);
+			r = -EIO;
+		} else {
+			sbx__usage(m, &row, "running", 0);
+			count(m, &m->stats.resumes, &m->stats.resume_ms, clock_ms_f() - t0);
+			log_info("sandbox %s resumed in %.0f ms", id, clock_ms_f() - t0);
+		}
+	} else {
+		log_error("sandbox %s did not resume: %s", id, err);
+		r = -EIO;
+	}
+	sbx__unreserve(m, row.account);
+out:
+	store_sbx_release(&row);
+out_unclaim:
+	sbx__unclaim(m, id);
+	return r;
+}
+
+/* Takes a snapshot of running sandbox id into dir: its row in *row. */
+static int snapshot(struct sbx_mgr *m, const char *id, const char *dir, int sealed,
+		    struct store_sbx *row, char *err, size_t errlen)
+{
+	struct sbx *s = sbx_find(m, id, NULL);
+	if (!s) {
+		int r = not_running(m, id, "running", err, errlen);
+		return r ? r : -ESHUTDOWN;
+	}
+	int r = store_sbx_get(m->store, id, row);
+	if (r < 0) {
+		sbx_put(s);
+		snprintf(err, errlen, "no sandbox '%s'", id);
+		return r;
+	}
+	char parent[300];
+	snprintf(parent, sizeof(parent), "%s", dir);
+	*strrchr(parent, '/') = '\0';
+	fs_mkdir_p(parent, 0700, (uid_t)-1, (gid_t)-1);
+	/* Under the sandbox lock the pump stays out of QMP while the
+	 * snapshot drives it, and requests wait the few ms it stands still. */
+	pthread_mutex_lock(&s->mu);
+	if (!s->vm) {
+		snprintf(err, errlen, "sandbox '%s' is not running", id);
+		r = -ESHUTDOWN;
+	} else {
+		r = vm_snapshot(s->vm, dir, sealed, err, errlen);
+	}
+	pthread_mutex_unlock(&s->mu);
+	sbx_put(s);
+	if (r < 0)
+		store_sbx_release(row);
+	return r;
+}
+
+int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_sbx *rows,
+	     char *err, size_t errlen)
+{
+	if (sbx__claim(m, id, CLAIM_MS) < 0) {
+		snprintf(err, errlen, "sandbox '%s' is busy", id);
+		return -EBUSY;
+	}
+	double t0 = clock_ms_f();
+	char dir[512], tag[32];
+	sbx__random_id(tag, sizeof(tag), "fork-");
+	snprintf(dir, sizeof(dir), "%s/snapshots/%s", m->cfg.state_dir, tag);
+	struct store_sbx parent;
+	int r = snapshot(m, id, dir, 0, &parent, err, errlen);
+	sbx__unclaim(m, id); /* the parent runs on: the rest is the children's */
+	if (r < 0)
+		return r;
+	const struct sbx_config *c = &m->cfg;
+	char kernel[512], initrd[512], image[512];
+	sbx__guest_paths(m, parent.template, kernel, initrd, image, sizeof(image));
+	long long left = parent.expires_at - now_s();
+	unsigned made = 0;
+	for (; made < count_n; made++) {
+		if ((r = sbx__reserve(m, parent.account)) < 0) {
+			snprintf(err, errlen, "account '%s' already runs %d sandboxes", parent.account,
+				 c->max_sandboxes);
+			break;
+		}
+		struct store_sbx *row = &rows[made];
+		memset(row, 0, sizeof(*row));
+		sbx__random_id(row->id, sizeof(row->id), "sbx_");
+		snprintf(row->run_dir, sizeof(row->run_dir), "%s/vms/%s", c->state_dir, row->id);
+		struct vm_config vc = {
+			.qemu = c->qemu, .accel = c->accel, .vcpus = parent.vcpus,
+			.memory_mb = parent.memory_mb, .disk_mb = parent.disk_mb, .kernel = kernel,
+			.initrd = initrd, .template = image, .run_dir = row->run_dir,
+			.cache_dir = c->cache_dir, .hostname = row->id + 4, .restore = dir,
+			.new_identity = 1, .generation = parent.generation + 1,
+		};
+		struct vm *vm;
+		r = vm_start(&vc, &vm, err, errlen);
+		if (r == 0) {
+			snprintf(row->account, sizeof(row->account), "%s", parent.account);
+			snprintf(row->key_id, sizeof(row->key_id), "%s", parent.key_id);
+			snprintf(row->template, sizeof(row->template), "%s", parent.template);
+			snprintf(row->on_timeout, sizeof(row->on_timeout), "%s", parent.on_timeout);
+			snprintf(row->parent, sizeof(row->parent), "%s", parent.id);
+			row->vcpus = parent.vcpus;
+			row->memory_mb = parent.memory_mb;
+			row->disk_mb = parent.disk_mb;
+			row->generation = parent.generation + 1;
+			row->created_at = now_s();
+			row->expires_at = row->created_at + (left > 0 ? left : RESUME_DEFAULT_S);
+			row->env_json = strdup(parent.env_json);
+			row->metadata_json = strdup(parent.metadata_json);
+			r = row->env_json && row->metadata_json ? sbx__publish(m, row, vm, err, errlen)
+								: -ENOMEM;
+			if (r == -ENOMEM)
+				vm_free(vm, 0);
+		}
+		sbx__unreserve(m, parent.account);
+		if (r < 0) {
+			store_sbx_release(row);
+			r = r == -EDQUOT ? r : -EIO;
+			break;
+		}
+	}
+	/* Every child maps the memory file copy-on-write and has its own
+	 * disk: the open mappings keep the file's pages, the name can go. */
+	snap_remove(dir);
+	if (r < 0) {
+		for (unsigned i = 0; i < made; i++) {
+			sbx_kill(m, rows[i].id, "killed");
+			store_sbx_release(&rows[i]);
+		}
+	} else {
+		count(m, &m->stats.forks, &m->stats.fork_ms, clock_ms_f() - t0);
+		log_info("sandbox %s forked %u times in %.0f ms", id, count_n, clock_ms_f() - t0);
+	}
+	store_sbx_release(&parent);
+	return r;
+}
+
+int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct store_ckpt *out,
+		   char *err, size_t errlen)
+{
+	if (sbx__claim(m, id, CLAIM_MS) < 0) {
+		snprintf(err, errlen, "sandbox '%s' is busy", id);
+		return -EBUSY;
+	}
+	memset(out, 0, sizeof(*out));
+	sbx__random_id(out->id, sizeof(out->id), "ckp_");
+	snprintf(out->dir, sizeof(out->dir), "%s/checkpoints/%s", m->cfg.state_dir, out->id);
+	struct store_sbx row;
+	int r = snapshot(m, id, out->dir, 1, &row, err, errlen);
+	sbx__unclaim(m, id);
+	if (r < 0)
+		return r;
+	snprintf(out->name, sizeof(out->name), "%s", name);
+	snprintf(out->account, sizeof(out->account), "%s", row.account);
+	snprintf(out->sbx_id, sizeof(out->sbx_id), "%s", id);
+	snprintf(out->template, sizeof(out->template), "%s", row.template);
+	out->vcpus = row.vcpus;
+	out->memory_mb = row.memory_mb;
+	out->disk_mb = row.disk_mb;
+	out->env_json = row.env_json;
+	row.env_json = NULL;
+	out->created_at = now_s();
+	static const char *const files[] = { "mem", "state", "disk.qcow2" };
+	for (size_t i = 0; i < 3; i++) {
+		char path[600];
+		snprintf(path, sizeof(path), "%s/%s", out->dir, files[i]);
+		out->size_bytes += snap_file_bytes(path);
+	}
+	r = store_ckpt_insert(m->store, out);
+	if (r < 0) {
+		snap_remove(out->dir);
+		store_ckpt_release(out);
+		snprintf(err, errlen, r == -EEXIST ? "a checkpoint named '%s' exists" : "cannot record checkpoint '%s'", name);
+	}
+	store_sbx_release(&row);
+	return r;
+}
+
+int sbx_ckpt_delete(struct sbx_mgr *m, const struct store_ckpt *c)
+{
+	int r = store_ckpt_delete(m->store, c->id);
+	if (r == 0)
+		snap_remove(c->dir); /* sandboxes made from it keep their mappings */
+	return r;
+}
+
+void sbx__snap_cleanup(struct sbx_mgr *m)
+{
+	/* Forks the last daemon did not finish: nothing refers to them. */
+	char dir[512], path[800];
+	snprintf(dir, sizeof(dir), "%s/snapshots", m->cfg.state_dir);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, "fork-", 5))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		snap_remove(path);
+	}
+	if (d)
+		closedir(d);
+}
