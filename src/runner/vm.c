@@ -288,6 +288,24 @@ static int prepare_restore(struct vm *vm, const struct vm_config *cfg, struct sn
 	return 0;
 }
 
+/* The agent of a restored guest is up already, but it may not know that
+ * the host it served is gone: QEMU tells the guest of a host that left
+ * only if it sees the new one later, and a snapshot of a running VM
+ * carries the old host's connection, maybe mid-frame. A host that is
+ * not answered soon closes and connects again, which the guest sees. */
+static int connect_restored(struct vm *vm, const char *path, char *err, size_t errlen)
+{
+	int r = -ETIMEDOUT;
+	/* 0.5 s is several times what an answer takes; patience grows in
+	 * case the host is merely slow. 30 s in all. */
+	for (int wait = 500, spent = 0; spent < 30000 && r < 0; spent += wait, wait = wait < 4000 ? wait * 2 : wait) {
+		r = agentc_connect(path, wait, &vm->agent, err, errlen);
+		if (r < 0 && reap(vm, 0))
+			return r;
+	}
+	return r;
+}
+
 int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen)
 {
 	const char *qemu = cfg->qemu ? cfg->qemu : "qemu-system-x86_64";
@@ -402,23 +420,25 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		    (r = migrate_load(vm->qmp, path, m.ram_in_file, 60000, err, errlen)) < 0)
 			goto fail;
 		vm->t.restore_ms = clock_ms_f() - t0;
-		/* Resumed in place: the saved state is history now, and a
-		 * manifest left beside a running VM would be taken for a
-		 * pause after a crash. */
-		if (!strcmp(cfg->restore, vm->run_dir)) {
-			snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
-			unlink(path);
-			snprintf(path, sizeof(path), "%s/%s", vm->run_dir, m.files[SNAP_STATE].name);
-			unlink(path);
-		}
 	}
 	console_open(&vm->con, vm->run_dir, cfg->console_cap, cfg->restore != NULL, 2000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
-	r = agentc_connect(path, cfg->boot_timeout_ms ? cfg->boot_timeout_ms : 60000, &vm->agent,
-			   err, errlen);
+	r = cfg->restore ? connect_restored(vm, path, err, errlen)
+			 : agentc_connect(path, cfg->boot_timeout_ms ? cfg->boot_timeout_ms : 60000,
+					  &vm->agent, err, errlen);
 	if (r < 0) {
 		start_failed(vm, err, errlen);
 		goto fail;
+	}
+	/* Resumed in place, and answering: the saved state is history now,
+	 * and a manifest beside a running VM would be taken for a pause
+	 * after a crash. (Until the agent answered, a failed resume left the
+	 * pause as it was.) */
+	if (cfg->restore && !strcmp(cfg->restore, vm->run_dir)) {
+		snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/%s", vm->run_dir, m.files[SNAP_STATE].name);
+		unlink(path);
 	}
 	agentc_on_notice(vm->agent, notice_cb, vm);
 	vm->t.total_ms = clock_ms_f() - t0;
@@ -539,6 +559,31 @@ void vm_drop_agent(struct vm *vm)
 	vm->reconnect_at = INT64_MAX;
 }
 
+/* A daemon that died while a snapshot had the VM stopped left it stopped,
+ * maybe with the save still being written: once that is over, the VM
+ * goes on. */
+static void go_on(struct vm *vm)
+{
+	char err[256];
+	for (int i = 0; i < 100; i++) {
+		json_t *st = NULL;
+		if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, sizeof(err)) < 0)
+			return;
+		const char *status = json_string_value(json_object_get(st, "status"));
+		int running = json_is_true(json_object_get(st, "running"));
+		int saving = status && !strcmp(status, "finish-migrate");
+		json_decref(st);
+		if (running)
+			return;
+		if (!saving) {
+			if (qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, sizeof(err)) < 0)
+				log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
+			return;
+		}
+		usleep(50000);
+	}
+}
+
 int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen)
 {
 	if (pid <= 0 || kill(pid, 0) < 0) {
@@ -557,19 +602,12 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 	int r = qmp_connect(path, 5000, &vm->qmp, err, errlen);
 	if (r < 0)
 		goto fail;
-	/* A daemon that died between stopping the VM for a snapshot and
-	 * letting it go on left it stopped: it goes on now. */
-	json_t *st = NULL;
-	if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, errlen) == 0 &&
-	    !json_is_true(json_object_get(st, "running")) &&
-	    qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, errlen) < 0)
-		log_warn("cannot resume stopped vm in %s: %s", run_dir, err);
-	json_decref(st);
+	go_on(vm);
 	snprintf(path, sizeof(path), "%s/state.tmp", vm->run_dir);
 	unlink(path);
 	console_open(&vm->con, vm->run_dir, 0, 1, 1000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
-	r = agentc_connect(path, 10000, &vm->agent, err, errlen);
+	r = connect_restored(vm, path, err, errlen);
 	if (r < 0)
 		goto fail;
 	agentc_on_notice(vm->agent, notice_cb, vm);
@@ -666,8 +704,12 @@ int vm_pause(struct vm *vm, char *err, size_t errlen)
 	snprintf(tmp, sizeof(tmp), "%s/state.tmp", vm->run_dir);
 	snprintf(path, sizeof(path), "%s/state", vm->run_dir);
 	/* The guest must not be mid-request when it is saved: the agent
-	 * sees the host leave, and finds a new one after the resume. */
+	 * sees the host leave, and finds a new one after the resume. Two
+	 * QMP round trips let QEMU's main loop see the close (and queue the
+	 * news to the guest) before the stop. */
 	vm_drop_agent(vm);
+	for (int i = 0; i < 2; i++)
+		qmp_command(vm->qmp, "query-status", NULL, 2000, NULL, err, errlen);
 	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, 60000, err, errlen);
 	if (r == 0 && rename(tmp, path) < 0)
 		r = -errno;

@@ -20,7 +20,8 @@ ANSWER_S = 3 * SLOW
 
 @pytest.fixture(scope="module")
 def hd():
-    d = Daemon(extra_args=["--qemu", str(FAKE), "--answer-timeout", str(ANSWER_S)])
+    d = Daemon(extra_args=["--qemu", str(FAKE), "--answer-timeout", str(ANSWER_S),
+                            "--template-snapshots", "off"])
     d.start()
     d.key = d.create_key("mallory")
     yield d

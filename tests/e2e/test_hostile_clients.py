@@ -174,7 +174,7 @@ def test_a_directory_of_200k_entries(daemon, make_sandbox):
 
 
 def test_sandboxes_that_expire_together_stop_together(daemon, make_sandbox):
-    sbxs = [make_sandbox(template="base") for _ in range(4)]
+    sbxs = [make_sandbox(template="base", on_timeout="kill") for _ in range(4)]
     for sbx in sbxs:
         sbx.set_timeout(3)
     t0 = time.monotonic()

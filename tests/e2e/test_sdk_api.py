@@ -137,7 +137,7 @@ def test_command_timeout(sandbox):
 
 
 def test_sandbox_timeout(make_sandbox):
-    sbx = make_sandbox(template="base", timeout="3s")
+    sbx = make_sandbox(template="base", timeout="3s", on_timeout="kill")
     assert sbx.state == "running"
     _wait_for(lambda: sbx.info().state == "stopped", 60, "the sandbox timeout")
     assert sbx.end_reason == "timeout"
@@ -151,7 +151,7 @@ def test_sandbox_timeout(make_sandbox):
 
 
 def test_set_timeout(make_sandbox):
-    sbx = make_sandbox(template="base", timeout=60)
+    sbx = make_sandbox(template="base", timeout=60, on_timeout="kill")
     assert abs(_when(sbx.expires_at) - _when(sbx.created_at) - 60) <= 15
     sbx.set_timeout("1h")
     assert abs(_when(sbx.expires_at) - time.time() - 3600) <= 120

@@ -137,6 +137,8 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	snprintf(run, sizeof(run), "%s/snapshots/build-%s", c->cache_dir, tag);
 	snprintf(tmp, sizeof(tmp), "%s.tmp-%s", t->dir, tag);
 	fs_mkdir_p(run, 0700, (uid_t)-1, (gid_t)-1);
+	log_info("building the %s template snapshot (%u vCPU, %u MB): boot, warm, save; "
+		 "creates boot until it is ready", t->template, t->vcpus, t->memory_mb);
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,

@@ -223,6 +223,47 @@ static int snapshot(struct sbx_mgr *m, const char *id, const char *dir, int seal
 	return r;
 }
 
+/* A parent whose RAM is private (it was itself restored copy-on-write)
+ * leaves a snapshot with the RAM in its state, which every child would
+ * load page by page. For several children it pays to load it once: into
+ * a memory file of the snapshot's own, by a VM resumed in the snapshot
+ * directory and paused again at once. The children then map that file
+ * copy-on-write. On failure the snapshot is left as it was made. */
+static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, const char *dir,
+			     const char *kernel, const char *initrd, const char *image)
+{
+	struct snap_manifest sm;
+	char err[512], a[600], b[600];
+	if (snap_load(dir, &sm, 0, err, sizeof(err)) < 0 || sm.ram_in_file)
+		return;
+	/* In place, the layer has the run directory's name. */
+	snprintf(a, sizeof(a), "%s/disk.qcow2", dir);
+	snprintf(b, sizeof(b), "%s/scratch.qcow2", dir);
+	if (rename(a, b) < 0)
+		return;
+	const struct sbx_config *c = &m->cfg;
+	struct vm_config vc = {
+		.qemu = c->qemu, .accel = c->accel, .vcpus = parent->vcpus,
+		.memory_mb = parent->memory_mb, .disk_mb = parent->disk_mb, .kernel = kernel,
+		.initrd = initrd, .template = image, .run_dir = dir, .cache_dir = c->cache_dir,
+		.restore = dir, .generation = parent->generation,
+	};
+	struct vm *vm;
+	double t0 = clock_ms_f();
+	int r = vm_start(&vc, &vm, err, sizeof(err));
+	if (r < 0) {
+		rename(b, a); /* as it was: the children load the state */
+	} else {
+		r = vm_pause(vm, err, sizeof(err));
+		vm_free(vm, 1);
+	}
+	if (r < 0)
+		log_warn("fork of %s: the snapshot keeps its RAM in its state: %s", parent->id, err);
+	else
+		log_info("fork of %s: RAM moved into a file of its own in %.0f ms", parent->id,
+			 clock_ms_f() - t0);
+}
+
 int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_sbx *rows,
 	     char *err, size_t errlen)
 {
@@ -242,6 +283,8 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 	const struct sbx_config *c = &m->cfg;
 	char kernel[512], initrd[512], image[512];
 	sbx__guest_paths(m, parent.template, kernel, initrd, image, sizeof(image));
+	if (count_n > 1)
+		to_file_snapshot(m, &parent, dir, kernel, initrd, image);
 	long long left = parent.expires_at - now_s();
 	unsigned made = 0;
 	for (; made < count_n; made++) {
@@ -291,6 +334,7 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 	}
 	/* Every child maps the memory file copy-on-write and has its own
 	 * disk: the open mappings keep the file's pages, the name can go. */
+	vm_remove_files(dir);
 	snap_remove(dir);
 	if (r < 0) {
 		for (unsigned i = 0; i < made; i++) {
