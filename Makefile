@@ -216,7 +216,7 @@ ASAN_RUN_OPTIONS = halt_on_error=1:detect_leaks=1:quarantine_size_mb=16:thread_l
 test-asan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(ASAN_BUILD) SANITIZE=address,undefined all guest
-	BUILD_DIR=$(ASAN_BUILD) CPUOS_TESTS='unit fuzz e2e' CPUOS_SANITIZER=address \
+	BUILD_DIR=$(ASAN_BUILD) CPUOS_TESTS='unit fuzz e2e' CPUOS_SANITIZER=address CPUOS_PAUSE_CYCLES=20 \
 	  CPUOS_SANITIZER_LOGS=$(ASAN_LOGS) \
 	  ASAN_OPTIONS=$(ASAN_RUN_OPTIONS) \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan \
@@ -226,7 +226,7 @@ test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
 	  $(TSAN_BUILD)/bin/cpuos-vm guest
-	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_SANITIZER=thread CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
+	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_SANITIZER=thread CPUOS_PAUSE_CYCLES=20 CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
 	  TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp):log_path=$(TSAN_LOGS)/tsan \
 	  tests/run.sh
 
