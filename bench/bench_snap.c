@@ -232,19 +232,29 @@ static int exec_true(struct vm *vm)
 	return rc;
 }
 
+/* Where a create's time went: vt_start in all, of it QEMU spawn -> state
+ * loaded (a boot: -> QMP up) and spawn -> agent answered. */
+struct split {
+	double start, state, hello;
+};
+
 /* create -> first exec done: restore (NULL = cold boot), then `true`.
  * The VM in *out (tracked), or NULL; the time in ms or -1. */
-static double create_exec(const char *restore, struct vm **out, double *state_ms)
+static double create_exec(const char *restore, struct vm **out, struct split *sp)
 {
 	double t0 = clock_ms_f();
 	struct vm *vm = start(restore, 0);
+	double t1 = clock_ms_f();
 	if (vm && exec_true(vm) < 0) {
 		drop_vm(vm);
 		vm = NULL;
 	}
 	double ms = clock_ms_f() - t0;
-	if (vm && state_ms)
-		*state_ms = vm_timings(vm)->restore_ms;
+	if (vm && sp)
+		*sp = (struct split){ .start = t1 - t0,
+				      .state = restore ? vm_timings(vm)->restore_ms
+						       : vm_timings(vm)->qemu_ms,
+				      .hello = vm_timings(vm)->total_ms };
 	if (out)
 		*out = vm;
 	else
@@ -354,29 +364,52 @@ static void bench_create(void)
 		drop_dir(cdir);
 		return;
 	}
-	double cold[MAX_RUNS], tsn[MAX_RUNS], inc[MAX_RUNS], tsn_st[MAX_RUNS], inc_st[MAX_RUNS];
-	int nc = 0, nt = 0, ni = 0;
-	for (int i = -1; i < runs && !interrupted; i++) { /* -1: warm the caches */
-		double ms, st = 0;
-		if ((ms = create_exec(NULL, NULL, NULL)) >= 0 && i >= 0)
-			cold[nc++] = ms;
-		if ((ms = create_exec(ts, NULL, &st)) >= 0 && i >= 0)
-			tsn_st[nt] = st, tsn[nt++] = ms;
-		if ((ms = create_exec(cdir, NULL, &st)) >= 0 && i >= 0)
-			inc_st[ni] = st, inc[ni++] = ms;
+	struct kind {
+		const char *label, *restore, *tail;
+		double wall[MAX_RUNS], runner[MAX_RUNS], state[MAX_RUNS], agent[MAX_RUNS],
+			first[MAX_RUNS];
+		int n;
+	} *k = calloc(3, sizeof(*k));
+	if (!k) {
+		drop_dir(cdir);
+		return;
 	}
-	char tail[160];
+	char tail[96];
+	snprintf(tail, sizeof(tail), "(state %.1f MB, RAM inside)", file_mb(cdir, "state"));
+	k[0].label = "(a) cold boot (baseline)";
+	k[1].label = "(b) template snapshot, CoW RAM", k[1].restore = ts;
+	k[1].tail = "(target <= 150 ms p50)";
+	k[2].label = "(c) -incoming of a RAM stream", k[2].restore = cdir, k[2].tail = tail;
+	for (int i = -1; i < runs && !interrupted; i++) /* -1: warm the caches */
+		for (int j = 0; j < 3; j++) {
+			struct split sp;
+			double ms = create_exec(k[j].restore, NULL, &sp);
+			if (ms < 0 || i < 0)
+				continue;
+			int n = k[j].n++;
+			k[j].wall[n] = ms;
+			k[j].runner[n] = sp.start - sp.hello;
+			k[j].state[n] = sp.state;
+			k[j].agent[n] = sp.hello - sp.state;
+			k[j].first[n] = ms - sp.start;
+		}
 	printf("create -> first exec of true done (%s, %d vCPU, %d MB; %d runs each, alternating, "
 	       "after a warm-up)\n", tpl, VCPUS, MEM_MB, runs);
-	print_dist("(a) cold boot (baseline)", cold, nc, NULL);
-	print_dist("(b) template snapshot, CoW RAM", tsn, nt, "(target <= 150 ms p50)");
-	print_dist("      of it: state loaded", tsn_st, nt, NULL);
-	snprintf(tail, sizeof(tail), "(state %.1f MB, RAM inside)", file_mb(cdir, "state"));
-	print_dist("(c) -incoming of a RAM stream", inc, ni, tail);
-	print_dist("      of it: state loaded", inc_st, ni, NULL);
+	for (int j = 0; j < 3; j++) {
+		struct kind *x = &k[j];
+		print_dist(x->label, x->wall, x->n, x->tail);
+		if (!x->n)
+			continue;
+		printf("      p50 split: runner outside QEMU %6.1f, spawn -> %s %6.1f, -> agent "
+		       "%6.1f, first exec %6.1f ms\n",
+		       p50(x->runner, x->n), j ? "state loaded" : "QMP up", p50(x->state, x->n),
+		       p50(x->agent, x->n), p50(x->first, x->n));
+	}
 	printf("  ratio cold/(b)                 p50 %7.2fx (target >= 7x)\n",
-	       ratio(p50(cold, nc), p50(tsn, nt)));
-	printf("  ratio (c)/(b)                  p50 %7.2fx\n", ratio(p50(inc, ni), p50(tsn, nt)));
+	       ratio(p50(k[0].wall, k[0].n), p50(k[1].wall, k[1].n)));
+	printf("  ratio (c)/(b)                  p50 %7.2fx\n",
+	       ratio(p50(k[2].wall, k[2].n), p50(k[1].wall, k[1].n)));
+	free(k);
 	drop_dir(cdir);
 }
 

@@ -14,3 +14,4 @@ build/bench/bench_api create 10
 build/bench/bench_api exec 200
 build/bench/bench_api concurrent 20
 build/bench/bench_api hostile 100
+build/bench/bench_snap

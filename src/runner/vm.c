@@ -560,28 +560,32 @@ void vm_drop_agent(struct vm *vm)
 }
 
 /* A daemon that died while a snapshot had the VM stopped left it stopped,
- * maybe with the save still being written: once that is over, the VM
+ * maybe with the save still being written (the VM is "paused" then, and a
+ * cont would be undone when the save ends): once the save is over, the VM
  * goes on. */
 static void go_on(struct vm *vm)
 {
 	char err[256];
-	for (int i = 0; i < 100; i++) {
-		json_t *st = NULL;
-		if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, sizeof(err)) < 0)
-			return;
-		const char *status = json_string_value(json_object_get(st, "status"));
-		int running = json_is_true(json_object_get(st, "running"));
-		int saving = status && !strcmp(status, "finish-migrate");
-		json_decref(st);
-		if (running)
-			return;
-		if (!saving) {
-			if (qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, sizeof(err)) < 0)
-				log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
-			return;
-		}
+	for (int i = 0; i < 200; i++) {
+		json_t *mig = NULL;
+		if (qmp_command(vm->qmp, "query-migrate", NULL, 2000, &mig, err, sizeof(err)) < 0)
+			break;
+		const char *ms = json_string_value(json_object_get(mig, "status"));
+		int busy = ms && strcmp(ms, "completed") && strcmp(ms, "failed") && strcmp(ms, "cancelled");
+		json_decref(mig);
+		if (!busy)
+			break;
 		usleep(50000);
 	}
+	json_t *st = NULL;
+	if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, sizeof(err)) < 0) {
+		log_warn("attach: vm in %s: query-status: %s", vm->run_dir, err);
+		return;
+	}
+	int running = json_is_true(json_object_get(st, "running"));
+	json_decref(st);
+	if (!running && qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, sizeof(err)) < 0)
+		log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
 }
 
 int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen)

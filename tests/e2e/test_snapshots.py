@@ -7,6 +7,7 @@ template snapshot and the warm pool."""
 import datetime
 import os
 import shutil
+import threading
 import time
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 import cpuos
 from conftest import SLOW, Daemon
 
-T = "60s"
+T = os.environ.get("CPUOS_SNAP_T", "60s")
 CYCLES = int(os.environ.get("CPUOS_PAUSE_CYCLES", "100"))
 
 
@@ -172,6 +173,51 @@ def test_paused_sandboxes_survive_a_daemon_restart(own_daemon):
     s2 = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
     assert s2.state == "paused"
     assert sh(s2, "cat /work/k") == "kept"
+
+
+def _kill_during(d, call, delays):
+    """Runs call() in a thread and SIGKILLs the daemon after each delay in turn (one per try)."""
+    for delay in delays:
+        t = threading.Thread(target=lambda: _swallow(call))
+        t.start()
+        time.sleep(delay)
+        d.restart(kill=True)
+        t.join(60)
+        yield delay
+
+
+def _swallow(call):
+    try:
+        call()
+    except Exception:  # the daemon died under it: what matters is what is left
+        pass
+
+
+def test_sigkill_during_pause_loses_nothing(own_daemon):
+    d = own_daemon()
+    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
+    sh(sbx, "echo kept > /work/k")
+    for delay in _kill_during(d, sbx.pause, [0.005, 0.02, 0.04, 0.08, 0.3]):
+        s = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+        assert s.state in ("running", "paused"), (delay, s.state, d.log_tail(20))
+        assert sh(s, "cat /work/k") == "kept", delay  # resumes if paused
+        assert s.info().state == "running"
+
+
+def test_sigkill_during_fork_loses_nothing(own_daemon):
+    d = own_daemon()
+    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
+    sh(sbx, "echo kept > /work/k")
+    for delay in _kill_during(d, lambda: sbx.fork(count=2), [0.01, 0.05, 0.15, 0.4]):
+        s = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+        assert s.state in ("running", "paused"), (delay, s.state, d.log_tail(20))
+        assert sh(s, "cat /work/k") == "kept", delay
+        for kid in cpuos.Sandbox.list(state="running", api_key=d.key_a, api_url=d.url):
+            if kid.id != sbx.id:  # a fork that was finished works; it is a sandbox like any
+                assert sh(kid, "cat /work/k") == "kept"
+                kid.kill()
+    leftovers = os.listdir(os.path.join(d.state_dir, "snapshots"))
+    assert not [x for x in leftovers if x.startswith("fork-")], leftovers
 
 
 def test_template_snapshot_and_warm_pool(own_daemon):
