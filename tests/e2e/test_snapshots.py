@@ -6,6 +6,7 @@ template snapshot and the warm pool."""
 
 import datetime
 import os
+import re
 import shutil
 import threading
 import time
@@ -243,3 +244,43 @@ def test_template_snapshot_and_warm_pool(own_daemon):
     assert sh(other, "python3 -c 'print(6 * 7)'") == "42"
     assert sh(other, "cat /etc/machine-id") != sh(sbx, "cat /etc/machine-id")
     print(f"create from the warm pool: {took * 1000:.0f} ms")
+
+    # A daemon killed with a warm VM in its pool: the next one kills that VM.
+    _wait_pool(d, 1)
+    pooled = [pid for pid, sid in _qemus(d) if sid not in (sbx.id, other.id)]
+    assert pooled, list(_qemus(d))
+    d.restart(kill=True)
+    time.sleep(1)
+    alive = [pid for pid in pooled if _alive(pid)]
+    assert not alive, d.log_tail(20)
+
+
+def _wait_pool(d, depth):
+    deadline = time.monotonic() + 120 * SLOW
+    while time.monotonic() < deadline:
+        if f"cpuos_pool_depth {depth}" in d.http("GET", "/metrics", key=d.key_a).body.decode():
+            return
+        time.sleep(0.5)
+    pytest.fail("the warm pool did not refill:\n" + d.log_tail(30))
+
+
+def _qemus(d):
+    """(pid, sandbox id) of every QEMU running from d's state directory."""
+    pattern = re.compile(re.escape(os.path.join(d.state_dir, "vms")) + r"/(sbx_[0-9a-f]+)")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        m = pattern.search(cmd)
+        if "qemu-system" in cmd and m:
+            yield int(pid), m.group(1)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False

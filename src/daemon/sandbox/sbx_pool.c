@@ -392,8 +392,56 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* Warm VMs of a daemon that was killed belong to no sandbox: their QEMUs
+ * run from vms/<id> with no row for <id>. They go before new ones come. */
+static void sweep_orphans(struct sbx_mgr *m)
+{
+	char want[600], path[64], cmd[8192];
+	snprintf(want, sizeof(want), "%s/vms/sbx_", m->cfg.state_dir);
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		int pid = atoi(e->d_name);
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, cmd, sizeof(cmd) - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			continue;
+		for (ssize_t i = 0; i < n; i++)
+			cmd[i] = cmd[i] ? cmd[i] : ' ';
+		cmd[n] = '\0';
+		char *at = strstr(cmd, want);
+		if (!strstr(cmd, "qemu-system") || !at)
+			continue;
+		char id[32], run[600];
+		at += strlen(want) - 4;
+		size_t len = strspn(at, "sbx_0123456789abcdef");
+		if (len >= sizeof(id))
+			continue;
+		snprintf(id, sizeof(id), "%.*s", (int)len, at);
+		struct store_sbx row;
+		if (store_sbx_get(m->store, id, &row) == 0) {
+			store_sbx_release(&row);
+			continue;
+		}
+		log_info("killing warm VM %s left by an earlier daemon (qemu pid %d)", id, pid);
+		kill(pid, SIGKILL);
+		for (int i = 0; i < 100 && kill(pid, 0) == 0; i++)
+			usleep(10000);
+		snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
+		vm_remove_files(run);
+	}
+	if (d)
+		closedir(d);
+}
+
 int sbx__pools_start(struct sbx_mgr *m)
 {
+	sweep_orphans(m);
 	if (!m->cfg.template_snapshots)
 		return 0;
 	struct sbx_pools *p = calloc(1, sizeof(*p));
