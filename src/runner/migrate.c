@@ -75,7 +75,25 @@ int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout
 	char uri[700];
 	snprintf(uri, sizeof(uri), "exec:cat > %s", path);
 	r = qmp_command(q, "migrate", json_pack("{s:s}", "uri", uri), 5000, NULL, err, errlen);
-	return r < 0 ? r : wait_done(q, timeout_ms, err, errlen);
+	if (r == 0 && (r = wait_done(q, timeout_ms, err, errlen)) == -ETIMEDOUT) {
+		/* Cancelled and over before the caller lets the VM go on: a
+		 * save that ended later would stop the VM for good. */
+		char e2[128];
+		qmp_command(q, "migrate_cancel", NULL, 5000, NULL, e2, sizeof(e2));
+		for (int i = 0; i < 600; i++) {
+			json_t *ret = NULL;
+			if (qmp_command(q, "query-migrate", NULL, 2000, &ret, e2, sizeof(e2)) < 0)
+				break;
+			const char *st = json_string_value(json_object_get(ret, "status"));
+			int over = !st || !strcmp(st, "cancelled") || !strcmp(st, "failed") ||
+				   !strcmp(st, "completed");
+			json_decref(ret);
+			if (over)
+				break;
+			usleep(10000);
+		}
+	}
+	return r;
 }
 
 int migrate_load(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,

@@ -189,6 +189,13 @@ static int find_in_path(const char *name)
 	return -1;
 }
 
+/* How long a save or load may take: the state is KBs when RAM is a file,
+ * but all of RAM when it is streamed. */
+static int migrate_ms(const struct vm *vm)
+{
+	return 60000 + (int)(vm->env.memory_mb > 1000000 ? 1000000 : vm->env.memory_mb) * 20;
+}
+
 /* A failure during start: if the VM died meanwhile, that is the news. */
 static void start_failed(struct vm *vm, char *err, size_t errlen)
 {
@@ -338,7 +345,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	char **argv = NULL;
 	char path[600], scratch[300], mem[600];
 	struct snap_manifest m;
-	int r;
+	int r, ran = 0;
+	int in_place = cfg->restore && !strcmp(cfg->restore, cfg->run_dir);
 
 	if (mkdir(vm->run_dir, 0700) < 0 && errno != EEXIST) {
 		r = -errno;
@@ -417,9 +425,21 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	if (cfg->restore) {
 		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m.files[SNAP_STATE].name);
 		if ((r = snap_check(&m, &vm->env, err, errlen)) < 0 ||
-		    (r = migrate_load(vm->qmp, path, m.ram_in_file, 60000, err, errlen)) < 0)
+		    (r = migrate_load(vm->qmp, path, m.ram_in_file, migrate_ms(vm), err, errlen)) < 0)
 			goto fail;
 		vm->t.restore_ms = clock_ms_f() - t0;
+		/* Resumed in place, the guest runs and writes its RAM file and
+		 * disk: the saved device state no longer goes with them and a
+		 * manifest beside them would be taken for a pause after a
+		 * crash. Both go now; a resume that fails from here on pauses
+		 * the VM anew. */
+		if (in_place) {
+			snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
+			unlink(path);
+			snprintf(path, sizeof(path), "%s/%s", vm->run_dir, m.files[SNAP_STATE].name);
+			unlink(path);
+			ran = 1;
+		}
 	}
 	console_open(&vm->con, vm->run_dir, cfg->console_cap, cfg->restore != NULL, 2000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
@@ -429,16 +449,6 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	if (r < 0) {
 		start_failed(vm, err, errlen);
 		goto fail;
-	}
-	/* Resumed in place, and answering: the saved state is history now,
-	 * and a manifest beside a running VM would be taken for a pause
-	 * after a crash. (Until the agent answered, a failed resume left the
-	 * pause as it was.) */
-	if (cfg->restore && !strcmp(cfg->restore, vm->run_dir)) {
-		snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
-		unlink(path);
-		snprintf(path, sizeof(path), "%s/%s", vm->run_dir, m.files[SNAP_STATE].name);
-		unlink(path);
 	}
 	agentc_on_notice(vm->agent, notice_cb, vm);
 	vm->t.total_ms = clock_ms_f() - t0;
@@ -462,8 +472,15 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	return 0;
 fail:
 	qemu_argv_free(argv);
-	/* A failed resume must not take the paused sandbox's files with it. */
-	vm_free(vm, 1);
+	if (ran) { /* the guest ran: save it again, or the pause is gone */
+		char e2[256];
+		vm->state = VM_RUNNING;
+		if (vm_pause(vm, e2, sizeof(e2)) < 0)
+			log_error("resume of %s failed and it could not pause again: %s", vm->run_dir, e2);
+	}
+	/* A failed resume must not take the paused sandbox's files with it;
+	 * a VM that was new leaves nothing behind. */
+	vm_free(vm, in_place);
 	return r;
 }
 
@@ -588,6 +605,50 @@ static void go_on(struct vm *vm)
 		log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
 }
 
+/* What a VM taken over from an earlier daemon was started with, read back
+ * from QEMU's command line: what its snapshots depend on, and whether its
+ * RAM is a file of its own. */
+static int env_from_cmdline(struct vm *vm, char *err, size_t errlen)
+{
+	char path[64], cmd[16384];
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)vm->pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, cmd, sizeof(cmd) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0) {
+		snprintf(err, errlen, "cannot read qemu's command line");
+		return -EIO;
+	}
+	cmd[n] = '\0';
+	const char *kernel = NULL, *initrd = NULL;
+	char tpl[512] = "";
+	for (const char *a = cmd, *prev = ""; a < cmd + n; prev = a, a += strlen(a) + 1) {
+		const char *f;
+		if (!strcmp(prev, "-kernel"))
+			kernel = a;
+		else if (!strcmp(prev, "-initrd"))
+			initrd = a;
+		else if (!strcmp(prev, "-smp"))
+			vm->env.vcpus = (unsigned)atoi(a);
+		else if (!strcmp(prev, "-m"))
+			vm->env.memory_mb = (unsigned)atoi(a);
+		else if (!strcmp(prev, "-accel"))
+			snprintf(vm->env.accel, sizeof(vm->env.accel), "%.3s", a);
+		else if (!strcmp(prev, "-blockdev") && strstr(a, "node-name=tplfile,") &&
+			 (f = strstr(a, "filename=")))
+			snprintf(tpl, sizeof(tpl), "%.*s", (int)strcspn(f + 9, ","), f + 9);
+		else if (!strcmp(prev, "-object") && !strncmp(a, "memory-backend-file,", 20))
+			vm->ram_shared = strstr(a, "share=on") != NULL;
+	}
+	if (!kernel || !initrd || !tpl[0]) {
+		snprintf(err, errlen, "qemu's command line lacks kernel, initrd or template");
+		return -EIO;
+	}
+	int r = snap_env_files(&vm->env, kernel, initrd, tpl, err, errlen);
+	return r < 0 ? r : migrate_qemu_version(vm->qmp, vm->env.qemu, sizeof(vm->env.qemu), err, errlen);
+}
+
 int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen)
 {
 	if (pid <= 0 || kill(pid, 0) < 0) {
@@ -604,7 +665,7 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 	char path[300];
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
 	int r = qmp_connect(path, 5000, &vm->qmp, err, errlen);
-	if (r < 0)
+	if (r < 0 || (r = env_from_cmdline(vm, err, errlen)) < 0)
 		goto fail;
 	go_on(vm);
 	snprintf(path, sizeof(path), "%s/state.tmp", vm->run_dir);
@@ -714,7 +775,7 @@ int vm_pause(struct vm *vm, char *err, size_t errlen)
 	vm_drop_agent(vm);
 	for (int i = 0; i < 2; i++)
 		qmp_command(vm->qmp, "query-status", NULL, 2000, NULL, err, errlen);
-	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, 60000, err, errlen);
+	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, migrate_ms(vm), err, errlen);
 	if (r == 0 && rename(tmp, path) < 0)
 		r = -errno;
 	if (r < 0) {
@@ -749,7 +810,7 @@ int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t er
 	}
 	char path[600], src[300];
 	snprintf(path, sizeof(path), "%s/state", dir);
-	int r = migrate_save(vm->qmp, path, vm->ram_shared, 60000, err, errlen);
+	int r = migrate_save(vm->qmp, path, vm->ram_shared, migrate_ms(vm), err, errlen);
 	/* Stopped, its disk flushed by the migration: copy what changes. */
 	const char *copies[][2] = { { "mem", "mem" }, { "scratch.qcow2", "disk.qcow2" } };
 	for (size_t i = vm->ram_shared ? 0 : 1; r == 0 && i < 2; i++) {

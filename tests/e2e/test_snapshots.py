@@ -205,6 +205,21 @@ def test_sigkill_during_pause_loses_nothing(own_daemon):
         assert s.info().state == "running"
 
 
+def test_sigkill_during_resume_loses_nothing(own_daemon):
+    d = own_daemon()
+    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
+    sh(sbx, "echo kept > /work/k")
+    for delay in [0.01, 0.05, 0.1, 0.2, 0.4]:
+        sbx.pause()
+        for _ in _kill_during(d, lambda: cpuos.Sandbox.resume(sbx.id, api_key=d.key_a,
+                                                              api_url=d.url), [delay]):
+            s = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+            assert s.state in ("running", "paused"), (delay, s.state, d.log_tail(20))
+            assert sh(s, "cat /work/k") == "kept", (delay, d.log_tail(20))
+            sh(s, f"echo {delay} >> /work/log")
+    assert sh(sbx, "wc -l < /work/log") == "5"
+
+
 def test_sigkill_during_fork_loses_nothing(own_daemon):
     d = own_daemon()
     sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")

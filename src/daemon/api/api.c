@@ -72,9 +72,11 @@ struct sbx *api_sbx(struct req *r)
 	struct store_sbx row;
 	if (api_row(r, &row) < 0)
 		return NULL;
-	/* A paused sandbox comes back for whatever is asked of it. */
-	if (!strcmp(row.state, "paused")) {
-		char err[512];
+	/* A paused sandbox comes back for whatever is asked of it; one that
+	 * is running but not listed is in a pause or a resume right now:
+	 * sbx_resume waits for that to end. */
+	if (!strcmp(row.state, "paused") || !strcmp(row.state, "running")) {
+		char err[512] = "the sandbox is not running";
 		int e = sbx_resume(r->api->sbx, row.id, err, sizeof(err));
 		store_sbx_release(&row);
 		if (e == 0 && (s = sbx_find(r->api->sbx, r->param[0], NULL)))

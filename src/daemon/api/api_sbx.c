@@ -154,7 +154,10 @@ int api_sbx_kill(struct req *r)
 	if (api_row(r, &row) < 0)
 		return 0;
 	store_sbx_release(&row);
-	sbx_kill(r->api->sbx, r->param[0], "killed"); /* -ENOENT: already stopped */
+	/* -ENOENT: already stopped */
+	if (sbx_kill(r->api->sbx, r->param[0], "killed") == -EBUSY)
+		return reply_error(r, 503, "unavailable", "sandbox '%s' is busy; try again",
+				   r->param[0]);
 	return reply_empty(r, 204);
 }
 

@@ -284,6 +284,10 @@ struct vm *sbx__detach(struct sbx_mgr *m, struct sbx *s)
 	pthread_mutex_lock(&s->mu);
 	struct vm *vm = sbx__take_vm(s);
 	pthread_mutex_unlock(&s->mu);
+	/* The VM ended by itself just before: its pump settled that, but
+	 * left the list's reference to whoever unlisted the sandbox. */
+	if (!vm)
+		sbx_put(s);
 	return vm;
 }
 
@@ -418,11 +422,14 @@ int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *
 	snprintf(row->state, sizeof(row->state), "running");
 	row->qemu_pid = vm_pid(vm);
 	int r = store_sbx_insert(m->store, row);
+	int stored = r == 0;
 	if (r == 0)
 		r = sbx__add(m, row, vm);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot record sandbox: %s", strerror(-r));
 		vm_free(vm, 0);
+		if (stored)
+			store_sbx_set_state(m->store, row->id, "stopped", "crashed");
 		return -EIO;
 	}
 	sbx__usage(m, row, "running", 0);
@@ -459,10 +466,11 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 		};
 		r = vm_start(&vc, &vm, err, errlen);
 		if (r < 0 && restore && !ck) {
-			/* A template snapshot that does not restore (rebuilt
-			 * guest, damaged file) must not stop creates. */
+			/* A template snapshot that does not restore must not stop
+			 * creates; one that is damaged or foreign is rebuilt. */
 			log_warn("template snapshot %s: %s; booting instead", restore, err);
-			sbx__template_bad(m, restore);
+			if (r == -EBADMSG || r == -EPROTO || r == -ENOENT)
+				sbx__template_bad(m, restore);
 			vc.restore = NULL;
 			r = vm_start(&vc, &vm, err, errlen);
 		}
@@ -621,9 +629,15 @@ static void expire_paused(struct sbx_mgr *m)
 	if (store_sbx_paused(m->store, &rows, &n) < 0)
 		return;
 	long long now = now_s();
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].paused_at + m->cfg.paused_retention_s <= now)
-			sbx_kill(m, rows[i].id, "retention");
+	for (size_t i = 0; i < n; i++) {
+		/* A sandbox in a transition is left for the next turn: this
+		 * thread also runs the timeouts. */
+		if (rows[i].paused_at + m->cfg.paused_retention_s > now ||
+		    sbx__claim(m, rows[i].id, 0) < 0)
+			continue;
+		kill_paused(m, rows[i].id, "retention"); /* checks it is still paused */
+		sbx__unclaim(m, rows[i].id);
+	}
 	store_sbx_free_list(rows, n);
 }
 
@@ -758,7 +772,9 @@ void sbx_mgr_free(struct sbx_mgr *m)
 	if (!m)
 		return;
 	sbx_mgr_stop(m);
+	sbx__pools_free(m);
 	pthread_cond_destroy(&m->killers_cv);
+	pthread_cond_destroy(&m->busy_cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

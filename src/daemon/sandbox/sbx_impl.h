@@ -132,7 +132,8 @@ int sbx__unlink(struct sbx_mgr *m, struct sbx *s);
 struct vm *sbx__take_vm(struct sbx *s);
 /* Unlists s, stops its pump and takes its VM: the caller owns the VM and
  * drops the two references (ours and the list's) with sbx__done. NULL
- * when someone else got there first (a kill, the VM's own end). */
+ * when someone else got there first (a kill, the VM's own end); the
+ * caller then drops only its own. */
 struct vm *sbx__detach(struct sbx_mgr *m, struct sbx *s);
 void sbx__done(struct sbx *s);
 void sbx__random_id(char *out, size_t n, const char *prefix);
@@ -158,6 +159,7 @@ void sbx__snap_cleanup(struct sbx_mgr *m);
 /* sbx_pool.c. Starts the builders and fillers (after restore). */
 int sbx__pools_start(struct sbx_mgr *m);
 void sbx__pools_stop(struct sbx_mgr *m);
+void sbx__pools_free(struct sbx_mgr *m); /* once no request can reach m */
 /* A warm VM for a create of row's template and size; sets row's id and
  * run_dir: 0 or -ENOENT (none ready). */
 int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm);

@@ -219,6 +219,8 @@ int sbx__template_snapshot(struct sbx_mgr *m, const struct store_sbx *row, char 
 void sbx__template_bad(struct sbx_mgr *m, const char *dir)
 {
 	struct sbx_pools *p = m->pools;
+	if (!p)
+		return;
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->nsnaps; i++) {
 		if (!strcmp(p->snaps[i].dir, dir) && p->snaps[i].state == SNAP_READY) {
@@ -251,9 +253,8 @@ int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm)
 	}
 	pthread_cond_broadcast(&p->cv); /* refill */
 	pthread_mutex_unlock(&p->mu);
-	/* It stood idle in the pool: its clock may have drifted, its
-	 * connection may be gone. */
-	if (r == 0 && !vm_agent(*vm)) {
+	/* Nobody pumped it while it waited: it may have died. */
+	if (r == 0 && (vm_wait(*vm, 0) || !vm_agent(*vm))) {
 		vm_free(*vm, 0);
 		return -ENOENT;
 	}
@@ -392,8 +393,25 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Warm VMs of a daemon that was killed belong to no sandbox: their QEMUs
- * run from vms/<id> with no row for <id>. They go before new ones come. */
+/* QEMUs a killed daemon left behind, running from vms/<id>: a warm VM (no
+ * row for <id>) is killed; one whose resume was cut short (its row says
+ * paused) is paused again, as it is now, so the pause stays whole. */
+static void pause_again(struct sbx_mgr *m, const char *id, int pid)
+{
+	char run[600], err[256];
+	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
+	struct vm *vm;
+	int r = vm_attach(run, pid, &vm, err, sizeof(err));
+	if (r == 0) {
+		r = vm_pause(vm, err, sizeof(err));
+		vm_free(vm, 1);
+	} else {
+		kill(pid, SIGKILL);
+	}
+	log_warn("paused sandbox %s had a QEMU running (a cut-short resume): %s%s", id,
+		 r == 0 ? "paused again" : "killed: ", r == 0 ? "" : err);
+}
+
 static void sweep_orphans(struct sbx_mgr *m)
 {
 	char want[600], path[64], cmd[8192];
@@ -425,7 +443,10 @@ static void sweep_orphans(struct sbx_mgr *m)
 		snprintf(id, sizeof(id), "%.*s", (int)len, at);
 		struct store_sbx row;
 		if (store_sbx_get(m->store, id, &row) == 0) {
+			int paused = !strcmp(row.state, "paused");
 			store_sbx_release(&row);
+			if (paused)
+				pause_again(m, id, pid);
 			continue;
 		}
 		log_info("killing warm VM %s left by an earlier daemon (qemu pid %d)", id, pid);
@@ -488,9 +509,21 @@ void sbx__pools_stop(struct sbx_mgr *m)
 	pthread_mutex_unlock(&p->mu);
 	if (p->started)
 		pthread_join(p->worker, NULL);
-	/* Warm VMs belong to no sandbox: they go with the daemon. */
-	for (int i = 0; i < p->npool; i++)
+	/* Warm VMs belong to no sandbox: they go with the daemon. The
+	 * struct stays until sbx__pools_free: HTTP threads may still ask. */
+	pthread_mutex_lock(&p->mu);
+	int n = p->npool;
+	p->npool = 0;
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < n; i++)
 		vm_free(p->pool[i].vm, 0);
+}
+
+void sbx__pools_free(struct sbx_mgr *m)
+{
+	struct sbx_pools *p = m->pools;
+	if (!p)
+		return;
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p);

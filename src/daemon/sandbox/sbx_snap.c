@@ -84,7 +84,14 @@ int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	r = vm_pause(vm, err, errlen);
 	struct store_sbx row;
 	int have_row = store_sbx_get(m->store, id, &row) == 0;
-	if (r < 0) {
+	if (r < 0 && vm_state(vm) != VM_RUNNING) {
+		/* QEMU is gone but the pause is not complete (its manifest
+		 * could not be written): the files stay for a person to see. */
+		log_error("sandbox %s: pause failed after QEMU ended: %s", id, err);
+		vm_free(vm, 1);
+		store_sbx_set_state(m->store, id, "lost", "lost");
+		r = -EIO;
+	} else if (r < 0) {
 		/* It runs on: back in the list under a new pump. */
 		log_error("sandbox %s did not pause: %s", id, err);
 		if (!have_row || sbx__add(m, &row, vm) < 0) {
@@ -165,11 +172,13 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		if (r == 0)
 			r = sbx__add(m, &row, vm);
 		if (r < 0) {
-			/* Never lost: the files are still the pause's. */
+			/* Not lost: it pauses again, as it is now. */
 			snprintf(err, errlen, "cannot record the resume: %s", strerror(-r));
-			vm_stop(vm, 0);
+			char e2[256];
+			if (vm_pause(vm, e2, sizeof(e2)) < 0)
+				log_error("sandbox %s could not pause again: %s", id, e2);
 			vm_free(vm, 1);
-			store_sbx_set_paused(m->store, id, row.paused_at, row.timeout_left_s);
+			store_sbx_set_paused(m->store, id, now_s(), row.timeout_left_s);
 			r = -EIO;
 		} else {
 			sbx__usage(m, &row, "running", 0);
