@@ -31,32 +31,29 @@ static int reply_row(struct req *r, int status)
 	return 0;
 }
 
-int api_sbx_pause(struct req *r)
+/* Pause and resume: the same checks, then the manager's call. */
+static int transition(struct req *r, int (*call)(struct sbx_mgr *, const char *, char *, size_t))
 {
 	session_to_id(r);
 	struct store_sbx row;
 	if (api_row(r, &row) < 0)
 		return 0;
 	store_sbx_release(&row);
-	char err[512];
-	int e = sbx_pause(r->api->sbx, r->param[0], err, sizeof(err));
+	char err[512] = "";
+	int e = call(r->api->sbx, r->param[0], err, sizeof(err));
 	if (e < 0)
 		return api_resume_error(r, e, err);
 	return reply_row(r, 200);
 }
 
+int api_sbx_pause(struct req *r)
+{
+	return transition(r, sbx_pause);
+}
+
 int api_sbx_resume(struct req *r)
 {
-	session_to_id(r);
-	struct store_sbx row;
-	if (api_row(r, &row) < 0)
-		return 0;
-	store_sbx_release(&row);
-	char err[512];
-	int e = sbx_resume(r->api->sbx, r->param[0], err, sizeof(err));
-	if (e < 0)
-		return api_resume_error(r, e, err);
-	return reply_row(r, 200);
+	return transition(r, sbx_resume);
 }
 
 int api_sbx_fork(struct req *r)
