@@ -5,7 +5,7 @@
  * host's own stop, the agent's poweroff notice, a panic on the console, or
  * QEMU's exit status.
  */
-#include "runner/vm.h"
+#include "runner/vm_impl.h"
 
 #include "common/fs.h"
 #include "common/proto.h"
@@ -36,27 +36,6 @@
 
 #define BACKOFF_MIN_MS 50   /* first reconnect of a lost agent connection */
 #define BACKOFF_MAX_MS 5000 /* doubling up to this */
-
-struct vm {
-	char run_dir[256];
-	pid_t pid;
-	struct qmp *qmp;
-	struct agentc *agent;
-	struct console con;
-	enum vm_state state;
-	int stopping;  /* the host asked it to stop */
-	/* A lost agent connection is made anew, with a backoff: a guest that
-	 * breaks it on purpose costs us a connect now and then, no more. */
-	int64_t reconnect_at; /* when to try; INT64_MAX: never */
-	int backoff_ms;
-	unsigned reconnects;
-	int notice;    /* PN_POWEROFF / PN_REBOOT seen */
-	int pausing;   /* vm_pause made QEMU quit */
-	int ram_shared; /* RAM is a file of its own (a pause leaves it there) */
-	struct snap_env env; /* what a snapshot of it depends on */
-	char reason[256];
-	struct vm_timings t;
-};
 
 const char *vm_state_name(enum vm_state s)
 {
@@ -117,7 +96,7 @@ static void finish(struct vm *vm, int st)
 }
 
 /* Reaps QEMU if it exited; waits up to wait_ms for it. 1 if it is gone. */
-static int reap(struct vm *vm, int wait_ms)
+int vm__reap(struct vm *vm, int wait_ms)
 {
 	if (vm->pid <= 0)
 		return 1;
@@ -189,62 +168,17 @@ static int find_in_path(const char *name)
 	return -1;
 }
 
-/* How long a save or load may take: the state is KBs when RAM is a file,
- * but all of RAM when it is streamed. */
-static int migrate_ms(const struct vm *vm)
-{
-	return 60000 + (int)(vm->env.memory_mb > 1000000 ? 1000000 : vm->env.memory_mb) * 20;
-}
-
 /* A failure during start: if the VM died meanwhile, that is the news. */
 static void start_failed(struct vm *vm, char *err, size_t errlen)
 {
-	if (reap(vm, 200))
+	if (vm__reap(vm, 200))
 		snprintf(err, errlen, "vm ended during boot (%s): %s", vm_state_name(vm->state),
 			 vm->reason);
 }
 
-/* The guest after a restore: its clock is the pause behind, its RNG is a
- * copy of the one it was saved with (and of every other fork's), and a new
- * sandbox wants a name of its own. Sent first, so it comes before any
- * request. Without new identity only clock, entropy and generation. */
-static int send_restored(struct vm *vm, const struct vm_config *cfg)
-{
-	uint8_t seed[64];
-	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
-		return -EIO;
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	struct pbuf *b = agentc_begin(vm->agent, P_RESTORED, NULL, NULL, NULL);
-	if (!b)
-		return -ENOMEM;
-	int r = proto_put_u64(b, A_TIME_NS, (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec);
-	if (!r)
-		r = proto_put(b, A_BYTES, seed, sizeof(seed));
-	if (!r)
-		r = proto_put_u32(b, A_GENERATION, cfg->generation);
-	if (!r && cfg->new_identity) {
-		uint8_t id[16];
-		char hex[33];
-		if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id))
-			r = -EIO;
-		for (int i = 0; !r && i < 16; i++)
-			snprintf(hex + 2 * i, 3, "%02x", id[i]);
-		if (!r)
-			r = proto_put_str(b, A_MACHINE_ID, hex);
-		if (!r && cfg->hostname)
-			r = proto_put_str(b, A_HOSTNAME, cfg->hostname);
-	}
-	if (r < 0) {
-		agentc_abort(vm->agent);
-		return r;
-	}
-	return agentc_end(vm->agent);
-}
-
 /* The guest clock came from the RTC, to the second (or stood still while
  * the VM was stopped): set it exactly. Fire and forget. */
-static void send_time(struct vm *vm)
+void vm__send_time(struct vm *vm)
 {
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -253,64 +187,6 @@ static void send_time(struct vm *vm)
 		agentc_end(vm->agent);
 	else if (b)
 		agentc_abort(vm->agent);
-}
-
-/* Where a restore takes its files from, once its manifest is read: the
- * layer is copied unless the VM resumes in place; RAM maps the
- * snapshot's file copy-on-write, or its own file (in place), or a new
- * file of its own filled from the state (RAM that was streamed). */
-static int prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_manifest *m,
-			   char *mem, size_t memlen, char *err, size_t errlen)
-{
-	int r = snap_load(cfg->restore, m, 0, err, errlen);
-	if (r < 0)
-		return r;
-	if (m->env.vcpus != (cfg->vcpus ? cfg->vcpus : 1) ||
-	    m->env.memory_mb != (cfg->memory_mb ? cfg->memory_mb : 512)) {
-		snprintf(err, errlen, "snapshot is %u vCPU %u MB, asked for %u vCPU %u MB",
-			 m->env.vcpus, m->env.memory_mb, cfg->vcpus, cfg->memory_mb);
-		return -EINVAL;
-	}
-	int in_place = !strcmp(cfg->restore, cfg->run_dir);
-	char path[600];
-	if (!in_place) {
-		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m->files[SNAP_DISK].name);
-		char dst[300];
-		snprintf(dst, sizeof(dst), "%s/scratch.qcow2", vm->run_dir);
-		unlink(dst);
-		if ((r = snap_copy(path, dst)) < 0) {
-			snprintf(err, errlen, "cannot copy the snapshot's disk: %s", strerror(-r));
-			return r;
-		}
-	}
-	if (m->ram_in_file && !in_place) {
-		snprintf(mem, memlen, "%s/%s", cfg->restore, m->files[SNAP_MEM].name);
-		vm->ram_shared = 0;
-	} else {
-		snprintf(mem, memlen, "%s/mem", vm->run_dir);
-		if (!m->ram_in_file)
-			unlink(mem); /* filled from the state, page by page */
-		vm->ram_shared = 1;
-	}
-	return 0;
-}
-
-/* The agent of a restored guest is up already, but it may not know that
- * the host it served is gone: QEMU tells the guest of a host that left
- * only if it sees the new one later, and a snapshot of a running VM
- * carries the old host's connection, maybe mid-frame. A host that is
- * not answered soon closes and connects again, which the guest sees. */
-static int connect_restored(struct vm *vm, const char *path, char *err, size_t errlen)
-{
-	int r = -ETIMEDOUT;
-	/* 0.5 s is several times what an answer takes; patience grows in
-	 * case the host is merely slow. 30 s in all. */
-	for (int wait = 500, spent = 0; spent < 30000 && r < 0; spent += wait, wait = wait < 4000 ? wait * 2 : wait) {
-		r = agentc_connect(path, wait, &vm->agent, err, errlen);
-		if (r < 0 && reap(vm, 0))
-			return r;
-	}
-	return r;
 }
 
 int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen)
@@ -362,7 +238,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		goto fail;
 	snprintf(scratch, sizeof(scratch), "%s/scratch.qcow2", vm->run_dir);
 	if (cfg->restore) {
-		r = prepare_restore(vm, cfg, &m, mem, sizeof(mem), err, errlen);
+		r = vm__prepare_restore(vm, cfg, &m, mem, sizeof(mem), err, errlen);
 		if (r == 0)
 			r = snap_check(&m, &vm->env, err, errlen); /* QEMU's version is checked below */
 	} else {
@@ -412,7 +288,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
 	r = qmp_connect(path, 10000, &vm->qmp, err, errlen);
 	if (r < 0) {
-		if (reap(vm, 500)) {
+		if (vm__reap(vm, 500)) {
 			char last[200];
 			qemu_log_last_line(vm, last, sizeof(last));
 			snprintf(err, errlen, "qemu did not start: %s", last[0] ? last : vm->reason);
@@ -425,7 +301,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	if (cfg->restore) {
 		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m.files[SNAP_STATE].name);
 		if ((r = snap_check(&m, &vm->env, err, errlen)) < 0 ||
-		    (r = migrate_load(vm->qmp, path, m.ram_in_file, migrate_ms(vm), err, errlen)) < 0)
+		    (r = migrate_load(vm->qmp, path, m.ram_in_file, vm__migrate_ms(vm), err, errlen)) < 0)
 			goto fail;
 		vm->t.restore_ms = clock_ms_f() - t0;
 		/* Resumed in place, the guest runs and writes its RAM file and
@@ -443,7 +319,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 	console_open(&vm->con, vm->run_dir, cfg->console_cap, cfg->restore != NULL, 2000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
-	r = cfg->restore ? connect_restored(vm, path, err, errlen)
+	r = cfg->restore ? vm__connect_restored(vm, path, err, errlen)
 			 : agentc_connect(path, cfg->boot_timeout_ms ? cfg->boot_timeout_ms : 60000,
 					  &vm->agent, err, errlen);
 	if (r < 0) {
@@ -453,12 +329,12 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	agentc_on_notice(vm->agent, notice_cb, vm);
 	vm->t.total_ms = clock_ms_f() - t0;
 	if (cfg->restore) {
-		if ((r = send_restored(vm, cfg)) < 0) {
+		if ((r = vm__send_restored(vm, cfg)) < 0) {
 			snprintf(err, errlen, "cannot tell the guest it was restored: %s", strerror(-r));
 			goto fail;
 		}
 	} else {
-		send_time(vm);
+		vm__send_time(vm);
 		uint64_t boot_ns, ready_ns;
 		agentc_boot_times(vm->agent, &boot_ns, &ready_ns);
 		if (ready_ns) {
@@ -553,7 +429,7 @@ int vm_handle(struct vm *vm, const struct pollfd *fds, int n)
 		}
 	}
 	/* QEMU is going (or gone): the caller settles how with vm_wait. */
-	if (gone || reap(vm, 0))
+	if (gone || vm__reap(vm, 0))
 		return -ESHUTDOWN;
 	if (!vm->agent && clock_ms() >= vm->reconnect_at)
 		try_reconnect(vm);
@@ -564,7 +440,7 @@ int vm_wait(struct vm *vm, int timeout_ms)
 {
 	if (vm->state != VM_RUNNING && vm->state != VM_BOOTING)
 		return 1;
-	if (reap(vm, timeout_ms))
+	if (vm__reap(vm, timeout_ms))
 		return 1;
 	return 0;
 }
@@ -574,79 +450,6 @@ void vm_drop_agent(struct vm *vm)
 	agentc_close(vm->agent);
 	vm->agent = NULL;
 	vm->reconnect_at = INT64_MAX;
-}
-
-/* A daemon that died while a snapshot had the VM stopped left it stopped,
- * maybe with the save still being written (the VM is "paused" then, and a
- * cont would be undone when the save ends): once the save is over, the VM
- * goes on. */
-static void go_on(struct vm *vm)
-{
-	char err[256];
-	for (int i = 0; i < 200; i++) {
-		json_t *mig = NULL;
-		if (qmp_command(vm->qmp, "query-migrate", NULL, 2000, &mig, err, sizeof(err)) < 0)
-			break;
-		const char *ms = json_string_value(json_object_get(mig, "status"));
-		int busy = ms && strcmp(ms, "completed") && strcmp(ms, "failed") && strcmp(ms, "cancelled");
-		json_decref(mig);
-		if (!busy)
-			break;
-		usleep(50000);
-	}
-	json_t *st = NULL;
-	if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, sizeof(err)) < 0) {
-		log_warn("attach: vm in %s: query-status: %s", vm->run_dir, err);
-		return;
-	}
-	int running = json_is_true(json_object_get(st, "running"));
-	json_decref(st);
-	if (!running && qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, sizeof(err)) < 0)
-		log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
-}
-
-/* What a VM taken over from an earlier daemon was started with, read back
- * from QEMU's command line: what its snapshots depend on, and whether its
- * RAM is a file of its own. */
-static int env_from_cmdline(struct vm *vm, char *err, size_t errlen)
-{
-	char path[64], cmd[16384];
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)vm->pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, cmd, sizeof(cmd) - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0) {
-		snprintf(err, errlen, "cannot read qemu's command line");
-		return -EIO;
-	}
-	cmd[n] = '\0';
-	const char *kernel = NULL, *initrd = NULL;
-	char tpl[512] = "";
-	for (const char *a = cmd, *prev = ""; a < cmd + n; prev = a, a += strlen(a) + 1) {
-		const char *f;
-		if (!strcmp(prev, "-kernel"))
-			kernel = a;
-		else if (!strcmp(prev, "-initrd"))
-			initrd = a;
-		else if (!strcmp(prev, "-smp"))
-			vm->env.vcpus = (unsigned)atoi(a);
-		else if (!strcmp(prev, "-m"))
-			vm->env.memory_mb = (unsigned)atoi(a);
-		else if (!strcmp(prev, "-accel"))
-			snprintf(vm->env.accel, sizeof(vm->env.accel), "%.3s", a);
-		else if (!strcmp(prev, "-blockdev") && strstr(a, "node-name=tplfile,") &&
-			 (f = strstr(a, "filename=")))
-			snprintf(tpl, sizeof(tpl), "%.*s", (int)strcspn(f + 9, ","), f + 9);
-		else if (!strcmp(prev, "-object") && !strncmp(a, "memory-backend-file,", 20))
-			vm->ram_shared = strstr(a, "share=on") != NULL;
-	}
-	if (!kernel || !initrd || !tpl[0]) {
-		snprintf(err, errlen, "qemu's command line lacks kernel, initrd or template");
-		return -EIO;
-	}
-	int r = snap_env_files(&vm->env, kernel, initrd, tpl, err, errlen);
-	return r < 0 ? r : migrate_qemu_version(vm->qmp, vm->env.qemu, sizeof(vm->env.qemu), err, errlen);
 }
 
 int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen)
@@ -665,14 +468,14 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 	char path[300];
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
 	int r = qmp_connect(path, 5000, &vm->qmp, err, errlen);
-	if (r < 0 || (r = env_from_cmdline(vm, err, errlen)) < 0)
+	if (r < 0 || (r = vm__env_from_cmdline(vm, err, errlen)) < 0)
 		goto fail;
-	go_on(vm);
+	vm__go_on(vm);
 	snprintf(path, sizeof(path), "%s/state.tmp", vm->run_dir);
 	unlink(path);
 	console_open(&vm->con, vm->run_dir, 0, 1, 1000);
 	snprintf(path, sizeof(path), "%s/" QEMU_AGENT_SOCK, vm->run_dir);
-	r = connect_restored(vm, path, err, errlen);
+	r = vm__connect_restored(vm, path, err, errlen);
 	if (r < 0)
 		goto fail;
 	agentc_on_notice(vm->agent, notice_cb, vm);
@@ -699,7 +502,7 @@ int vm_pump(struct vm *vm, int timeout_ms)
 	if (r == -ESHUTDOWN && !vm_wait(vm, 3000)) {
 		/* Its QMP socket closed, yet it runs: not a VM we can drive. */
 		kill(vm->pid, SIGKILL);
-		reap(vm, 5000);
+		vm__reap(vm, 5000);
 	}
 	return r;
 }
@@ -733,107 +536,16 @@ int vm_stop(struct vm *vm, int grace_ms)
 		agentc_end(vm->agent);
 	double deadline = clock_ms_f() + grace_ms;
 	while (vm->pid > 0 && clock_ms_f() < deadline)
-		if (vm_pump(vm, 50) == -ESHUTDOWN || reap(vm, 0))
+		if (vm_pump(vm, 50) == -ESHUTDOWN || vm__reap(vm, 0))
 			return 0;
 	char err[128];
 	if (vm->qmp && qmp_command(vm->qmp, "quit", NULL, 1000, NULL, err, sizeof(err)) == 0 &&
-	    reap(vm, 2000))
+	    vm__reap(vm, 2000))
 		return 0;
 	if (vm->pid > 0)
 		kill(vm->pid, SIGKILL);
-	reap(vm, 5000);
+	vm__reap(vm, 5000);
 	return 0;
-}
-
-/* The manifest of a snapshot of vm whose state is saved in dir. */
-static void manifest_of(const struct vm *vm, struct snap_manifest *m, int sealed, int in_run_dir)
-{
-	memset(m, 0, sizeof(*m));
-	m->env = vm->env;
-	m->ram_in_file = vm->ram_shared;
-	m->sealed = sealed;
-	snprintf(m->files[SNAP_STATE].name, sizeof(m->files[SNAP_STATE].name), "state");
-	if (vm->ram_shared)
-		snprintf(m->files[SNAP_MEM].name, sizeof(m->files[SNAP_MEM].name), "mem");
-	snprintf(m->files[SNAP_DISK].name, sizeof(m->files[SNAP_DISK].name), "%s",
-		 in_run_dir ? "scratch.qcow2" : "disk.qcow2");
-}
-
-int vm_pause(struct vm *vm, char *err, size_t errlen)
-{
-	if (vm->state != VM_RUNNING || !vm->qmp) {
-		snprintf(err, errlen, "vm is %s", vm_state_name(vm->state));
-		return -ESHUTDOWN;
-	}
-	char tmp[300], path[300];
-	snprintf(tmp, sizeof(tmp), "%s/state.tmp", vm->run_dir);
-	snprintf(path, sizeof(path), "%s/state", vm->run_dir);
-	/* The guest must not be mid-request when it is saved: the agent
-	 * sees the host leave, and finds a new one after the resume. Two
-	 * QMP round trips let QEMU's main loop see the close (and queue the
-	 * news to the guest) before the stop. */
-	vm_drop_agent(vm);
-	for (int i = 0; i < 2; i++)
-		qmp_command(vm->qmp, "query-status", NULL, 2000, NULL, err, errlen);
-	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, migrate_ms(vm), err, errlen);
-	if (r == 0 && rename(tmp, path) < 0)
-		r = -errno;
-	if (r < 0) {
-		char e2[64];
-		unlink(tmp);
-		qmp_command(vm->qmp, "cont", NULL, 2000, NULL, e2, sizeof(e2));
-		vm->reconnect_at = clock_ms(); /* and talk to the agent again */
-		return r;
-	}
-	vm->pausing = 1;
-	char e2[64];
-	if (qmp_command(vm->qmp, "quit", NULL, 2000, NULL, e2, sizeof(e2)) < 0 || !reap(vm, 5000)) {
-		kill(vm->pid, SIGKILL);
-		reap(vm, 5000);
-	}
-	/* QEMU is gone: its files are final. RAM that is not a file of its
-	 * own went into the state. */
-	struct snap_manifest m;
-	manifest_of(vm, &m, 0, 1);
-	return snap_seal(vm->run_dir, &m, err, errlen);
-}
-
-int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t errlen)
-{
-	if (vm->state != VM_RUNNING || !vm->qmp) {
-		snprintf(err, errlen, "vm is %s", vm_state_name(vm->state));
-		return -ESHUTDOWN;
-	}
-	if (mkdir(dir, 0700) < 0) {
-		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
-		return -errno;
-	}
-	char path[600], src[300];
-	snprintf(path, sizeof(path), "%s/state", dir);
-	int r = migrate_save(vm->qmp, path, vm->ram_shared, migrate_ms(vm), err, errlen);
-	/* Stopped, its disk flushed by the migration: copy what changes. */
-	const char *copies[][2] = { { "mem", "mem" }, { "scratch.qcow2", "disk.qcow2" } };
-	for (size_t i = vm->ram_shared ? 0 : 1; r == 0 && i < 2; i++) {
-		snprintf(src, sizeof(src), "%s/%s", vm->run_dir, copies[i][0]);
-		snprintf(path, sizeof(path), "%s/%s", dir, copies[i][1]);
-		if ((r = snap_copy(src, path)) < 0)
-			snprintf(err, errlen, "cannot copy '%s': %s", src, strerror(-r));
-	}
-	char e2[128];
-	if (qmp_command(vm->qmp, "cont", NULL, 5000, NULL, e2, sizeof(e2)) < 0 && r == 0) {
-		snprintf(err, errlen, "the VM did not go on after its snapshot: %s", e2);
-		r = -EIO;
-	}
-	if (vm->agent)
-		send_time(vm); /* it stood still meanwhile */
-	if (r == 0) {
-		struct snap_manifest m;
-		manifest_of(vm, &m, sealed, 0);
-		r = snap_seal(dir, &m, err, errlen);
-	}
-	if (r < 0)
-		snap_remove(dir);
-	return r;
 }
 
 void vm_free(struct vm *vm, int keep)
@@ -842,7 +554,7 @@ void vm_free(struct vm *vm, int keep)
 		return;
 	if (vm->pid > 0) {
 		kill(vm->pid, SIGKILL);
-		reap(vm, 5000);
+		vm__reap(vm, 5000);
 	}
 	agentc_close(vm->agent);
 	qmp_close(vm->qmp);

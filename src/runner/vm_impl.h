@@ -1,0 +1,59 @@
+/*
+ * vm_impl: what vm.c (start, pump, stop, attach) and vm_snap.c (pause,
+ * snapshots, restores) share: the VM struct and the helpers each lends the
+ * other. Included by those two files only.
+ */
+#ifndef CPUOS_VM_IMPL_H
+#define CPUOS_VM_IMPL_H
+
+#include "runner/console.h"
+#include "runner/snap.h"
+#include "runner/vm.h"
+
+#include <stdint.h>
+
+struct vm {
+	char run_dir[256];
+	pid_t pid;
+	struct qmp *qmp;
+	struct agentc *agent;
+	struct console con;
+	enum vm_state state;
+	int stopping;  /* the host asked it to stop */
+	/* A lost agent connection is made anew, with a backoff: a guest that
+	 * breaks it on purpose costs us a connect now and then, no more. */
+	int64_t reconnect_at; /* when to try; INT64_MAX: never */
+	int backoff_ms;
+	unsigned reconnects;
+	int notice;    /* PN_POWEROFF / PN_REBOOT seen */
+	int pausing;   /* vm_pause made QEMU quit */
+	int ram_shared; /* RAM is a file of its own (a pause leaves it there) */
+	struct snap_env env; /* what a snapshot of it depends on */
+	char reason[256];
+	struct vm_timings t;
+};
+
+
+/* vm.c */
+/* Reaps QEMU if it exited; waits up to wait_ms for it. 1 if it is gone. */
+int vm__reap(struct vm *vm, int wait_ms);
+/* Sets the guest clock from the host's (fire and forget). */
+void vm__send_time(struct vm *vm);
+
+/* vm_snap.c */
+/* How long a save or load may take. */
+int vm__migrate_ms(const struct vm *vm);
+/* Reads cfg->restore's manifest and lays out the files (see vm_snap.c);
+ * mem gets the RAM file QEMU maps. */
+int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_manifest *m,
+			char *mem, size_t memlen, char *err, size_t errlen);
+/* Connects the agent of a restored guest, again until it answers. */
+int vm__connect_restored(struct vm *vm, const char *path, char *err, size_t errlen);
+/* P_RESTORED, first after a restore. */
+int vm__send_restored(struct vm *vm, const struct vm_config *cfg);
+/* vm_attach: a VM stopped by a cut-short save goes on; what it was made
+ * with, read back from QEMU's command line. */
+void vm__go_on(struct vm *vm);
+int vm__env_from_cmdline(struct vm *vm, char *err, size_t errlen);
+
+#endif

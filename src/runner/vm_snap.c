@@ -1,0 +1,294 @@
+/*
+ * vm_snap: the VM as a snapshot: pause into the run directory, snapshots of
+ * a running VM, and the restore half of vm_start and vm_attach (the files a
+ * restore maps, the agent of a restored guest, P_RESTORED). The records
+ * and file copies are snap.c's; the QMP steps migrate.c's.
+ */
+#include "runner/vm_impl.h"
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "runner/agentc.h"
+#include "runner/migrate.h"
+#include "runner/qmp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How long a save or load may take: the state is KBs when RAM is a file,
+ * but all of RAM when it is streamed. */
+int vm__migrate_ms(const struct vm *vm)
+{
+	return 60000 + (int)(vm->env.memory_mb > 1000000 ? 1000000 : vm->env.memory_mb) * 20;
+}
+
+/* The guest after a restore: its clock is the pause behind, its RNG is a
+ * copy of the one it was saved with (and of every other fork's), and a new
+ * sandbox wants a name of its own. Sent first, so it comes before any
+ * request. Without new identity only clock, entropy and generation. */
+int vm__send_restored(struct vm *vm, const struct vm_config *cfg)
+{
+	uint8_t seed[64];
+	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+		return -EIO;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct pbuf *b = agentc_begin(vm->agent, P_RESTORED, NULL, NULL, NULL);
+	if (!b)
+		return -ENOMEM;
+	int r = proto_put_u64(b, A_TIME_NS, (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec);
+	if (!r)
+		r = proto_put(b, A_BYTES, seed, sizeof(seed));
+	if (!r)
+		r = proto_put_u32(b, A_GENERATION, cfg->generation);
+	if (!r && cfg->new_identity) {
+		uint8_t id[16];
+		char hex[33];
+		if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id))
+			r = -EIO;
+		for (int i = 0; !r && i < 16; i++)
+			snprintf(hex + 2 * i, 3, "%02x", id[i]);
+		if (!r)
+			r = proto_put_str(b, A_MACHINE_ID, hex);
+		if (!r && cfg->hostname)
+			r = proto_put_str(b, A_HOSTNAME, cfg->hostname);
+	}
+	if (r < 0) {
+		agentc_abort(vm->agent);
+		return r;
+	}
+	return agentc_end(vm->agent);
+}
+
+/* Where a restore takes its files from, once its manifest is read: the
+ * layer is copied unless the VM resumes in place; RAM maps the
+ * snapshot's file copy-on-write, or its own file (in place), or a new
+ * file of its own filled from the state (RAM that was streamed). */
+int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_manifest *m,
+			   char *mem, size_t memlen, char *err, size_t errlen)
+{
+	int r = snap_load(cfg->restore, m, 0, err, errlen);
+	if (r < 0)
+		return r;
+	if (m->env.vcpus != (cfg->vcpus ? cfg->vcpus : 1) ||
+	    m->env.memory_mb != (cfg->memory_mb ? cfg->memory_mb : 512)) {
+		snprintf(err, errlen, "snapshot is %u vCPU %u MB, asked for %u vCPU %u MB",
+			 m->env.vcpus, m->env.memory_mb, cfg->vcpus, cfg->memory_mb);
+		return -EINVAL;
+	}
+	int in_place = !strcmp(cfg->restore, cfg->run_dir);
+	char path[600];
+	if (!in_place) {
+		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m->files[SNAP_DISK].name);
+		char dst[300];
+		snprintf(dst, sizeof(dst), "%s/scratch.qcow2", vm->run_dir);
+		unlink(dst);
+		if ((r = snap_copy(path, dst)) < 0) {
+			snprintf(err, errlen, "cannot copy the snapshot's disk: %s", strerror(-r));
+			return r;
+		}
+	}
+	if (m->ram_in_file && !in_place) {
+		snprintf(mem, memlen, "%s/%s", cfg->restore, m->files[SNAP_MEM].name);
+		vm->ram_shared = 0;
+	} else {
+		snprintf(mem, memlen, "%s/mem", vm->run_dir);
+		if (!m->ram_in_file)
+			unlink(mem); /* filled from the state, page by page */
+		vm->ram_shared = 1;
+	}
+	return 0;
+}
+
+/* The agent of a restored guest is up already, but it may not know that
+ * the host it served is gone: QEMU tells the guest of a host that left
+ * only if it sees the new one later, and a snapshot of a running VM
+ * carries the old host's connection, maybe mid-frame. A host that is
+ * not answered soon closes and connects again, which the guest sees. */
+int vm__connect_restored(struct vm *vm, const char *path, char *err, size_t errlen)
+{
+	int r = -ETIMEDOUT;
+	/* 0.5 s is several times what an answer takes; patience grows in
+	 * case the host is merely slow. 30 s in all. */
+	for (int wait = 500, spent = 0; spent < 30000 && r < 0; spent += wait, wait = wait < 4000 ? wait * 2 : wait) {
+		r = agentc_connect(path, wait, &vm->agent, err, errlen);
+		if (r < 0 && vm__reap(vm, 0))
+			return r;
+	}
+	return r;
+}
+
+/* A daemon that died while a snapshot had the VM stopped left it stopped,
+ * maybe with the save still being written (the VM is "paused" then, and a
+ * cont would be undone when the save ends): once the save is over, the VM
+ * goes on. */
+void vm__go_on(struct vm *vm)
+{
+	char err[256];
+	for (int i = 0; i < 200; i++) {
+		json_t *mig = NULL;
+		if (qmp_command(vm->qmp, "query-migrate", NULL, 2000, &mig, err, sizeof(err)) < 0)
+			break;
+		const char *ms = json_string_value(json_object_get(mig, "status"));
+		int busy = ms && strcmp(ms, "completed") && strcmp(ms, "failed") && strcmp(ms, "cancelled");
+		json_decref(mig);
+		if (!busy)
+			break;
+		usleep(50000);
+	}
+	json_t *st = NULL;
+	if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, sizeof(err)) < 0) {
+		log_warn("attach: vm in %s: query-status: %s", vm->run_dir, err);
+		return;
+	}
+	int running = json_is_true(json_object_get(st, "running"));
+	json_decref(st);
+	if (!running && qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, sizeof(err)) < 0)
+		log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
+}
+
+/* What a VM taken over from an earlier daemon was started with, read back
+ * from QEMU's command line: what its snapshots depend on, and whether its
+ * RAM is a file of its own. */
+int vm__env_from_cmdline(struct vm *vm, char *err, size_t errlen)
+{
+	char path[64], cmd[16384];
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)vm->pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, cmd, sizeof(cmd) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0) {
+		snprintf(err, errlen, "cannot read qemu's command line");
+		return -EIO;
+	}
+	cmd[n] = '\0';
+	const char *kernel = NULL, *initrd = NULL;
+	char tpl[512] = "";
+	for (const char *a = cmd, *prev = ""; a < cmd + n; prev = a, a += strlen(a) + 1) {
+		const char *f;
+		if (!strcmp(prev, "-kernel"))
+			kernel = a;
+		else if (!strcmp(prev, "-initrd"))
+			initrd = a;
+		else if (!strcmp(prev, "-smp"))
+			vm->env.vcpus = (unsigned)atoi(a);
+		else if (!strcmp(prev, "-m"))
+			vm->env.memory_mb = (unsigned)atoi(a);
+		else if (!strcmp(prev, "-accel"))
+			snprintf(vm->env.accel, sizeof(vm->env.accel), "%.3s", a);
+		else if (!strcmp(prev, "-blockdev") && strstr(a, "node-name=tplfile,") &&
+			 (f = strstr(a, "filename=")))
+			snprintf(tpl, sizeof(tpl), "%.*s", (int)strcspn(f + 9, ","), f + 9);
+		else if (!strcmp(prev, "-object") && !strncmp(a, "memory-backend-file,", 20))
+			vm->ram_shared = strstr(a, "share=on") != NULL;
+	}
+	if (!kernel || !initrd || !tpl[0]) {
+		snprintf(err, errlen, "qemu's command line lacks kernel, initrd or template");
+		return -EIO;
+	}
+	int r = snap_env_files(&vm->env, kernel, initrd, tpl, err, errlen);
+	return r < 0 ? r : migrate_qemu_version(vm->qmp, vm->env.qemu, sizeof(vm->env.qemu), err, errlen);
+}
+
+/* The manifest of a snapshot of vm whose state is saved in dir. */
+static void manifest_of(const struct vm *vm, struct snap_manifest *m, int sealed, int in_run_dir)
+{
+	memset(m, 0, sizeof(*m));
+	m->env = vm->env;
+	m->ram_in_file = vm->ram_shared;
+	m->sealed = sealed;
+	snprintf(m->files[SNAP_STATE].name, sizeof(m->files[SNAP_STATE].name), "state");
+	if (vm->ram_shared)
+		snprintf(m->files[SNAP_MEM].name, sizeof(m->files[SNAP_MEM].name), "mem");
+	snprintf(m->files[SNAP_DISK].name, sizeof(m->files[SNAP_DISK].name), "%s",
+		 in_run_dir ? "scratch.qcow2" : "disk.qcow2");
+}
+
+int vm_pause(struct vm *vm, char *err, size_t errlen)
+{
+	if (vm->state != VM_RUNNING || !vm->qmp) {
+		snprintf(err, errlen, "vm is %s", vm_state_name(vm->state));
+		return -ESHUTDOWN;
+	}
+	char tmp[300], path[300];
+	snprintf(tmp, sizeof(tmp), "%s/state.tmp", vm->run_dir);
+	snprintf(path, sizeof(path), "%s/state", vm->run_dir);
+	/* The guest must not be mid-request when it is saved: the agent
+	 * sees the host leave, and finds a new one after the resume. Two
+	 * QMP round trips let QEMU's main loop see the close (and queue the
+	 * news to the guest) before the stop. */
+	vm_drop_agent(vm);
+	for (int i = 0; i < 2; i++)
+		qmp_command(vm->qmp, "query-status", NULL, 2000, NULL, err, errlen);
+	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0) {
+		char e2[64];
+		unlink(tmp);
+		qmp_command(vm->qmp, "cont", NULL, 2000, NULL, e2, sizeof(e2));
+		vm->reconnect_at = clock_ms(); /* and talk to the agent again */
+		return r;
+	}
+	vm->pausing = 1;
+	char e2[64];
+	if (qmp_command(vm->qmp, "quit", NULL, 2000, NULL, e2, sizeof(e2)) < 0 || !vm__reap(vm, 5000)) {
+		kill(vm->pid, SIGKILL);
+		vm__reap(vm, 5000);
+	}
+	/* QEMU is gone: its files are final. RAM that is not a file of its
+	 * own went into the state. */
+	struct snap_manifest m;
+	manifest_of(vm, &m, 0, 1);
+	return snap_seal(vm->run_dir, &m, err, errlen);
+}
+
+int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t errlen)
+{
+	if (vm->state != VM_RUNNING || !vm->qmp) {
+		snprintf(err, errlen, "vm is %s", vm_state_name(vm->state));
+		return -ESHUTDOWN;
+	}
+	if (mkdir(dir, 0700) < 0) {
+		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
+		return -errno;
+	}
+	char path[600], src[300];
+	snprintf(path, sizeof(path), "%s/state", dir);
+	int r = migrate_save(vm->qmp, path, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
+	/* Stopped, its disk flushed by the migration: copy what changes. */
+	const char *copies[][2] = { { "mem", "mem" }, { "scratch.qcow2", "disk.qcow2" } };
+	for (size_t i = vm->ram_shared ? 0 : 1; r == 0 && i < 2; i++) {
+		snprintf(src, sizeof(src), "%s/%s", vm->run_dir, copies[i][0]);
+		snprintf(path, sizeof(path), "%s/%s", dir, copies[i][1]);
+		if ((r = snap_copy(src, path)) < 0)
+			snprintf(err, errlen, "cannot copy '%s': %s", src, strerror(-r));
+	}
+	char e2[128];
+	if (qmp_command(vm->qmp, "cont", NULL, 5000, NULL, e2, sizeof(e2)) < 0 && r == 0) {
+		snprintf(err, errlen, "the VM did not go on after its snapshot: %s", e2);
+		r = -EIO;
+	}
+	if (vm->agent)
+		vm__send_time(vm); /* it stood still meanwhile */
+	if (r == 0) {
+		struct snap_manifest m;
+		manifest_of(vm, &m, sealed, 0);
+		r = snap_seal(dir, &m, err, errlen);
+	}
+	if (r < 0)
+		snap_remove(dir);
+	return r;
+}
+
