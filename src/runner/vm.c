@@ -310,10 +310,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		 * crash. Both go now; a resume that fails from here on pauses
 		 * the VM anew. */
 		if (in_place) {
-			snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
-			unlink(path);
-			snprintf(path, sizeof(path), "%s/%s", vm->run_dir, m.files[SNAP_STATE].name);
-			unlink(path);
+			vm__drop_pause(vm);
 			ran = 1;
 		}
 	}

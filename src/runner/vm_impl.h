@@ -51,6 +51,8 @@ int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_
 int vm__connect_restored(struct vm *vm, const char *path, char *err, size_t errlen);
 /* P_RESTORED, first after a restore. */
 int vm__send_restored(struct vm *vm, const struct vm_config *cfg);
+/* A pause sealed in the run directory is dropped: the guest runs again. */
+void vm__drop_pause(struct vm *vm);
 /* vm_attach: a VM stopped by a cut-short save goes on; what it was made
  * with, read back from QEMU's command line. */
 void vm__go_on(struct vm *vm);

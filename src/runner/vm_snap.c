@@ -128,6 +128,18 @@ int vm__connect_restored(struct vm *vm, const char *path, char *err, size_t errl
 	return r;
 }
 
+/* A pause in the run directory is undone before the guest runs again and
+ * writes to its RAM file and disk: a manifest beside them would be taken
+ * for a complete pause after a crash. */
+void vm__drop_pause(struct vm *vm)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/state", vm->run_dir);
+	unlink(path);
+}
+
 /* A daemon that died while a snapshot had the VM stopped left it stopped,
  * maybe with the save still being written (the VM is "paused" then, and a
  * cont would be undone when the save ends): once the save is over, the VM
@@ -153,6 +165,8 @@ void vm__go_on(struct vm *vm)
 	}
 	int running = json_is_true(json_object_get(st, "running"));
 	json_decref(st);
+	if (!running)
+		vm__drop_pause(vm); /* sealed, but the guest runs on after all */
 	if (!running && qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, sizeof(err)) < 0)
 		log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
 }
@@ -232,26 +246,33 @@ int vm_pause(struct vm *vm, char *err, size_t errlen)
 	for (int i = 0; i < 2; i++)
 		qmp_command(vm->qmp, "query-status", NULL, 2000, NULL, err, errlen);
 	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
-	if (r == 0 && rename(tmp, path) < 0)
+	if (r == 0 && rename(tmp, path) < 0) {
 		r = -errno;
+		snprintf(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
+	}
+	/* The VM is stopped and its disk flushed by the migration: its files
+	 * are final. The pause is sealed while QEMU still holds the VM, so a
+	 * daemon killed at any point finds either a QEMU to go on with or a
+	 * complete pause, never QEMU gone and no manifest. RAM that is not a
+	 * file of its own went into the state. */
+	struct snap_manifest m;
+	manifest_of(vm, &m, 0, 1);
+	if (r == 0)
+		r = snap_seal(vm->run_dir, &m, err, errlen);
+	char e2[64];
 	if (r < 0) {
-		char e2[64];
 		unlink(tmp);
+		vm__drop_pause(vm);
 		qmp_command(vm->qmp, "cont", NULL, 2000, NULL, e2, sizeof(e2));
 		vm->reconnect_at = clock_ms(); /* and talk to the agent again */
 		return r;
 	}
 	vm->pausing = 1;
-	char e2[64];
 	if (qmp_command(vm->qmp, "quit", NULL, 2000, NULL, e2, sizeof(e2)) < 0 || !vm__reap(vm, 5000)) {
 		kill(vm->pid, SIGKILL);
 		vm__reap(vm, 5000);
 	}
-	/* QEMU is gone: its files are final. RAM that is not a file of its
-	 * own went into the state. */
-	struct snap_manifest m;
-	manifest_of(vm, &m, 0, 1);
-	return snap_seal(vm->run_dir, &m, err, errlen);
+	return 0;
 }
 
 int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t errlen)

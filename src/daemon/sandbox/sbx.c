@@ -575,6 +575,18 @@ static int is_our_qemu(int pid, const char *run_dir)
 	return strstr(cmd, run_dir) != NULL;
 }
 
+/* A QEMU that could not be taken over is not left to run beside the row:
+ * a guest that goes on writes to the files of a pause. */
+static void kill_stray_qemu(const struct store_sbx *row)
+{
+	if (!is_our_qemu(row->qemu_pid, row->run_dir))
+		return;
+	log_warn("sandbox %s: killing its QEMU (pid %d), which cannot be driven", row->id, row->qemu_pid);
+	kill(row->qemu_pid, SIGKILL);
+	for (int i = 0; i < 100 && is_our_qemu(row->qemu_pid, row->run_dir); i++)
+		usleep(50000);
+}
+
 void sbx_mgr_restore(struct sbx_mgr *m)
 {
 	struct store_sbx *rows;
@@ -594,8 +606,10 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 		}
 		if (r == 0)
 			vm_free(vm, 1);
-		/* Killed between QEMU's exit and the row's update: the pause
-		 * itself is complete if its manifest was written. */
+		else
+			kill_stray_qemu(row);
+		/* Killed between the pause's seal and the row's update: the
+		 * pause is complete if its manifest was written. */
 		struct snap_manifest sm;
 		char serr[256];
 		if (r != 0 && snap_load(row->run_dir, &sm, 0, serr, sizeof(serr)) == 0) {

@@ -245,10 +245,11 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 	char err[512], a[600], b[600];
 	if (snap_load(dir, &sm, 0, err, sizeof(err)) < 0 || sm.ram_in_file)
 		return;
-	/* In place, the layer has the run directory's name. */
+	/* In place, the layer has the run directory's name; the manifest
+	 * names it too until the pause writes a new one. */
 	snprintf(a, sizeof(a), "%s/disk.qcow2", dir);
 	snprintf(b, sizeof(b), "%s/scratch.qcow2", dir);
-	if (rename(a, b) < 0)
+	if (link(a, b) < 0)
 		return;
 	const struct sbx_config *c = &m->cfg;
 	struct vm_config vc = {
@@ -260,9 +261,7 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 	struct vm *vm;
 	double t0 = clock_ms_f();
 	int r = vm_start(&vc, &vm, err, sizeof(err));
-	if (r < 0) {
-		rename(b, a); /* as it was: the children load the state */
-	} else {
+	if (r == 0) {
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);
 	}
