@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +42,11 @@ static __attribute__((noreturn)) void child(const struct spawn_opts *o, int errf
 		setsid();
 	if (o->cwd && chdir(o->cwd) < 0)
 		goto fail;
+	if (o->netns) {
+		int ns = open(o->netns, O_RDONLY | O_CLOEXEC);
+		if (ns < 0 || setns(ns, CLONE_NEWNET) < 0)
+			goto fail;
+	}
 	execvp(o->argv[0], o->argv);
 fail:;
 	int e = errno;

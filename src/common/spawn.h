@@ -14,6 +14,8 @@ struct spawn_opts {
 	int fd[3];          /* the child's stdin, stdout, stderr; -1: /dev/null */
 	int new_session;    /* setsid(): signals for our terminal or group miss it */
 	const char *cwd;    /* NULL: ours */
+	const char *netns;  /* a network namespace to run in (its /run/netns
+			     * path), or NULL: ours */
 };
 
 /* Starts argv: 0 with *pid once the exec happened, or -errno (the exec's

@@ -139,6 +139,8 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 		return -EINVAL;
 	if (c->hostname && strpbrk(c->hostname, " \t\n\"'"))
 		return -EINVAL;
+	if (c->tap && (!safe_path(c->tap) || strlen(c->tap) >= 16))
+		return -EINVAL;
 
 	struct argv_builder b = { 0 };
 	add(&b, "%s", c->binary);
@@ -193,9 +195,10 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	if (c->accel == QEMU_ACCEL_TCG && c->tsc_khz)
 		snprintf(tsc, sizeof(tsc), " tsc_early_khz=%u tsc=reliable", c->tsc_khz);
 	add(&b, "console=ttyS0 quiet panic=-1 reboot=t rdinit=/init 8250.nr_uarts=1 "
-		"cryptomgr.notests random.trust_cpu=on cpuos.hostname=%s%s%s%s",
-	    c->hostname ? c->hostname : "cpuos", tsc, c->extra_append ? " " : "",
-	    c->extra_append ? c->extra_append : "");
+		"cryptomgr.notests random.trust_cpu=on cpuos.hostname=%s%s%s%s%s",
+	    c->hostname ? c->hostname : "cpuos", tsc,
+	    c->tap ? " cpuos.net=" QEMU_GUEST_IP "/30," QEMU_GATEWAY_IP : "",
+	    c->extra_append ? " " : "", c->extra_append ? c->extra_append : "");
 
 	/* Control and console sockets: QEMU listens, the runner connects and
 	 * may reconnect after a restart (wait=off: QEMU does not block). */
@@ -229,6 +232,15 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	add(&b, "driver=qcow2,node-name=scr,file=scrfile,discard=unmap");
 	add(&b, "-device");
 	add(&b, "virtio-blk-device,drive=scr,serial=scratch");
+
+	/* vhost stays off: the host may have no vhost-net, and a restore
+	 * must find the same backend the save had. */
+	if (c->tap) {
+		add(&b, "-netdev");
+		add(&b, "tap,id=net,ifname=%s,script=no,downscript=no,vhost=off", c->tap);
+		add(&b, "-device");
+		add(&b, "virtio-net-device,netdev=net,mac=" QEMU_GUEST_MAC);
+	}
 
 	add(&b, "-object");
 	add(&b, "rng-random,id=rng,filename=/dev/urandom");

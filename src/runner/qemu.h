@@ -27,6 +27,9 @@ struct qemu_config {
 	const char *mem_path;
 	int mem_shared;
 	int incoming;         /* wait for a migration (`-incoming defer`) */
+	/* The guest's one NIC (virtio-net) uses this TAP device, which QEMU
+	 * finds in its network namespace; NULL: no NIC. */
+	const char *tap;
 	const char *const *extra_args; /* NULL-terminated, appended as they are */
 };
 
@@ -50,6 +53,15 @@ unsigned qemu_host_tsc_khz(void);
  * free with qemu_argv_free). 0 or -errno (-EINVAL for a bad config). */
 int qemu_argv(const struct qemu_config *c, char ***out);
 void qemu_argv_free(char **argv);
+
+/* Every guest's network, the same in every sandbox: each has a network
+ * namespace of its own, so a restored or forked guest keeps its address.
+ * The gateway is the TAP device's side, where the host answers DNS. */
+#define QEMU_GUEST_IP "169.254.0.2"
+#define QEMU_GATEWAY_IP "169.254.0.1"
+#define QEMU_GUEST_PREFIX 30 /* as written in qemu.c's cpuos.net= */
+#define QEMU_GUEST_MAC "02:cb:00:00:00:02"
+#define QEMU_GATEWAY_MAC "02:cb:00:00:00:01"
 
 /* Socket paths inside the run directory, shared by the runner and tests. */
 #define QEMU_QMP_SOCK "qmp.sock"

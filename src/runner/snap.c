@@ -141,10 +141,10 @@ static int fsync_path(const char *path, int dir)
 
 static json_t *env_json(const struct snap_env *e)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "qemu", e->qemu, "accel",
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}", "qemu", e->qemu, "accel",
 			 e->accel, "kernel_sha256", e->kernel_sha, "initrd_sha256", e->initrd_sha,
 			 "template", e->template, "vcpus", (int)e->vcpus, "memory_mb",
-			 (int)e->memory_mb, "disk_mb", (int)e->disk_mb);
+			 (int)e->memory_mb, "disk_mb", (int)e->disk_mb, "nic", e->nic);
 }
 
 int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen)
@@ -227,14 +227,14 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 		}
 		return bad(err, errlen, dir, "the manifest is not JSON");
 	}
-	int r = 0, format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0;
+	int r = 0, format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0;
 	json_int_t created = 0;
 	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
 	json_t *files = NULL;
-	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i}, s:s, s:b, s:I, s:o}",
+	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}, s:s, s:b, s:I, s:o}",
 			"format", &format, "made_with", "qemu", &qemu, "accel", &accel,
 			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
-			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "ram", &ram, "sealed", &sealed,
+			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "ram", &ram, "sealed", &sealed,
 			"created_ns", &created, "files", &files) < 0) {
 		r = bad(err, errlen, dir, "the manifest lacks a field");
 		goto out;
@@ -253,6 +253,7 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 	m->env.vcpus = (unsigned)vcpus;
 	m->env.memory_mb = (unsigned)mem;
 	m->env.disk_mb = (unsigned)disk;
+	m->env.nic = nic;
 	m->ram_in_file = !strcmp(ram, "file");
 	m->sealed = sealed;
 	m->created_ns = created;
@@ -327,7 +328,8 @@ int snap_check(const struct snap_manifest *m, const struct snap_env *now, char *
 		snprintf(a, sizeof(a), "%u vCPU %u MB", e->vcpus, e->memory_mb);
 		snprintf(b, sizeof(b), "%u vCPU %u MB", now->vcpus, now->memory_mb);
 		what = "machine size", was = a, is = b;
-	}
+	} else if (e->nic != now->nic)
+		what = "network device", was = e->nic ? "one" : "none", is = now->nic ? "one" : "none";
 	if (!what)
 		return 0;
 	snprintf(err, errlen, "snapshot made with another %s (%.60s, now %.60s)", what, was, is);

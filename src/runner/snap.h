@@ -25,6 +25,7 @@ struct snap_env {
 	char kernel_sha[65], initrd_sha[65];
 	char template[512]; /* the image's real path, size and mtime */
 	unsigned vcpus, memory_mb, disk_mb;
+	int nic;            /* has the network device: its state is in the save */
 };
 
 enum snap_file { SNAP_STATE, SNAP_MEM, SNAP_DISK, SNAP_NFILES };

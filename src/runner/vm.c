@@ -131,7 +131,7 @@ static void notice_cb(void *arg, const struct proto_frame *f)
 		vm->notice = (int)kind;
 }
 
-static int spawn_qemu(struct vm *vm, char **argv, char *err, size_t errlen)
+static int spawn_qemu(struct vm *vm, char **argv, const char *netns, char *err, size_t errlen)
 {
 	char log[300];
 	snprintf(log, sizeof(log), "%s/qemu.log", vm->run_dir);
@@ -142,7 +142,8 @@ static int spawn_qemu(struct vm *vm, char **argv, char *err, size_t errlen)
 	}
 	/* Own session: a Ctrl-C meant for the CLI or a daemon restart does
 	 * not reach QEMU. */
-	struct spawn_opts o = { .argv = argv, .fd = { -1, logfd, logfd }, .new_session = 1 };
+	struct spawn_opts o = { .argv = argv, .fd = { -1, logfd, logfd }, .new_session = 1,
+				.netns = netns };
 	int r = spawn(&o, &vm->pid);
 	close(logfd);
 	if (r < 0)
@@ -233,6 +234,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	vm->env.vcpus = cfg->vcpus ? cfg->vcpus : 1;
 	vm->env.memory_mb = cfg->memory_mb ? cfg->memory_mb : 512;
 	vm->env.disk_mb = cfg->disk_mb ? cfg->disk_mb : 2048;
+	vm->env.nic = cfg->netns != NULL;
 	snprintf(vm->env.accel, sizeof(vm->env.accel), "%s", qemu_accel_name(accel));
 	if ((r = snap_env_files(&vm->env, cfg->kernel, cfg->initrd, cfg->template, err, errlen)) < 0)
 		goto fail;
@@ -265,6 +267,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.mem_path = mem,
 		.mem_shared = vm->ram_shared,
 		.incoming = cfg->restore != NULL,
+		.tap = cfg->netns ? VM_TAP : NULL,
 		.extra_args = cfg->extra_args,
 	};
 	r = qemu_argv(&qc, &argv);
@@ -282,7 +285,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 
 	double t0 = clock_ms_f();
-	r = spawn_qemu(vm, argv, err, errlen);
+	r = spawn_qemu(vm, argv, cfg->netns, err, errlen);
 	if (r < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
@@ -465,9 +468,9 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 	char path[300];
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
 	int r = qmp_connect(path, 5000, &vm->qmp, err, errlen);
-	if (r < 0 || (r = vm__env_from_cmdline(vm, err, errlen)) < 0)
+	if (r < 0 || (r = vm__env_from_cmdline(vm, err, errlen)) < 0 ||
+	    (r = vm__go_on(vm, err, errlen)) < 0)
 		goto fail;
-	vm__go_on(vm);
 	snprintf(path, sizeof(path), "%s/state.tmp", vm->run_dir);
 	unlink(path);
 	console_open(&vm->con, vm->run_dir, 0, 1, 1000);

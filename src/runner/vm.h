@@ -39,7 +39,13 @@ struct vm_config {
 	int new_identity;
 	unsigned generation; /* restores so far, passed to the guest's hooks */
 	size_t console_cap;    /* bytes of console.log kept; 0 = 1 MiB */
+	/* A network namespace (its path) holding the TAP device VM_TAP: QEMU
+	 * runs in it and the guest gets a NIC on that TAP. NULL: no NIC. A
+	 * snapshot restores only where it had the same. */
+	const char *netns;
 };
+
+#define VM_TAP "tap0"
 
 /* Lifecycle. BOOTING -> RUNNING -> one of the ended states. */
 enum vm_state {

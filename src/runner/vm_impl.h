@@ -53,9 +53,10 @@ int vm__connect_restored(struct vm *vm, const char *path, char *err, size_t errl
 int vm__send_restored(struct vm *vm, const struct vm_config *cfg);
 /* A pause sealed in the run directory is dropped: the guest runs again. */
 void vm__drop_pause(struct vm *vm);
-/* vm_attach: a VM stopped by a cut-short save goes on; what it was made
- * with, read back from QEMU's command line. */
-void vm__go_on(struct vm *vm);
+/* vm_attach: a VM stopped by a cut-short save goes on (-EAGAIN: it
+ * waits for a resume's state); what it was made with, read back from
+ * QEMU's command line. */
+int vm__go_on(struct vm *vm, char *err, size_t errlen);
 int vm__env_from_cmdline(struct vm *vm, char *err, size_t errlen);
 
 #endif

@@ -140,16 +140,34 @@ void vm__drop_pause(struct vm *vm)
 	unlink(path);
 }
 
+static int query_status(struct vm *vm, char *status, size_t n, char *err, size_t errlen)
+{
+	json_t *st = NULL;
+	if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, errlen) < 0)
+		return -EIO;
+	snprintf(status, n, "%s", json_string_value(json_object_get(st, "status")) ?: "");
+	json_decref(st);
+	return 0;
+}
+
 /* A daemon that died while a snapshot had the VM stopped left it stopped,
  * maybe with the save still being written (the VM is "paused" then, and a
  * cont would be undone when the save ends): once the save is over, the VM
- * goes on. */
-void vm__go_on(struct vm *vm)
+ * goes on. One that died during a resume may leave QEMU waiting for, or
+ * loading, the state: that is no VM to go on with, and its pause is
+ * whole. */
+int vm__go_on(struct vm *vm, char *err, size_t errlen)
 {
-	char err[256];
+	char status[32];
+	if (query_status(vm, status, sizeof(status), err, errlen) < 0)
+		return -EIO;
+	if (!strcmp(status, "inmigrate")) {
+		snprintf(err, errlen, "QEMU has not loaded the state of its resume");
+		return -EAGAIN;
+	}
 	for (int i = 0; i < 200; i++) {
 		json_t *mig = NULL;
-		if (qmp_command(vm->qmp, "query-migrate", NULL, 2000, &mig, err, sizeof(err)) < 0)
+		if (qmp_command(vm->qmp, "query-migrate", NULL, 2000, &mig, err, errlen) < 0)
 			break;
 		const char *ms = json_string_value(json_object_get(mig, "status"));
 		int busy = ms && strcmp(ms, "completed") && strcmp(ms, "failed") && strcmp(ms, "cancelled");
@@ -158,17 +176,14 @@ void vm__go_on(struct vm *vm)
 			break;
 		usleep(50000);
 	}
-	json_t *st = NULL;
-	if (qmp_command(vm->qmp, "query-status", NULL, 2000, &st, err, sizeof(err)) < 0) {
-		log_warn("attach: vm in %s: query-status: %s", vm->run_dir, err);
-		return;
-	}
-	int running = json_is_true(json_object_get(st, "running"));
-	json_decref(st);
-	if (!running)
-		vm__drop_pause(vm); /* sealed, but the guest runs on after all */
-	if (!running && qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, sizeof(err)) < 0)
-		log_warn("cannot let the stopped vm in %s go on: %s", vm->run_dir, err);
+	if (query_status(vm, status, sizeof(status), err, errlen) < 0)
+		return -EIO;
+	if (!strcmp(status, "running"))
+		return 0;
+	vm__drop_pause(vm); /* sealed, but the guest runs on after all */
+	if (qmp_command(vm->qmp, "cont", NULL, 5000, NULL, err, errlen) < 0)
+		return -EIO;
+	return 0;
 }
 
 /* What a VM taken over from an earlier daemon was started with, read back
@@ -204,6 +219,8 @@ int vm__env_from_cmdline(struct vm *vm, char *err, size_t errlen)
 		else if (!strcmp(prev, "-blockdev") && strstr(a, "node-name=tplfile,") &&
 			 (f = strstr(a, "filename=")))
 			snprintf(tpl, sizeof(tpl), "%.*s", (int)strcspn(f + 9, ","), f + 9);
+		else if (!strcmp(prev, "-netdev"))
+			vm->env.nic = 1;
 		else if (!strcmp(prev, "-object") && !strncmp(a, "memory-backend-file,", 20))
 			vm->ram_shared = strstr(a, "share=on") != NULL;
 	}

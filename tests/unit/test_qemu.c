@@ -86,6 +86,27 @@ static void test_kvm_cmdline(void)
 	qemu_argv_free(argv);
 }
 
+/* No NIC unless a TAP is named; with one, the guest learns its address. */
+static void test_nic(void)
+{
+	struct qemu_config c = base_config();
+	char **argv;
+	if (!CHECK(qemu_argv(&c, &argv) == 0))
+		return;
+	CHECK(!opt_value(argv, "-netdev", 0) && !has_value(argv, "-device", "virtio-net"));
+	CHECK(!has_value(argv, "-append", "cpuos.net="));
+	qemu_argv_free(argv);
+	c.tap = "tap0";
+	if (!CHECK(qemu_argv(&c, &argv) == 0))
+		return;
+	CHECK(has_value(argv, "-netdev", "tap,id=net,ifname=tap0,script=no,downscript=no,vhost=off"));
+	CHECK(has_value(argv, "-device", "virtio-net-device,netdev=net,mac=" QEMU_GUEST_MAC));
+	CHECK(has_value(argv, "-append", "cpuos.net=" QEMU_GUEST_IP "/30," QEMU_GATEWAY_IP));
+	qemu_argv_free(argv);
+	c.tap = "tap0,script=/evil"; /* would inject an option */
+	CHECK(qemu_argv(&c, &argv) == -EINVAL);
+}
+
 static void test_bad_configs(void)
 {
 	char **argv = NULL;
@@ -264,6 +285,7 @@ int main(int argc, char **argv)
 		{ "qemu_tcg_cmdline", test_tcg_cmdline },
 		{ "qemu_kvm_cmdline", test_kvm_cmdline },
 		{ "qemu_bad_configs", test_bad_configs },
+		{ "qemu_nic", test_nic },
 		{ "qemu_accel", test_accel },
 		{ "qmp_session", test_qmp_session },
 		{ "qmp_no_greeting", test_qmp_no_greeting },
