@@ -6,6 +6,7 @@
 #include "agent/init.h"
 
 #include "agent/conn.h"
+#include "agent/net.h"
 #include "agent/proc.h"
 #include "agent/sys.h"
 #include "common/clock.h"
@@ -216,39 +217,28 @@ static void switch_root(void)
 		fatal("cannot switch root: %s", strerror(errno));
 }
 
-static void set_hostname(void)
+int init_cmdline(const char *key, char *out, size_t len)
 {
-	static char cmdline[4096];
-	char name[65] = "cpuos";
-	if (read_line("/proc/cmdline", cmdline, sizeof(cmdline)) == 0) {
-		for (char *w = strtok(cmdline, " "); w; w = strtok(NULL, " ")) {
-			const char *v = w + strlen("cpuos.hostname=");
-			if (strncmp(w, "cpuos.hostname=", v - w) != 0)
-				continue;
-			if (*v && strlen(v) < sizeof(name) &&
-			    strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567"
-				      "89-.") == strlen(v))
-				strcpy(name, v);
+	char cmdline[4096];
+	if (read_line("/proc/cmdline", cmdline, sizeof(cmdline)) < 0)
+		return -1;
+	size_t k = strlen(key);
+	for (char *w = strtok(cmdline, " "); w; w = strtok(NULL, " "))
+		if (!strncmp(w, key, k) && w[k] == '=' && strlen(w + k + 1) < len) {
+			strcpy(out, w + k + 1);
+			return 0;
 		}
-	}
-	if (sethostname(name, strlen(name)) < 0)
-		sys_log("cannot set hostname: %s", strerror(errno));
+	return -1;
 }
 
-static void loopback_up(void)
+static void set_hostname(void)
 {
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return;
-	struct ifreq ifr = {0};
-	strcpy(ifr.ifr_name, "lo");
-	/* IFF_UP alone is enough: Linux adds 127.0.0.1/8 to lo by itself. */
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-		ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-		if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
-			sys_log("cannot bring up 'lo': %s", strerror(errno));
-	}
-	close(s);
+	char name[65] = "cpuos", v[65];
+	if (init_cmdline("cpuos.hostname", v, sizeof(v)) == 0 && v[0] &&
+	    strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") == strlen(v))
+		strcpy(name, v);
+	if (sethostname(name, strlen(name)) < 0)
+		sys_log("cannot set hostname: %s", strerror(errno));
 }
 
 /* The sandbox's memory: the guest's less a reserve for the kernel and the
@@ -416,7 +406,7 @@ int init_boot(void)
 	if (lstat("/etc/mtab", &st) < 0)
 		relink("/proc/self/mounts", "/etc/mtab");
 	set_hostname();
-	loopback_up();
+	net_up();
 	install_self();
 
 	char dev[300];

@@ -7,6 +7,7 @@
 #define CPUOS_AGENT_INIT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 struct conn;
 
@@ -18,5 +19,8 @@ int init_boot(void);
 __attribute__((noreturn)) void init_shutdown(struct conn *c, int notice);
 /* Re-checks the port after a disconnect: true when a host is there. */
 bool init_port_ready(int fd);
+/* The value of key=value on the kernel command line into out: 0, or -1
+ * when it is not there or does not fit. */
+int init_cmdline(const char *key, char *out, size_t len);
 
 #endif
