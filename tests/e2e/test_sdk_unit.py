@@ -769,6 +769,87 @@ def test_kill_of_a_paused_sandbox_marks_it_stopped(fake):
     assert sbx.state == "stopped"
 
 
+# Network policies: the shorthand and snake_case spellings the SDK takes, and the API's
+# camelCase it sends.
+
+NET = "/v1/sandboxes/sbx_1/network"
+CUSTOM = {"mode": "custom", "allowedHosts": ["pypi.org", "*.pythonhosted.org"],
+          "allowedCIDRs": ["10.1.0.0/16"], "deniedCIDRs": ["203.0.113.0/24"]}
+
+
+def test_network_policy_spellings():
+    conv = cpuos.sandbox._network_policy
+    assert conv("allow-all") == {"mode": "allow-all"}
+    assert conv("deny-all") == {"mode": "deny-all"}
+    assert conv(CUSTOM) == CUSTOM and conv(CUSTOM) is not CUSTOM
+    assert conv({"mode": "custom", "allowed_hosts": ("pypi.org", "*.pythonhosted.org"),
+                 "allowed_cidrs": ["10.1.0.0/16"], "denied_cidrs": {"203.0.113.0/24"}}) == CUSTOM
+    assert conv({"mode": "allow-all", "denied_cidrs": ["10.0.0.0/8"]}) == {
+        "mode": "allow-all", "deniedCIDRs": ["10.0.0.0/8"]}
+    # Anything else goes as given: the daemon judges it (and says 422).
+    assert conv({"mode": "sometimes", "extra": 1}) == {"mode": "sometimes", "extra": 1}
+    with pytest.raises(ValueError, match="allowedHosts"):
+        conv({"allowedHosts": ["a.b"], "allowed_hosts": ["c.d"]})
+    with pytest.raises(TypeError):
+        conv(["allow-all"])
+
+
+def test_create_sends_the_network_policy(fake):
+    fake.routes[("POST", "/v1/sandboxes")] = lambda h, q, b: h.send_json(
+        201, _sbx_obj("sbx_9", network=b.get("network", {"mode": "allow-all"})))
+    kw = {"api_key": "cpuos_test", "api_url": fake.url}
+    assert cpuos.Sandbox.create(network="deny-all", **kw).network == {"mode": "deny-all"}
+    sbx = cpuos.Sandbox.create(network={"mode": "custom", "allowed_hosts": ["pypi.org"]}, **kw)
+    assert sbx.network == {"mode": "custom", "allowedHosts": ["pypi.org"]}
+    assert cpuos.Sandbox.create(**kw).network == {"mode": "allow-all"}  # the daemon's default
+    assert [b.get("network") for b in fake.bodies("POST", "/v1/sandboxes")] == [
+        {"mode": "deny-all"}, {"mode": "custom", "allowedHosts": ["pypi.org"]}, None]
+    with pytest.raises(TypeError):
+        cpuos.Sandbox.create(network=3, **kw)
+    assert len(fake.bodies("POST", "/v1/sandboxes")) == 3  # refused before a request
+
+
+def test_get_and_set_network(fake):
+    policy = {"mode": "allow-all"}
+
+    def put(h, q, b):
+        if b.get("mode") == "custom" and not (b.get("allowedHosts") or b.get("allowedCIDRs")):
+            return _error(h, 422, "invalid_argument", "custom allows nothing")
+        policy.clear()
+        policy.update(b)
+        h.send_json(200, {"policy": policy, "refused_packets": 0})
+
+    fake.routes[("GET", NET)] = lambda h, q, b: h.send_json(200, {"policy": policy,
+                                                                   "refused_packets": 7})
+    fake.routes[("PUT", NET)] = put
+    sbx = cpuos.Sandbox(api_key="cpuos_test", api_url=fake.url, _data=_sbx_obj(network=None))
+    assert sbx.network is None
+    assert sbx.get_network() == {"mode": "allow-all"} and sbx.network == {"mode": "allow-all"}
+    assert sbx.set_network("deny-all") == {"mode": "deny-all"} and sbx.network == {"mode": "deny-all"}
+    new = sbx.set_network({"mode": "custom", "allowed_hosts": ["pypi.org"],
+                           "denied_cidrs": ["203.0.113.0/24"]})
+    assert new == {"mode": "custom", "allowedHosts": ["pypi.org"], "deniedCIDRs": ["203.0.113.0/24"]}
+    with pytest.raises(cpuos.BadRequestError, match="allows nothing"):
+        sbx.set_network({"mode": "custom"})
+    assert sbx.network == new  # unchanged by the refusal
+    assert fake.bodies("PUT", NET) == [{"mode": "deny-all"}, new, {"mode": "custom"}]
+
+
+def test_network_errors(fake):
+    answers = iter([lambda h: _error(h, 409, "conflict", "sandbox 'sbx_1' is stopped"),
+                    lambda h: _error(h, 404, "not_found", "no sandbox 'sbx_1'")])
+    fake.routes[("PUT", NET)] = lambda h, q, b: next(answers)(h)
+    sbx = _sandbox(fake)
+    with pytest.raises(cpuos.ConflictError):
+        sbx.set_network("deny-all")
+    with pytest.raises(cpuos.NotFoundError):
+        sbx.set_network("allow-all")
+    with pytest.raises(cpuos.NotFoundError):  # the fake has no GET route
+        sbx.get_network()
+    fake.routes[("GET", NET)] = lambda h, q, b: h.send_json(200, {"policy": None})
+    assert sbx.get_network() is None  # a daemon without networks
+
+
 USAGE = {"account": "alice", "from": "2026-10-30T09:00:00Z", "to": "2026-11-29T09:00:00Z",
          "sandboxes": 3, "running_seconds": 12.5, "vcpu_seconds": 12.5, "gib_seconds": 6.25,
          "paused_gib_seconds": 1.0, "cost_usd": 0.0004,
@@ -837,6 +918,9 @@ def turn(sbx: Sandbox, mine: Mine) -> None:
     used: Usage = usage(from_="2026-11-01T00:00:00Z")
     names: List[str] = [c.name or "" for c in Checkpoint.list()]
     Checkpoint.get("step-3").delete()
+    net = Sandbox.create(network={"mode": "custom", "allowed_hosts": ["pypi.org"]}).network
+    policy = sbx.set_network("deny-all") or sbx.get_network() or {}
+    mode: str = policy["mode"]
 '''
 
 RESUME_MISUSE = '''

@@ -1,4 +1,5 @@
-"""Sandboxes: create, connect, list, exec, kill; pause, resume, fork and checkpoint."""
+"""Sandboxes: create, connect, list, exec, kill; pause, resume, fork and checkpoint; their
+network policy."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ Command = Union[str, Sequence[str]]
 Stdin = Union[str, bytes, bytearray, memoryview]
 #: A callback for output chunks as a command produces them.
 OutputCallback = Callable[[str], object]
+#: An egress network policy: "allow-all" or "deny-all", or a dict in the API's spelling,
+#: {"mode": "allow-all" | "deny-all" | "custom", "allowedHosts": [...], "allowedCIDRs": [...],
+#: "deniedCIDRs": [...]}, whose list keys may also be written allowed_hosts, allowed_cidrs and
+#: denied_cidrs.
+NetworkPolicy = Union[str, Mapping[str, Any]]
+
+_NETWORK_KEYS = {"allowed_hosts": "allowedHosts", "allowed_cidrs": "allowedCIDRs",
+                 "denied_cidrs": "deniedCIDRs"}
 
 _S = TypeVar("_S", bound="Sandbox")
 _S_co = TypeVar("_S_co", bound="Sandbox", covariant=True)
@@ -78,10 +87,12 @@ class Sandbox:
 
     Attributes:
         id, template, state, vcpus, memory_mb, disk_mb, created_at, expires_at, metadata,
-        end_reason, session_id, on_timeout, paused_at, parent: the sandbox's fields as last read
-            from the daemon (see `info`). `state` is "running", "paused", "stopped" or "lost";
-            `session_id` ("ses_...") names it for `Sandbox.resume`; `parent` is the sandbox it
-            was forked from or the checkpoint it was started from.
+        end_reason, session_id, on_timeout, paused_at, parent, network: the sandbox's fields as
+            last read from the daemon (see `info`). `state` is "running", "paused", "stopped" or
+            "lost"; `session_id` ("ses_...") names it for `Sandbox.resume`; `parent` is the
+            sandbox it was forked from or the checkpoint it was started from; `network` is its
+            egress policy as a dict in the API's spelling (the daemon's default when it was
+            created without one; None when the daemon runs without networks).
         files: the sandbox's Files.
 
     Raises:
@@ -113,6 +124,7 @@ class Sandbox:
         self.on_timeout: Optional[str] = data.get("on_timeout")
         self.paused_at: Optional[str] = data.get("paused_at")
         self.parent: Optional[str] = data.get("parent")
+        self.network: Optional[dict[str, Any]] = data.get("network")
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id} template={self.template} state={self.state}>"
@@ -148,7 +160,8 @@ class Sandbox:
                disk_mb: Optional[int] = None, env: Optional[Mapping[str, str]] = None,
                metadata: Optional[Mapping[str, str]] = None, *,
                checkpoint: Optional[Union[str, Checkpoint]] = None,
-               on_timeout: Optional[str] = None, api_key: Optional[str] = None,
+               on_timeout: Optional[str] = None, network: Optional[NetworkPolicy] = None,
+               api_key: Optional[str] = None,
                api_url: Optional[str] = None,
                request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> Sandbox:
         """Start a sandbox and return it once it is ready.
@@ -165,6 +178,9 @@ class Sandbox:
             checkpoint: start from this checkpoint (a Checkpoint, its id or its name): its
                 memory, disk, running processes and template.
             on_timeout: what its timeout does: "pause" (the daemon's default) or "kill".
+            network: its egress policy (default the daemon's): "allow-all", "deny-all", or
+                e.g. {"mode": "custom", "allowed_hosts": ["pypi.org", "*.pythonhosted.org"],
+                "denied_cidrs": ["203.0.113.0/24"]} (see `set_network`).
             api_key, api_url: as for `Client`.
             request_timeout: seconds of socket inactivity before a call gives up (the boot
                 itself may take up to 10 minutes).
@@ -173,13 +189,14 @@ class Sandbox:
             The running Sandbox.
 
         Raises:
-            BadRequestError: an unknown template, a value out of range, a bad `on_timeout`, or
-                a template other than the checkpoint's.
+            BadRequestError: an unknown template, a value out of range, a bad `on_timeout` or
+                `network`, or a template other than the checkpoint's.
             NotFoundError: no such checkpoint in this key's account.
             AuthenticationError: a missing or wrong key.
             QuotaError: the account runs as many sandboxes as it may.
             SandboxError: the VM failed to start.
             CpuosError: the daemon cannot be reached.
+            TypeError, ValueError: a `network` as for `set_network`.
         """
         client = shared_client(api_key, api_url, request_timeout)
         body: dict[str, Any] = {}
@@ -192,6 +209,8 @@ class Sandbox:
                            ("on_timeout", on_timeout)):
             if value is not None:
                 body[key] = dict(value) if isinstance(value, Mapping) else value
+        if network is not None:
+            body["network"] = _network_policy(network)
         data = client.request("POST", "/v1/sandboxes", json_body=body,
                               timeout=_slow_timeout(client))
         return cls(_data=data, _client=client)
@@ -284,6 +303,48 @@ class Sandbox:
         self._update(self._client.request("POST", self._path + "/timeout",
                                           json_body={"timeout": duration(timeout)}))
         return self
+
+    def get_network(self) -> Optional[dict[str, Any]]:
+        """Read the sandbox's egress network policy from the daemon (also into `network`).
+
+        Returns:
+            The policy as a dict in the API's spelling, e.g. {"mode": "custom",
+            "allowedHosts": ["pypi.org"]}; None when the daemon runs without networks.
+
+        Raises:
+            NotFoundError, CpuosError: as for `info`.
+        """
+        data = self._client.request("GET", self._path + "/network") or {}
+        self.network = data.get("policy")
+        return self.network
+
+    def set_network(self, policy: NetworkPolicy) -> Optional[dict[str, Any]]:
+        """Replace the sandbox's egress network policy: a running sandbox gets it at once, a
+        paused one when it resumes.
+
+        Args:
+            policy: "allow-all", "deny-all", or a dict: "mode" ("allow-all", "deny-all" or
+                "custom"), and lists "allowedHosts" (names; "*.example.com" for its subdomains)
+                and "allowedCIDRs" (only with "custom", which must allow one or more), and
+                "deniedCIDRs" (with any mode; they win over every allow). The list keys may be
+                written allowed_hosts, allowed_cidrs and denied_cidrs.
+
+        Returns:
+            The new policy as the daemon keeps it (also in `network`); None when the daemon
+            runs without networks (where only "deny-all" is accepted).
+
+        Raises:
+            BadRequestError: an invalid policy (an unknown mode or key, a bad name or CIDR, a
+                custom policy that allows nothing).
+            ConflictError: the sandbox is stopped.
+            NotFoundError, CpuosError: as for `info`.
+            TypeError, ValueError: `policy` is neither a string nor a mapping, or has a key in
+                both spellings.
+        """
+        data = self._client.request("PUT", self._path + "/network",
+                                    json_body=_network_policy(policy)) or {}
+        self.network = data.get("policy")
+        return self.network
 
     def kill(self) -> None:
         """Stop the sandbox (fine if it already stopped).
@@ -595,6 +656,30 @@ def _streamed_result(resp: Response, on_stdout: Optional[OutputCallback],
             return result
         # Other types are for later daemons: skip them.
     raise CpuosError("the exec output stream ended without an exit line")
+
+
+def _network_policy(policy: NetworkPolicy) -> dict[str, Any]:
+    """A network policy in the API's spelling: "allow-all" and "deny-all" become {"mode": ...};
+    the keys allowed_hosts, allowed_cidrs and denied_cidrs become allowedHosts, allowedCIDRs and
+    deniedCIDRs; tuples and sets become lists. Values go as given otherwise: the daemon judges
+    them.
+
+    Raises:
+        TypeError: `policy` is neither a string nor a mapping.
+        ValueError: a key given in both spellings.
+    """
+    if isinstance(policy, str):
+        return {"mode": policy}
+    if not isinstance(policy, Mapping):
+        raise TypeError(f"a network policy is a string or a mapping, not {type(policy).__name__}")
+    body: dict[str, Any] = {}
+    for key, value in policy.items():
+        name = _NETWORK_KEYS.get(key, key)
+        if name in body:
+            raise ValueError(f"network policy key {name!r} given twice (as {key!r})")
+        body[name] = (list(value) if isinstance(value, (list, tuple, set, frozenset))
+                      else value)
+    return body
 
 
 def _slow_timeout(client: Client) -> Optional[float]:

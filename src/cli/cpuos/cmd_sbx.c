@@ -6,6 +6,7 @@
 #include "cli/cpuos/cmd_sbx.h"
 #include "cli/cpuos/cli.h"
 #include "cli/cpuos/cmd_files.h"
+#include "cli/cpuos/cmd_net.h"
 #include "cli/cpuos/http.h"
 
 #include <errno.h>
@@ -37,6 +38,8 @@ static const char create_usage[] =
     "      --disk MB           writable disk (64..1048576, default 2048)\n"
     "  -e, --env K=V           environment of every command (repeatable)\n"
     "  -m, --metadata K=V      metadata, for cpuos ls -m (repeatable)\n"
+    "      --network POLICY    egress: allow-all, deny-all or a JSON policy (default\n"
+    "                          the daemon's; see cpuos net --help)\n"
     "      --json              print the whole sandbox object\n";
 
 static const char ls_usage[] =
@@ -76,6 +79,7 @@ int cmd_create(struct cli *c, int argc, char **argv)
 	    {"disk", required_argument, 0, 'D'},     {"env", required_argument, 0, 'e'},
 	    {"metadata", required_argument, 0, 'm'}, {"json", no_argument, 0, 'j'},
 	    {"checkpoint", required_argument, 0, 'P'}, {"on-timeout", required_argument, 0, 'X'},
+	    {"network", required_argument, 0, 'N'},
 	    {"help", no_argument, 0, 'h'},	     {0, 0, 0, 0},
 	};
 	json_t *body = json_object(), *env = json_object(), *meta = json_object(), *sbx = NULL;
@@ -106,6 +110,11 @@ int cmd_create(struct cli *c, int argc, char **argv)
 				ret = cli_usage_err("create", "invalid --on-timeout '%s'", optarg);
 				goto out;
 			}
+			break;
+		case 'N':
+			if (json_object_set_new(body, "network",
+						cli_net_policy(optarg, "create", "--network")) < 0)
+				goto out;
 			break;
 		case 'O':
 			if (json_object_set_new(body, "timeout", cli_duration(optarg)) < 0) {

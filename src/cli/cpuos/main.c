@@ -6,6 +6,7 @@
 #include "cli/cpuos/cli.h"
 #include "cli/cpuos/cmd_admin.h"
 #include "cli/cpuos/cmd_files.h"
+#include "cli/cpuos/cmd_net.h"
 #include "cli/cpuos/cmd_sbx.h"
 #include "cli/cpuos/cmd_snap.h"
 #include "cli/cpuos/http.h"
@@ -27,6 +28,7 @@ static const char usage[] =
     "  cp SRC DST              copy a file into or out of a sandbox (SANDBOX:/PATH)\n"
     "  ls [SANDBOX:/PATH]      list sandboxes, or files in a sandbox\n"
     "  kill SANDBOX...         stop sandboxes\n"
+    "  net SANDBOX [POLICY]    show or set a sandbox's egress network policy\n"
     "  pause SANDBOX           pause a sandbox, print its session id\n"
     "  resume SANDBOX|SESSION  resume a paused sandbox\n"
     "  fork SANDBOX [-n N]     copy a running sandbox N times, print the new ids\n"
@@ -78,6 +80,7 @@ static const struct command {
     {"fork", cmd_fork},	      {"checkpoint", cmd_checkpoint},
     {"checkpoints", cmd_checkpoints}, {"checkpoint-rm", cmd_checkpoint_rm},
     {"usage", cmd_usage},     {"version", cmd_version},
+    {"net", cmd_net},
 };
 
 int main(int argc, char **argv)
