@@ -27,7 +27,7 @@ CFLAGS += -fsanitize=fuzzer-no-link
 endif
 # The runner checksums snapshots with OpenSSL (snap.c).
 LDLIBS := -ljansson -lcrypto -lpthread
-DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lcrypto -lpthread
+DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lcrypto -lldns -lpthread
 ifndef V
 Q := @
 endif
@@ -119,6 +119,10 @@ $(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c $(TEST_LIB) $(STOR
 $(BUILD)/tests/test_store_usage: $(call obj,tests/unit/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
+
+$(BUILD)/tests/test_policy: $(call obj,tests/unit/test_policy.c $(TEST_LIB) src/daemon/net/policy.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
 $(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

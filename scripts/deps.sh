@@ -5,11 +5,13 @@ set -euo pipefail
 pkgs=(
 	gcc make libc6-dev libjansson-dev        # host tools and the static agent
 	libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev  # cpuosd, cpuos
+	libldns-dev                              # cpuosd's resolver for the guests
 	qemu-system-x86 qemu-utils               # the hypervisor, qcow2 layers
 	e2fsprogs                                # mkfs.ext4 for writable layers
+	iproute2 nftables                        # a network namespace per sandbox, its egress rules
 	linux-source-6.1 bc bison flex libelf-dev libssl-dev cpio xz-utils  # guest kernel
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
-	python3 python3-pytest procps            # tests
+	python3 python3-pytest procps curl       # tests, benchmarks
 )
 # Python packages the end-to-end tests use (seed 003 runs on the real
 # openai client). Debian's python3 refuses a plain pip install (PEP 668).
@@ -35,3 +37,4 @@ if [ ${#missing[@]} != 0 ]; then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 pip_install openai
+pip_install dnslib  # the stand-in internet's DNS server (tests/e2e/internet.py)

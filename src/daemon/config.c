@@ -52,6 +52,14 @@ static const char usage[] =
 	"                         (default 2)\n"
 	"  --pool-other N         the same for every other template (default 0)\n"
 	"  --pool-max-mb N        guest memory all warm pools together may hold (default 4096)\n"
+	"  --net on|off           a network per sandbox (default on; off: no NIC at all)\n"
+	"  --net-range CIDR       IPv4 range for the sandboxes' host-side addresses, /16 to\n"
+	"                         /24, one /30 each; give each daemon on a host its own\n"
+	"                         (default 10.201.0.0/16)\n"
+	"  --net-default POLICY   the egress policy of a sandbox that names none: allow-all,\n"
+	"                         deny-all, or a policy as JSON (default allow-all)\n"
+	"  --dns-upstream ADDR[:PORT]  where the guests' resolver asks (default: the\n"
+	"                         nameservers of /etc/resolv.conf)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --help                 this text\n"
 	"Logs go to stderr, one JSON object per line unless stderr is a terminal.\n"
@@ -76,6 +84,10 @@ static const struct option longopts[] = {
 	{ "pool-python", required_argument, 0, 'Y' },
 	{ "pool-other", required_argument, 0, 'O' },
 	{ "pool-max-mb", required_argument, 0, 'X' },
+	{ "net", required_argument, 0, 'N' },
+	{ "net-range", required_argument, 0, 'r' },
+	{ "net-default", required_argument, 0, 'D' },
+	{ "dns-upstream", required_argument, 0, 'u' },
 	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
 };
@@ -109,6 +121,16 @@ static int set_bounded(const char *name, const char *v, long long min, long long
 }
 
 /* A price: a finite decimal number >= 0. */
+static int set_text(const char *name, const char *v, char *out, size_t n)
+{
+	if (strlen(v) >= n) {
+		fprintf(stderr, "cpuosd: --%s is too long\n", name);
+		return -1;
+	}
+	snprintf(out, n, "%s", v);
+	return 0;
+}
+
 static int set_price(const char *name, const char *v, double *out)
 {
 	char *end;
@@ -157,6 +179,23 @@ static int apply(struct config *o, int c, const char *v)
 	case 'Y': return set_bounded("pool-python", v, 0, 64, &o->pool_python);
 	case 'O': return set_bounded("pool-other", v, 0, 64, &o->pool_other);
 	case 'X': return set_number("pool-max-mb", v, 0, &o->pool_max_mb);
+	case 'N':
+		if (strcmp(v, "on") && strcmp(v, "off")) {
+			fprintf(stderr, "cpuosd: --net must be on or off\n");
+			return -1;
+		}
+		o->net = !strcmp(v, "on");
+		return 0;
+	case 'r': return set_text("net-range", v, o->net_range, sizeof(o->net_range));
+	case 'u': return set_text("dns-upstream", v, o->dns_upstream, sizeof(o->dns_upstream));
+	case 'D':
+		/* The two plain modes may be named; anything else is JSON,
+		 * checked when the daemon starts. */
+		if (!strcmp(v, "allow-all") || !strcmp(v, "deny-all"))
+			snprintf(o->net_default, sizeof(o->net_default), "{\"mode\":\"%s\"}", v);
+		else if (set_text("net-default", v, o->net_default, sizeof(o->net_default)) < 0)
+			return -1;
+		return 0;
 	default: return -1;
 	}
 }
@@ -231,6 +270,9 @@ static void defaults(struct config *o)
 	o->pool_python = 2;
 	o->pool_other = 0;
 	o->pool_max_mb = 4096;
+	o->net = 1;
+	snprintf(o->net_range, sizeof(o->net_range), "10.201.0.0/16");
+	snprintf(o->net_default, sizeof(o->net_default), "{\"mode\":\"allow-all\"}");
 }
 
 int config_parse(struct config *o, int argc, char **argv)

@@ -20,6 +20,10 @@ struct config {
 	 * the warm pools made from them */
 	long long paused_retention_s, pool_python, pool_other, pool_max_mb;
 	int template_snapshots;
+	/* networks: on or off, the range of the namespaces' outside
+	 * addresses, the egress policy of a sandbox that names none */
+	int net;
+	char net_range[32], net_default[4000], dns_upstream[64];
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

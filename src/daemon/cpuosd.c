@@ -9,6 +9,8 @@
 #include "daemon/api/api.h"
 #include "daemon/config.h"
 #include "daemon/http/http.h"
+#include "daemon/net/net.h"
+#include "daemon/net/policy.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
 
@@ -64,6 +66,25 @@ int main(int argc, char **argv)
 		log_error("%s", err);
 		return 1;
 	}
+	/* The default policy is checked now, not at the first create. */
+	struct net_policy np;
+	json_error_t je;
+	json_t *nd = json_loads(o.net_default, 0, &je);
+	if (!nd || net_policy_parse(nd, &np, err, sizeof(err)) < 0) {
+		log_error("--net-default: %s", nd ? err : je.text);
+		json_decref(nd);
+		store_close(store);
+		return 1;
+	}
+	json_decref(nd);
+	net_policy_free(&np);
+	struct net *net = NULL;
+	if (o.net && net_open(o.net_range, o.state_dir, o.dns_upstream[0] ? o.dns_upstream : NULL, &net,
+			      err, sizeof(err)) < 0) {
+		log_error("networks: %s (or run with --net off)", err);
+		store_close(store);
+		return 1;
+	}
 	struct sbx_config sc = {
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
 		.qemu = o.qemu[0] ? o.qemu : NULL, .accel = accel,
@@ -72,10 +93,12 @@ int main(int argc, char **argv)
 		.template_snapshots = o.template_snapshots,
 		.pool_python = (unsigned)o.pool_python, .pool_other = (unsigned)o.pool_other,
 		.pool_max_mb = (unsigned long long)o.pool_max_mb,
+		.net = net, .net_default = o.net_default,
 	};
 	struct sbx_mgr *mgr;
 	if (sbx_mgr_new(&sc, store, &mgr) < 0) {
 		log_error("cannot start the sandbox manager");
+		net_close(net);
 		store_close(store);
 		return 1;
 	}
@@ -104,6 +127,7 @@ int main(int argc, char **argv)
 		       sizeof(err)) < 0) {
 		log_error("%s", err);
 		sbx_mgr_free(mgr);
+		net_close(net);
 		store_close(store);
 		return 1;
 	}
@@ -119,6 +143,7 @@ int main(int argc, char **argv)
 	sbx_mgr_stop(mgr);
 	http_stop(http);
 	sbx_mgr_free(mgr);
+	net_close(net);
 	store_close(store);
 	return 0;
 }

@@ -2,9 +2,12 @@
 
 Set CPUOSD_BIN to test another daemon binary, CPUOS_KEEP_STATE=1 to keep its state directory."""
 
+import hashlib
 import http.client
+import itertools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -60,6 +63,17 @@ class Response:
         return f"<Response {self.status} {self.body[:300]!r}>"
 
 
+# Each daemon gets a network range of its own (/20 blocks of 10.128/9):
+# two daemons sharing one would give two host-side veths one address.
+_RANGES = itertools.count(random.randrange(2048))
+_DAEMONS = []
+
+
+def net_tag(state_dir):
+    """The tag cpuosd names its namespaces, links and host table with (net.c)."""
+    return hashlib.sha256(state_dir.encode()).hexdigest()[:4]
+
+
 class Daemon:
     """A cpuosd process: `url`, `socket`, `state_dir`, `key_a` (alice), `key_b` (bob)."""
 
@@ -69,6 +83,10 @@ class Daemon:
         self.extra_args = list(extra_args)
         if not any(str(a).startswith("--pool-python") for a in self.extra_args):
             self.extra_args += ["--pool-python", "0"]
+        if not any(str(a).startswith("--net") for a in self.extra_args):
+            n = next(_RANGES) % 2048
+            self.extra_args += ["--net-range", f"10.{128 + n // 16}.{(n % 16) * 16}.0/20"]
+        _DAEMONS.append(self)
         self.dir = tempfile.mkdtemp(prefix="cpuosd-", dir="/tmp")
         self.state_dir = os.path.join(self.dir, "state")
         self.socket = os.path.join(self.dir, "cpuosd.sock")
@@ -234,6 +252,22 @@ def make_sandbox(daemon):
             sbx.kill()
         except cpuos.CpuosError:
             pass
+
+
+def remove_networks(d):
+    """What cpuosd leaves for its next start: namespaces and its host table."""
+    tag = net_tag(d.state_dir)
+    if os.path.isdir("/run/netns"):
+        for name in os.listdir("/run/netns"):
+            if name.startswith(f"cpuos-{tag}-"):
+                subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "inet", f"cpuos_{tag}"], capture_output=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for d in _DAEMONS:
+        if d.proc is None or d.proc.poll() is not None:
+            remove_networks(d)
 
 
 @pytest.hookimpl(hookwrapper=True)

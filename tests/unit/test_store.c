@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "2"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "3"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 3", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 4", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 3") != NULL);
+	CHECK(strstr(err, "schema version 4") != NULL);
 	tdb_remove(&t);
 }
 
@@ -337,6 +337,19 @@ static void test_sbx_crud(void)
 		store_sbx_release(&y);
 	}
 	CHECK(store_sbx_set_resumed(t.s, "sbx_nope", 1, 1, 1) == -ENOENT);
+	/* the network: a policy ("" until set), a slot; NULL keeps the policy */
+	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
+		CHECK(!strcmp(y.network_json, "") && y.net_slot == 0);
+		store_sbx_release(&y);
+	}
+	CHECK(store_sbx_set_network(t.s, x.id, "{\"mode\":\"deny-all\"}", 7) == 0);
+	CHECK(store_sbx_set_network(t.s, x.id, NULL, -1) == 0);
+	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
+		CHECK(!strcmp(y.network_json, "{\"mode\":\"deny-all\"}") && y.net_slot == -1);
+		store_sbx_release(&y);
+	}
+	CHECK(store_sbx_set_network(t.s, x.id, NULL, -2) == -EINVAL);
+	CHECK(store_sbx_set_network(t.s, "sbx_nope", NULL, 1) == -ENOENT);
 	CHECK(store_sbx_set_state(t.s, x.id, "lost", "a reason that is far too long to fit") ==
 	      -EINVAL);
 	CHECK(store_sbx_set_pid(t.s, x.id, -1) == -EINVAL);

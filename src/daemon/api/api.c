@@ -28,6 +28,8 @@ const struct route api_routes[] = {
 	{ "POST", "/v1/sandboxes/{id}/pause", api_sbx_pause, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/resume", api_sbx_resume, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/fork", api_sbx_fork, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/network", api_net_get, NULL, 0, 0 },
+	{ "PUT", "/v1/sandboxes/{id}/network", api_net_put, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/checkpoints", api_ckpt_create, NULL, 0, 0 },
 	{ "GET", "/v1/checkpoints", api_ckpt_list, NULL, 0, 0 },
 	{ "GET", "/v1/checkpoints/{id}", api_ckpt_get, NULL, 0, 0 },
@@ -96,7 +98,7 @@ static json_t *rfc3339(long long t)
 	return json_string(clock_rfc3339(t, buf, sizeof(buf)));
 }
 
-json_t *api_sandbox_json(const struct store_sbx *row)
+json_t *api_sandbox_json(struct req *r, const struct store_sbx *row)
 {
 	json_t *meta = json_loads(row->metadata_json ? row->metadata_json : "{}", 0, NULL);
 	json_t *o = json_pack("{s:s,s:s,s:s,s:i,s:i,s:i}", "id", row->id, "template", row->template,
@@ -112,6 +114,8 @@ json_t *api_sandbox_json(const struct store_sbx *row)
 	json_object_set_new(o, "on_timeout", json_string(row->on_timeout[0] ? row->on_timeout : "pause"));
 	json_object_set_new(o, "paused_at", row->paused_at ? rfc3339(row->paused_at) : json_null());
 	json_object_set_new(o, "parent", row->parent[0] ? json_string(row->parent) : json_null());
+	json_t *net = sbx_network_json(r->api->sbx, row->network_json);
+	json_object_set_new(o, "network", net ? net : json_null());
 	return o;
 }
 

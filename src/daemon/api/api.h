@@ -17,7 +17,7 @@
 struct sbx *api_sbx(struct req *r);
 /* The stored sandbox if the caller may see it: 0, or -ENOENT after 404. */
 int api_row(struct req *r, struct store_sbx *row);
-json_t *api_sandbox_json(const struct store_sbx *row);
+json_t *api_sandbox_json(struct req *r, const struct store_sbx *row);
 /* Answers a failed sbx_resume/sbx_pause/sbx_fork (e its -errno, err its
  * reason): 404, 409 not running, 429 quota, 503. */
 int api_resume_error(struct req *r, int e, const char *err);
@@ -67,6 +67,8 @@ int api_sbx_timeout(struct req *r);
 int api_sbx_pause(struct req *r);
 int api_sbx_resume(struct req *r);
 int api_sbx_fork(struct req *r);
+int api_net_get(struct req *r);
+int api_net_put(struct req *r);
 int api_ckpt_create(struct req *r);
 int api_ckpt_list(struct req *r);
 int api_ckpt_get(struct req *r);

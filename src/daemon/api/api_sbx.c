@@ -38,7 +38,7 @@ int api_sbx_create(struct req *r)
 		return reply_error(r, 400, "bad_request", "a JSON body with \"template\" is required");
 	const char *tpl = NULL, *on_timeout = NULL, *ckpt = NULL;
 	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048;
-	char *env = NULL, *meta = NULL;
+	char *env = NULL, *meta = NULL, *net = NULL, err[512];
 	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
 	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
@@ -53,14 +53,18 @@ int api_sbx_create(struct req *r)
 		reply_error(r, 422, "invalid_argument", "'on_timeout' must be \"pause\" or \"kill\"");
 		goto out;
 	}
+	json_t *nj = json_object_get(r->body, "network");
+	if (nj && !json_is_null(nj) && !(net = sbx_network_text(r->api->sbx, nj, err, sizeof(err)))) {
+		reply_error(r, 422, "invalid_argument", "%s", err);
+		goto out;
+	}
 	struct sbx_params p = {
 		.template = tpl, .timeout_s = timeout, .vcpus = (unsigned)vcpus,
 		.memory_mb = (unsigned)mem, .disk_mb = (unsigned)disk, .env_json = env, .metadata_json = meta,
 		.kill_on_timeout = on_timeout && !strcmp(on_timeout, "kill"), .checkpoint = ckpt,
-		.key_id = r->key_id,
+		.key_id = r->key_id, .network_json = net,
 	};
 	struct store_sbx row;
-	char err[512];
 	int e = sbx_create(r->api->sbx, r->account, &p, &row, err, sizeof(err));
 	if (e == -ENOENT)
 		reply_error(r, 422, "invalid_argument", "%s", err);
@@ -71,12 +75,13 @@ int api_sbx_create(struct req *r)
 	else if (e < 0)
 		reply_error(r, 503, "unavailable", "the sandbox did not start: %s", err);
 	else {
-		reply_json(r, 201, api_sandbox_json(&row));
+		reply_json(r, 201, api_sandbox_json(r, &row));
 		store_sbx_release(&row);
 	}
 out:
 	free(env);
 	free(meta);
+	free(net);
 	return 0;
 }
 
@@ -132,7 +137,7 @@ int api_sbx_list(struct req *r)
 		return reply_error(r, 500, "internal", "cannot list sandboxes");
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, api_sandbox_json(&rows[i]));
+		json_array_append_new(arr, api_sandbox_json(r, &rows[i]));
 	store_sbx_free_list(rows, n);
 	return reply_json(r, 200, json_pack("{s:o,s:o}", "sandboxes", arr, "next_cursor",
 					    next[0] ? json_string(next) : json_null()));
@@ -143,7 +148,7 @@ int api_sbx_get(struct req *r)
 	struct store_sbx row;
 	if (api_row(r, &row) < 0)
 		return 0;
-	reply_json(r, 200, api_sandbox_json(&row));
+	reply_json(r, 200, api_sandbox_json(r, &row));
 	store_sbx_release(&row);
 	return 0;
 }

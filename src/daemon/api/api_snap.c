@@ -26,7 +26,7 @@ static int reply_row(struct req *r, int status)
 	struct store_sbx row;
 	if (api_row(r, &row) < 0)
 		return 0;
-	reply_json(r, status, api_sandbox_json(&row));
+	reply_json(r, status, api_sandbox_json(r, &row));
 	store_sbx_release(&row);
 	return 0;
 }
@@ -72,7 +72,7 @@ int api_sbx_fork(struct req *r)
 		return api_resume_error(r, e, err);
 	json_t *arr = json_array();
 	for (long long i = 0; i < n; i++) {
-		json_array_append_new(arr, api_sandbox_json(&rows[i]));
+		json_array_append_new(arr, api_sandbox_json(r, &rows[i]));
 		store_sbx_release(&rows[i]);
 	}
 	return reply_json(r, 201, json_pack("{s:o}", "sandboxes", arr));

@@ -5,6 +5,8 @@
  */
 #include "daemon/api/api.h"
 
+#include "daemon/net/net.h"
+
 #include "common/clock.h"
 
 #include <errno.h>
@@ -220,6 +222,36 @@ static void summary(FILE *f, const char *name, const char *help, double sum,
 		name, name, sum, name, count);
 }
 
+/* The egress counters of each running sandbox the caller may see (its
+ * account's; every one for the socket's admin): one nft run each. */
+static void net_metrics(struct req *r, FILE *f)
+{
+	struct store_sbx *rows;
+	size_t n;
+	if (store_sbx_running(r->api->store, &rows, &n) < 0)
+		return;
+	struct net_counters *c = calloc(n ? n : 1, sizeof(*c));
+	int *seen = calloc(n ? n : 1, sizeof(*seen));
+	for (size_t i = 0; c && seen && i < n; i++)
+		seen[i] = (r->admin || !strcmp(rows[i].account, r->account)) &&
+			  sbx_net_counters(r->api->sbx, rows[i].id, &c[i]) == 0;
+	fputs("# HELP cpuos_sandbox_egress_refused_packets Egress packets its policy refused.\n"
+	      "# TYPE cpuos_sandbox_egress_refused_packets counter\n", f);
+	for (size_t i = 0; c && seen && i < n; i++)
+		if (seen[i])
+			fprintf(f, "cpuos_sandbox_egress_refused_packets{sandbox=\"%s\"} %llu\n",
+				rows[i].id, (unsigned long long)c[i].refused_packets);
+	fputs("# HELP cpuos_sandbox_egress_flows Connections its policy let out.\n"
+	      "# TYPE cpuos_sandbox_egress_flows counter\n", f);
+	for (size_t i = 0; c && seen && i < n; i++)
+		if (seen[i])
+			fprintf(f, "cpuos_sandbox_egress_flows{sandbox=\"%s\"} %llu\n", rows[i].id,
+				(unsigned long long)c[i].allowed_flows);
+	free(c);
+	free(seen);
+	store_sbx_free_list(rows, n);
+}
+
 int api_metrics(struct req *r)
 {
 	struct store_sbx_counts c;
@@ -263,6 +295,8 @@ int api_metrics(struct req *r)
 		st.resumes);
 	summary(f, "cpuos_fork_ms", "Time to fork a sandbox, in milliseconds.", st.fork_ms,
 		st.forks);
+	if (r->api->sbx)
+		net_metrics(r, f);
 	/* the stream's buffer and size are final only once it is closed */
 	int failed = ferror(f);
 	if (fclose(f) || failed) {

@@ -9,6 +9,7 @@
 #include "daemon/sandbox/sbx_impl.h"
 
 #include "common/log.h"
+#include "daemon/net/net.h"
 #include "runner/agentc.h"
 #include "runner/snap.h"
 #include "runner/vm.h"
@@ -163,6 +164,7 @@ static void pump_ended(struct sbx *s)
 	store_sbx_set_state(s->mgr->store, s->id, "stopped", end_reason(st));
 	usage_stopped(s);
 	vm_free(vm, 0);
+	sbx__net_down(s->mgr, s->net_slot);
 	/* Nobody will join us once we are out of the list. */
 	if (sbx__unlink(s->mgr, s)) {
 		pthread_detach(pthread_self());
@@ -221,6 +223,7 @@ int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
 	s->disk_mb = row->disk_mb;
 	s->generation = row->generation;
 	s->pause_on_timeout = strcmp(row->on_timeout, "kill") != 0;
+	s->net_slot = row->net_slot;
 	s->env_json = strdup(row->env_json ? row->env_json : "{}");
 	s->expires_at = row->expires_at;
 	s->vm = vm;
@@ -335,6 +338,7 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 	/* A killed sandbox's disk is thrown away, so no graceful poweroff. */
 	vm_stop(vm, 0);
 	vm_free(vm, 0);
+	sbx__net_down(m, s->net_slot);
 	store_sbx_set_state(m->store, id, "stopped", reason);
 	usage_stopped(s);
 	log_info("sandbox %s stopped: %s", id, reason);
@@ -428,6 +432,7 @@ int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *
 	if (r < 0) {
 		snprintf(err, errlen, "cannot record sandbox: %s", strerror(-r));
 		vm_free(vm, 0);
+		sbx__net_down(m, row->net_slot);
 		if (stored)
 			store_sbx_set_state(m->store, row->id, "stopped", "crashed");
 		return -EIO;
@@ -447,6 +452,7 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 	struct vm *vm = NULL;
 	int how = 0; /* 0 cold, 1 restored, 2 pool */
 	int r = 0;
+	row->net_slot = NET_NO_SLOT;
 	if (!ck && sbx__pool_take(m, row, &vm) == 0) {
 		how = 2;
 	} else {
@@ -458,11 +464,18 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 		const char *restore = ck ? ck->dir : NULL;
 		if (!restore && sbx__template_snapshot(m, row, snap, sizeof(snap)) == 0)
 			restore = snap;
+		char ns[128];
+		if ((r = sbx__net_up(m, row->network_json, &row->net_slot, ns, sizeof(ns), err,
+				     errlen)) < 0) {
+			log_error("sandbox %s has no network: %s", row->id, err);
+			return -EIO;
+		}
 		struct vm_config vc = {
 			.qemu = c->qemu, .accel = c->accel, .vcpus = row->vcpus,
 			.memory_mb = row->memory_mb, .disk_mb = row->disk_mb, .kernel = kernel,
 			.initrd = initrd, .template = image, .run_dir = run, .cache_dir = c->cache_dir,
 			.hostname = row->id + 4, .restore = restore, .new_identity = 1,
+			.netns = sbx__netns(ns),
 		};
 		r = vm_start(&vc, &vm, err, errlen);
 		if (r < 0 && restore && !ck) {
@@ -476,6 +489,7 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 		}
 		if (r < 0) {
 			log_error("sandbox %s did not start: %s", row->id, err);
+			sbx__net_down(m, row->net_slot);
 			return -EIO;
 		}
 		how = vc.restore != NULL;
@@ -537,8 +551,9 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 	/* A checkpoint's own environment comes with it; the create's wins. */
 	row->env_json = strdup(p->env_json ? p->env_json : p->checkpoint && ck.env_json ? ck.env_json : "{}");
 	row->metadata_json = strdup(p->metadata_json ? p->metadata_json : "{}");
+	row->network_json = strdup(p->network_json ? p->network_json : "");
 	int r = -ENOMEM;
-	if (!row->env_json || !row->metadata_json)
+	if (!row->env_json || !row->metadata_json || !row->network_json)
 		goto out;
 	if (sbx__reserve(m, account) < 0) {
 		snprintf(err, errlen, "account '%s' already runs or starts %d sandboxes (or %d start at once)",
@@ -575,15 +590,12 @@ static int is_our_qemu(int pid, const char *run_dir)
 	return strstr(cmd, run_dir) != NULL;
 }
 
-/* A QEMU that could not be taken over is not left to run beside the row:
- * a guest that goes on writes to the files of a pause. */
-static void kill_stray_qemu(const struct store_sbx *row)
+void sbx__kill_qemu(int pid, const char *run_dir)
 {
-	if (!is_our_qemu(row->qemu_pid, row->run_dir))
+	if (!is_our_qemu(pid, run_dir))
 		return;
-	log_warn("sandbox %s: killing its QEMU (pid %d), which cannot be driven", row->id, row->qemu_pid);
-	kill(row->qemu_pid, SIGKILL);
-	for (int i = 0; i < 100 && is_our_qemu(row->qemu_pid, row->run_dir); i++)
+	kill(pid, SIGKILL);
+	for (int i = 0; i < 100 && is_our_qemu(pid, run_dir); i++)
 		usleep(50000);
 }
 
@@ -601,13 +613,18 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 		if (is_our_qemu(row->qemu_pid, row->run_dir))
 			r = vm_attach(row->run_dir, row->qemu_pid, &vm, err, sizeof(err));
 		if (r == 0 && sbx__add(m, row, vm) == 0) {
+			sbx__net_keep(m, row);
 			log_info("sandbox %s re-attached (qemu pid %d)", row->id, row->qemu_pid);
 			continue;
 		}
 		if (r == 0)
 			vm_free(vm, 1);
-		else
-			kill_stray_qemu(row);
+		else if (is_our_qemu(row->qemu_pid, row->run_dir)) {
+			/* Not left to run beside the row: a guest that goes
+			 * on writes to the files of a pause. */
+			log_warn("sandbox %s: killing its QEMU (pid %d): %s", row->id, row->qemu_pid, err);
+			sbx__kill_qemu(row->qemu_pid, row->run_dir);
+		}
 		/* Killed between the pause's seal and the row's update: the
 		 * pause is complete if its manifest was written. */
 		struct snap_manifest sm;
@@ -615,6 +632,7 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 		if (r != 0 && snap_load(row->run_dir, &sm, 0, serr, sizeof(serr)) == 0) {
 			long long now = now_s(), left = row->expires_at - now;
 			store_sbx_set_paused(m->store, row->id, now, left > 0 ? left : 0);
+			store_sbx_set_network(m->store, row->id, NULL, NET_NO_SLOT);
 			sbx__usage(m, row, "paused", sbx__paused_bytes(row->run_dir));
 			log_info("sandbox %s was paused when the daemon stopped", row->id);
 			continue;
@@ -624,6 +642,8 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 		sbx__usage(m, row, "stopped", 0);
 	}
 	store_sbx_free_list(rows, n);
+	if (m->cfg.net)
+		net_sweep(m->cfg.net); /* the namespaces of VMs that are gone */
 	sbx__snap_cleanup(m);
 	if (sbx__pools_start(m) < 0)
 		log_error("template snapshots and warm pools could not start");

@@ -31,6 +31,8 @@ struct sbx_config {
 	int template_snapshots; /* boot each template once, create by restoring */
 	unsigned pool_python, pool_other; /* warm VMs kept per template */
 	unsigned long long pool_max_mb; /* memory the pools may hold in all */
+	struct net *net;       /* networks (net.h); NULL: no VM gets a NIC */
+	const char *net_default; /* the policy of a sandbox that names none (JSON) */
 };
 
 struct sbx_params {
@@ -41,10 +43,12 @@ struct sbx_params {
 	int kill_on_timeout;  /* else the sandbox pauses when its time is up */
 	const char *checkpoint; /* restore this checkpoint (id or name) */
 	const char *key_id;   /* the key that creates it, for usage */
+	const char *network_json; /* egress policy (sbx_network_text); NULL: the default */
 };
 
 struct sbx_mgr;
 struct sbx;
+struct net;
 
 int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mgr **out);
 /* Re-attaches every sandbox the store says is running whose QEMU still
@@ -88,6 +92,21 @@ struct sbx *sbx_find(struct sbx_mgr *m, const char *id, const char *account);
 void sbx_put(struct sbx *s);
 /* Stops a sandbox and records why ("killed", "timeout"). */
 int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason);
+/* Networks (sbx_net.c). A policy from the API, checked, in the compact
+ * form the store keeps: malloc'd, or NULL with the reason in err (-EINVAL:
+ * not a valid policy, or networking is off and it asks for any). */
+char *sbx_network_text(struct sbx_mgr *m, const json_t *policy, char *err, size_t errlen);
+/* The policy a sandbox runs under (its own, or the daemon's default when
+ * network_json is ""), as an object; NULL without networks. */
+json_t *sbx_network_json(struct sbx_mgr *m, const char *network_json);
+/* Changes the policy of sandbox id (running: at once; paused: from its
+ * resume): 0, -ENOENT, -ESHUTDOWN (stopped), -EBUSY, -EIO. */
+int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
+		    size_t errlen);
+/* The egress counters of a running sandbox (net.h): 0 or -errno. */
+struct net_counters;
+int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c);
+
 /* The environment every command of the sandbox gets (JSON object). */
 const char *sbx_env_json(const struct sbx *s);
 

@@ -11,6 +11,7 @@
 #include "daemon/sandbox/sbx.h"
 
 #include "common/clock.h"
+#include "daemon/net/net.h"
 
 struct vm;
 struct sbx_pools;
@@ -75,6 +76,7 @@ struct sbx {
 	char template[64];
 	unsigned vcpus, memory_mb, disk_mb, generation;
 	int pause_on_timeout;
+	int net_slot; /* its VM's network, or NET_NO_SLOT */
 	char *env_json;
 	long long expires_at;
 	int expiring; /* a killer thread has it (manager lock) */
@@ -147,9 +149,30 @@ void sbx__usage(struct sbx_mgr *m, const struct store_sbx *row, const char *stat
 /* The guest files of template, for vm_config. */
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
 		      char *image, size_t n);
+/* SIGKILLs QEMU pid if it still runs from run_dir, and waits until it is
+ * gone (it is not our child when an earlier daemon started it). */
+void sbx__kill_qemu(int pid, const char *run_dir);
 /* Makes row a new running sandbox of vm: stored, listed, metered. */
 int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *err,
 		 size_t errlen);
+
+/* sbx_net.c. A network for a VM about to start under network_json (""
+ * or NULL: the default): *slot and its namespace path in ns (for
+ * vm_config.netns: NULL without networks, see sbx__netns). 0 or -errno. */
+int sbx__net_up(struct sbx_mgr *m, const char *network_json, int *slot, char *ns, size_t nslen,
+		char *err, size_t errlen);
+/* A running sandbox taken over after a restart keeps its network. */
+void sbx__net_keep(struct sbx_mgr *m, const struct store_sbx *row);
+/* Once its VM is gone. NET_NO_SLOT is nothing to do. */
+void sbx__net_down(struct sbx_mgr *m, int slot);
+/* Set for VMs that serve no sandbox (template builds, fork's copy). */
+#define NET_DENY_ALL_TEXT "{\"mode\":\"deny-all\"}"
+/* The policy of live slot now network_json: 0 or -EIO. */
+int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *err, size_t errlen);
+static inline const char *sbx__netns(const char *ns)
+{
+	return ns[0] ? ns : NULL;
+}
 
 /* sbx_snap.c: bytes a paused sandbox keeps on disk; removes the
  * snapshots of forks a dead daemon left. */

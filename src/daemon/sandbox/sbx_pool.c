@@ -47,6 +47,7 @@ struct tsnap {
 
 struct pooled {
 	struct vm *vm;
+	int net_slot; /* under the default policy until taken */
 	char id[32], run_dir[256], template[64];
 };
 
@@ -91,8 +92,10 @@ static int snap_dir(struct sbx_mgr *m, const struct tsnap *t, char *out, size_t 
 	for (size_t i = 0; i < 3; i++)
 		for (const char *p = parts[i]; *p; p++)
 			h = (h ^ (uint8_t)*p) * 1099511628211ull;
-	snprintf(out, n, "%s/snapshots/%s-%uc-%um-%ud-%016llx", m->cfg.cache_dir, t->template,
-		 t->vcpus, t->memory_mb, t->disk_mb, (unsigned long long)h);
+	/* A VM with a NIC restores only where there is one (snap.h). */
+	snprintf(out, n, "%s/snapshots/%s-%uc-%um-%ud%s-%016llx", m->cfg.cache_dir, t->template,
+		 t->vcpus, t->memory_mb, t->disk_mb, m->cfg.net ? "-net" : "",
+		 (unsigned long long)h);
 	return 0;
 }
 
@@ -139,15 +142,21 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	fs_mkdir_p(run, 0700, (uid_t)-1, (gid_t)-1);
 	log_info("building the %s template snapshot (%u vCPU, %u MB): boot, warm, save; "
 		 "creates boot until it is ready", t->template, t->vcpus, t->memory_mb);
+	char ns[128];
+	int slot;
+	int r = sbx__net_up(m, NET_DENY_ALL_TEXT, &slot, ns, sizeof(ns), err, errlen);
+	if (r < 0)
+		return r;
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
-		.run_dir = run, .cache_dir = c->cache_dir, .hostname = "cpuos",
+		.run_dir = run, .cache_dir = c->cache_dir, .hostname = "cpuos", .netns = sbx__netns(ns),
 	};
 	struct vm *vm;
-	int r = vm_start(&vc, &vm, err, errlen);
-	if (r < 0)
+	if ((r = vm_start(&vc, &vm, err, errlen)) < 0) {
+		sbx__net_down(m, slot);
 		return r;
+	}
 	double t0 = clock_ms_f();
 	if ((r = run_sync(vm, warm_command(t->template), 600000)) < 0)
 		snprintf(err, errlen, "warming '%s' failed (%s)", warm_command(t->template), strerror(-r));
@@ -159,6 +168,7 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	log_info("template %s snapshot (%u vCPU, %u MB): warmed and saved in %.0f ms%s", t->template,
 		 t->vcpus, t->memory_mb, clock_ms_f() - t0, r < 0 ? " (failed)" : "");
 	vm_free(vm, 0);
+	sbx__net_down(m, slot);
 	return r;
 }
 
@@ -245,6 +255,7 @@ int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm)
 		if (strcmp(e->template, row->template))
 			continue;
 		*vm = e->vm;
+		row->net_slot = e->net_slot;
 		snprintf(row->id, sizeof(row->id), "%s", e->id);
 		snprintf(row->run_dir, sizeof(row->run_dir), "%s", e->run_dir);
 		p->pool[i] = p->pool[--p->npool];
@@ -253,9 +264,15 @@ int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm)
 	}
 	pthread_cond_broadcast(&p->cv); /* refill */
 	pthread_mutex_unlock(&p->mu);
-	/* Nobody pumped it while it waited: it may have died. */
-	if (r == 0 && (vm_wait(*vm, 0) || !vm_agent(*vm))) {
+	/* Nobody pumped it while it waited: it may have died. It waited
+	 * under the default policy; the sandbox may want another. */
+	char err[256];
+	if (r == 0 && (vm_wait(*vm, 0) || !vm_agent(*vm) ||
+		       (row->network_json && row->network_json[0] &&
+			sbx__net_set(m, row->net_slot, row->network_json, err, sizeof(err)) < 0))) {
 		vm_free(*vm, 0);
+		sbx__net_down(m, row->net_slot);
+		row->net_slot = NET_NO_SLOT;
 		return -ENOENT;
 	}
 	return r;
@@ -296,14 +313,20 @@ static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 	snprintf(e.run_dir, sizeof(e.run_dir), "%s/vms/%s", c->state_dir, e.id);
 	char kernel[512], initrd[512], image[512], err[512];
 	sbx__guest_paths(m, t->template, kernel, initrd, image, sizeof(image));
+	char ns[128];
+	if (sbx__net_up(m, NULL, &e.net_slot, ns, sizeof(ns), err, sizeof(err)) < 0) {
+		log_warn("warm pool of %s: %s", t->template, err);
+		return 0;
+	}
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = e.run_dir, .cache_dir = c->cache_dir, .hostname = e.id + 4,
-		.restore = t->dir, .new_identity = 1,
+		.restore = t->dir, .new_identity = 1, .netns = sbx__netns(ns),
 	};
 	if (vm_start(&vc, &e.vm, err, sizeof(err)) < 0) {
 		log_warn("warm pool of %s: %s", t->template, err);
+		sbx__net_down(m, e.net_slot);
 		return 0;
 	}
 	pthread_mutex_lock(&m->pools->mu);
@@ -312,8 +335,12 @@ static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 		e.vm = NULL;
 	}
 	pthread_mutex_unlock(&m->pools->mu);
-	vm_free(e.vm, 0);
-	return e.vm == NULL;
+	if (e.vm) {
+		vm_free(e.vm, 0);
+		sbx__net_down(m, e.net_slot);
+		return 0;
+	}
+	return 1;
 }
 
 /* What the worker should do next (pools locked): a snapshot to build, or
@@ -406,7 +433,7 @@ static void pause_again(struct sbx_mgr *m, const char *id, int pid)
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);
 	} else {
-		kill(pid, SIGKILL);
+		sbx__kill_qemu(pid, run);
 	}
 	log_warn("paused sandbox %s had a QEMU running (a cut-short resume): %s%s", id,
 		 r == 0 ? "paused again" : "killed: ", r == 0 ? "" : err);
@@ -450,10 +477,8 @@ static void sweep_orphans(struct sbx_mgr *m)
 			continue;
 		}
 		log_info("killing warm VM %s left by an earlier daemon (qemu pid %d)", id, pid);
-		kill(pid, SIGKILL);
-		for (int i = 0; i < 100 && kill(pid, 0) == 0; i++)
-			usleep(10000);
 		snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
+		sbx__kill_qemu(pid, run);
 		vm_remove_files(run);
 	}
 	if (d)
@@ -515,8 +540,10 @@ void sbx__pools_stop(struct sbx_mgr *m)
 	int n = p->npool;
 	p->npool = 0;
 	pthread_mutex_unlock(&p->mu);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		vm_free(p->pool[i].vm, 0);
+		sbx__net_down(m, p->pool[i].net_slot);
+	}
 }
 
 void sbx__pools_free(struct sbx_mgr *m)

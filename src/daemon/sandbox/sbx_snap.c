@@ -89,6 +89,7 @@ int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		 * could not be written): the files stay for a person to see. */
 		log_error("sandbox %s: pause failed after QEMU ended: %s", id, err);
 		vm_free(vm, 1);
+		sbx__net_down(m, s->net_slot);
 		store_sbx_set_state(m->store, id, "lost", "lost");
 		r = -EIO;
 	} else if (r < 0) {
@@ -97,11 +98,14 @@ int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		if (!have_row || sbx__add(m, &row, vm) < 0) {
 			vm_stop(vm, 0);
 			vm_free(vm, 0);
+			sbx__net_down(m, s->net_slot);
 			store_sbx_set_state(m->store, id, "stopped", "crashed");
 		}
 		r = -EIO;
 	} else {
 		vm_free(vm, 1);
+		sbx__net_down(m, s->net_slot);
+		store_sbx_set_network(m->store, id, NULL, NET_NO_SLOT);
 		r = store_sbx_set_paused(m->store, id, now_s(), left > 0 ? left : 0);
 		if (r < 0)
 			snprintf(err, errlen, "cannot record the pause: %s", strerror(-r));
@@ -154,15 +158,25 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	const struct sbx_config *c = &m->cfg;
 	char kernel[512], initrd[512], image[512];
 	sbx__guest_paths(m, row.template, kernel, initrd, image, sizeof(image));
+	char ns[128];
+	int slot;
+	if ((r = sbx__net_up(m, row.network_json, &slot, ns, sizeof(ns), err, errlen)) < 0) {
+		log_error("sandbox %s did not resume: no network: %s", id, err);
+		sbx__unreserve(m, row.account);
+		r = -EIO;
+		goto out;
+	}
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = row.vcpus, .memory_mb = row.memory_mb,
 		.disk_mb = row.disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = row.run_dir, .cache_dir = c->cache_dir, .hostname = row.id + 4,
-		.restore = row.run_dir, .generation = row.generation + 1,
+		.restore = row.run_dir, .generation = row.generation + 1, .netns = sbx__netns(ns),
 	};
 	struct vm *vm;
 	r = vm_start(&vc, &vm, err, errlen);
 	if (r == 0) {
+		row.net_slot = slot;
+		store_sbx_set_network(m->store, id, NULL, slot);
 		long long left = row.timeout_left_s > 0 ? row.timeout_left_s : RESUME_DEFAULT_S;
 		row.expires_at = now_s() + left;
 		row.generation++;
@@ -178,6 +192,8 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 			if (vm_pause(vm, e2, sizeof(e2)) < 0)
 				log_error("sandbox %s could not pause again: %s", id, e2);
 			vm_free(vm, 1);
+			sbx__net_down(m, slot);
+			store_sbx_set_network(m->store, id, NULL, NET_NO_SLOT);
 			store_sbx_set_paused(m->store, id, now_s(), row.timeout_left_s);
 			r = -EIO;
 		} else {
@@ -187,6 +203,7 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		}
 	} else {
 		log_error("sandbox %s did not resume: %s", id, err);
+		sbx__net_down(m, slot);
 		r = -EIO;
 	}
 	sbx__unreserve(m, row.account);
@@ -252,19 +269,26 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 	if (link(a, b) < 0)
 		return;
 	const struct sbx_config *c = &m->cfg;
+	char ns[128];
+	int slot;
+	double t0 = clock_ms_f();
+	int r = sbx__net_up(m, NET_DENY_ALL_TEXT, &slot, ns, sizeof(ns), err, sizeof(err));
+	if (r < 0)
+		goto out;
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = parent->vcpus,
 		.memory_mb = parent->memory_mb, .disk_mb = parent->disk_mb, .kernel = kernel,
 		.initrd = initrd, .template = image, .run_dir = dir, .cache_dir = c->cache_dir,
-		.restore = dir, .generation = parent->generation,
+		.restore = dir, .generation = parent->generation, .netns = sbx__netns(ns),
 	};
 	struct vm *vm;
-	double t0 = clock_ms_f();
-	int r = vm_start(&vc, &vm, err, sizeof(err));
+	r = vm_start(&vc, &vm, err, sizeof(err));
 	if (r == 0) {
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);
 	}
+	sbx__net_down(m, slot);
+out:
 	if (r < 0)
 		log_warn("fork of %s: the snapshot keeps its RAM in its state: %s", parent->id, err);
 	else
@@ -305,15 +329,20 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 		memset(row, 0, sizeof(*row));
 		sbx__random_id(row->id, sizeof(row->id), "sbx_");
 		snprintf(row->run_dir, sizeof(row->run_dir), "%s/vms/%s", c->state_dir, row->id);
+		/* A child has the parent's policy and a network of its own. */
+		char ns[128];
+		r = sbx__net_up(m, parent.network_json, &row->net_slot, ns, sizeof(ns), err, errlen);
 		struct vm_config vc = {
 			.qemu = c->qemu, .accel = c->accel, .vcpus = parent.vcpus,
 			.memory_mb = parent.memory_mb, .disk_mb = parent.disk_mb, .kernel = kernel,
 			.initrd = initrd, .template = image, .run_dir = row->run_dir,
 			.cache_dir = c->cache_dir, .hostname = row->id + 4, .restore = dir,
 			.new_identity = 1, .generation = parent.generation + 1,
+			.netns = sbx__netns(ns),
 		};
 		struct vm *vm;
-		r = vm_start(&vc, &vm, err, errlen);
+		if (r == 0 && (r = vm_start(&vc, &vm, err, errlen)) < 0)
+			sbx__net_down(m, row->net_slot);
 		if (r == 0) {
 			snprintf(row->account, sizeof(row->account), "%s", parent.account);
 			snprintf(row->key_id, sizeof(row->key_id), "%s", parent.key_id);
@@ -328,10 +357,14 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 			row->expires_at = row->created_at + (left > 0 ? left : RESUME_DEFAULT_S);
 			row->env_json = strdup(parent.env_json);
 			row->metadata_json = strdup(parent.metadata_json);
-			r = row->env_json && row->metadata_json ? sbx__publish(m, row, vm, err, errlen)
-								: -ENOMEM;
-			if (r == -ENOMEM)
+			row->network_json = strdup(parent.network_json);
+			r = row->env_json && row->metadata_json && row->network_json
+				    ? sbx__publish(m, row, vm, err, errlen)
+				    : -ENOMEM;
+			if (r == -ENOMEM) {
 				vm_free(vm, 0);
+				sbx__net_down(m, row->net_slot);
+			}
 		}
 		sbx__unreserve(m, parent.account);
 		if (r < 0) {

@@ -139,6 +139,10 @@ static const char *const migrations[] = {
     " at_ms INTEGER NOT NULL);"
     "CREATE INDEX usage_by_account ON usage_events (account, at_ms);"
     "CREATE INDEX usage_by_sbx ON usage_events (sbx_id, seq);",
+    /* 2 -> 3: networks. The egress policy as the API spells it ('' for
+     * the daemon's default) and the host network slot of a running one. */
+    "ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT -1;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

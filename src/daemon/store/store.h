@@ -67,6 +67,8 @@ struct store_sbx {
 	char parent[32];     /* forked from (sbx_...) or made from (ckp_...) */
 	char key_id[32];     /* the key that created it; "" on the socket */
 	unsigned generation; /* restores so far (fork, resume) */
+	char *network_json;  /* egress policy, compact JSON; "" = the default; owned */
+	int net_slot;        /* host network slot while it runs, else -1 */
 };
 
 /* Frees the strings inside (not the struct). */
@@ -80,6 +82,8 @@ int store_sbx_get(struct store *s, const char *id, struct store_sbx *out);
 int store_sbx_set_state(struct store *s, const char *id, const char *state, const char *end_reason);
 int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at);
 int store_sbx_set_pid(struct store *s, const char *id, int qemu_pid);
+/* Sets the network slot, and the policy unless network_json is NULL. */
+int store_sbx_set_network(struct store *s, const char *id, const char *network_json, int net_slot);
 
 struct store_kv {
 	const char *key, *value;

@@ -34,7 +34,7 @@
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
-	"key_id, generation"
+	"key_id, generation, network, net_slot"
 
 /* Sandbox ids: 1..31 printable bytes, no space. */
 static int sbx_id_ok(const char *s)
@@ -65,8 +65,10 @@ void store_sbx_release(struct store_sbx *x)
 		return;
 	free(x->metadata_json);
 	free(x->env_json);
+	free(x->network_json);
 	x->metadata_json = NULL;
 	x->env_json = NULL;
+	x->network_json = NULL;
 }
 
 void store_sbx_free_list(struct store_sbx *xs, size_t n)
@@ -112,7 +114,7 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		r = store__prep(s,
 				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
 				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-				"?17, ?18, ?19, ?20)",
+				"?17, ?18, ?19, ?20, ?21, ?22)",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
@@ -134,7 +136,9 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		    sqlite3_bind_int64(st, 17, x->paused_at) != SQLITE_OK ||
 		    store__bind_text(st, 18, x->parent) != SQLITE_OK ||
 		    store__bind_text(st, 19, x->key_id) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 20, x->generation) != SQLITE_OK)
+		    sqlite3_bind_int64(st, 20, x->generation) != SQLITE_OK ||
+		    store__bind_text(st, 21, x->network_json ? x->network_json : "") != SQLITE_OK ||
+		    sqlite3_bind_int(st, 22, x->net_slot) != SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -231,7 +235,10 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	const char *e = (const char *)sqlite3_column_text(st, 11);
 	x->metadata_json = strdup(m ? m : "{}");
 	x->env_json = strdup(e ? e : "{}");
-	if (!x->metadata_json || !x->env_json) {
+	const char *nw = (const char *)sqlite3_column_text(st, 20);
+	x->network_json = strdup(nw ? nw : "");
+	x->net_slot = sqlite3_column_int(st, 21);
+	if (!x->metadata_json || !x->env_json || !x->network_json) {
 		store_sbx_release(x);
 		return -ENOMEM;
 	}
@@ -380,6 +387,30 @@ int store_sbx_set_resumed(struct store *s, const char *id, long long expires_at,
 		    sqlite3_bind_int64(st, 2, expires_at) != SQLITE_OK ||
 		    sqlite3_bind_int(st, 3, qemu_pid) != SQLITE_OK ||
 		    sqlite3_bind_int64(st, 4, generation) != SQLITE_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ENOENT;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_sbx_set_network(struct store *s, const char *id, const char *network_json, int net_slot)
+{
+	if (!sbx_id_ok(id) || net_slot < -1)
+		return -EINVAL;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "UPDATE sandboxes SET network = coalesce(?2, network), net_slot = ?3 "
+			    "WHERE id = ?1",
+			    &st);
+	if (!r) {
+		if (store__bind_text(st, 1, id) != SQLITE_OK ||
+		    (network_json ? store__bind_text(st, 2, network_json)
+				  : sqlite3_bind_null(st, 2)) != SQLITE_OK ||
+		    sqlite3_bind_int(st, 3, net_slot) != SQLITE_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
 			r = -ENOENT;

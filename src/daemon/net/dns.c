@@ -1,0 +1,516 @@
+/*
+ * dns: packets parsed and built with ldns; nothing here reads DNS wire
+ * format by hand. See dns.h for what is answered how.
+ */
+#include "daemon/net/dns.h"
+
+#include "common/log.h"
+#include "daemon/net/net_impl.h"
+#include "daemon/net/policy.h"
+#include "runner/qemu.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <ldns/ldns.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_QUERY 512     /* a query larger than this is no stub's */
+#define MAX_ANSWER 1232   /* the EDNS size that does not fragment; larger is truncated */
+#define MIN_KEEP_S 300    /* an answer's addresses stay allowed at least this long */
+#define MAX_KEEP_S 86400
+
+struct slot {
+	int fd;           /* -1: unused */
+	int nsfd;         /* the namespace, held open */
+	int dead;         /* detached: the reader closes fd */
+	char *policy;
+};
+
+struct dns {
+	pthread_mutex_t mu;
+	struct slot *slots;
+	int nslots;
+	int wakefd;
+	int quit;
+	int workers;
+	pthread_t reader;
+	char upstream[64];
+	uint16_t port;
+};
+
+/* Well-known DNS over HTTPS endpoints: a lookup that would step around
+ * this resolver. Refused unless a policy names one exactly. */
+static const char *const doh_names[] = {
+	"dns.google", "dns.google.com", "cloudflare-dns.com", "mozilla.cloudflare-dns.com",
+	"one.one.one.one", "1dot1dot1dot1.cloudflare-dns.com", "dns.quad9.net", "dns9.quad9.net",
+	"dns11.quad9.net", "doh.opendns.com", "dns.nextdns.io", "dns.adguard-dns.com",
+	"doh.cleanbrowsing.org", "dns.mullvad.net", NULL,
+};
+
+static void wake(struct dns *d);
+
+/* --- sockets in a namespace ------------------------------------------- */
+
+struct in_ns {
+	int nsfd, fd, err;
+};
+
+/* A thread of its own enters the namespace: setns changes only the calling
+ * thread, and a socket belongs to the namespace it was made in. */
+static void *bind_in_ns(void *arg)
+{
+	struct in_ns *a = arg;
+	if (setns(a->nsfd, CLONE_NEWNET) < 0) {
+		a->err = errno;
+		return NULL;
+	}
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(53) };
+	inet_pton(AF_INET, QEMU_GATEWAY_IP, &sa.sin_addr);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		a->err = errno;
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	a->fd = fd;
+	return NULL;
+}
+
+/* --- answering --------------------------------------------------------- */
+
+struct query {
+	struct dns *d;
+	int fd;                 /* dups of the slot's socket and namespace: a slot */
+	int nsfd;               /* given to another sandbox meanwhile is not ours */
+	struct sockaddr_in from;
+	uint8_t buf[MAX_QUERY];
+	size_t len;
+	char *policy;
+};
+
+static int doh_name(const char *name)
+{
+	for (const char *const *p = doh_names; *p; p++)
+		if (!strcmp(*p, name))
+			return 1;
+	return 0;
+}
+
+/* Does policy let the guest look up name? */
+static int name_allowed(const struct net_policy *p, const char *name)
+{
+	if (!net_policy_host_allowed(p, name))
+		return 0;
+	if (p->mode == NET_ALLOW_ALL || !doh_name(name))
+		return 1;
+	for (size_t i = 0; i < p->nhosts; i++)
+		if (!strcmp(p->hosts[i], name))
+			return 1;
+	return 0;
+}
+
+static ldns_resolver *resolver(struct dns *d)
+{
+	ldns_resolver *res = NULL;
+	if (!d->upstream[0]) {
+		if (ldns_resolver_new_frm_file(&res, NULL) != LDNS_STATUS_OK)
+			return NULL;
+	} else {
+		ldns_rdf *ns = ldns_rdf_new_frm_str(LDNS_RDF_TYPE_A, d->upstream);
+		res = ns ? ldns_resolver_new() : NULL;
+		if (res && ldns_resolver_push_nameserver(res, ns) != LDNS_STATUS_OK) {
+			ldns_resolver_deep_free(res);
+			res = NULL;
+		}
+		ldns_rdf_deep_free(ns);
+		if (res)
+			ldns_resolver_set_port(res, d->port);
+	}
+	if (res) {
+		ldns_resolver_set_timeout(res, (struct timeval){ .tv_sec = 2 });
+		ldns_resolver_set_retry(res, 2);
+		ldns_resolver_set_recursive(res, true);
+	}
+	return res;
+}
+
+/* The answer's allowed A records go to the namespace's "resolved" set. */
+static void allow_addrs(const struct query *q, const ldns_rr_list *rrs)
+{
+	char script[4096];
+	size_t len = 0;
+	for (size_t i = 0; i < ldns_rr_list_rr_count(rrs); i++) {
+		ldns_rr *rr = ldns_rr_list_rr(rrs, i);
+		ldns_rdf *a = ldns_rr_get_type(rr) == LDNS_RR_TYPE_A ? ldns_rr_rdf(rr, 0) : NULL;
+		if (!a || ldns_rdf_size(a) != 4 || len + 128 > sizeof(script))
+			continue;
+		char text[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, ldns_rdf_data(a), text, sizeof(text));
+		uint32_t ttl = ldns_rr_ttl(rr);
+		ttl = ttl < MIN_KEEP_S ? MIN_KEEP_S : ttl > MAX_KEEP_S ? MAX_KEEP_S : ttl;
+		len += (size_t)snprintf(script + len, sizeof(script) - len,
+					"add element inet cpuos resolved { %s timeout %us }\n", text,
+					(unsigned)ttl);
+	}
+	char err[256], ns[32];
+	snprintf(ns, sizeof(ns), "/proc/self/fd/%d", q->nsfd); /* the child's copy */
+	char *argv[] = { "nft", "-f", "-", NULL };
+	if (len && net__run(argv, ns, script, err, sizeof(err)) < 0)
+		log_warn("dns: cannot allow the addresses of an answer: %s", err);
+}
+
+/* The answer to send: rcode alone (with the question), or the upstream's
+ * answer less what the policy refuses. */
+static ldns_pkt *answer(struct query *q, const ldns_pkt *query, const struct net_policy *p)
+{
+	ldns_rr *qrr = ldns_rr_list_rr(ldns_pkt_question(query), 0);
+	ldns_pkt *out = ldns_pkt_new();
+	if (!out)
+		return NULL;
+	ldns_pkt_set_id(out, ldns_pkt_id(query));
+	ldns_pkt_set_qr(out, true);
+	ldns_pkt_set_rd(out, ldns_pkt_rd(query));
+	ldns_pkt_set_ra(out, true);
+	ldns_pkt_push_rr(out, LDNS_SECTION_QUESTION, ldns_rr_clone(qrr));
+	char *text = ldns_rdf2str(ldns_rr_owner(qrr));
+	size_t n = text ? strlen(text) : 0;
+	if (n && text[n - 1] == '.')
+		text[n - 1] = '\0';
+	ldns_rr_type type = ldns_rr_get_type(qrr);
+	if (!text || !name_allowed(p, text)) {
+		ldns_pkt_set_rcode(out, LDNS_RCODE_REFUSED);
+		goto done;
+	}
+	if (type == LDNS_RR_TYPE_AAAA || ldns_rr_get_class(qrr) != LDNS_RR_CLASS_IN)
+		goto done; /* no IPv6 here: an empty answer sends the guest to IPv4 */
+	ldns_resolver *res = resolver(q->d);
+	ldns_pkt *up = NULL;
+	if (!res || ldns_resolver_send(&up, res, ldns_rr_owner(qrr), type, LDNS_RR_CLASS_IN,
+				       LDNS_RD) != LDNS_STATUS_OK || !up) {
+		ldns_pkt_set_rcode(out, LDNS_RCODE_SERVFAIL);
+		if (res)
+			ldns_resolver_deep_free(res);
+		goto done;
+	}
+	ldns_resolver_deep_free(res);
+	ldns_pkt_set_rcode(out, ldns_pkt_get_rcode(up));
+	ldns_rr_list *kept = ldns_rr_list_new();
+	ldns_rr_list *ans = ldns_pkt_answer(up);
+	for (size_t i = 0; kept && i < ldns_rr_list_rr_count(ans); i++) {
+		ldns_rr *rr = ldns_rr_list_rr(ans, i);
+		ldns_rr_type t = ldns_rr_get_type(rr);
+		ldns_rdf *a = t == LDNS_RR_TYPE_A ? ldns_rr_rdf(rr, 0) : NULL;
+		if (t == LDNS_RR_TYPE_AAAA)
+			continue;
+		if (t == LDNS_RR_TYPE_A &&
+		    (!a || ldns_rdf_size(a) != 4 ||
+		     !net_policy_resolved_allowed(p, AF_INET, ldns_rdf_data(a))))
+			continue; /* rebinding: the name may not point there */
+		ldns_rr *c = ldns_rr_clone(rr);
+		if (c) {
+			ldns_rr_list_push_rr(kept, c);
+			ldns_pkt_push_rr(out, LDNS_SECTION_ANSWER, ldns_rr_clone(c));
+		}
+	}
+	if (kept && p->mode != NET_ALLOW_ALL) /* allow-all needs no list */
+		allow_addrs(q, kept);
+	ldns_rr_list_deep_free(kept);
+	ldns_pkt_free(up);
+done:
+	free(text);
+	return out;
+}
+
+static void *answer_main(void *arg)
+{
+	struct query *q = arg;
+	ldns_pkt *query = NULL;
+	struct net_policy p = { 0 };
+	json_t *pj = json_loads(q->policy, 0, NULL);
+	char err[256];
+	/* One question, a query (not an answer or an update): anything else
+	 * is not worth an answer. */
+	if (pj && net_policy_parse(pj, &p, err, sizeof(err)) == 0 &&
+	    ldns_wire2pkt(&query, q->buf, q->len) == LDNS_STATUS_OK && !ldns_pkt_qr(query) &&
+	    ldns_pkt_get_opcode(query) == LDNS_PACKET_QUERY && ldns_pkt_qdcount(query) == 1) {
+		ldns_pkt *out = answer(q, query, &p);
+		uint8_t *wire = NULL;
+		size_t size = 0;
+		if (out && ldns_pkt2wire(&wire, out, &size) == LDNS_STATUS_OK && size > MAX_ANSWER) {
+			/* Too big for UDP: the header and question, truncated. */
+			free(wire);
+			wire = NULL;
+			ldns_rr_list_deep_free(ldns_pkt_answer(out));
+			ldns_pkt_set_answer(out, ldns_rr_list_new());
+			ldns_pkt_set_ancount(out, 0);
+			ldns_pkt_set_tc(out, true);
+			if (ldns_pkt2wire(&wire, out, &size) != LDNS_STATUS_OK)
+				size = 0;
+		}
+		if (wire && size)
+			sendto(q->fd, wire, size, 0, (struct sockaddr *)&q->from, sizeof(q->from));
+		free(wire);
+		ldns_pkt_free(out);
+	}
+	ldns_pkt_free(query);
+	net_policy_free(&p);
+	json_decref(pj);
+	close(q->fd);
+	close(q->nsfd);
+	free(q->policy);
+	pthread_mutex_lock(&q->d->mu);
+	q->d->workers--;
+	pthread_mutex_unlock(&q->d->mu);
+	free(q);
+	return NULL;
+}
+
+/* --- the reader ---------------------------------------------------------- */
+
+/* Reads one datagram from slot i (locked) and hands it to a worker. */
+static void take_query(struct dns *d, int i)
+{
+	struct slot *s = &d->slots[i];
+	struct query *q = calloc(1, sizeof(*q));
+	if (!q)
+		return;
+	socklen_t fl = sizeof(q->from);
+	ssize_t n = recvfrom(s->fd, q->buf, sizeof(q->buf), MSG_TRUNC, (struct sockaddr *)&q->from, &fl);
+	if (n <= 0 || (size_t)n > sizeof(q->buf) || d->workers >= DNS_MAX_WORKERS) {
+		free(q); /* nothing, oversized, or too many at once: dropped */
+		return;
+	}
+	q->d = d;
+	q->len = (size_t)n;
+	q->policy = strdup(s->policy ? s->policy : "");
+	q->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 3);
+	q->nsfd = fcntl(s->nsfd, F_DUPFD_CLOEXEC, 3);
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_t t;
+	if (!q->policy || q->fd < 0 || q->nsfd < 0 || pthread_create(&t, &at, answer_main, q) != 0) {
+		if (q->fd >= 0)
+			close(q->fd);
+		if (q->nsfd >= 0)
+			close(q->nsfd);
+		free(q->policy);
+		free(q);
+	} else {
+		d->workers++;
+	}
+	pthread_attr_destroy(&at);
+}
+
+static void *reader_main(void *arg)
+{
+	struct dns *d = arg;
+	struct pollfd *fds = calloc((size_t)d->nslots + 1, sizeof(*fds));
+	int *idx = calloc((size_t)d->nslots + 1, sizeof(*idx));
+	pthread_mutex_lock(&d->mu);
+	while (fds && idx && !d->quit) {
+		/* Sockets are closed here only, so one polled is never another's. */
+		int n = 0;
+		for (int i = 0; i < d->nslots; i++) {
+			struct slot *s = &d->slots[i];
+			if (s->fd >= 0 && s->dead) {
+				close(s->fd);
+				close(s->nsfd);
+				free(s->policy);
+				*s = (struct slot){ .fd = -1, .nsfd = -1 };
+			}
+			if (s->fd >= 0) {
+				fds[n] = (struct pollfd){ .fd = s->fd, .events = POLLIN };
+				idx[n++] = i;
+			}
+		}
+		fds[n] = (struct pollfd){ .fd = d->wakefd, .events = POLLIN };
+		pthread_mutex_unlock(&d->mu);
+		int r = poll(fds, (nfds_t)n + 1, 1000);
+		pthread_mutex_lock(&d->mu);
+		if (r <= 0)
+			continue;
+		uint64_t v;
+		if (fds[n].revents && read(d->wakefd, &v, sizeof(v)) < 0) {
+			/* drained already */
+		}
+		for (int k = 0; k < n; k++)
+			if (fds[k].revents && !d->slots[idx[k]].dead)
+				take_query(d, idx[k]);
+	}
+	pthread_mutex_unlock(&d->mu);
+	free(fds);
+	free(idx);
+	return NULL;
+}
+
+static void wake(struct dns *d)
+{
+	uint64_t one = 1;
+	if (write(d->wakefd, &one, sizeof(one)) < 0) {
+		/* saturated: it is awake anyway */
+	}
+}
+
+int dns_open(const char *upstream, int nslots, struct dns **out, char *err, size_t errlen)
+{
+	struct dns *d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	pthread_mutex_init(&d->mu, NULL);
+	d->nslots = nslots;
+	d->port = 53;
+	d->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	d->slots = calloc((size_t)nslots, sizeof(*d->slots));
+	int r = -ENOMEM;
+	if (!d->slots || d->wakefd < 0)
+		goto fail;
+	for (int i = 0; i < nslots; i++)
+		d->slots[i].fd = d->slots[i].nsfd = -1;
+	if (upstream && *upstream) {
+		char host[64];
+		const char *colon = strchr(upstream, ':');
+		snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - upstream) : 63, upstream);
+		struct in_addr a;
+		int port = colon ? atoi(colon + 1) : 53;
+		if (inet_pton(AF_INET, host, &a) != 1 || port < 1 || port > 65535) {
+			snprintf(err, errlen, "--dns-upstream '%s' is not ADDR or ADDR:PORT (IPv4)", upstream);
+			r = -EINVAL;
+			goto fail;
+		}
+		snprintf(d->upstream, sizeof(d->upstream), "%s", host);
+		d->port = (uint16_t)port;
+	}
+	if (pthread_create(&d->reader, NULL, reader_main, d) != 0) {
+		r = -EAGAIN;
+		goto fail;
+	}
+	*out = d;
+	return 0;
+fail:
+	if (d->wakefd >= 0)
+		close(d->wakefd);
+	free(d->slots);
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+	return r;
+}
+
+void dns_close(struct dns *d)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->quit = 1;
+	pthread_mutex_unlock(&d->mu);
+	wake(d);
+	pthread_join(d->reader, NULL);
+	/* Workers hold only their own descriptors and d->mu: wait them out. */
+	for (;;) {
+		pthread_mutex_lock(&d->mu);
+		int busy = d->workers;
+		pthread_mutex_unlock(&d->mu);
+		if (!busy)
+			break;
+		usleep(10000);
+	}
+	for (int i = 0; i < d->nslots; i++)
+		if (d->slots[i].fd >= 0) {
+			close(d->slots[i].fd);
+			close(d->slots[i].nsfd);
+			free(d->slots[i].policy);
+		}
+	close(d->wakefd);
+	free(d->slots);
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+}
+
+int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy, char *err,
+	       size_t errlen)
+{
+	if (slot < 0 || slot >= d->nslots)
+		return -EINVAL;
+	int nsfd = open(ns_path, O_RDONLY | O_CLOEXEC);
+	struct in_ns a = { .nsfd = nsfd, .fd = -1 };
+	pthread_t t;
+	if (nsfd < 0 || pthread_create(&t, NULL, bind_in_ns, &a) != 0) {
+		snprintf(err, errlen, "cannot serve DNS in %s: %s", ns_path, strerror(errno));
+		if (nsfd >= 0)
+			close(nsfd);
+		return -EIO;
+	}
+	pthread_join(t, NULL);
+	if (a.fd < 0) {
+		snprintf(err, errlen, "cannot serve DNS in %s: %s", ns_path, strerror(a.err));
+		close(nsfd);
+		return -a.err;
+	}
+	char *p = strdup(policy);
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[slot];
+	/* Detached, but the reader has not closed it yet: it will soon. */
+	for (int i = 0; i < 500 && s->fd >= 0 && s->dead; i++) {
+		pthread_mutex_unlock(&d->mu);
+		wake(d);
+		usleep(2000);
+		pthread_mutex_lock(&d->mu);
+	}
+	int busy = s->fd >= 0;
+	if (!busy && p) {
+		s->fd = a.fd;
+		s->nsfd = nsfd;
+		s->dead = 0;
+		s->policy = p;
+	}
+	pthread_mutex_unlock(&d->mu);
+	if (busy || !p) {
+		close(a.fd);
+		close(nsfd);
+		free(p);
+		snprintf(err, errlen, "DNS slot %d is still in use", slot);
+		return busy ? -EBUSY : -ENOMEM;
+	}
+	wake(d);
+	return 0;
+}
+
+void dns_set_policy(struct dns *d, int slot, const char *policy)
+{
+	char *p = strdup(policy);
+	if (!p || slot < 0 || slot >= d->nslots) {
+		free(p);
+		return;
+	}
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[slot];
+	if (s->fd >= 0 && !s->dead) {
+		free(s->policy);
+		s->policy = p;
+		p = NULL;
+	}
+	pthread_mutex_unlock(&d->mu);
+	free(p);
+}
+
+void dns_detach(struct dns *d, int slot)
+{
+	if (slot < 0 || slot >= d->nslots)
+		return;
+	pthread_mutex_lock(&d->mu);
+	if (d->slots[slot].fd >= 0)
+		d->slots[slot].dead = 1;
+	pthread_mutex_unlock(&d->mu);
+	wake(d);
+}

@@ -1,0 +1,38 @@
+/*
+ * dns: the guests' resolver. Each sandbox's namespace has a UDP socket of
+ * ours on the gateway address, port 53 (the guest's resolv.conf names it).
+ * A query is answered by its policy (policy.h): a name it does not allow
+ * gets REFUSED; an allowed one is asked of the upstream resolver, and the
+ * answer keeps only addresses the policy lets the name point to (no
+ * rebinding to loopback, link-local, private ranges). Those addresses go
+ * into the namespace's "resolved" set, which its egress rules accept:
+ * allowedHosts work by name, for as long as the answer lives. AAAA
+ * answers are empty (the namespaces have no IPv6), and well-known DNS over
+ * HTTPS endpoints are refused unless the policy names them exactly.
+ *
+ * One thread reads every socket; each query is answered by a thread of
+ * its own (at most DNS_MAX_WORKERS at once: past that a query is dropped
+ * and the guest asks again).
+ */
+#ifndef CPUOS_NET_DNS_H
+#define CPUOS_NET_DNS_H
+
+#include <stddef.h>
+
+#define DNS_MAX_WORKERS 32
+
+struct dns;
+
+/* upstream: "ADDR" or "ADDR:PORT" (IPv4), or NULL for /etc/resolv.conf's.
+ * nslots: the largest slot number + 1. 0 or -errno with a reason. */
+int dns_open(const char *upstream, int nslots, struct dns **out, char *err, size_t errlen);
+void dns_close(struct dns *d);
+
+/* Serves slot, whose namespace is at ns_path, under policy (JSON text as
+ * net_policy_json writes it). 0 or -errno. */
+int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy, char *err,
+	       size_t errlen);
+void dns_set_policy(struct dns *d, int slot, const char *policy);
+void dns_detach(struct dns *d, int slot);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * net: a network per sandbox, on the host. Each VM runs in a network
+ * namespace of its own, "cpuos-<tag>-<slot>": a TAP device (tap0) to the
+ * guest, which has the same address in every namespace (qemu.h), and a
+ * veth pair to the host, whose outside end has an address of the slot's
+ * own (a /30 of the daemon's range). The egress policy is a nftables
+ * table inside the namespace, out of the guest's reach; the host's table
+ * forwards the namespaces' traffic to the uplink (masqueraded), and
+ * drops what they send to the host itself or to each other, and what
+ * would come in unasked.
+ *
+ * The tag (from the daemon's state directory) keeps the namespaces,
+ * interfaces and tables of several daemons on one host apart; each needs
+ * a range of its own (--net-range).
+ */
+#ifndef CPUOS_NET_H
+#define CPUOS_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct net_policy;
+struct net;
+
+#define NET_NO_SLOT (-1)
+
+/* Checks for ip and nft, turns on IPv4 forwarding, installs the host's
+ * table and starts the guests' resolver (dns.h; dns_upstream NULL: the
+ * host's). range: an IPv4 CIDR of /16 to /24 (each slot takes a /30).
+ * 0 or -errno with a reason. */
+int net_open(const char *range, const char *state_dir, const char *dns_upstream, struct net **out,
+	     char *err, size_t errlen);
+/* Frees n; namespaces and the host table stay for the next daemon
+ * (running sandboxes keep their network across a restart). */
+void net_close(struct net *n);
+
+/* A namespace with policy p: 0 with *slot, or -errno (-ENOSPC: every slot
+ * is taken). */
+int net_create(struct net *n, const struct net_policy *p, int *slot, char *err, size_t errlen);
+/* Replaces the policy of a live namespace at once (one nft transaction). */
+int net_apply(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen);
+/* Removes the namespace; its veth and TAP go with it. */
+void net_destroy(struct net *n, int slot);
+/* The path QEMU joins (vm_config.netns). */
+void net_ns_path(const struct net *n, int slot, char *out, size_t len);
+
+/* After a restart: the slots of running sandboxes are taken again, their
+ * resolver served under policy p (net_keep, while restoring), then every
+ * other namespace of this daemon is removed (net_sweep). */
+int net_keep(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen);
+void net_sweep(struct net *n);
+
+struct net_counters {
+	uint64_t refused_packets; /* egress the policy refused */
+	uint64_t allowed_flows;   /* connections (flows) it let out: the first
+				   * packet of each meets the policy, the rest
+				   * pass as established */
+};
+int net_counters(struct net *n, int slot, struct net_counters *c);
+
+#endif

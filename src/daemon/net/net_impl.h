@@ -1,0 +1,13 @@
+/*
+ * net_impl: what net.c lends dns.c. Included by those two only.
+ */
+#ifndef CPUOS_NET_IMPL_H
+#define CPUOS_NET_IMPL_H
+
+#include <stddef.h>
+
+/* Runs argv (in the namespace at netns, or ours when NULL) with script on
+ * stdin: 0, or -EIO with the first line it printed in err. */
+int net__run(char *const *argv, const char *netns, const char *script, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,156 @@
+/*
+ * sbx_net: a sandbox's network. Each VM gets a namespace as it starts and
+ * loses it when QEMU is gone (a paused sandbox holds none: its policy is
+ * in its row and applies again at the resume). The policy is kept as the
+ * API spells it, compact; "" stands for the daemon's default, so a change
+ * of the default reaches those sandboxes at their next start.
+ */
+#include "daemon/sandbox/sbx_impl.h"
+
+#include "common/log.h"
+#include "daemon/net/net.h"
+#include "daemon/net/policy.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses text ("" or NULL: the default) into p. */
+static int policy_of(struct sbx_mgr *m, const char *text, struct net_policy *p, char *err,
+		     size_t errlen)
+{
+	const char *t = text && *text ? text : m->cfg.net_default;
+	json_error_t je;
+	json_t *j = json_loads(t ? t : "{\"mode\":\"deny-all\"}", 0, &je);
+	if (!j) {
+		snprintf(err, errlen, "network policy is not JSON: %s", je.text);
+		return -EINVAL;
+	}
+	int r = net_policy_parse(j, p, err, errlen);
+	json_decref(j);
+	return r;
+}
+
+char *sbx_network_text(struct sbx_mgr *m, const json_t *policy, char *err, size_t errlen)
+{
+	struct net_policy p;
+	if (net_policy_parse(policy, &p, err, errlen) < 0)
+		return NULL;
+	char *text = NULL;
+	if (!m->cfg.net && p.mode != NET_DENY_ALL) {
+		snprintf(err, errlen, "this daemon runs without networks (--net off): only "
+				      "deny-all can be had");
+	} else {
+		json_t *j = net_policy_json(&p);
+		text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		if (!text)
+			snprintf(err, errlen, "out of memory");
+	}
+	net_policy_free(&p);
+	return text;
+}
+
+json_t *sbx_network_json(struct sbx_mgr *m, const char *network_json)
+{
+	struct net_policy p;
+	char err[256];
+	if (!m->cfg.net || policy_of(m, network_json, &p, err, sizeof(err)) < 0)
+		return NULL;
+	json_t *j = net_policy_json(&p);
+	net_policy_free(&p);
+	return j;
+}
+
+int sbx__net_up(struct sbx_mgr *m, const char *network_json, int *slot, char *ns, size_t nslen,
+		char *err, size_t errlen)
+{
+	*slot = NET_NO_SLOT;
+	ns[0] = '\0';
+	if (!m->cfg.net)
+		return 0;
+	struct net_policy p;
+	int r = policy_of(m, network_json, &p, err, errlen);
+	if (r == 0)
+		r = net_create(m->cfg.net, &p, slot, err, errlen);
+	net_policy_free(&p);
+	if (r == 0)
+		net_ns_path(m->cfg.net, *slot, ns, nslen);
+	return r;
+}
+
+void sbx__net_keep(struct sbx_mgr *m, const struct store_sbx *row)
+{
+	if (!m->cfg.net || row->net_slot == NET_NO_SLOT)
+		return;
+	struct net_policy p;
+	char err[256];
+	int r = policy_of(m, row->network_json, &p, err, sizeof(err));
+	if (r == 0)
+		r = net_keep(m->cfg.net, row->net_slot, &p, err, sizeof(err));
+	net_policy_free(&p);
+	if (r < 0)
+		log_warn("sandbox %s: its network lost its resolver: %s", row->id, err);
+}
+
+void sbx__net_down(struct sbx_mgr *m, int slot)
+{
+	if (m->cfg.net && slot != NET_NO_SLOT)
+		net_destroy(m->cfg.net, slot);
+}
+
+int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *err, size_t errlen)
+{
+	if (!m->cfg.net || slot == NET_NO_SLOT)
+		return 0;
+	struct net_policy p;
+	int r = policy_of(m, network_json, &p, err, errlen);
+	if (r == 0 && (r = net_apply(m->cfg.net, slot, &p, err, errlen)) < 0)
+		r = -EIO;
+	net_policy_free(&p);
+	return r;
+}
+
+int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
+		    size_t errlen)
+{
+	if (sbx__claim(m, id, 60000) < 0) {
+		snprintf(err, errlen, "sandbox '%s' is busy", id);
+		return -EBUSY;
+	}
+	struct store_sbx row;
+	int r = store_sbx_get(m->store, id, &row);
+	if (r < 0) {
+		snprintf(err, errlen, "no sandbox '%s'", id);
+		goto out;
+	}
+	struct sbx *s = sbx_find(m, id, NULL);
+	if (!s && strcmp(row.state, "paused")) {
+		snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
+		r = -ESHUTDOWN;
+	} else if (s) {
+		/* The claim keeps pause, fork and kill away: the slot stays. */
+		r = sbx__net_set(m, s->net_slot, network_text, err, errlen);
+	}
+	if (s)
+		sbx_put(s);
+	if (r == 0 && (r = store_sbx_set_network(m->store, id, network_text, row.net_slot)) < 0)
+		snprintf(err, errlen, "cannot record the policy: %s", strerror(-r));
+	if (r == 0)
+		log_info("sandbox %s: network policy now %s", id, network_text);
+	store_sbx_release(&row);
+out:
+	sbx__unclaim(m, id);
+	return r;
+}
+
+int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c)
+{
+	struct sbx *s = sbx_find(m, id, NULL);
+	if (!s)
+		return -ENOENT;
+	int r = s->net_slot == NET_NO_SLOT ? -ENOENT : net_counters(m->cfg.net, s->net_slot, c);
+	sbx_put(s);
+	return r;
+}

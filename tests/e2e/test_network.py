@@ -1,0 +1,287 @@
+"""Networks against a real cpuosd: every sandbox in a network namespace of its own, egress policies
+enforced on the host (allow-all, deny-all, custom with CIDR allows and denies that win, host names
+through the daemon's resolver), changed live, kept across pause/resume and given to forks; the host,
+link-local and metadata addresses, IPv6, DNS rebinding and resolver bypasses out of reach. The
+"internet" is a network namespace the tests create (internet.py): 198.18.0.2-4, port 8080, each
+answering with the address it was reached on, and a DNS server for *.test names."""
+
+import os
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+
+import cpuos
+from conftest import SLOW, Daemon
+from internet import ADDRS, DNS_ADDR, DNS_PORT, HOST_SIDE, PORT, Internet
+
+A, B, C = ADDRS
+
+
+@pytest.fixture(scope="module")
+def internet():
+    net = Internet().start()
+    yield net
+    net.stop()
+
+
+@pytest.fixture(scope="module")
+def netd(internet):
+    """A daemon whose guests' resolver asks the stand-in internet's DNS server."""
+    d = Daemon(extra_args=["--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}"])
+    d.start()
+    d.key_a = d.create_key("net")
+    yield d
+    try:
+        d.kill_all_sandboxes()
+    except OSError:
+        pass
+    d.stop()
+    shutil.rmtree(d.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def make_sandbox(netd):
+    made = []
+
+    def make(template="base", **kwargs):
+        sbx = cpuos.Sandbox.create(template=template, timeout="10m", api_key=netd.key_a,
+                                   api_url=netd.url, **kwargs)
+        made.append(sbx)
+        return sbx
+
+    yield make
+    for sbx in made:
+        try:
+            sbx.kill()
+        except cpuos.CpuosError:
+            pass
+
+
+def sh(sbx, cmd, ok=True):
+    r = sbx.exec(cmd, timeout="60s")
+    if ok:
+        assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
+    return r
+
+
+def fetch(sbx, addr, port=PORT):
+    """curl from the guest: (exit code, body, seconds). 7 is 'connection refused'."""
+    r = sh(sbx, f"curl -s -m 10 -w ' %{{time_total}}' http://{addr}:{port}/", ok=False)
+    body, _, secs = r.stdout.rpartition(" ")
+    return r.exit_code, body.strip(), float(secs or 0)
+
+
+def reaches(sbx, addr, port=PORT):
+    code, body, _ = fetch(sbx, addr, port)
+    return code == 0 and body.startswith(addr)
+
+
+def refused(sbx, addr, port=PORT):
+    """Refused at once (a reset or an ICMP error), not left to time out."""
+    code, _, secs = fetch(sbx, addr, port)
+    return code == 7 and secs < 3 * SLOW
+
+
+def counters(netd, sbx):
+    r = netd.http("GET", f"/v1/sandboxes/{sbx.id}/network", key=netd.key_a)
+    assert r.status == 200, r
+    return r.json()
+
+
+def test_allow_all_reaches_the_internet(make_sandbox):
+    sbx = make_sandbox(network="allow-all")
+    assert reaches(sbx, A)
+    assert sbx.info().network == {"mode": "allow-all"}
+
+
+def test_the_default_policy_applies_to_a_sandbox_that_names_none(make_sandbox):
+    sbx = make_sandbox()
+    assert sbx.info().network == {"mode": "allow-all"}  # the daemon's default
+    assert reaches(sbx, A)
+
+
+def test_deny_all_refuses_at_once_and_counts(netd, make_sandbox):
+    sbx = make_sandbox(network="deny-all")
+    assert refused(sbx, A)
+    assert counters(netd, sbx)["refused_packets"] >= 1
+    metrics = netd.http("GET", "/metrics", key=netd.key_a).body.decode()
+    line = [x for x in metrics.splitlines()
+            if x.startswith(f'cpuos_sandbox_egress_refused_packets{{sandbox="{sbx.id}"}}')]
+    assert line and int(line[0].split()[-1]) >= 1, metrics[-600:]
+
+
+def test_custom_cidrs_and_denied_cidrs_win(make_sandbox):
+    sbx = make_sandbox(network={"mode": "custom", "allowedCIDRs": ["198.18.0.0/24"],
+                                "deniedCIDRs": [f"{B}/32"]})
+    assert reaches(sbx, A)
+    assert refused(sbx, B)          # denied beats allowed
+    sbx.set_network({"mode": "custom", "allowedCIDRs": [f"{C}/32"]})
+    assert reaches(sbx, C) and refused(sbx, A)  # only what is listed
+
+
+def test_a_live_change_needs_no_restart(make_sandbox):
+    sbx = make_sandbox(network="deny-all")
+    boot = sh(sbx, "cat /proc/sys/kernel/random/boot_id").stdout
+    assert refused(sbx, A)
+    sbx.set_network("allow-all")
+    assert reaches(sbx, A)
+    sbx.set_network("deny-all")
+    assert refused(sbx, A)
+    assert sh(sbx, "cat /proc/sys/kernel/random/boot_id").stdout == boot
+
+
+def test_bad_policies_are_422(netd):
+    for bad, why in [({"mode": "custom"}, "at least one"),
+                     ({"mode": "allow-all", "allowedHosts": ["a.com"]}, "custom"),
+                     ({"mode": "custom", "allowedCIDRs": ["10.0.0.1/8"]}, "10.0.0.1/8"),
+                     ({"mode": "custom", "allowedHosts": ["*.a..com"]}, "*.a..com"),
+                     ({"mode": "sometimes"}, "mode")]:
+        r = netd.http("POST", "/v1/sandboxes", key=netd.key_a,
+                      body={"template": "base", "network": bad})
+        assert r.status == 422 and why in r.json()["error"]["message"], (bad, r)
+
+
+def test_the_host_and_link_local_are_out_of_reach(make_sandbox):
+    """Under allow-all: a service of the host (on its address toward the stand-in internet), the
+    host's end of the sandbox's own link, the metadata address, and IPv6."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True).start()
+    try:
+        sbx = make_sandbox(network="allow-all")
+        assert refused(sbx, HOST_SIDE, port)
+        gw = sh(sbx, "awk '$2 == \"00000000\" {print $3}' /proc/net/route").stdout.strip()
+        assert gw  # the guest has a default route
+        assert refused(sbx, "169.254.169.254", 80)
+        assert refused(sbx, "169.254.0.1", port)  # the gateway itself serves nothing
+        r = sh(sbx, "curl -s -m 5 -6 'http://[2001:db8::1]:8080/'", ok=False)
+        assert r.exit_code != 0
+        assert not accepted
+    finally:
+        srv.close()
+
+
+def test_networks_survive_pause_and_resume(make_sandbox):
+    sbx = make_sandbox(network={"mode": "custom", "allowedCIDRs": [f"{A}/32"]})
+    assert reaches(sbx, A)
+    sbx.pause()
+    assert reaches(sbx, A) and refused(sbx, B)  # resumed by the exec, policy kept
+    sbx.pause()
+    sbx.set_network("allow-all")                 # paused: applies at the resume
+    assert reaches(sbx, B)
+
+
+def test_forks_have_networks_of_their_own(netd, make_sandbox):
+    parent = make_sandbox(network={"mode": "custom", "allowedCIDRs": [f"{A}/32"]})
+    assert reaches(parent, A)
+    kids = parent.fork(count=2)
+    try:
+        assert kids[0].info().network == parent.info().network
+        before = [counters(netd, k)["allowed_flows"] for k in kids]
+        assert reaches(kids[0], A) and refused(kids[0], B)
+        after = [counters(netd, k)["allowed_flows"] for k in kids]
+        # the first child's connection went out through its own namespace only
+        assert after[0] > before[0] and after[1] == before[1], (before, after)
+        assert reaches(kids[1], A)
+        kids[1].set_network("deny-all")          # one child's policy is its own
+        assert refused(kids[1], A) and reaches(kids[0], A)
+    finally:
+        for k in kids:
+            k.kill()
+
+
+def test_networks_are_released(make_sandbox):
+    """A namespace is held while the VM runs, not while paused or after a kill."""
+    before = set(os.listdir("/run/netns"))
+    sbx = make_sandbox()
+    during = set(os.listdir("/run/netns")) - before
+    assert len(during) == 1, during
+    sbx.pause()
+    assert not (set(os.listdir("/run/netns")) & during)
+    sh(sbx, "true")
+    sbx.kill()
+    time.sleep(0.5)
+    assert not (set(os.listdir("/run/netns")) - before)
+
+
+def resolve(sbx, name):
+    """The guest's IPv4 answers for name (its libc asks the daemon's resolver)."""
+    out = sh(sbx, f"getent ahostsv4 {name} | awk '{{print $1}}' | sort -u", ok=False).stdout
+    return out.split()
+
+
+def test_allowed_hosts_by_name_with_wildcards(make_sandbox):
+    sbx = make_sandbox(network={"mode": "custom", "allowedHosts": ["allowed.test", "*.wild.test"]})
+    assert resolve(sbx, "allowed.test") == [A]
+    assert resolve(sbx, "a.wild.test") == [C] and resolve(sbx, "x.y.wild.test") == [C]
+    assert resolve(sbx, "wild.test") == []       # *.domain is not the bare domain
+    assert resolve(sbx, "other.test") == []      # not listed
+    code, body, _ = fetch(sbx, "allowed.test")
+    assert code == 0 and body == f"{A} allowed.test:{PORT} {HOST_SIDE}", body
+    assert fetch(sbx, "a.wild.test")[1].startswith(C)
+    assert fetch(sbx, "other.test")[0] == 6      # curl: could not resolve
+    assert refused(sbx, B)                       # its address, named by no allowed host
+
+
+def test_names_may_not_point_inside(make_sandbox):
+    """DNS rebinding: an allowed name whose answer is loopback, metadata or private gets none of
+    those addresses (private ones only when allowedCIDRs names them)."""
+    hosts = ["rebind.test", "meta.test", "private.test", "mixed.test"]
+    sbx = make_sandbox(network={"mode": "custom", "allowedHosts": hosts})
+    assert resolve(sbx, "rebind.test") == []
+    assert resolve(sbx, "meta.test") == []
+    assert resolve(sbx, "private.test") == []
+    assert resolve(sbx, "mixed.test") == [B]
+    sbx.set_network({"mode": "custom", "allowedHosts": hosts, "allowedCIDRs": ["10.9.0.0/16"]})
+    assert resolve(sbx, "private.test") == ["10.9.9.9"]
+    assert resolve(sbx, "rebind.test") == []     # never loopback
+
+
+# A DNS query for allowed.test sent straight to another resolver.
+PROBE = r"""
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.connect(("ADDR", PORT))
+try:
+    s.send(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07allowed\x04test\x00\x00\x01\x00\x01")
+    s.recv(512)
+    print("answered")
+except OSError as e:
+    print("failed", type(e).__name__)
+"""
+
+
+def test_resolver_bypasses_fail(make_sandbox):
+    """DNS over TCP to the gateway, DNS to another resolver, and a DNS-over-HTTPS endpoint that
+    only a wildcard would allow."""
+    sbx = make_sandbox(template="python",
+                       network={"mode": "custom", "allowedHosts": ["*"]})
+    probe = PROBE.replace("ADDR", DNS_ADDR).replace("PORT", str(DNS_PORT))
+    sbx.files.write("/tmp/probe.py", probe)
+    assert sh(sbx, "python3 /tmp/probe.py").stdout.startswith("failed")
+    sbx.set_network({"mode": "custom", "allowedHosts": ["*"], "allowedCIDRs": [f"{DNS_ADDR}/32"]})
+    assert sh(sbx, "python3 /tmp/probe.py").stdout.startswith("answered")  # the probe works
+    sbx.set_network({"mode": "custom", "allowedHosts": ["*"]})
+    r = sh(sbx, "timeout 5 bash -c 'exec 3<>/dev/tcp/169.254.0.1/53' 2>&1; echo rc=$?", ok=False)
+    assert "rc=0" not in r.stdout, r.stdout   # no DNS over TCP
+    assert resolve(sbx, "allowed.test") == [A]    # "*": any name ...
+    assert resolve(sbx, "dns.google") == []      # ... but not a DoH endpoint
+    sbx.set_network({"mode": "custom", "allowedHosts": ["dns.google"]})
+    assert resolve(sbx, "dns.google") == [C]     # named exactly: allowed
+
+
+def test_a_policy_change_forgets_the_names_of_the_old(make_sandbox):
+    sbx = make_sandbox(network={"mode": "custom", "allowedHosts": ["allowed.test"]})
+    assert fetch(sbx, "allowed.test")[0] == 0
+    sbx.set_network({"mode": "custom", "allowedHosts": ["other.test"]})
+    assert refused(sbx, A)                       # its address went with its name
+    assert fetch(sbx, "allowed.test")[0] == 6
+    assert fetch(sbx, "other.test")[0] == 0
