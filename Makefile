@@ -27,7 +27,7 @@ CFLAGS += -fsanitize=fuzzer-no-link
 endif
 # The runner checksums snapshots with OpenSSL (snap.c).
 LDLIBS := -ljansson -lcrypto -lpthread
-DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lcrypto -lldns -lpthread
+DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lpthread
 ifndef V
 Q := @
 endif
@@ -123,6 +123,10 @@ $(BUILD)/tests/test_store_usage: $(call obj,tests/unit/test_store_usage.c $(TEST
 $(BUILD)/tests/test_policy: $(call obj,tests/unit/test_policy.c $(TEST_LIB) src/daemon/net/policy.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
+
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
 
 $(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

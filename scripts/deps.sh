@@ -11,7 +11,7 @@ pkgs=(
 	iproute2 nftables                        # a network namespace per sandbox, its egress rules
 	linux-source-6.1 bc bison flex libelf-dev libssl-dev cpio xz-utils  # guest kernel
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
-	python3 python3-pytest procps curl       # tests, benchmarks
+	python3 python3-pytest procps curl openssl  # tests, benchmarks
 )
 # Python packages the end-to-end tests use (seed 003 runs on the real
 # openai client). Debian's python3 refuses a plain pip install (PEP 668).

@@ -234,15 +234,14 @@ def sandbox(daemon):
         pass
 
 
-@pytest.fixture
-def make_sandbox(daemon):
-    """A factory: make_sandbox(template=..., key=..., **create_args); each is killed after the test."""
+def sandbox_factory(d):
+    """make(template=..., key=..., **create_args) on daemon d; every one is killed after the test."""
     made = []
 
     def make(template="base", key=None, **kwargs):
         kwargs.setdefault("timeout", "10m")
-        sbx = cpuos.Sandbox.create(template=template, api_key=key or daemon.key_a,
-                                   api_url=daemon.url, **kwargs)
+        sbx = cpuos.Sandbox.create(template=template, api_key=key or d.key_a, api_url=d.url,
+                                   **kwargs)
         made.append(sbx)
         return sbx
 
@@ -252,6 +251,12 @@ def make_sandbox(daemon):
             sbx.kill()
         except cpuos.CpuosError:
             pass
+
+
+@pytest.fixture
+def make_sandbox(daemon):
+    """A factory: make_sandbox(template=..., key=..., **create_args); each is killed after the test."""
+    yield from sandbox_factory(daemon)
 
 
 def remove_networks(d):

@@ -9,14 +9,17 @@ resolver there with --dns-upstream."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 
 NS = f"cpit{os.getpid() % 100000}"
 HOST_SIDE = "198.18.0.1"          # the root namespace's end: a host address
 ADDRS = ["198.18.0.2", "198.18.0.3", "198.18.0.4"]
 PORT = 8080
+WEB_PORTS = (80, 443)  # also served, 443 with TLS (a self-signed certificate)
 DNS_ADDR, DNS_PORT = "198.18.0.2", 5353
 # name -> A records; "*.x" answers every name under x
 ZONE = {
@@ -78,7 +81,13 @@ class H(http.server.BaseHTTPRequestHandler):
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-S((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+srv = S((sys.argv[1], int(sys.argv[2])), H)
+if len(sys.argv) > 3:  # HTTPS: a certificate and its key
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
 """
 
 
@@ -88,8 +97,10 @@ def _ip(*args, check=True):
 
 def _answers(addr):
     try:
-        with socket.create_connection((addr, PORT), timeout=1):
-            return True
+        for port in (PORT, *WEB_PORTS):
+            with socket.create_connection((addr, port), timeout=1):
+                pass
+        return True
     except OSError:
         return False
 
@@ -97,6 +108,7 @@ def _answers(addr):
 class Internet:
     def __init__(self):
         self.procs = []
+        self.dir = None
 
     def start(self):
         self.stop()
@@ -109,10 +121,16 @@ class Internet:
         _ip("-n", NS, "link", "set", "eth0", "up")
         _ip("-n", NS, "link", "set", "lo", "up")
         _ip("-n", NS, "route", "add", "default", "via", HOST_SIDE)
+        self.dir = tempfile.mkdtemp(prefix="cpuos-internet-")
+        cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=allowed.test", "-keyout", key, "-out", cert],
+                       capture_output=True, check=True)
         for a in ADDRS:
-            self.procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", NS, "python3", "-c", SERVER, a, str(PORT)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for port, tls in ((PORT, []), (80, []), (443, [cert, key])):
+                self.procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", NS, "python3", "-c", SERVER, a, str(port), *tls],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         self.procs.append(subprocess.Popen(
             ["ip", "netns", "exec", NS, "python3", "-c", DNS_SERVER, DNS_ADDR, str(DNS_PORT),
              json.dumps(ZONE)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -132,3 +150,6 @@ class Internet:
         self.procs = []
         _ip("link", "delete", f"{NS}h", check=False)
         _ip("netns", "delete", NS, check=False)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None

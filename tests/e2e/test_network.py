@@ -14,8 +14,9 @@ import time
 import pytest
 
 import cpuos
-from conftest import SLOW, Daemon
+from conftest import SLOW, Daemon, sandbox_factory
 from internet import ADDRS, DNS_ADDR, DNS_PORT, HOST_SIDE, PORT, Internet
+from test_cpuos_cli import cpuos as cli
 
 A, B, C = ADDRS
 
@@ -44,20 +45,7 @@ def netd(internet):
 
 @pytest.fixture
 def make_sandbox(netd):
-    made = []
-
-    def make(template="base", **kwargs):
-        sbx = cpuos.Sandbox.create(template=template, timeout="10m", api_key=netd.key_a,
-                                   api_url=netd.url, **kwargs)
-        made.append(sbx)
-        return sbx
-
-    yield make
-    for sbx in made:
-        try:
-            sbx.kill()
-        except cpuos.CpuosError:
-            pass
+    yield from sandbox_factory(netd)
 
 
 def sh(sbx, cmd, ok=True):
@@ -285,3 +273,49 @@ def test_a_policy_change_forgets_the_names_of_the_old(make_sandbox):
     assert refused(sbx, A)                       # its address went with its name
     assert fetch(sbx, "allowed.test")[0] == 6
     assert fetch(sbx, "other.test")[0] == 0
+
+
+def test_the_cli_shows_and_changes_a_policy(netd, make_sandbox):
+    sbx = make_sandbox(network="deny-all")
+    r = cli(netd, "net", sbx.id, "--allow-cidr", f"{A}/32", "--deny-cidr", f"{B}/32", key=netd.key_a)
+    assert r.returncode == 0, r.stderr
+    assert reaches(sbx, A) and refused(sbx, B)
+    r = cli(netd, "net", "--json", sbx.id, key=netd.key_a)
+    assert r.returncode == 0 and '"allowedCIDRs"' in r.stdout.decode(), r
+    r = cli(netd, "net", sbx.id, "--allow-cidr", "10.0.0.1/8", key=netd.key_a)
+    assert r.returncode == 1 and b"10.0.0.1/8" in r.stderr and len(r.stderr.splitlines()) == 1, r
+    r = cli(netd, "create", "-T", "base", "--network", "deny-all", key=netd.key_a)
+    assert r.returncode == 0, r.stderr
+    made = cpuos.Sandbox.connect(r.stdout.decode().strip(), api_key=netd.key_a, api_url=netd.url)
+    try:
+        assert made.network == {"mode": "deny-all"}
+    finally:
+        made.kill()
+
+
+def web(sbx, url, *opts):
+    """curl of a web port (80/443, which the host proxies for names): (exit code, body)."""
+    r = sh(sbx, f"curl -s -k -m 10 {' '.join(opts)} {url}", ok=False)
+    return r.exit_code, r.stdout.strip()
+
+
+def test_web_ports_pass_only_under_the_name_looked_up(make_sandbox):
+    """HTTP and HTTPS to an allowed name go through the host's proxy, which checks the Host header
+    or the TLS SNI against the policy and against the addresses that very name resolved to."""
+    sbx = make_sandbox(network={"mode": "custom", "allowedHosts": ["allowed.test", "mixed.test"]})
+    assert web(sbx, "http://allowed.test/") == (0, f"{A} allowed.test {HOST_SIDE}")
+    code, body = web(sbx, "https://allowed.test/")
+    assert code == 0 and body.startswith(f"{A} allowed.test"), (code, body)
+    # a Host or an SNI other than the name looked up
+    assert web(sbx, "http://allowed.test/", "-H 'Host: other.test'")[0] != 0
+    assert web(sbx, "https://other.test/", f"--resolve other.test:443:{A}")[0] != 0
+    # the name's own Host and SNI, at an address only another name resolved to (a shared CDN
+    # address): that address is open for mixed.test, not for allowed.test
+    assert resolve(sbx, "mixed.test") == [B]
+    assert web(sbx, "https://allowed.test/", f"--resolve allowed.test:443:{B}")[0] != 0
+    assert web(sbx, "http://allowed.test/", f"--resolve allowed.test:80:{B}")[0] != 0
+    code, body = web(sbx, "https://mixed.test/")
+    assert code == 0 and body.startswith(f"{B} mixed.test"), (code, body)
+    # allow-all needs no proxy: any Host goes
+    sbx.set_network("allow-all")
+    assert web(sbx, f"http://{A}/", "-H 'Host: other.test'") == (0, f"{A} other.test {HOST_SIDE}")

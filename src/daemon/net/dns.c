@@ -10,6 +10,7 @@
 #include "runner/qemu.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -22,18 +23,30 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_QUERY 512     /* a query larger than this is no stub's */
 #define MAX_ANSWER 1232   /* the EDNS size that does not fragment; larger is truncated */
 #define MIN_KEEP_S 300    /* an answer's addresses stay allowed at least this long */
 #define MAX_KEEP_S 86400
+#define DNS_SEEN 256      /* answers kept per sandbox for the proxy */
+
+/* What the resolver answered, for the proxy's check. */
+struct seen {
+	char name[254];
+	uint32_t addr; /* network order */
+	time_t until;
+};
 
 struct slot {
 	int fd;           /* -1: unused */
 	int nsfd;         /* the namespace, held open */
 	int dead;         /* detached: the reader closes fd */
 	char *policy;
+	struct seen *seen; /* DNS_SEEN entries, the oldest replaced first */
+	unsigned nseen;
+	unsigned gen;     /* which sandbox: a slot is used again */
 };
 
 struct dns {
@@ -91,6 +104,8 @@ static void *bind_in_ns(void *arg)
 
 struct query {
 	struct dns *d;
+	int slot;
+	unsigned gen;
 	int fd;                 /* dups of the slot's socket and namespace: a slot */
 	int nsfd;               /* given to another sandbox meanwhile is not ours */
 	struct sockaddr_in from;
@@ -145,8 +160,22 @@ static ldns_resolver *resolver(struct dns *d)
 	return res;
 }
 
-/* The answer's allowed A records go to the namespace's "resolved" set. */
-static void allow_addrs(const struct query *q, const ldns_rr_list *rrs)
+static void remember(struct query *q, const char *name, const uint8_t *addr, uint32_t ttl)
+{
+	pthread_mutex_lock(&q->d->mu);
+	struct slot *s = &q->d->slots[q->slot];
+	if (s->seen && !s->dead && s->gen == q->gen) {
+		struct seen *e = &s->seen[s->nseen++ % DNS_SEEN];
+		snprintf(e->name, sizeof(e->name), "%s", name);
+		memcpy(&e->addr, addr, 4);
+		e->until = time(NULL) + ttl;
+	}
+	pthread_mutex_unlock(&q->d->mu);
+}
+
+/* The answer's allowed A records go to the namespace's "resolved" set,
+ * and are remembered for the proxy. */
+static void allow_addrs(struct query *q, const char *name, const ldns_rr_list *rrs)
 {
 	char script[4096];
 	size_t len = 0;
@@ -159,6 +188,7 @@ static void allow_addrs(const struct query *q, const ldns_rr_list *rrs)
 		inet_ntop(AF_INET, ldns_rdf_data(a), text, sizeof(text));
 		uint32_t ttl = ldns_rr_ttl(rr);
 		ttl = ttl < MIN_KEEP_S ? MIN_KEEP_S : ttl > MAX_KEEP_S ? MAX_KEEP_S : ttl;
+		remember(q, name, ldns_rdf_data(a), ttl);
 		len += (size_t)snprintf(script + len, sizeof(script) - len,
 					"add element inet cpuos resolved { %s timeout %us }\n", text,
 					(unsigned)ttl);
@@ -187,6 +217,8 @@ static ldns_pkt *answer(struct query *q, const ldns_pkt *query, const struct net
 	size_t n = text ? strlen(text) : 0;
 	if (n && text[n - 1] == '.')
 		text[n - 1] = '\0';
+	for (size_t i = 0; i < n; i++) /* names are the same in any case */
+		text[i] = (char)tolower((unsigned char)text[i]);
 	ldns_rr_type type = ldns_rr_get_type(qrr);
 	if (!text || !name_allowed(p, text)) {
 		ldns_pkt_set_rcode(out, LDNS_RCODE_REFUSED);
@@ -224,7 +256,7 @@ static ldns_pkt *answer(struct query *q, const ldns_pkt *query, const struct net
 		}
 	}
 	if (kept && p->mode != NET_ALLOW_ALL) /* allow-all needs no list */
-		allow_addrs(q, kept);
+		allow_addrs(q, text, kept);
 	ldns_rr_list_deep_free(kept);
 	ldns_pkt_free(up);
 done:
@@ -292,6 +324,8 @@ static void take_query(struct dns *d, int i)
 		return;
 	}
 	q->d = d;
+	q->slot = i;
+	q->gen = s->gen;
 	q->len = (size_t)n;
 	q->policy = strdup(s->policy ? s->policy : "");
 	q->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 3);
@@ -328,7 +362,8 @@ static void *reader_main(void *arg)
 				close(s->fd);
 				close(s->nsfd);
 				free(s->policy);
-				*s = (struct slot){ .fd = -1, .nsfd = -1 };
+				free(s->seen);
+				*s = (struct slot){ .fd = -1, .nsfd = -1, .gen = s->gen };
 			}
 			if (s->fd >= 0) {
 				fds[n] = (struct pollfd){ .fd = s->fd, .events = POLLIN };
@@ -430,6 +465,7 @@ void dns_close(struct dns *d)
 			close(d->slots[i].fd);
 			close(d->slots[i].nsfd);
 			free(d->slots[i].policy);
+			free(d->slots[i].seen);
 		}
 	close(d->wakefd);
 	free(d->slots);
@@ -458,6 +494,7 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 		return -a.err;
 	}
 	char *p = strdup(policy);
+	struct seen *seen = calloc(DNS_SEEN, sizeof(*seen));
 	pthread_mutex_lock(&d->mu);
 	struct slot *s = &d->slots[slot];
 	/* Detached, but the reader has not closed it yet: it will soon. */
@@ -468,17 +505,21 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 		pthread_mutex_lock(&d->mu);
 	}
 	int busy = s->fd >= 0;
-	if (!busy && p) {
+	if (!busy && p && seen) {
 		s->fd = a.fd;
 		s->nsfd = nsfd;
 		s->dead = 0;
 		s->policy = p;
+		s->seen = seen;
+		s->nseen = 0;
+		s->gen++;
 	}
 	pthread_mutex_unlock(&d->mu);
-	if (busy || !p) {
+	if (busy || !p || !seen) {
 		close(a.fd);
 		close(nsfd);
 		free(p);
+		free(seen);
 		snprintf(err, errlen, "DNS slot %d is still in use", slot);
 		return busy ? -EBUSY : -ENOMEM;
 	}
@@ -502,6 +543,34 @@ void dns_set_policy(struct dns *d, int slot, const char *policy)
 	}
 	pthread_mutex_unlock(&d->mu);
 	free(p);
+}
+
+int dns_check(struct dns *d, int slot, const char *name, uint32_t addr)
+{
+	if (slot < 0 || slot >= d->nslots)
+		return 0;
+	char *text = NULL;
+	int seen = 0;
+	time_t now = time(NULL);
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[slot];
+	if (s->fd >= 0 && !s->dead && s->seen) {
+		for (unsigned i = 0; i < DNS_SEEN && !seen; i++)
+			seen = s->seen[i].until > now && s->seen[i].addr == addr &&
+			       !strcmp(s->seen[i].name, name);
+		if (seen)
+			text = strdup(s->policy);
+	}
+	pthread_mutex_unlock(&d->mu);
+	/* The policy may have changed since the answer: it is asked again. */
+	json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+	struct net_policy p = { 0 };
+	char err[256];
+	int ok = j && net_policy_parse(j, &p, err, sizeof(err)) == 0 && name_allowed(&p, name);
+	net_policy_free(&p);
+	json_decref(j);
+	free(text);
+	return ok;
 }
 
 void dns_detach(struct dns *d, int slot)

@@ -18,6 +18,7 @@
 #define CPUOS_NET_DNS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define DNS_MAX_WORKERS 32
 
@@ -34,5 +35,10 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 	       size_t errlen);
 void dns_set_policy(struct dns *d, int slot, const char *policy);
 void dns_detach(struct dns *d, int slot);
+
+/* For the proxy: 1 when slot's policy allows name and its resolver
+ * answered name with addr (IPv4, network order) within that answer's
+ * lifetime; 0 otherwise. */
+int dns_check(struct dns *d, int slot, const char *name, uint32_t addr);
 
 #endif

@@ -10,6 +10,7 @@
 #include "daemon/net/dns.h"
 #include "daemon/net/net_impl.h"
 #include "daemon/net/policy.h"
+#include "daemon/net/proxy.h"
 #include "runner/qemu.h"
 #include "runner/vm.h"
 
@@ -42,6 +43,7 @@ struct net {
 	pthread_mutex_t mu;
 	uint8_t *used;      /* one byte per slot */
 	struct dns *dns;
+	struct proxy *proxy;
 };
 
 /* A script as stdin: a memfd, so its size is not bound by a pipe. */
@@ -191,7 +193,8 @@ int net_open(const char *range, const char *state_dir, const char *dns_upstream,
 		goto fail;
 	}
 	if ((r = host_table(n, range, err, errlen)) < 0 ||
-	    (r = dns_open(dns_upstream, n->nslots, &n->dns, err, errlen)) < 0)
+	    (r = dns_open(dns_upstream, n->nslots, &n->dns, err, errlen)) < 0 ||
+	    (r = proxy_open(n->dns, n->nslots, &n->proxy, err, errlen)) < 0)
 		goto fail;
 	*out = n;
 	return 0;
@@ -204,6 +207,7 @@ void net_close(struct net *n)
 {
 	if (!n)
 		return;
+	proxy_close(n->proxy);
 	dns_close(n->dns);
 	pthread_mutex_destroy(&n->mu);
 	free(n->used);
@@ -244,12 +248,15 @@ static char *policy_text(const struct net_policy *p)
 	return t;
 }
 
-static int serve_dns(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen)
+/* Our sockets in the namespace: the resolver's and the proxy's. */
+static int serve(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen)
 {
 	char path[64], *text = policy_text(p);
 	net_ns_path(n, slot, path, sizeof(path));
 	int r = text ? dns_attach(n->dns, slot, path, text, err, errlen) : -ENOMEM;
 	free(text);
+	if (r == 0 && (r = proxy_attach(n->proxy, slot, path, err, errlen)) < 0)
+		dns_detach(n->dns, slot);
 	return r;
 }
 
@@ -260,7 +267,7 @@ int net_keep(struct net *n, int slot, const struct net_policy *p, char *err, siz
 	pthread_mutex_lock(&n->mu);
 	n->used[slot] = 1;
 	pthread_mutex_unlock(&n->mu);
-	return serve_dns(n, slot, p, err, errlen);
+	return serve(n, slot, p, err, errlen);
 }
 
 /* Appends to a growing script; *len < 0 once it ran out of memory. */
@@ -365,7 +372,12 @@ static void put_table(struct buf *b, const struct net_policy *p)
 	       "    iif lo accept\n"
 	       "    ct state established,related accept\n"
 	       "    iifname \"" VM_TAP "\" ip daddr " QEMU_GATEWAY_IP " udp dport 53 accept\n"
+	       "    iifname \"" VM_TAP "\" tcp dport " PROXY_PORT_S " ct status dnat accept\n"
 	       "    iifname \"" VM_TAP "\" jump refuse\n"
+	       "  }\n"
+	       "  chain prerouting {\n"
+	       "    type nat hook prerouting priority dstnat; policy accept;\n"
+	       "    iifname \"" VM_TAP "\" ip daddr @resolved tcp dport { 80, 443 } redirect to :" PROXY_PORT_S "\n"
 	       "  }\n"
 	       "  chain postrouting {\n"
 	       "    type nat hook postrouting priority srcnat; policy accept;\n"
@@ -437,7 +449,7 @@ int net_create(struct net *n, const struct net_policy *p, int *slotp, char *err,
 	put_table(&b, p);
 	r = nft_in(n, slot, &b, err, errlen);
 	free(b.s);
-	if (r < 0 || (r = serve_dns(n, slot, p, err, errlen)) < 0)
+	if (r < 0 || (r = serve(n, slot, p, err, errlen)) < 0)
 		goto fail;
 	*slotp = slot;
 	return 0;
@@ -482,6 +494,7 @@ static void remove_ns(struct net *n, int slot)
 
 void net_destroy(struct net *n, int slot)
 {
+	proxy_detach(n->proxy, slot);
 	dns_detach(n->dns, slot);
 	remove_ns(n, slot);
 	put_slot(n, slot);

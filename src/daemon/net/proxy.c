@@ -1,0 +1,499 @@
+/*
+ * proxy: see proxy.h. The TLS ClientHello is read by OpenSSL itself (a
+ * server-side SSL object over a memory BIO, stopped in its servername
+ * callback: nothing is ever answered); the HTTP Host is the one line of a
+ * request head this file reads. Connections go out from the daemon's own
+ * namespace, to the address the guest asked for.
+ */
+#include "daemon/net/proxy.h"
+
+#include "common/log.h"
+#include "daemon/net/dns.h"
+#include "runner/qemu.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/netfilter_ipv4.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define HEAD_MAX (16 << 10)   /* bytes read before the name must be known */
+#define HEAD_MS 10000         /* and the time they may take */
+#define CONNECT_MS 10000
+
+struct lsock {
+	int fd;   /* listening, in the namespace; -1: none */
+	int dead; /* detached: the acceptor closes it */
+};
+
+struct proxy {
+	struct dns *dns;
+	pthread_mutex_t mu;
+	struct lsock *slots;
+	int nslots, conns, quit, wakefd;
+	pthread_t acceptor;
+};
+
+/* --- the name asked for ----------------------------------------------- */
+
+struct hello {
+	int done;
+	char name[256];
+};
+
+/* Called while OpenSSL processes the ClientHello: the name is read and the
+ * handshake stopped here. */
+static int on_servername(SSL *ssl, int *alert, void *arg)
+{
+	(void)alert;
+	(void)arg;
+	struct hello *h = SSL_get_app_data(ssl);
+	const char *n = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+	h->done = 1;
+	snprintf(h->name, sizeof(h->name), "%s", n ? n : "");
+	return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+static SSL_CTX *shared_ctx;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void make_ctx(void)
+{
+	shared_ctx = SSL_CTX_new(TLS_server_method());
+	if (shared_ctx)
+		SSL_CTX_set_tlsext_servername_callback(shared_ctx, on_servername);
+}
+
+static SSL_CTX *tls_ctx(void)
+{
+	pthread_once(&ctx_once, make_ctx);
+	return shared_ctx;
+}
+
+static int tls_name(SSL_CTX *ctx, const unsigned char *buf, size_t len, char *out, size_t n)
+{
+	SSL *ssl = ctx ? SSL_new(ctx) : NULL;
+	BIO *in = BIO_new(BIO_s_mem()), *sink = BIO_new(BIO_s_mem());
+	struct hello h = { 0 };
+	int r = -1;
+	if (!ssl || !in || !sink) {
+		BIO_free(in);
+		BIO_free(sink);
+		SSL_free(ssl);
+		return -1;
+	}
+	BIO_write(in, buf, (int)len);
+	SSL_set_bio(ssl, in, sink);
+	SSL_set_app_data(ssl, &h);
+	SSL_set_accept_state(ssl);
+	int hs = SSL_do_handshake(ssl);
+	if (h.done)
+		r = h.name[0] ? 1 : -1;
+	else if (hs <= 0 && SSL_get_error(ssl, hs) == SSL_ERROR_WANT_READ)
+		r = 0; /* the ClientHello goes on in the next bytes */
+	if (r == 1)
+		snprintf(out, n, "%s", h.name);
+	SSL_free(ssl);
+	return r;
+}
+
+/* The Host of an HTTP/1 request head: its one Host line, without a port. */
+static int http_host(const unsigned char *buf, size_t len, char *out, size_t n)
+{
+	const char *s = (const char *)buf, *end = memmem(s, len, "\r\n\r\n", 4);
+	if (!end)
+		return len >= HEAD_MAX ? -1 : 0;
+	int found = 0;
+	for (const char *l = memchr(s, '\n', (size_t)(end - s)); l && l < end;
+	     l = memchr(l + 1, '\n', (size_t)(end - l - 1))) {
+		const char *v = l + 1;
+		if ((size_t)(end - v) < 5 || strncasecmp(v, "host:", 5))
+			continue;
+		if (found++) /* two Hosts: which one would the server take? */
+			return -1;
+		v += 5;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		size_t k = strcspn(v, ":\r\n \t");
+		if (!k || k >= n)
+			return -1;
+		memcpy(out, v, k);
+		out[k] = '\0';
+	}
+	return found ? 1 : -1;
+}
+
+int proxy_name(int tls, const unsigned char *buf, size_t len, char *out, size_t n)
+{
+	int r = tls ? tls_name(tls_ctx(), buf, len, out, n) : http_host(buf, len, out, n);
+	if (r == 1) {
+		size_t k = strlen(out);
+		if (k && out[k - 1] == '.')
+			out[--k] = '\0';
+		for (size_t i = 0; i < k; i++)
+			out[i] = (char)tolower((unsigned char)out[i]);
+	}
+	return r;
+}
+
+/* --- a connection --------------------------------------------------------- */
+
+struct conn {
+	struct proxy *p;
+	int slot, fd;
+};
+
+static int wait_fd(int fd, short ev, int ms)
+{
+	struct pollfd pf = { .fd = fd, .events = ev };
+	int r;
+	while ((r = poll(&pf, 1, ms)) < 0 && errno == EINTR)
+		;
+	return r;
+}
+
+/* Reads until the head names a host: its length, or -1. */
+static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t n)
+{
+	size_t len = 0;
+	double end = (double)HEAD_MS;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (len < HEAD_MAX) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		double left = end - ((double)(t.tv_sec - t0.tv_sec) * 1e3 +
+				     (double)(t.tv_nsec - t0.tv_nsec) / 1e6);
+		if (left <= 0 || wait_fd(fd, POLLIN, (int)left) <= 0)
+			return -1;
+		ssize_t got = recv(fd, buf + len, HEAD_MAX - len, 0);
+		if (got <= 0)
+			return -1;
+		len += (size_t)got;
+		int r = proxy_name(tls, buf, len, name, n);
+		if (r)
+			return r > 0 ? (ssize_t)len : -1;
+	}
+	return -1;
+}
+
+static int dial(const struct sockaddr_in *dst)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	int r = connect(fd, (const struct sockaddr *)dst, sizeof(*dst));
+	int e = 0;
+	socklen_t el = sizeof(e);
+	if ((r < 0 && errno != EINPROGRESS) ||
+	    (r < 0 && (wait_fd(fd, POLLOUT, CONNECT_MS) <= 0 ||
+		       getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0 || e))) {
+		close(fd);
+		return -1;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
+static int send_all(int fd, const unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Both ways until both are done; a half close is passed on. */
+static void relay(int a, int b)
+{
+	unsigned char buf[1 << 16];
+	int open_a = 1, open_b = 1;
+	while (open_a || open_b) {
+		struct pollfd pf[2] = { { .fd = open_a ? a : -1, .events = POLLIN },
+					{ .fd = open_b ? b : -1, .events = POLLIN } };
+		if (poll(pf, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		for (int i = 0; i < 2; i++) {
+			if (!pf[i].revents)
+				continue;
+			int from = i ? b : a, to = i ? a : b;
+			ssize_t got = recv(from, buf, sizeof(buf), 0);
+			if (got == 0) {
+				shutdown(to, SHUT_WR);
+				*(i ? &open_b : &open_a) = 0;
+			} else if (got < 0 || send_all(to, buf, (size_t)got) < 0) {
+				return; /* an error either way ends both */
+			}
+		}
+	}
+}
+
+/* A reset, not a close: the guest sees a refusal at once. */
+static void reset(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	close(fd);
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	struct sockaddr_in dst;
+	socklen_t dl = sizeof(dst);
+	unsigned char *head = malloc(HEAD_MAX);
+	char name[256] = "", ip[INET_ADDRSTRLEN] = "?";
+	int out = -1;
+	if (head && getsockopt(c->fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) == 0) {
+		inet_ntop(AF_INET, &dst.sin_addr, ip, sizeof(ip));
+		int tls = ntohs(dst.sin_port) == 443;
+		ssize_t len = read_head(c->fd, tls, head, name, sizeof(name));
+		if (len > 0 && dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) &&
+		    (out = dial(&dst)) >= 0 && send_all(out, head, (size_t)len) == 0) {
+			free(head);
+			head = NULL;
+			relay(c->fd, out);
+		} else {
+			log_info("proxy: refused %s:%u for '%s'", ip, ntohs(dst.sin_port),
+				 name[0] ? name : "(no name)");
+		}
+	}
+	free(head);
+	if (out >= 0) {
+		close(out);
+		close(c->fd);
+	} else {
+		reset(c->fd);
+	}
+	pthread_mutex_lock(&c->p->mu);
+	c->p->conns--;
+	pthread_mutex_unlock(&c->p->mu);
+	free(c);
+	return NULL;
+}
+
+/* --- accepting -------------------------------------------------------------- */
+
+static void wake(struct proxy *p)
+{
+	uint64_t one = 1;
+	if (write(p->wakefd, &one, sizeof(one)) < 0) {
+		/* saturated: it is awake anyway */
+	}
+}
+
+static void take_conn(struct proxy *p, int slot)
+{
+	int fd = accept4(p->slots[slot].fd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct conn *c = p->conns < PROXY_MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_t t;
+	if (c) {
+		*c = (struct conn){ .p = p, .slot = slot, .fd = fd };
+		if (pthread_create(&t, &at, conn_main, c) == 0)
+			p->conns++;
+		else
+			free(c), c = NULL;
+	}
+	pthread_attr_destroy(&at);
+	if (!c)
+		reset(fd);
+}
+
+static void *acceptor_main(void *arg)
+{
+	struct proxy *p = arg;
+	struct pollfd *fds = calloc((size_t)p->nslots + 1, sizeof(*fds));
+	int *idx = calloc((size_t)p->nslots + 1, sizeof(*idx));
+	pthread_mutex_lock(&p->mu);
+	while (fds && idx && !p->quit) {
+		int n = 0;
+		for (int i = 0; i < p->nslots; i++) {
+			struct lsock *l = &p->slots[i];
+			if (l->fd >= 0 && l->dead) {
+				close(l->fd); /* here only: a polled socket is never another's */
+				*l = (struct lsock){ .fd = -1 };
+			}
+			if (l->fd >= 0) {
+				fds[n] = (struct pollfd){ .fd = l->fd, .events = POLLIN };
+				idx[n++] = i;
+			}
+		}
+		fds[n] = (struct pollfd){ .fd = p->wakefd, .events = POLLIN };
+		pthread_mutex_unlock(&p->mu);
+		int r = poll(fds, (nfds_t)n + 1, 1000);
+		pthread_mutex_lock(&p->mu);
+		if (r <= 0)
+			continue;
+		uint64_t v;
+		if (fds[n].revents && read(p->wakefd, &v, sizeof(v)) < 0) {
+			/* drained already */
+		}
+		for (int k = 0; k < n; k++)
+			if (fds[k].revents && !p->slots[idx[k]].dead)
+				take_conn(p, idx[k]);
+	}
+	pthread_mutex_unlock(&p->mu);
+	free(fds);
+	free(idx);
+	return NULL;
+}
+
+int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_t errlen)
+{
+	struct proxy *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->dns = dns;
+	p->nslots = nslots;
+	pthread_mutex_init(&p->mu, NULL);
+	p->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	p->slots = calloc((size_t)nslots, sizeof(*p->slots));
+	if (!p->slots || p->wakefd < 0 || !tls_ctx() ||
+	    pthread_create(&p->acceptor, NULL, acceptor_main, p) != 0) {
+		snprintf(err, errlen, "cannot start the egress proxy");
+		if (p->wakefd >= 0)
+			close(p->wakefd);
+		free(p->slots);
+		pthread_mutex_destroy(&p->mu);
+		free(p);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < nslots; i++)
+		p->slots[i].fd = -1;
+	*out = p;
+	return 0;
+}
+
+void proxy_close(struct proxy *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->quit = 1;
+	pthread_mutex_unlock(&p->mu);
+	wake(p);
+	pthread_join(p->acceptor, NULL);
+	/* Connections end with their peers; wait for them a while, then
+	 * leave them: their threads touch only p->mu and p->conns. */
+	for (int i = 0; i < 200; i++) {
+		pthread_mutex_lock(&p->mu);
+		int busy = p->conns;
+		pthread_mutex_unlock(&p->mu);
+		if (!busy)
+			break;
+		usleep(10000);
+	}
+	for (int i = 0; i < p->nslots; i++)
+		if (p->slots[i].fd >= 0)
+			close(p->slots[i].fd);
+	close(p->wakefd);
+	free(p->slots);
+	/* p itself stays when connections linger: they still lock it. */
+	pthread_mutex_lock(&p->mu);
+	int lingering = p->conns;
+	pthread_mutex_unlock(&p->mu);
+	if (!lingering) {
+		pthread_mutex_destroy(&p->mu);
+		free(p);
+	}
+}
+
+struct in_ns {
+	const char *ns;
+	int fd, err;
+};
+
+/* Setns changes only the calling thread: a thread of its own enters. */
+static void *listen_in_ns(void *arg)
+{
+	struct in_ns *a = arg;
+	int nsfd = open(a->ns, O_RDONLY | O_CLOEXEC);
+	if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) < 0) {
+		a->err = errno;
+		if (nsfd >= 0)
+			close(nsfd);
+		return NULL;
+	}
+	close(nsfd);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(PROXY_PORT) };
+	inet_pton(AF_INET, QEMU_GATEWAY_IP, &sa.sin_addr);
+	int one = 1;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0) {
+		a->err = errno;
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	a->fd = fd;
+	return NULL;
+}
+
+int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size_t errlen)
+{
+	if (slot < 0 || slot >= p->nslots)
+		return -EINVAL;
+	struct in_ns a = { .ns = ns_path, .fd = -1 };
+	pthread_t t;
+	if (pthread_create(&t, NULL, listen_in_ns, &a) != 0)
+		return -EAGAIN;
+	pthread_join(t, NULL);
+	if (a.fd < 0) {
+		snprintf(err, errlen, "cannot listen in %s: %s", ns_path, strerror(a.err));
+		return -a.err;
+	}
+	pthread_mutex_lock(&p->mu);
+	struct lsock *l = &p->slots[slot];
+	for (int i = 0; i < 500 && l->fd >= 0 && l->dead; i++) {
+		pthread_mutex_unlock(&p->mu);
+		wake(p);
+		usleep(2000);
+		pthread_mutex_lock(&p->mu);
+	}
+	int busy = l->fd >= 0;
+	if (!busy)
+		*l = (struct lsock){ .fd = a.fd };
+	pthread_mutex_unlock(&p->mu);
+	if (busy) {
+		close(a.fd);
+		snprintf(err, errlen, "proxy slot %d is still in use", slot);
+		return -EBUSY;
+	}
+	wake(p);
+	return 0;
+}
+
+void proxy_detach(struct proxy *p, int slot)
+{
+	if (slot < 0 || slot >= p->nslots)
+		return;
+	pthread_mutex_lock(&p->mu);
+	if (p->slots[slot].fd >= 0)
+		p->slots[slot].dead = 1;
+	pthread_mutex_unlock(&p->mu);
+	wake(p);
+}

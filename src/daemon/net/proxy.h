@@ -1,0 +1,39 @@
+/*
+ * proxy: TCP to ports 80 and 443 of an address the resolver opened for an
+ * allowed name (custom policies) does not go out directly: the namespace
+ * redirects it to a socket of ours there, which reads the name the guest
+ * asks for (the TLS SNI, with OpenSSL; the HTTP Host) before anything goes
+ * out, and passes the connection on only when the policy allows that name
+ * and this sandbox's resolver answered that very name with that address.
+ * Otherwise the guest's connection is reset. So a name that shares an
+ * address with others (a CDN) opens only itself, and a Host or SNI that
+ * differs from the name looked up gets nowhere.
+ *
+ * One thread accepts on every namespace's socket; each connection has a
+ * thread of its own (at most PROXY_MAX_CONNS at once; past that, reset).
+ */
+#ifndef CPUOS_NET_PROXY_H
+#define CPUOS_NET_PROXY_H
+
+#include <stddef.h>
+
+#define PROXY_PORT 15080  /* in each namespace, on the gateway address */
+#define PROXY_PORT_S "15080"
+#define PROXY_MAX_CONNS 256
+
+struct dns;
+struct proxy;
+
+/* The policies and the names' answers are dns's (dns_check). */
+int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_t errlen);
+void proxy_close(struct proxy *p);
+int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size_t errlen);
+void proxy_detach(struct proxy *p, int slot);
+
+/* The name a connection's first bytes ask for: 1 with it in out, 0 when
+ * more bytes are needed, -1 when they name none (not TLS or HTTP, or no
+ * SNI or Host). tls: the bytes are a TLS ClientHello, else an HTTP
+ * request. Exposed for the unit tests. */
+int proxy_name(int tls, const unsigned char *buf, size_t len, char *out, size_t n);
+
+#endif
