@@ -7,7 +7,6 @@
 #include "common/log.h"
 #include "daemon/net/net_impl.h"
 #include "daemon/net/policy.h"
-#include "runner/qemu.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -17,7 +16,6 @@
 #include <ldns/ldns.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,34 +69,6 @@ static const char *const doh_names[] = {
 };
 
 static void wake(struct dns *d);
-
-/* --- sockets in a namespace ------------------------------------------- */
-
-struct in_ns {
-	int nsfd, fd, err;
-};
-
-/* A thread of its own enters the namespace: setns changes only the calling
- * thread, and a socket belongs to the namespace it was made in. */
-static void *bind_in_ns(void *arg)
-{
-	struct in_ns *a = arg;
-	if (setns(a->nsfd, CLONE_NEWNET) < 0) {
-		a->err = errno;
-		return NULL;
-	}
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(53) };
-	inet_pton(AF_INET, QEMU_GATEWAY_IP, &sa.sin_addr);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		a->err = errno;
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	a->fd = fd;
-	return NULL;
-}
 
 /* --- answering --------------------------------------------------------- */
 
@@ -478,20 +448,14 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 {
 	if (slot < 0 || slot >= d->nslots)
 		return -EINVAL;
+	int fd = net__socket_in(ns_path, SOCK_DGRAM, 53, err, errlen);
+	if (fd < 0)
+		return fd;
 	int nsfd = open(ns_path, O_RDONLY | O_CLOEXEC);
-	struct in_ns a = { .nsfd = nsfd, .fd = -1 };
-	pthread_t t;
-	if (nsfd < 0 || pthread_create(&t, NULL, bind_in_ns, &a) != 0) {
-		snprintf(err, errlen, "cannot serve DNS in %s: %s", ns_path, strerror(errno));
-		if (nsfd >= 0)
-			close(nsfd);
+	if (nsfd < 0) {
+		snprintf(err, errlen, "cannot open %s: %s", ns_path, strerror(errno));
+		close(fd);
 		return -EIO;
-	}
-	pthread_join(t, NULL);
-	if (a.fd < 0) {
-		snprintf(err, errlen, "cannot serve DNS in %s: %s", ns_path, strerror(a.err));
-		close(nsfd);
-		return -a.err;
 	}
 	char *p = strdup(policy);
 	struct seen *seen = calloc(DNS_SEEN, sizeof(*seen));
@@ -506,7 +470,7 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 	}
 	int busy = s->fd >= 0;
 	if (!busy && p && seen) {
-		s->fd = a.fd;
+		s->fd = fd;
 		s->nsfd = nsfd;
 		s->dead = 0;
 		s->policy = p;
@@ -516,7 +480,7 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 	}
 	pthread_mutex_unlock(&d->mu);
 	if (busy || !p || !seen) {
-		close(a.fd);
+		close(fd);
 		close(nsfd);
 		free(p);
 		free(seen);

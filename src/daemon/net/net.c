@@ -15,12 +15,13 @@
 #include "runner/vm.h"
 
 #include <arpa/inet.h>
-#include <jansson.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <openssl/sha.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,50 @@ out:
 		close(in);
 	close(out);
 	return r;
+}
+
+struct in_ns {
+	int nsfd, type, port, fd, err;
+};
+
+/* A thread of its own enters the namespace: setns changes only the calling
+ * thread, and a socket belongs to the namespace it was made in. */
+static void *socket_in_ns(void *arg)
+{
+	struct in_ns *a = arg;
+	if (setns(a->nsfd, CLONE_NEWNET) < 0) {
+		a->err = errno;
+		return NULL;
+	}
+	int fd = socket(AF_INET, a->type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)a->port) };
+	inet_pton(AF_INET, QEMU_GATEWAY_IP, &sa.sin_addr);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    (a->type == SOCK_STREAM && listen(fd, 64) < 0)) {
+		a->err = errno;
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	a->fd = fd;
+	return NULL;
+}
+
+int net__socket_in(const char *ns_path, int type, int port, char *err, size_t errlen)
+{
+	struct in_ns a = { .nsfd = open(ns_path, O_RDONLY | O_CLOEXEC), .type = type, .port = port,
+			   .fd = -1, .err = EAGAIN };
+	pthread_t t;
+	if (a.nsfd < 0)
+		a.err = errno;
+	else if (pthread_create(&t, NULL, socket_in_ns, &a) == 0)
+		pthread_join(t, NULL);
+	if (a.nsfd >= 0)
+		close(a.nsfd);
+	if (a.fd < 0)
+		snprintf(err, errlen, "cannot make a socket in %s: %s", ns_path, strerror(a.err));
+	return a.fd >= 0 ? a.fd : -a.err;
 }
 
 static void ns_name(const struct net *n, int slot, char *out, size_t len)
@@ -343,9 +388,10 @@ static void put_policy(struct buf *b, const struct net_policy *p)
 }
 
 /* The namespace's table. The guest's packets meet it in forward (to the
- * world) and input (to the namespace itself: nothing yet); what is
- * refused is counted, and answered with a reset or an ICMP error so the
- * guest sees a refusal, not a hang. */
+ * world), input (to our resolver and proxy in the namespace, nothing
+ * else) and prerouting (web ports of resolved names go to the proxy);
+ * what is refused is counted, and answered with a reset or an ICMP error
+ * so the guest sees a refusal, not a hang. */
 static void put_table(struct buf *b, const struct net_policy *p)
 {
 	put(b, "table inet cpuos {\n"
@@ -377,7 +423,8 @@ static void put_table(struct buf *b, const struct net_policy *p)
 	       "  }\n"
 	       "  chain prerouting {\n"
 	       "    type nat hook prerouting priority dstnat; policy accept;\n"
-	       "    iifname \"" VM_TAP "\" ip daddr @resolved tcp dport { 80, 443 } redirect to :" PROXY_PORT_S "\n"
+	       "    iifname \"" VM_TAP "\" ip daddr @resolved tcp dport { 80, 443 } counter name " SENT
+	       " redirect to :" PROXY_PORT_S "\n"
 	       "  }\n"
 	       "  chain postrouting {\n"
 	       "    type nat hook postrouting priority srcnat; policy accept;\n"
@@ -423,8 +470,8 @@ int net_create(struct net *n, const struct net_policy *p, int *slotp, char *err,
 		 "addr add %3$s/30 dev %2$s\n"
 		 "link set %2$s up\n",
 		 name, veth, host);
-	char *ip_root[] = { "ip", "-batch", "-", NULL };
-	int r = net__run(ip_root, NULL, script, err, errlen);
+	char *ip[] = { "ip", "-batch", "-", NULL };
+	int r = net__run(ip, NULL, script, err, errlen);
 	if (r < 0)
 		goto fail;
 	/* Inside: the TAP keeps one MAC everywhere, so a restored guest's
@@ -439,10 +486,9 @@ int net_create(struct net *n, const struct net_policy *p, int *slotp, char *err,
 		 "addr add " QEMU_GATEWAY_IP "/%3$d dev " VM_TAP "\n"
 		 "link set " VM_TAP " up\n",
 		 inside, host, QEMU_GUEST_PREFIX);
-	char *ip_ns[] = { "ip", "-batch", "-", NULL };
 	char *sysctl[] = { "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
 			   "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1", NULL };
-	if ((r = net__run(ip_ns, path, script, err, errlen)) < 0 ||
+	if ((r = net__run(ip, path, script, err, errlen)) < 0 ||
 	    (r = net__run(sysctl, path, NULL, err, errlen)) < 0)
 		goto fail;
 	struct buf b = { 0 };

@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "daemon/net/dns.h"
-#include "runner/qemu.h"
+#include "daemon/net/net_impl.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -20,7 +20,6 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,51 +420,13 @@ void proxy_close(struct proxy *p)
 	}
 }
 
-struct in_ns {
-	const char *ns;
-	int fd, err;
-};
-
-/* Setns changes only the calling thread: a thread of its own enters. */
-static void *listen_in_ns(void *arg)
-{
-	struct in_ns *a = arg;
-	int nsfd = open(a->ns, O_RDONLY | O_CLOEXEC);
-	if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) < 0) {
-		a->err = errno;
-		if (nsfd >= 0)
-			close(nsfd);
-		return NULL;
-	}
-	close(nsfd);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(PROXY_PORT) };
-	inet_pton(AF_INET, QEMU_GATEWAY_IP, &sa.sin_addr);
-	int one = 1;
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0) {
-		a->err = errno;
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	a->fd = fd;
-	return NULL;
-}
-
 int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size_t errlen)
 {
 	if (slot < 0 || slot >= p->nslots)
 		return -EINVAL;
-	struct in_ns a = { .ns = ns_path, .fd = -1 };
-	pthread_t t;
-	if (pthread_create(&t, NULL, listen_in_ns, &a) != 0)
-		return -EAGAIN;
-	pthread_join(t, NULL);
-	if (a.fd < 0) {
-		snprintf(err, errlen, "cannot listen in %s: %s", ns_path, strerror(a.err));
-		return -a.err;
-	}
+	int fd = net__socket_in(ns_path, SOCK_STREAM, PROXY_PORT, err, errlen);
+	if (fd < 0)
+		return fd;
 	pthread_mutex_lock(&p->mu);
 	struct lsock *l = &p->slots[slot];
 	for (int i = 0; i < 500 && l->fd >= 0 && l->dead; i++) {
@@ -476,10 +437,10 @@ int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size
 	}
 	int busy = l->fd >= 0;
 	if (!busy)
-		*l = (struct lsock){ .fd = a.fd };
+		*l = (struct lsock){ .fd = fd };
 	pthread_mutex_unlock(&p->mu);
 	if (busy) {
-		close(a.fd);
+		close(fd);
 		snprintf(err, errlen, "proxy slot %d is still in use", slot);
 		return -EBUSY;
 	}
