@@ -370,6 +370,8 @@ int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_
 	pthread_mutex_init(&p->mu, NULL);
 	p->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	p->slots = calloc((size_t)nslots, sizeof(*p->slots));
+	for (int i = 0; p->slots && i < nslots; i++)
+		p->slots[i].fd = -1;
 	if (!p->slots || p->wakefd < 0 || !tls_ctx() ||
 	    pthread_create(&p->acceptor, NULL, acceptor_main, p) != 0) {
 		snprintf(err, errlen, "cannot start the egress proxy");
@@ -380,8 +382,6 @@ int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_
 		free(p);
 		return -ENOMEM;
 	}
-	for (int i = 0; i < nslots; i++)
-		p->slots[i].fd = -1;
 	*out = p;
 	return 0;
 }
