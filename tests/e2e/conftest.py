@@ -83,9 +83,12 @@ class Daemon:
         self.extra_args = list(extra_args)
         if not any(str(a).startswith("--pool-python") for a in self.extra_args):
             self.extra_args += ["--pool-python", "0"]
-        if not any(str(a).startswith("--net") for a in self.extra_args):
+        if not any(str(a).startswith("--net-range") for a in self.extra_args):
             n = next(_RANGES) % 2048
             self.extra_args += ["--net-range", f"10.{128 + n // 16}.{(n % 16) * 16}.0/20"]
+        # Tests reach only what they create: no guest goes out unless it asks.
+        if not any(str(a).startswith("--net-default") for a in self.extra_args):
+            self.extra_args += ["--net-default", "deny-all"]
         _DAEMONS.append(self)
         self.dir = tempfile.mkdtemp(prefix="cpuosd-", dir="/tmp")
         self.state_dir = os.path.join(self.dir, "state")

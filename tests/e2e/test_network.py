@@ -31,7 +31,7 @@ def internet():
 @pytest.fixture(scope="module")
 def netd(internet):
     """A daemon whose guests' resolver asks the stand-in internet's DNS server."""
-    d = Daemon(extra_args=["--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}"])
+    d = Daemon(extra_args=["--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}", "--net-default", "allow-all"])
     d.start()
     d.key_a = d.create_key("net")
     yield d
