@@ -211,11 +211,12 @@ def test_allowed_hosts_by_name_with_wildcards(make_sandbox):
     assert resolve(sbx, "a.wild.test") == [C] and resolve(sbx, "x.y.wild.test") == [C]
     assert resolve(sbx, "wild.test") == []       # *.domain is not the bare domain
     assert resolve(sbx, "other.test") == []      # not listed
-    code, body, _ = fetch(sbx, "allowed.test")
-    assert code == 0 and body == f"{A} allowed.test:{PORT} {HOST_SIDE}", body
-    assert fetch(sbx, "a.wild.test")[1].startswith(C)
+    assert web(sbx, "http://allowed.test/") == (0, f"{A} allowed.test {HOST_SIDE}")
+    assert web(sbx, "https://a.wild.test/")[1].startswith(f"{C} a.wild.test")
     assert fetch(sbx, "other.test")[0] == 6      # curl: could not resolve
     assert refused(sbx, B)                       # its address, named by no allowed host
+    # a name opens its web ports only, through the proxy: no other port, no UDP
+    assert refused(sbx, "allowed.test", PORT)
 
 
 def test_names_may_not_point_inside(make_sandbox):
@@ -268,11 +269,42 @@ def test_resolver_bypasses_fail(make_sandbox):
 
 def test_a_policy_change_forgets_the_names_of_the_old(make_sandbox):
     sbx = make_sandbox(network={"mode": "custom", "allowedHosts": ["allowed.test"]})
-    assert fetch(sbx, "allowed.test")[0] == 0
+    assert web(sbx, "http://allowed.test/")[0] == 0
     sbx.set_network({"mode": "custom", "allowedHosts": ["other.test"]})
-    assert refused(sbx, A)                       # its address went with its name
+    assert web(sbx, "http://allowed.test/", f"--resolve allowed.test:80:{A}")[0] != 0
     assert fetch(sbx, "allowed.test")[0] == 6
-    assert fetch(sbx, "other.test")[0] == 0
+    assert web(sbx, "http://other.test/")[0] == 0
+
+
+def test_a_policy_change_ends_what_it_no_longer_allows(make_sandbox):
+    """A connection the old policy let out is cut by a new one that does not allow it."""
+    sbx = make_sandbox(template="python", network="allow-all")
+    hold = PROBE_HOLD.replace("ADDR", A).replace("PORT", str(PORT))
+    sbx.files.write("/tmp/hold.py", hold)
+    proc = sbx.exec("python3 /tmp/hold.py", background=True)
+    time.sleep(3)  # connected and talking
+    sbx.set_network("deny-all")
+    proc.wait(timeout=60)
+    out = sh(sbx, "cat /tmp/hold.out").stdout
+    assert "ok" in out and "cut" in out and "never" not in out, out
+
+
+# Opens one keep-alive connection and sends a request on it every half second until it fails.
+PROBE_HOLD = r"""
+import http.client, time
+c = http.client.HTTPConnection("ADDR", PORT, timeout=5)
+out = open("/tmp/hold.out", "w")
+try:
+    for i in range(60):
+        c.request("GET", "/")
+        c.getresponse().read()
+        out.write("ok\n"); out.flush()
+        time.sleep(0.5)
+    out.write("never cut\n")
+except Exception as e:
+    out.write(f"cut {type(e).__name__}\n")
+out.close()
+"""
 
 
 def test_the_cli_shows_and_changes_a_policy(netd, make_sandbox):

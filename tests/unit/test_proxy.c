@@ -58,6 +58,7 @@ static void test_http_host(void)
 	CHECK(host("GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", name) == -1);
 	CHECK(host("GET / HTTP/1.1\r\nHost:\r\n\r\n", name) == -1);
 	CHECK(host("GET / HTTP/1.1\r\nX-Host: a.test\r\n\r\n", name) == -1);
+	CHECK(host("GET http://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", name) == -1);
 	char big[20000];
 	memset(big, 'a', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';

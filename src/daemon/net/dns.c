@@ -29,6 +29,7 @@
 #define MIN_KEEP_S 300    /* an answer's addresses stay allowed at least this long */
 #define MAX_KEEP_S 86400
 #define DNS_SEEN 256      /* answers kept per sandbox for the proxy */
+#define SLOT_WORKERS 4    /* queries answered at once per sandbox */
 
 /* What the resolver answered, for the proxy's check. */
 struct seen {
@@ -45,6 +46,8 @@ struct slot {
 	struct seen *seen; /* DNS_SEEN entries, the oldest replaced first */
 	unsigned nseen;
 	unsigned gen;     /* which sandbox: a slot is used again */
+	unsigned pgen;    /* which policy: answers under an older one are void */
+	int workers;
 };
 
 struct dns {
@@ -75,7 +78,7 @@ static void wake(struct dns *d);
 struct query {
 	struct dns *d;
 	int slot;
-	unsigned gen;
+	unsigned gen, pgen;
 	int fd;                 /* dups of the slot's socket and namespace: a slot */
 	int nsfd;               /* given to another sandbox meanwhile is not ours */
 	struct sockaddr_in from;
@@ -130,11 +133,18 @@ static ldns_resolver *resolver(struct dns *d)
 	return res;
 }
 
+/* Is q's answer still for the sandbox and the policy it was asked under? */
+static int current(struct query *q)
+{
+	struct slot *s = &q->d->slots[q->slot];
+	return s->seen && !s->dead && s->gen == q->gen && s->pgen == q->pgen;
+}
+
 static void remember(struct query *q, const char *name, const uint8_t *addr, uint32_t ttl)
 {
 	pthread_mutex_lock(&q->d->mu);
 	struct slot *s = &q->d->slots[q->slot];
-	if (s->seen && !s->dead && s->gen == q->gen) {
+	if (current(q)) {
 		struct seen *e = &s->seen[s->nseen++ % DNS_SEEN];
 		snprintf(e->name, sizeof(e->name), "%s", name);
 		memcpy(&e->addr, addr, 4);
@@ -147,27 +157,41 @@ static void remember(struct query *q, const char *name, const uint8_t *addr, uin
  * and are remembered for the proxy. */
 static void allow_addrs(struct query *q, const char *name, const ldns_rr_list *rrs)
 {
-	char script[4096];
-	size_t len = 0;
+	char add[4096], del[4096];
+	size_t len = 0, dlen = 0;
 	for (size_t i = 0; i < ldns_rr_list_rr_count(rrs); i++) {
 		ldns_rr *rr = ldns_rr_list_rr(rrs, i);
 		ldns_rdf *a = ldns_rr_get_type(rr) == LDNS_RR_TYPE_A ? ldns_rr_rdf(rr, 0) : NULL;
-		if (!a || ldns_rdf_size(a) != 4 || len + 128 > sizeof(script))
+		if (!a || ldns_rdf_size(a) != 4 || len + 128 > sizeof(add))
 			continue;
 		char text[INET_ADDRSTRLEN];
 		inet_ntop(AF_INET, ldns_rdf_data(a), text, sizeof(text));
 		uint32_t ttl = ldns_rr_ttl(rr);
 		ttl = ttl < MIN_KEEP_S ? MIN_KEEP_S : ttl > MAX_KEEP_S ? MAX_KEEP_S : ttl;
 		remember(q, name, ldns_rdf_data(a), ttl);
-		len += (size_t)snprintf(script + len, sizeof(script) - len,
+		len += (size_t)snprintf(add + len, sizeof(add) - len,
 					"add element inet cpuos resolved { %s timeout %us }\n", text,
 					(unsigned)ttl);
+		dlen += (size_t)snprintf(del + dlen, sizeof(del) - dlen,
+					 "delete element inet cpuos resolved { %s }\n", text);
 	}
 	char err[256], ns[32];
 	snprintf(ns, sizeof(ns), "/proc/self/fd/%d", q->nsfd); /* the child's copy */
 	char *argv[] = { "nft", "-f", "-", NULL };
-	if (len && net__run(argv, ns, script, err, sizeof(err)) < 0)
+	pthread_mutex_lock(&q->d->mu);
+	int now = current(q);
+	pthread_mutex_unlock(&q->d->mu);
+	if (!len || !now)
+		return;
+	if (net__run(argv, ns, add, err, sizeof(err)) < 0)
 		log_warn("dns: cannot allow the addresses of an answer: %s", err);
+	/* A policy that came meanwhile flushed the set before or after us:
+	 * if before, what we added goes again. */
+	pthread_mutex_lock(&q->d->mu);
+	now = current(q);
+	pthread_mutex_unlock(&q->d->mu);
+	if (!now)
+		net__run(argv, ns, del, err, sizeof(err));
 }
 
 /* The answer to send: rcode alone (with the question), or the upstream's
@@ -273,6 +297,8 @@ static void *answer_main(void *arg)
 	free(q->policy);
 	pthread_mutex_lock(&q->d->mu);
 	q->d->workers--;
+	if (q->d->slots[q->slot].gen == q->gen)
+		q->d->slots[q->slot].workers--;
 	pthread_mutex_unlock(&q->d->mu);
 	free(q);
 	return NULL;
@@ -289,13 +315,15 @@ static void take_query(struct dns *d, int i)
 		return;
 	socklen_t fl = sizeof(q->from);
 	ssize_t n = recvfrom(s->fd, q->buf, sizeof(q->buf), MSG_TRUNC, (struct sockaddr *)&q->from, &fl);
-	if (n <= 0 || (size_t)n > sizeof(q->buf) || d->workers >= DNS_MAX_WORKERS) {
+	if (n <= 0 || (size_t)n > sizeof(q->buf) || d->workers >= DNS_MAX_WORKERS ||
+	    s->workers >= SLOT_WORKERS) {
 		free(q); /* nothing, oversized, or too many at once: dropped */
 		return;
 	}
 	q->d = d;
 	q->slot = i;
 	q->gen = s->gen;
+	q->pgen = s->pgen;
 	q->len = (size_t)n;
 	q->policy = strdup(s->policy ? s->policy : "");
 	q->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 3);
@@ -313,6 +341,7 @@ static void take_query(struct dns *d, int i)
 		free(q);
 	} else {
 		d->workers++;
+		s->workers++;
 	}
 	pthread_attr_destroy(&at);
 }
@@ -333,7 +362,7 @@ static void *reader_main(void *arg)
 				close(s->nsfd);
 				free(s->policy);
 				free(s->seen);
-				*s = (struct slot){ .fd = -1, .nsfd = -1, .gen = s->gen };
+				*s = (struct slot){ .fd = -1, .nsfd = -1, .gen = s->gen + 1 };
 			}
 			if (s->fd >= 0) {
 				fds[n] = (struct pollfd){ .fd = s->fd, .events = POLLIN };
@@ -448,14 +477,15 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 {
 	if (slot < 0 || slot >= d->nslots)
 		return -EINVAL;
-	int fd = net__socket_in(ns_path, SOCK_DGRAM, 53, err, errlen);
-	if (fd < 0)
-		return fd;
 	int nsfd = open(ns_path, O_RDONLY | O_CLOEXEC);
 	if (nsfd < 0) {
 		snprintf(err, errlen, "cannot open %s: %s", ns_path, strerror(errno));
-		close(fd);
 		return -EIO;
+	}
+	int fd = net__socket_in(nsfd, SOCK_DGRAM, 53, err, errlen);
+	if (fd < 0) {
+		close(nsfd);
+		return fd;
 	}
 	char *p = strdup(policy);
 	struct seen *seen = calloc(DNS_SEEN, sizeof(*seen));
@@ -476,6 +506,7 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 		s->policy = p;
 		s->seen = seen;
 		s->nseen = 0;
+		s->workers = 0;
 		s->gen++;
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -504,6 +535,8 @@ void dns_set_policy(struct dns *d, int slot, const char *policy)
 		free(s->policy);
 		s->policy = p;
 		p = NULL;
+		s->pgen++; /* answers under the old policy no longer count */
+		memset(s->seen, 0, DNS_SEEN * sizeof(*s->seen));
 	}
 	pthread_mutex_unlock(&d->mu);
 	free(p);
@@ -530,7 +563,8 @@ int dns_check(struct dns *d, int slot, const char *name, uint32_t addr)
 	json_t *j = text ? json_loads(text, 0, NULL) : NULL;
 	struct net_policy p = { 0 };
 	char err[256];
-	int ok = j && net_policy_parse(j, &p, err, sizeof(err)) == 0 && name_allowed(&p, name);
+	int ok = j && net_policy_parse(j, &p, err, sizeof(err)) == 0 && name_allowed(&p, name) &&
+		 net_policy_resolved_allowed(&p, AF_INET, &addr);
 	net_policy_free(&p);
 	json_decref(j);
 	free(text);

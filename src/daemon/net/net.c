@@ -41,6 +41,7 @@ struct net {
 	char tag[8];        /* 4 hex digits */
 	uint32_t base;      /* the range's first address, host order */
 	int nslots, next;
+	unsigned marks;
 	pthread_mutex_t mu;
 	uint8_t *used;      /* one byte per slot */
 	struct dns *dns;
@@ -113,9 +114,11 @@ static void *socket_in_ns(void *arg)
 	int fd = socket(AF_INET, a->type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)a->port) };
 	inet_pton(AF_INET, QEMU_GATEWAY_IP, &sa.sin_addr);
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    (a->type == SOCK_STREAM && listen(fd, 64) < 0)) {
+	if (fd < 0 ||
+	    (a->port >= 0 &&
+	     (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	      bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	      (a->type == SOCK_STREAM && listen(fd, 64) < 0)))) {
 		a->err = errno;
 		if (fd >= 0)
 			close(fd);
@@ -125,19 +128,15 @@ static void *socket_in_ns(void *arg)
 	return NULL;
 }
 
-int net__socket_in(const char *ns_path, int type, int port, char *err, size_t errlen)
+int net__socket_in(int nsfd, int type, int port, char *err, size_t errlen)
 {
-	struct in_ns a = { .nsfd = open(ns_path, O_RDONLY | O_CLOEXEC), .type = type, .port = port,
-			   .fd = -1, .err = EAGAIN };
+	struct in_ns a = { .nsfd = nsfd, .type = type, .port = port, .fd = -1, .err = EAGAIN };
 	pthread_t t;
-	if (a.nsfd < 0)
-		a.err = errno;
-	else if (pthread_create(&t, NULL, socket_in_ns, &a) == 0)
+	if (pthread_create(&t, NULL, socket_in_ns, &a) == 0)
 		pthread_join(t, NULL);
-	if (a.nsfd >= 0)
-		close(a.nsfd);
 	if (a.fd < 0)
-		snprintf(err, errlen, "cannot make a socket in %s: %s", ns_path, strerror(a.err));
+		snprintf(err, errlen, "cannot make a socket in a sandbox's namespace: %s",
+			 strerror(a.err));
 	return a.fd >= 0 ? a.fd : -a.err;
 }
 
@@ -367,23 +366,33 @@ static void put_set(struct buf *b, const char *set, const char *const *list,
 }
 
 /* The policy's part of the namespace's table, replaced whole: the sets
- * it fills and the egress chain. The order is the policy's (policy.h):
- * what no policy reaches, then deniedCIDRs, then allowedCIDRs, then
- * private ranges, then the mode. IPv6 is off: the namespace has none. */
-static void put_policy(struct buf *b, const struct net_policy *p)
+ * it fills, the egress chain and forward's first rule. The order is the
+ * policy's (policy.h): what no policy reaches, then deniedCIDRs, then
+ * allowedCIDRs, then private ranges, then the mode. Names' addresses go
+ * only through the proxy (prerouting), web ports only. IPv6 is off: the
+ * namespace has none.
+ *
+ * Each policy has a mark, set on the flows it lets out; forward passes
+ * established traffic only under the current mark, so a flow the old
+ * policy let out meets the new one with its next packet out (and is
+ * reset if it may not go on) and gets no more replies until then. */
+static void put_policy(struct buf *b, const struct net_policy *p, unsigned mark)
 {
 	put_set(b, "allow", NULL, p->allow, p->nallow);
 	put_set(b, "deny", NULL, p->deny, p->ndeny);
 	put(b, "flush set inet cpuos resolved\n" /* names the old policy allowed */
+	       "flush chain inet cpuos forward\n"
+	       "add rule inet cpuos forward ct state established,related ct mark %1$u accept\n"
+	       "add rule inet cpuos forward iifname \"" VM_TAP "\" jump egress\n"
 	       "flush chain inet cpuos egress\n"
 	       "add rule inet cpuos egress meta nfproto ipv6 jump refuse\n"
 	       "add rule inet cpuos egress ip daddr @always jump refuse\n"
 	       "add rule inet cpuos egress ip daddr @deny jump refuse\n"
-	       "add rule inet cpuos egress ip daddr @allow counter name " SENT " accept\n"
-	       "add rule inet cpuos egress ip daddr @private jump refuse\n"
-	       "add rule inet cpuos egress ip daddr @resolved counter name " SENT " accept\n");
+	       "add rule inet cpuos egress ip daddr @allow counter name " SENT " ct mark set %1$u accept\n"
+	       "add rule inet cpuos egress ip daddr @private jump refuse\n",
+	    mark);
 	if (p->mode == NET_ALLOW_ALL)
-		put(b, "add rule inet cpuos egress counter name " SENT " accept\n");
+		put(b, "add rule inet cpuos egress counter name " SENT " ct mark set %u accept\n", mark);
 	put(b, "add rule inet cpuos egress jump refuse\n");
 }
 
@@ -392,7 +401,7 @@ static void put_policy(struct buf *b, const struct net_policy *p)
  * else) and prerouting (web ports of resolved names go to the proxy);
  * what is refused is counted, and answered with a reset or an ICMP error
  * so the guest sees a refusal, not a hang. */
-static void put_table(struct buf *b, const struct net_policy *p)
+static void put_table(struct buf *b, const struct net_policy *p, unsigned mark)
 {
 	put(b, "table inet cpuos {\n"
 	       "  counter " REFUSED " { }\n"
@@ -410,8 +419,6 @@ static void put_table(struct buf *b, const struct net_policy *p)
 	       "  chain egress { }\n"
 	       "  chain forward {\n"
 	       "    type filter hook forward priority 0; policy drop;\n"
-	       "    ct state established,related accept\n"
-	       "    iifname \"" VM_TAP "\" jump egress\n"
 	       "  }\n"
 	       "  chain input {\n"
 	       "    type filter hook input priority 0; policy drop;\n"
@@ -423,6 +430,7 @@ static void put_table(struct buf *b, const struct net_policy *p)
 	       "  }\n"
 	       "  chain prerouting {\n"
 	       "    type nat hook prerouting priority dstnat; policy accept;\n"
+	       "    iifname \"" VM_TAP "\" ip daddr @allow accept\n" /* CIDRs go straight */
 	       "    iifname \"" VM_TAP "\" ip daddr @resolved tcp dport { 80, 443 } counter name " SENT
 	       " redirect to :" PROXY_PORT_S "\n"
 	       "  }\n"
@@ -433,10 +441,19 @@ static void put_table(struct buf *b, const struct net_policy *p)
 	       "}\n");
 	put_set(b, "always", net_always_denied, NULL, 0);
 	put_set(b, "private", net_private_ranges, NULL, 0);
-	put_policy(b, p);
+	put_policy(b, p, mark);
 }
 
 static void remove_ns(struct net *n, int slot);
+
+/* A new mark for a policy (1..; 0 is no mark's). */
+static unsigned next_mark(struct net *n)
+{
+	pthread_mutex_lock(&n->mu);
+	unsigned m = ++n->marks ? n->marks : ++n->marks;
+	pthread_mutex_unlock(&n->mu);
+	return m;
+}
 
 static int nft_in(struct net *n, int slot, struct buf *b, char *err, size_t errlen)
 {
@@ -492,7 +509,7 @@ int net_create(struct net *n, const struct net_policy *p, int *slotp, char *err,
 	    (r = net__run(sysctl, path, NULL, err, errlen)) < 0)
 		goto fail;
 	struct buf b = { 0 };
-	put_table(&b, p);
+	put_table(&b, p, next_mark(n));
 	r = nft_in(n, slot, &b, err, errlen);
 	free(b.s);
 	if (r < 0 || (r = serve(n, slot, p, err, errlen)) < 0)
@@ -506,14 +523,18 @@ fail:
 
 int net_apply(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen)
 {
+	/* The resolver first: an answer under the old policy that lands
+	 * after the set's flush is taken back (dns.c). */
+	char *text = policy_text(p);
+	if (!text)
+		return -ENOMEM;
+	dns_set_policy(n->dns, slot, text);
+	free(text);
 	struct buf b = { 0 };
-	put_policy(&b, p);
+	put_policy(&b, p, next_mark(n));
 	int r = nft_in(n, slot, &b, err, errlen);
 	free(b.s);
-	char *text = r == 0 ? policy_text(p) : NULL;
-	if (text)
-		dns_set_policy(n->dns, slot, text);
-	free(text);
+	proxy_cut(n->proxy, slot); /* its connections are asked again */
 	return r;
 }
 

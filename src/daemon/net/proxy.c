@@ -30,10 +30,14 @@
 #define HEAD_MAX (16 << 10)   /* bytes read before the name must be known */
 #define HEAD_MS 10000         /* and the time they may take */
 #define CONNECT_MS 10000
+#define IDLE_MS (15 * 60 * 1000) /* a connection quiet this long is ended */
 
 struct lsock {
 	int fd;   /* listening, in the namespace; -1: none */
+	int nsfd; /* the namespace: connections go out from there */
 	int dead; /* detached: the acceptor closes it */
+	int conns[PROXY_SLOT_CONNS]; /* guest sides of live connections, -1: free */
+	int nconns;
 };
 
 struct proxy {
@@ -41,6 +45,7 @@ struct proxy {
 	pthread_mutex_t mu;
 	struct lsock *slots;
 	int nslots, conns, quit, wakefd;
+	pthread_cond_t cv; /* conns went down */
 	pthread_t acceptor;
 };
 
@@ -113,6 +118,11 @@ static int http_host(const unsigned char *buf, size_t len, char *out, size_t n)
 	const char *s = (const char *)buf, *end = memmem(s, len, "\r\n\r\n", 4);
 	if (!end)
 		return len >= HEAD_MAX ? -1 : 0;
+	/* Origin form only: an absolute target ("GET http://other/") would
+	 * name another host than the Host line. */
+	const char *sp = memchr(s, ' ', (size_t)(end - s));
+	if (!sp || sp[1] != '/')
+		return -1;
 	int found = 0;
 	for (const char *l = memchr(s, '\n', (size_t)(end - s)); l && l < end;
 	     l = memchr(l + 1, '\n', (size_t)(end - l - 1))) {
@@ -150,7 +160,7 @@ int proxy_name(int tls, const unsigned char *buf, size_t len, char *out, size_t 
 
 struct conn {
 	struct proxy *p;
-	int slot, fd;
+	int slot, fd, nsfd, at; /* at: its place in the slot's conns */
 };
 
 static int wait_fd(int fd, short ev, int ms)
@@ -186,9 +196,12 @@ static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t
 	return -1;
 }
 
-static int dial(const struct sockaddr_in *dst)
+/* From the sandbox's own namespace: the host's rules for it apply, as to
+ * the guest's own traffic (never the host itself, another sandbox). */
+static int dial(int nsfd, const struct sockaddr_in *dst)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	char err[128];
+	int fd = net__socket_in(nsfd, SOCK_STREAM, -1, err, sizeof(err));
 	if (fd < 0)
 		return -1;
 	int r = connect(fd, (const struct sockaddr *)dst, sizeof(*dst));
@@ -225,11 +238,11 @@ static void relay(int a, int b)
 	while (open_a || open_b) {
 		struct pollfd pf[2] = { { .fd = open_a ? a : -1, .events = POLLIN },
 					{ .fd = open_b ? b : -1, .events = POLLIN } };
-		if (poll(pf, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		int r = poll(pf, 2, IDLE_MS);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
 			return;
-		}
 		for (int i = 0; i < 2; i++) {
 			if (!pf[i].revents)
 				continue;
@@ -265,8 +278,11 @@ static void *conn_main(void *arg)
 		inet_ntop(AF_INET, &dst.sin_addr, ip, sizeof(ip));
 		int tls = ntohs(dst.sin_port) == 443;
 		ssize_t len = read_head(c->fd, tls, head, name, sizeof(name));
-		if (len > 0 && dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) &&
-		    (out = dial(&dst)) >= 0 && send_all(out, head, (size_t)len) == 0) {
+		pthread_mutex_lock(&c->p->mu);
+		int quit = c->p->quit;
+		pthread_mutex_unlock(&c->p->mu);
+		if (len > 0 && !quit && dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) &&
+		    (out = dial(c->nsfd, &dst)) >= 0 && send_all(out, head, (size_t)len) == 0) {
 			free(head);
 			head = NULL;
 			relay(c->fd, out);
@@ -276,14 +292,23 @@ static void *conn_main(void *arg)
 		}
 	}
 	free(head);
+	/* Out of the slot's list before the descriptor goes: a cut must not
+	 * reach a number used again. */
+	pthread_mutex_lock(&c->p->mu);
+	struct lsock *l = &c->p->slots[c->slot];
+	l->conns[c->at] = -1;
+	l->nconns--;
+	pthread_mutex_unlock(&c->p->mu);
 	if (out >= 0) {
 		close(out);
 		close(c->fd);
 	} else {
 		reset(c->fd);
 	}
+	close(c->nsfd);
 	pthread_mutex_lock(&c->p->mu);
 	c->p->conns--;
+	pthread_cond_broadcast(&c->p->cv);
 	pthread_mutex_unlock(&c->p->mu);
 	free(c);
 	return NULL;
@@ -299,26 +324,52 @@ static void wake(struct proxy *p)
 	}
 }
 
-static void take_conn(struct proxy *p, int slot)
+/* Accepts one connection on slot (locked): 0, or -1 when out of
+ * descriptors (the acceptor then rests a moment). */
+static int take_conn(struct proxy *p, int slot)
 {
-	int fd = accept4(p->slots[slot].fd, NULL, NULL, SOCK_CLOEXEC);
+	struct lsock *l = &p->slots[slot];
+	int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd < 0)
-		return;
-	struct conn *c = p->conns < PROXY_MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		return errno == EMFILE || errno == ENFILE ? -1 : 0;
+	/* Each sandbox has its share: one cannot take the others' turns. */
+	int at = -1;
+	for (int i = 0; i < PROXY_SLOT_CONNS && at < 0; i++)
+		if (l->conns[i] < 0)
+			at = i;
+	struct conn *c = at >= 0 && p->conns < PROXY_MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
+	int nsfd = c ? fcntl(l->nsfd, F_DUPFD_CLOEXEC, 3) : -1;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_t t;
-	if (c) {
-		*c = (struct conn){ .p = p, .slot = slot, .fd = fd };
-		if (pthread_create(&t, &at, conn_main, c) == 0)
+	if (c && nsfd >= 0) {
+		*c = (struct conn){ .p = p, .slot = slot, .fd = fd, .nsfd = nsfd, .at = at };
+		if (pthread_create(&t, &attr, conn_main, c) == 0) {
 			p->conns++;
-		else
-			free(c), c = NULL;
+			l->conns[at] = fd;
+			l->nconns++;
+			c = NULL;
+			nsfd = fd = -1;
+		}
 	}
-	pthread_attr_destroy(&at);
-	if (!c)
+	pthread_attr_destroy(&attr);
+	free(c);
+	if (nsfd >= 0)
+		close(nsfd);
+	if (fd >= 0)
 		reset(fd);
+	return 0;
+}
+
+/* Ends slot's connections (locked): their threads see the guest side
+ * shut and finish. */
+static void cut(struct proxy *p, int slot)
+{
+	struct lsock *l = &p->slots[slot];
+	for (int i = 0; i < PROXY_SLOT_CONNS; i++)
+		if (l->conns[i] >= 0)
+			shutdown(l->conns[i], SHUT_RDWR);
 }
 
 static void *acceptor_main(void *arg)
@@ -333,7 +384,9 @@ static void *acceptor_main(void *arg)
 			struct lsock *l = &p->slots[i];
 			if (l->fd >= 0 && l->dead) {
 				close(l->fd); /* here only: a polled socket is never another's */
-				*l = (struct lsock){ .fd = -1 };
+				close(l->nsfd);
+				l->fd = l->nsfd = -1;
+				l->dead = 0;
 			}
 			if (l->fd >= 0) {
 				fds[n] = (struct pollfd){ .fd = l->fd, .events = POLLIN };
@@ -350,9 +403,15 @@ static void *acceptor_main(void *arg)
 		if (fds[n].revents && read(p->wakefd, &v, sizeof(v)) < 0) {
 			/* drained already */
 		}
+		int full = 0;
 		for (int k = 0; k < n; k++)
 			if (fds[k].revents && !p->slots[idx[k]].dead)
-				take_conn(p, idx[k]);
+				full |= take_conn(p, idx[k]) < 0;
+		if (full) {
+			pthread_mutex_unlock(&p->mu);
+			usleep(50000); /* out of descriptors: not a busy loop */
+			pthread_mutex_lock(&p->mu);
+		}
 	}
 	pthread_mutex_unlock(&p->mu);
 	free(fds);
@@ -370,8 +429,12 @@ int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_
 	pthread_mutex_init(&p->mu, NULL);
 	p->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	p->slots = calloc((size_t)nslots, sizeof(*p->slots));
-	for (int i = 0; p->slots && i < nslots; i++)
-		p->slots[i].fd = -1;
+	for (int i = 0; p->slots && i < nslots; i++) {
+		p->slots[i].fd = p->slots[i].nsfd = -1;
+		for (int k = 0; k < PROXY_SLOT_CONNS; k++)
+			p->slots[i].conns[k] = -1;
+	}
+	pthread_cond_init(&p->cv, NULL);
 	if (!p->slots || p->wakefd < 0 || !tls_ctx() ||
 	    pthread_create(&p->acceptor, NULL, acceptor_main, p) != 0) {
 		snprintf(err, errlen, "cannot start the egress proxy");
@@ -395,57 +458,74 @@ void proxy_close(struct proxy *p)
 	pthread_mutex_unlock(&p->mu);
 	wake(p);
 	pthread_join(p->acceptor, NULL);
-	/* Connections end with their peers; wait for them a while, then
-	 * leave them: their threads touch only p->mu and p->conns. */
-	for (int i = 0; i < 200; i++) {
-		pthread_mutex_lock(&p->mu);
-		int busy = p->conns;
-		pthread_mutex_unlock(&p->mu);
-		if (!busy)
-			break;
-		usleep(10000);
-	}
+	/* Every connection is cut, then waited for: one may still be
+	 * dialling (CONNECT_MS at most) and touches p until it is done. */
+	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->nslots; i++)
-		if (p->slots[i].fd >= 0)
+		cut(p, i);
+	while (p->conns)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->nslots; i++)
+		if (p->slots[i].fd >= 0) {
 			close(p->slots[i].fd);
+			close(p->slots[i].nsfd);
+		}
 	close(p->wakefd);
 	free(p->slots);
-	/* p itself stays when connections linger: they still lock it. */
-	pthread_mutex_lock(&p->mu);
-	int lingering = p->conns;
-	pthread_mutex_unlock(&p->mu);
-	if (!lingering) {
-		pthread_mutex_destroy(&p->mu);
-		free(p);
-	}
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+	free(p);
 }
 
 int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size_t errlen)
 {
 	if (slot < 0 || slot >= p->nslots)
 		return -EINVAL;
-	int fd = net__socket_in(ns_path, SOCK_STREAM, PROXY_PORT, err, errlen);
-	if (fd < 0)
+	int nsfd = open(ns_path, O_RDONLY | O_CLOEXEC);
+	if (nsfd < 0) {
+		snprintf(err, errlen, "cannot open %s: %s", ns_path, strerror(errno));
+		return -EIO;
+	}
+	int fd = net__socket_in(nsfd, SOCK_STREAM, PROXY_PORT, err, errlen);
+	if (fd < 0) {
+		close(nsfd);
 		return fd;
+	}
 	pthread_mutex_lock(&p->mu);
 	struct lsock *l = &p->slots[slot];
-	for (int i = 0; i < 500 && l->fd >= 0 && l->dead; i++) {
+	/* Detached, but the acceptor has not closed it yet, or its last
+	 * connections are still ending: soon. */
+	for (int i = 0; i < 6000 && ((l->fd >= 0 && l->dead) || l->nconns); i++) {
 		pthread_mutex_unlock(&p->mu);
 		wake(p);
 		usleep(2000);
 		pthread_mutex_lock(&p->mu);
 	}
-	int busy = l->fd >= 0;
-	if (!busy)
-		*l = (struct lsock){ .fd = fd };
+	int busy = l->fd >= 0 || l->nconns;
+	if (!busy) {
+		l->fd = fd;
+		l->nsfd = nsfd;
+		l->dead = 0;
+	}
 	pthread_mutex_unlock(&p->mu);
 	if (busy) {
 		close(fd);
+		close(nsfd);
 		snprintf(err, errlen, "proxy slot %d is still in use", slot);
 		return -EBUSY;
 	}
 	wake(p);
 	return 0;
+}
+
+void proxy_cut(struct proxy *p, int slot)
+{
+	if (slot < 0 || slot >= p->nslots)
+		return;
+	pthread_mutex_lock(&p->mu);
+	cut(p, slot);
+	pthread_mutex_unlock(&p->mu);
 }
 
 void proxy_detach(struct proxy *p, int slot)
@@ -455,6 +535,7 @@ void proxy_detach(struct proxy *p, int slot)
 	pthread_mutex_lock(&p->mu);
 	if (p->slots[slot].fd >= 0)
 		p->slots[slot].dead = 1;
+	cut(p, slot); /* nothing outlives its sandbox */
 	pthread_mutex_unlock(&p->mu);
 	wake(p);
 }

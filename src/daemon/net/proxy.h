@@ -10,7 +10,10 @@
  * differs from the name looked up gets nowhere.
  *
  * One thread accepts on every namespace's socket; each connection has a
- * thread of its own (at most PROXY_MAX_CONNS at once; past that, reset).
+ * thread of its own (at most PROXY_SLOT_CONNS per sandbox and
+ * PROXY_MAX_CONNS in all; past that, reset). Connections go out from the
+ * sandbox's own namespace, so the host's rules for it hold for them too,
+ * and end with the sandbox, a change of its policy, or 15 idle minutes.
  */
 #ifndef CPUOS_NET_PROXY_H
 #define CPUOS_NET_PROXY_H
@@ -19,7 +22,8 @@
 
 #define PROXY_PORT 15080  /* in each namespace, on the gateway address */
 #define PROXY_PORT_S "15080"
-#define PROXY_MAX_CONNS 256
+#define PROXY_MAX_CONNS 256  /* in all */
+#define PROXY_SLOT_CONNS 32  /* per sandbox */
 
 struct dns;
 struct proxy;
@@ -29,6 +33,8 @@ int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_
 void proxy_close(struct proxy *p);
 int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size_t errlen);
 void proxy_detach(struct proxy *p, int slot);
+/* Ends slot's connections now (its policy changed: they are asked again). */
+void proxy_cut(struct proxy *p, int slot);
 
 /* The name a connection's first bytes ask for: 1 with it in out, 0 when
  * more bytes are needed, -1 when they name none (not TLS or HTTP, or no

@@ -156,6 +156,8 @@ static void usage_stopped(const struct sbx *s)
 static void pump_ended(struct sbx *s)
 {
 	struct vm *vm = sbx__take_vm(s);
+	int slot = s->net_slot; /* given up under the lock: sbx_net.c reads it */
+	s->net_slot = NET_NO_SLOT;
 	pthread_mutex_unlock(&s->mu);
 	if (!vm_wait(vm, 3000))
 		vm_stop(vm, 0); /* QMP gone but QEMU lingers: end it */
@@ -164,7 +166,7 @@ static void pump_ended(struct sbx *s)
 	store_sbx_set_state(s->mgr->store, s->id, "stopped", end_reason(st));
 	usage_stopped(s);
 	vm_free(vm, 0);
-	sbx__net_down(s->mgr, s->net_slot);
+	sbx__net_down(s->mgr, slot);
 	/* Nobody will join us once we are out of the list. */
 	if (sbx__unlink(s->mgr, s)) {
 		pthread_detach(pthread_self());
@@ -338,7 +340,7 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 	/* A killed sandbox's disk is thrown away, so no graceful poweroff. */
 	vm_stop(vm, 0);
 	vm_free(vm, 0);
-	sbx__net_down(m, s->net_slot);
+	sbx__net_down(m, sbx__take_slot(s));
 	store_sbx_set_state(m->store, id, "stopped", reason);
 	usage_stopped(s);
 	log_info("sandbox %s stopped: %s", id, reason);

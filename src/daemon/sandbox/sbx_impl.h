@@ -163,6 +163,16 @@ int sbx__net_up(struct sbx_mgr *m, const char *network_json, int *slot, char *ns
 		char *err, size_t errlen);
 /* A running sandbox taken over after a restart keeps its network. */
 void sbx__net_keep(struct sbx_mgr *m, const struct store_sbx *row);
+/* Takes s's slot away (under its lock, where sbx_net.c reads it), to be
+ * given to sbx__net_down once the VM is gone. */
+static inline int sbx__take_slot(struct sbx *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int slot = s->net_slot;
+	s->net_slot = NET_NO_SLOT;
+	pthread_mutex_unlock(&s->mu);
+	return slot;
+}
 /* Once its VM is gone. NET_NO_SLOT is nothing to do. */
 void sbx__net_down(struct sbx_mgr *m, int slot);
 /* Set for VMs that serve no sandbox (template builds, fork's copy). */

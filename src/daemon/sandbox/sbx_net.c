@@ -130,8 +130,11 @@ int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text,
 		snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
 		r = -ESHUTDOWN;
 	} else if (s) {
-		/* The claim keeps pause, fork and kill away: the slot stays. */
+		/* The claim keeps pause, fork and kill away, the lock a VM that
+		 * ends by itself (pump_ended): the slot stays ours. */
+		pthread_mutex_lock(&s->mu);
 		r = sbx__net_set(m, s->net_slot, network_text, err, errlen);
+		pthread_mutex_unlock(&s->mu);
 	}
 	if (s)
 		sbx_put(s);
@@ -150,7 +153,9 @@ int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c)
 	struct sbx *s = sbx_find(m, id, NULL);
 	if (!s)
 		return -ENOENT;
+	pthread_mutex_lock(&s->mu);
 	int r = s->net_slot == NET_NO_SLOT ? -ENOENT : net_counters(m->cfg.net, s->net_slot, c);
+	pthread_mutex_unlock(&s->mu);
 	sbx_put(s);
 	return r;
 }

@@ -89,7 +89,7 @@ int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		 * could not be written): the files stay for a person to see. */
 		log_error("sandbox %s: pause failed after QEMU ended: %s", id, err);
 		vm_free(vm, 1);
-		sbx__net_down(m, s->net_slot);
+		sbx__net_down(m, sbx__take_slot(s));
 		store_sbx_set_state(m->store, id, "lost", "lost");
 		r = -EIO;
 	} else if (r < 0) {
@@ -98,13 +98,13 @@ int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		if (!have_row || sbx__add(m, &row, vm) < 0) {
 			vm_stop(vm, 0);
 			vm_free(vm, 0);
-			sbx__net_down(m, s->net_slot);
+			sbx__net_down(m, sbx__take_slot(s));
 			store_sbx_set_state(m->store, id, "stopped", "crashed");
 		}
 		r = -EIO;
 	} else {
 		vm_free(vm, 1);
-		sbx__net_down(m, s->net_slot);
+		sbx__net_down(m, sbx__take_slot(s));
 		store_sbx_set_network(m->store, id, NULL, NET_NO_SLOT);
 		r = store_sbx_set_paused(m->store, id, now_s(), left > 0 ? left : 0);
 		if (r < 0)
