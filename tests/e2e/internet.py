@@ -32,6 +32,7 @@ ZONE = {
     "private.test": ["10.9.9.9"],
     "mixed.test": ["127.0.0.1", "198.18.0.3"],
     "dns.google": ["198.18.0.4"],
+    "host.test": ["198.18.0.1"],  # the host's own address
 }
 
 DNS_SERVER = r"""

@@ -351,3 +351,21 @@ def test_web_ports_pass_only_under_the_name_looked_up(make_sandbox):
     # allow-all needs no proxy: any Host goes
     sbx.set_network("allow-all")
     assert web(sbx, f"http://{A}/", "-H 'Host: other.test'") == (0, f"{A} other.test {HOST_SIDE}")
+
+
+def test_a_name_of_the_host_does_not_reach_it(make_sandbox):
+    """An allowed name that resolves to the host's own address: the proxy relays from the sandbox's
+    namespace, so the host's refusal holds for it as for the guest."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((HOST_SIDE, 80))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    try:
+        sbx = make_sandbox(network={"mode": "custom", "allowedHosts": ["host.test"]})
+        assert resolve(sbx, "host.test") == [HOST_SIDE]
+        assert web(sbx, "http://host.test/")[0] != 0
+        with pytest.raises(socket.timeout):
+            srv.accept()
+    finally:
+        srv.close()
