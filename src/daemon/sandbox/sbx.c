@@ -466,20 +466,13 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 		const char *restore = ck ? ck->dir : NULL;
 		if (!restore && sbx__template_snapshot(m, row, snap, sizeof(snap)) == 0)
 			restore = snap;
-		char ns[128];
-		if ((r = sbx__net_up(m, row->network_json, &row->net_slot, ns, sizeof(ns), err,
-				     errlen)) < 0) {
-			log_error("sandbox %s has no network: %s", row->id, err);
-			return -EIO;
-		}
 		struct vm_config vc = {
 			.qemu = c->qemu, .accel = c->accel, .vcpus = row->vcpus,
 			.memory_mb = row->memory_mb, .disk_mb = row->disk_mb, .kernel = kernel,
 			.initrd = initrd, .template = image, .run_dir = run, .cache_dir = c->cache_dir,
 			.hostname = row->id + 4, .restore = restore, .new_identity = 1,
-			.netns = sbx__netns(ns),
 		};
-		r = vm_start(&vc, &vm, err, errlen);
+		r = sbx__start(m, &vc, row->network_json, &row->net_slot, &vm, err, errlen);
 		if (r < 0 && restore && !ck) {
 			/* A template snapshot that does not restore must not stop
 			 * creates; one that is damaged or foreign is rebuilt. */
@@ -487,11 +480,10 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 			if (r == -EBADMSG || r == -EPROTO || r == -ENOENT)
 				sbx__template_bad(m, restore);
 			vc.restore = NULL;
-			r = vm_start(&vc, &vm, err, errlen);
+			r = sbx__start(m, &vc, row->network_json, &row->net_slot, &vm, err, errlen);
 		}
 		if (r < 0) {
 			log_error("sandbox %s did not start: %s", row->id, err);
-			sbx__net_down(m, row->net_slot);
 			return -EIO;
 		}
 		how = vc.restore != NULL;

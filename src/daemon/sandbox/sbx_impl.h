@@ -14,6 +14,7 @@
 #include "daemon/net/net.h"
 
 struct vm;
+struct vm_config;
 struct sbx_pools;
 
 #include <pthread.h>
@@ -156,11 +157,11 @@ void sbx__kill_qemu(int pid, const char *run_dir);
 int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *err,
 		 size_t errlen);
 
-/* sbx_net.c. A network for a VM about to start under network_json (""
- * or NULL: the default): *slot and its namespace path in ns (for
- * vm_config.netns: NULL without networks, see sbx__netns). 0 or -errno. */
-int sbx__net_up(struct sbx_mgr *m, const char *network_json, int *slot, char *ns, size_t nslen,
-		char *err, size_t errlen);
+/* sbx_net.c. Starts vc's VM in a network of its own under network_json
+ * ("" or NULL: the default; none without networks): 0 with *vm and *slot,
+ * or -errno (-EIO when the network could not be made) and no network. */
+int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json, int *slot,
+	       struct vm **vm, char *err, size_t errlen);
 /* A running sandbox taken over after a restart keeps its network. */
 void sbx__net_keep(struct sbx_mgr *m, const struct store_sbx *row);
 /* Takes s's slot away (under its lock, where sbx_net.c reads it), to be
@@ -179,10 +180,6 @@ void sbx__net_down(struct sbx_mgr *m, int slot);
 #define NET_DENY_ALL_TEXT "{\"mode\":\"deny-all\"}"
 /* The policy of live slot now network_json: 0 or -EIO. */
 int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *err, size_t errlen);
-static inline const char *sbx__netns(const char *ns)
-{
-	return ns[0] ? ns : NULL;
-}
 
 /* sbx_snap.c: bytes a paused sandbox keeps on disk; removes the
  * snapshots of forks a dead daemon left. */

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "daemon/net/net.h"
 #include "daemon/net/policy.h"
+#include "runner/vm.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -63,20 +64,28 @@ json_t *sbx_network_json(struct sbx_mgr *m, const char *network_json)
 	return j;
 }
 
-int sbx__net_up(struct sbx_mgr *m, const char *network_json, int *slot, char *ns, size_t nslen,
-		char *err, size_t errlen)
+int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json, int *slot,
+	       struct vm **vm, char *err, size_t errlen)
 {
 	*slot = NET_NO_SLOT;
-	ns[0] = '\0';
-	if (!m->cfg.net)
-		return 0;
-	struct net_policy p;
-	int r = policy_of(m, network_json, &p, err, errlen);
-	if (r == 0)
-		r = net_create(m->cfg.net, &p, slot, err, errlen);
-	net_policy_free(&p);
-	if (r == 0)
-		net_ns_path(m->cfg.net, *slot, ns, nslen);
+	char ns[128];
+	if (m->cfg.net) {
+		struct net_policy p;
+		int r = policy_of(m, network_json, &p, err, errlen);
+		if (r == 0)
+			r = net_create(m->cfg.net, &p, slot, err, errlen);
+		net_policy_free(&p);
+		if (r < 0)
+			return -EIO; /* not the VM's: no snapshot is to blame */
+		net_ns_path(m->cfg.net, *slot, ns, sizeof(ns));
+		vc->netns = ns;
+	}
+	int r = vm_start(vc, vm, err, errlen);
+	vc->netns = NULL; /* ns goes with this frame */
+	if (r < 0) {
+		sbx__net_down(m, *slot);
+		*slot = NET_NO_SLOT;
+	}
 	return r;
 }
 

@@ -142,21 +142,16 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	fs_mkdir_p(run, 0700, (uid_t)-1, (gid_t)-1);
 	log_info("building the %s template snapshot (%u vCPU, %u MB): boot, warm, save; "
 		 "creates boot until it is ready", t->template, t->vcpus, t->memory_mb);
-	char ns[128];
-	int slot;
-	int r = sbx__net_up(m, NET_DENY_ALL_TEXT, &slot, ns, sizeof(ns), err, errlen);
-	if (r < 0)
-		return r;
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
-		.run_dir = run, .cache_dir = c->cache_dir, .hostname = "cpuos", .netns = sbx__netns(ns),
+		.run_dir = run, .cache_dir = c->cache_dir, .hostname = "cpuos",
 	};
 	struct vm *vm;
-	if ((r = vm_start(&vc, &vm, err, errlen)) < 0) {
-		sbx__net_down(m, slot);
+	int slot;
+	int r = sbx__start(m, &vc, NET_DENY_ALL_TEXT, &slot, &vm, err, errlen);
+	if (r < 0)
 		return r;
-	}
 	double t0 = clock_ms_f();
 	if ((r = run_sync(vm, warm_command(t->template), 600000)) < 0)
 		snprintf(err, errlen, "warming '%s' failed (%s)", warm_command(t->template), strerror(-r));
@@ -313,20 +308,14 @@ static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 	snprintf(e.run_dir, sizeof(e.run_dir), "%s/vms/%s", c->state_dir, e.id);
 	char kernel[512], initrd[512], image[512], err[512];
 	sbx__guest_paths(m, t->template, kernel, initrd, image, sizeof(image));
-	char ns[128];
-	if (sbx__net_up(m, NULL, &e.net_slot, ns, sizeof(ns), err, sizeof(err)) < 0) {
-		log_warn("warm pool of %s: %s", t->template, err);
-		return 0;
-	}
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = e.run_dir, .cache_dir = c->cache_dir, .hostname = e.id + 4,
-		.restore = t->dir, .new_identity = 1, .netns = sbx__netns(ns),
+		.restore = t->dir, .new_identity = 1,
 	};
-	if (vm_start(&vc, &e.vm, err, sizeof(err)) < 0) {
+	if (sbx__start(m, &vc, NULL, &e.net_slot, &e.vm, err, sizeof(err)) < 0) {
 		log_warn("warm pool of %s: %s", t->template, err);
-		sbx__net_down(m, e.net_slot);
 		return 0;
 	}
 	pthread_mutex_lock(&m->pools->mu);

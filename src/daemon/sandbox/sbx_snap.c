@@ -158,22 +158,15 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	const struct sbx_config *c = &m->cfg;
 	char kernel[512], initrd[512], image[512];
 	sbx__guest_paths(m, row.template, kernel, initrd, image, sizeof(image));
-	char ns[128];
-	int slot;
-	if ((r = sbx__net_up(m, row.network_json, &slot, ns, sizeof(ns), err, errlen)) < 0) {
-		log_error("sandbox %s did not resume: no network: %s", id, err);
-		sbx__unreserve(m, row.account);
-		r = -EIO;
-		goto out;
-	}
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = row.vcpus, .memory_mb = row.memory_mb,
 		.disk_mb = row.disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = row.run_dir, .cache_dir = c->cache_dir, .hostname = row.id + 4,
-		.restore = row.run_dir, .generation = row.generation + 1, .netns = sbx__netns(ns),
+		.restore = row.run_dir, .generation = row.generation + 1,
 	};
 	struct vm *vm;
-	r = vm_start(&vc, &vm, err, errlen);
+	int slot;
+	r = sbx__start(m, &vc, row.network_json, &slot, &vm, err, errlen);
 	if (r == 0) {
 		row.net_slot = slot;
 		store_sbx_set_network(m->store, id, NULL, slot);
@@ -203,7 +196,6 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		}
 	} else {
 		log_error("sandbox %s did not resume: %s", id, err);
-		sbx__net_down(m, slot);
 		r = -EIO;
 	}
 	sbx__unreserve(m, row.account);
@@ -269,26 +261,21 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 	if (link(a, b) < 0)
 		return;
 	const struct sbx_config *c = &m->cfg;
-	char ns[128];
-	int slot;
-	double t0 = clock_ms_f();
-	int r = sbx__net_up(m, NET_DENY_ALL_TEXT, &slot, ns, sizeof(ns), err, sizeof(err));
-	if (r < 0)
-		goto out;
 	struct vm_config vc = {
 		.qemu = c->qemu, .accel = c->accel, .vcpus = parent->vcpus,
 		.memory_mb = parent->memory_mb, .disk_mb = parent->disk_mb, .kernel = kernel,
 		.initrd = initrd, .template = image, .run_dir = dir, .cache_dir = c->cache_dir,
-		.restore = dir, .generation = parent->generation, .netns = sbx__netns(ns),
+		.restore = dir, .generation = parent->generation,
 	};
 	struct vm *vm;
-	r = vm_start(&vc, &vm, err, sizeof(err));
+	int slot;
+	double t0 = clock_ms_f();
+	int r = sbx__start(m, &vc, NET_DENY_ALL_TEXT, &slot, &vm, err, sizeof(err));
 	if (r == 0) {
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);
+		sbx__net_down(m, slot);
 	}
-	sbx__net_down(m, slot);
-out:
 	if (r < 0)
 		log_warn("fork of %s: the snapshot keeps its RAM in its state: %s", parent->id, err);
 	else
@@ -329,20 +316,16 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 		memset(row, 0, sizeof(*row));
 		sbx__random_id(row->id, sizeof(row->id), "sbx_");
 		snprintf(row->run_dir, sizeof(row->run_dir), "%s/vms/%s", c->state_dir, row->id);
-		/* A child has the parent's policy and a network of its own. */
-		char ns[128];
-		r = sbx__net_up(m, parent.network_json, &row->net_slot, ns, sizeof(ns), err, errlen);
 		struct vm_config vc = {
 			.qemu = c->qemu, .accel = c->accel, .vcpus = parent.vcpus,
 			.memory_mb = parent.memory_mb, .disk_mb = parent.disk_mb, .kernel = kernel,
 			.initrd = initrd, .template = image, .run_dir = row->run_dir,
 			.cache_dir = c->cache_dir, .hostname = row->id + 4, .restore = dir,
 			.new_identity = 1, .generation = parent.generation + 1,
-			.netns = sbx__netns(ns),
 		};
 		struct vm *vm;
-		if (r == 0 && (r = vm_start(&vc, &vm, err, errlen)) < 0)
-			sbx__net_down(m, row->net_slot);
+		/* A child has the parent's policy and a network of its own. */
+		r = sbx__start(m, &vc, parent.network_json, &row->net_slot, &vm, err, errlen);
 		if (r == 0) {
 			snprintf(row->account, sizeof(row->account), "%s", parent.account);
 			snprintf(row->key_id, sizeof(row->key_id), "%s", parent.key_id);
