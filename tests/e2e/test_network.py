@@ -282,7 +282,10 @@ def test_a_policy_change_ends_what_it_no_longer_allows(make_sandbox):
     hold = PROBE_HOLD.replace("ADDR", A).replace("PORT", str(PORT))
     sbx.files.write("/tmp/hold.py", hold)
     proc = sbx.exec("python3 /tmp/hold.py", background=True)
-    time.sleep(3)  # connected and talking
+    deadline = time.monotonic() + 60 * SLOW
+    while "ok" not in sh(sbx, "cat /tmp/hold.out 2>/dev/null", ok=False).stdout:
+        assert time.monotonic() < deadline, "the connection never got going"
+        time.sleep(0.5)  # a python start under TCG takes seconds
     sbx.set_network("deny-all")
     proc.wait(timeout=60)
     out = sh(sbx, "cat /tmp/hold.out").stdout
