@@ -62,6 +62,9 @@ enum qemu_accel qemu_accel_probe(void)
 	return QEMU_ACCEL_KVM;
 }
 
+/* The QMP socket's chardev: its path names the run directory. */
+#define QMP_CHARDEV "socket,id=qmp,path="
+
 struct argv_builder {
 	char **v;
 	size_t n, cap;
@@ -203,7 +206,7 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	/* Control and console sockets: QEMU listens, the runner connects and
 	 * may reconnect after a restart (wait=off: QEMU does not block). */
 	add(&b, "-chardev");
-	add(&b, "socket,id=qmp,path=%s/" QEMU_QMP_SOCK ",server=on,wait=off", c->run_dir);
+	add(&b, QMP_CHARDEV "%s/" QEMU_QMP_SOCK ",server=on,wait=off", c->run_dir);
 	add(&b, "-mon");
 	add(&b, "chardev=qmp,mode=control");
 	add(&b, "-chardev");
@@ -259,6 +262,19 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 		return b.err;
 	}
 	*out = b.v;
+	return 0;
+}
+
+int qemu_run_dir_of(const char *cmdline, char *dir, size_t len)
+{
+	const char *at = strstr(cmdline, QMP_CHARDEV);
+	if (!at)
+		return -ENOENT;
+	at += strlen(QMP_CHARDEV);
+	const char *end = strstr(at, "/" QEMU_QMP_SOCK ",");
+	if (!end || (size_t)(end - at) >= len || memchr(at, ' ', (size_t)(end - at)))
+		return -ENOENT;
+	snprintf(dir, len, "%.*s", (int)(end - at), at);
 	return 0;
 }
 

@@ -6,6 +6,8 @@
 #ifndef CPUOS_QEMU_H
 #define CPUOS_QEMU_H
 
+#include <stddef.h>
+
 enum qemu_accel { QEMU_ACCEL_AUTO = 0, QEMU_ACCEL_KVM, QEMU_ACCEL_TCG };
 
 struct qemu_config {
@@ -53,6 +55,9 @@ unsigned qemu_host_tsc_khz(void);
  * free with qemu_argv_free). 0 or -errno (-EINVAL for a bad config). */
 int qemu_argv(const struct qemu_config *c, char ***out);
 void qemu_argv_free(char **argv);
+/* The run directory named in a QEMU command line (its arguments joined by
+ * spaces): how a daemon finds the VMs an earlier one left. 0 or -ENOENT. */
+int qemu_run_dir_of(const char *cmdline, char *dir, size_t len);
 
 /* Every guest's network, the same in every sandbox: each has a network
  * namespace of its own, so a restored or forked guest keeps its address.

@@ -235,8 +235,23 @@ def test_sigkill_during_fork_loses_nothing(own_daemon):
             if kid.id != sbx.id:  # a fork that was finished works; it is a sandbox like any
                 assert sh(kid, "cat /work/k") == "kept"
                 kid.kill()
+    # Once more, killed while a VM moves the fork's RAM into a file (a new
+    # sandbox's RAM is private: it was restored): that VM runs from the
+    # fork's directory, which the next daemon removes with it.
+    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
+    sh(sbx, "echo kept > /work/k")
+    t = threading.Thread(target=lambda: _swallow(lambda: sbx.fork(count=2)))
+    t.start()
+    deadline = time.monotonic() + 60 * SLOW
+    while not (movers := list(_qemus(d, "snapshots", r"fork-[0-9a-f]+"))):
+        assert time.monotonic() < deadline, d.log_tail(20)
+        time.sleep(0.02)
+    d.restart(kill=True)
+    t.join(60)
+    assert not [pid for pid, _ in movers if _alive(pid)], d.log_tail(20)
     leftovers = os.listdir(os.path.join(d.state_dir, "snapshots"))
     assert not [x for x in leftovers if x.startswith("fork-")], leftovers
+    assert sh(sbx, "cat /work/k") == "kept"
 
 
 def test_template_snapshot_and_warm_pool(own_daemon):
@@ -282,9 +297,9 @@ def _wait_pool(d, depth):
     pytest.fail("the warm pool did not refill:\n" + d.log_tail(30))
 
 
-def _qemus(d):
-    """(pid, sandbox id) of every QEMU running from d's state directory."""
-    pattern = re.compile(re.escape(os.path.join(d.state_dir, "vms")) + r"/(sbx_[0-9a-f]+)")
+def _qemus(d, under="vms", name=r"sbx_[0-9a-f]+"):
+    """(pid, name) of every QEMU whose run directory is d's state_dir/under/name."""
+    pattern = re.compile(re.escape(os.path.join(d.state_dir, under)) + f"/({name})/qmp.sock")
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:

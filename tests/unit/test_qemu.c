@@ -107,6 +107,25 @@ static void test_nic(void)
 	CHECK(qemu_argv(&c, &argv) == -EINVAL);
 }
 
+/* A daemon finds a left-behind VM's run directory in its command line. */
+static void test_run_dir_of(void)
+{
+	struct qemu_config c = base_config();
+	c.run_dir = "/s/snapshots/fork-1";
+	c.mem_path = "/s/vms/sbx_2/mem"; /* another directory, named first */
+	char **argv, line[4096] = "", dir[64];
+	if (!CHECK(qemu_argv(&c, &argv) == 0))
+		return;
+	for (char **p = argv; *p; p++)
+		snprintf(line + strlen(line), sizeof(line) - strlen(line), "%s ", *p);
+	qemu_argv_free(argv);
+	CHECK(qemu_run_dir_of(line, dir, sizeof(dir)) == 0 && !strcmp(dir, "/s/snapshots/fork-1"));
+	CHECK(qemu_run_dir_of(line, dir, 8) == -ENOENT); /* too long to hold */
+	CHECK(qemu_run_dir_of("qemu-system-x86_64 -m 512", dir, sizeof(dir)) == -ENOENT);
+	CHECK(qemu_run_dir_of("x socket,id=qmp,path=/a b/qmp.sock,server=on", dir, sizeof(dir)) ==
+	      -ENOENT);
+}
+
 static void test_bad_configs(void)
 {
 	char **argv = NULL;
@@ -286,6 +305,7 @@ int main(int argc, char **argv)
 		{ "qemu_kvm_cmdline", test_kvm_cmdline },
 		{ "qemu_bad_configs", test_bad_configs },
 		{ "qemu_nic", test_nic },
+		{ "qemu_run_dir_of", test_run_dir_of },
 		{ "qemu_accel", test_accel },
 		{ "qmp_session", test_qmp_session },
 		{ "qmp_no_greeting", test_qmp_no_greeting },

@@ -11,9 +11,11 @@
 #include "common/log.h"
 #include "daemon/net/net.h"
 #include "runner/agentc.h"
+#include "runner/qemu.h"
 #include "runner/snap.h"
 #include "runner/vm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -565,15 +567,15 @@ out:
 	return r;
 }
 
-/* Is pid a QEMU running from run_dir? Guards against a recycled pid. */
-static int is_our_qemu(int pid, const char *run_dir)
+/* pid's command line, its NULs made spaces; 0 if it is gone. */
+static int read_cmdline(int pid, char *cmd, size_t len)
 {
-	char path[64], cmd[8192];
+	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
-	ssize_t n = read(fd, cmd, sizeof(cmd) - 1);
+	ssize_t n = read(fd, cmd, len - 1);
 	close(fd);
 	if (n <= 0)
 		return 0;
@@ -581,7 +583,34 @@ static int is_our_qemu(int pid, const char *run_dir)
 		if (!cmd[i])
 			cmd[i] = ' ';
 	cmd[n] = '\0';
-	return strstr(cmd, run_dir) != NULL;
+	return 1;
+}
+
+/* Is pid a QEMU running from run_dir? Guards against a recycled pid. */
+static int is_our_qemu(int pid, const char *run_dir)
+{
+	char cmd[8192];
+	return read_cmdline(pid, cmd, sizeof(cmd)) && strstr(cmd, run_dir) != NULL;
+}
+
+void sbx__each_qemu(const char *prefix, void (*fn)(void *arg, int pid, const char *name),
+		    void *arg)
+{
+	char cmd[8192], run[512];
+	size_t plen = strlen(prefix);
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		int pid = atoi(e->d_name);
+		if (pid <= 0 || !read_cmdline(pid, cmd, sizeof(cmd)) || !strstr(cmd, "qemu-system") ||
+		    qemu_run_dir_of(cmd, run, sizeof(run)) < 0)
+			continue;
+		const char *name = run + plen;
+		if (!strncmp(run, prefix, plen) && *name && !strchr(name, '/'))
+			fn(arg, pid, name);
+	}
+	if (d)
+		closedir(d);
 }
 
 void sbx__kill_qemu(int pid, const char *run_dir)

@@ -428,50 +428,31 @@ static void pause_again(struct sbx_mgr *m, const char *id, int pid)
 		 r == 0 ? "paused again" : "killed: ", r == 0 ? "" : err);
 }
 
+static void orphan(void *arg, int pid, const char *id)
+{
+	struct sbx_mgr *m = arg;
+	if (strncmp(id, "sbx_", 4))
+		return;
+	struct store_sbx row;
+	if (store_sbx_get(m->store, id, &row) == 0) {
+		int paused = !strcmp(row.state, "paused");
+		store_sbx_release(&row);
+		if (paused)
+			pause_again(m, id, pid);
+		return;
+	}
+	char run[600];
+	log_info("killing warm VM %s left by an earlier daemon (qemu pid %d)", id, pid);
+	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
+	sbx__kill_qemu(pid, run);
+	vm_remove_files(run);
+}
+
 static void sweep_orphans(struct sbx_mgr *m)
 {
-	char want[600], path[64], cmd[8192];
-	snprintf(want, sizeof(want), "%s/vms/sbx_", m->cfg.state_dir);
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		int pid = atoi(e->d_name);
-		if (pid <= 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		ssize_t n = fd >= 0 ? read(fd, cmd, sizeof(cmd) - 1) : -1;
-		if (fd >= 0)
-			close(fd);
-		if (n <= 0)
-			continue;
-		for (ssize_t i = 0; i < n; i++)
-			cmd[i] = cmd[i] ? cmd[i] : ' ';
-		cmd[n] = '\0';
-		char *at = strstr(cmd, want);
-		if (!strstr(cmd, "qemu-system") || !at)
-			continue;
-		char id[32], run[600];
-		at += strlen(want) - 4;
-		size_t len = strspn(at, "sbx_0123456789abcdef");
-		if (len >= sizeof(id))
-			continue;
-		snprintf(id, sizeof(id), "%.*s", (int)len, at);
-		struct store_sbx row;
-		if (store_sbx_get(m->store, id, &row) == 0) {
-			int paused = !strcmp(row.state, "paused");
-			store_sbx_release(&row);
-			if (paused)
-				pause_again(m, id, pid);
-			continue;
-		}
-		log_info("killing warm VM %s left by an earlier daemon (qemu pid %d)", id, pid);
-		snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
-		sbx__kill_qemu(pid, run);
-		vm_remove_files(run);
-	}
-	if (d)
-		closedir(d);
+	char prefix[600];
+	snprintf(prefix, sizeof(prefix), "%s/vms/", m->cfg.state_dir);
+	sbx__each_qemu(prefix, orphan, m);
 }
 
 int sbx__pools_start(struct sbx_mgr *m)

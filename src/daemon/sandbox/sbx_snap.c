@@ -241,6 +241,14 @@ static int snapshot(struct sbx_mgr *m, const char *id, const char *dir, int seal
 	return r;
 }
 
+/* A fork's snapshot directory is also the run directory of the VM that
+ * moves its RAM into a file: both kinds of file go. */
+static void remove_fork_dir(const char *dir)
+{
+	vm_remove_files(dir);
+	snap_remove(dir);
+}
+
 /* A parent whose RAM is private (it was itself restored copy-on-write)
  * leaves a snapshot with the RAM in its state, which every child would
  * load page by page. For several children it pays to load it once: into
@@ -358,8 +366,7 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 	}
 	/* Every child maps the memory file copy-on-write and has its own
 	 * disk: the open mappings keep the file's pages, the name can go. */
-	vm_remove_files(dir);
-	snap_remove(dir);
+	remove_fork_dir(dir);
 	if (r < 0) {
 		for (unsigned i = 0; i < made; i++) {
 			sbx_kill(m, rows[i].id, "killed");
@@ -422,18 +429,29 @@ int sbx_ckpt_delete(struct sbx_mgr *m, const struct store_ckpt *c)
 	return r;
 }
 
+static void kill_fork_vm(void *arg, int pid, const char *name)
+{
+	char run[600];
+	if (strncmp(name, "fork-", 5))
+		return;
+	snprintf(run, sizeof(run), "%s%s", (const char *)arg, name);
+	sbx__kill_qemu(pid, run);
+}
+
 void sbx__snap_cleanup(struct sbx_mgr *m)
 {
-	/* Forks the last daemon did not finish: nothing refers to them. */
+	/* Forks the last daemon did not finish: nothing refers to them but
+	 * perhaps the VM that was moving a fork's RAM into its file. */
 	char dir[512], path[800];
-	snprintf(dir, sizeof(dir), "%s/snapshots", m->cfg.state_dir);
+	snprintf(dir, sizeof(dir), "%s/snapshots/", m->cfg.state_dir);
+	sbx__each_qemu(dir, kill_fork_vm, dir);
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
 		if (strncmp(e->d_name, "fork-", 5))
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		snap_remove(path);
+		snprintf(path, sizeof(path), "%s%s", dir, e->d_name);
+		remove_fork_dir(path);
 	}
 	if (d)
 		closedir(d);
