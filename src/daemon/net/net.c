@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/spawn.h"
+#include "common/tcp.h"
 #include "daemon/net/dns.h"
 #include "daemon/net/net_impl.h"
 #include "daemon/net/policy.h"
@@ -19,7 +20,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <openssl/sha.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -140,6 +143,32 @@ int net__socket_in(int nsfd, int type, int port, char *err, size_t errlen)
 	return a.fd >= 0 ? a.fd : -a.err;
 }
 
+int net__dial(int nsfd, const struct sockaddr_in *dst, int ms)
+{
+	char err[128];
+	int fd = net__socket_in(nsfd, SOCK_STREAM, -1, err, sizeof(err));
+	if (fd < 0)
+		return fd;
+	int e = 0;
+	socklen_t el = sizeof(e);
+	if (connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) < 0) {
+		e = errno;
+		if (e == EINPROGRESS) {
+			int w = tcp_wait(fd, POLLOUT, ms);
+			e = w == 0 ? ETIMEDOUT
+			    : w < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0 ? EIO
+			    : e;
+		}
+	}
+	if (e) {
+		close(fd);
+		return -e;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
 static void ns_name(const struct net *n, int slot, char *out, size_t len)
 {
 	snprintf(out, len, "cpuos-%s-%d", n->tag, slot);
@@ -150,6 +179,20 @@ void net_ns_path(const struct net *n, int slot, char *out, size_t len)
 	char name[32];
 	ns_name(n, slot, name, sizeof(name));
 	snprintf(out, len, NS_DIR "/%s", name);
+}
+
+int net_dial_guest(const struct net *n, int slot, unsigned port, int ms)
+{
+	char path[64];
+	net_ns_path(n, slot, path, sizeof(path));
+	int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (nsfd < 0)
+		return -ENETUNREACH;
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	inet_pton(AF_INET, QEMU_GUEST_IP, &dst.sin_addr);
+	int fd = net__dial(nsfd, &dst, ms);
+	close(nsfd);
+	return fd;
 }
 
 /* The host end of slot's veth: "cv" + tag + slot, within IFNAMSIZ. */

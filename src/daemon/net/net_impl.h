@@ -15,4 +15,9 @@ int net__run(char *const *argv, const char *netns, const char *script, char *err
  * there. Its descriptor, or -errno with a reason in err. */
 int net__socket_in(int nsfd, int type, int port, char *err, size_t errlen);
 
+/* A TCP connection to dst made from inside the namespace nsfd, within ms:
+ * its blocking descriptor, or -errno (-ECONNREFUSED, -ETIMEDOUT, ...). */
+struct sockaddr_in;
+int net__dial(int nsfd, const struct sockaddr_in *dst, int ms);
+
 #endif

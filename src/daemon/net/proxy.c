@@ -8,6 +8,7 @@
 #include "daemon/net/proxy.h"
 
 #include "common/log.h"
+#include "common/tcp.h"
 #include "daemon/net/dns.h"
 #include "daemon/net/net_impl.h"
 
@@ -163,15 +164,6 @@ struct conn {
 	int slot, fd, nsfd, at; /* at: its place in the slot's conns */
 };
 
-static int wait_fd(int fd, short ev, int ms)
-{
-	struct pollfd pf = { .fd = fd, .events = ev };
-	int r;
-	while ((r = poll(&pf, 1, ms)) < 0 && errno == EINTR)
-		;
-	return r;
-}
-
 /* Reads until the head names a host: its length, or -1. */
 static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t n)
 {
@@ -183,7 +175,7 @@ static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		double left = end - ((double)(t.tv_sec - t0.tv_sec) * 1e3 +
 				     (double)(t.tv_nsec - t0.tv_nsec) / 1e6);
-		if (left <= 0 || wait_fd(fd, POLLIN, (int)left) <= 0)
+		if (left <= 0 || tcp_wait(fd, POLLIN, (int)left) <= 0)
 			return -1;
 		ssize_t got = recv(fd, buf + len, HEAD_MAX - len, 0);
 		if (got <= 0)
@@ -194,76 +186,6 @@ static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t
 			return r > 0 ? (ssize_t)len : -1;
 	}
 	return -1;
-}
-
-/* From the sandbox's own namespace: the host's rules for it apply, as to
- * the guest's own traffic (never the host itself, another sandbox). */
-static int dial(int nsfd, const struct sockaddr_in *dst)
-{
-	char err[128];
-	int fd = net__socket_in(nsfd, SOCK_STREAM, -1, err, sizeof(err));
-	if (fd < 0)
-		return -1;
-	int r = connect(fd, (const struct sockaddr *)dst, sizeof(*dst));
-	int e = 0;
-	socklen_t el = sizeof(e);
-	if ((r < 0 && errno != EINPROGRESS) ||
-	    (r < 0 && (wait_fd(fd, POLLOUT, CONNECT_MS) <= 0 ||
-		       getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0 || e))) {
-		close(fd);
-		return -1;
-	}
-	int fl = fcntl(fd, F_GETFL);
-	fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	return fd;
-}
-
-static int send_all(int fd, const unsigned char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Both ways until both are done; a half close is passed on. */
-static void relay(int a, int b)
-{
-	unsigned char buf[1 << 16];
-	int open_a = 1, open_b = 1;
-	while (open_a || open_b) {
-		struct pollfd pf[2] = { { .fd = open_a ? a : -1, .events = POLLIN },
-					{ .fd = open_b ? b : -1, .events = POLLIN } };
-		int r = poll(pf, 2, IDLE_MS);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return;
-		for (int i = 0; i < 2; i++) {
-			if (!pf[i].revents)
-				continue;
-			int from = i ? b : a, to = i ? a : b;
-			ssize_t got = recv(from, buf, sizeof(buf), 0);
-			if (got == 0) {
-				shutdown(to, SHUT_WR);
-				*(i ? &open_b : &open_a) = 0;
-			} else if (got < 0 || send_all(to, buf, (size_t)got) < 0) {
-				return; /* an error either way ends both */
-			}
-		}
-	}
-}
-
-/* A reset, not a close: the guest sees a refusal at once. */
-static void reset(int fd)
-{
-	struct linger l = { .l_onoff = 1, .l_linger = 0 };
-	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-	close(fd);
 }
 
 static void *conn_main(void *arg)
@@ -282,10 +204,10 @@ static void *conn_main(void *arg)
 		int quit = c->p->quit;
 		pthread_mutex_unlock(&c->p->mu);
 		if (len > 0 && !quit && dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) &&
-		    (out = dial(c->nsfd, &dst)) >= 0 && send_all(out, head, (size_t)len) == 0) {
+		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0 && tcp_send_all(out, head, (size_t)len) == 0) {
 			free(head);
 			head = NULL;
-			relay(c->fd, out);
+			tcp_relay(c->fd, out, IDLE_MS);
 		} else {
 			log_info("proxy: refused %s:%u for '%s'", ip, ntohs(dst.sin_port),
 				 name[0] ? name : "(no name)");
@@ -303,7 +225,7 @@ static void *conn_main(void *arg)
 		close(out);
 		close(c->fd);
 	} else {
-		reset(c->fd);
+		tcp_reset(c->fd);
 	}
 	close(c->nsfd);
 	pthread_mutex_lock(&c->p->mu);
@@ -358,7 +280,7 @@ static int take_conn(struct proxy *p, int slot)
 	if (nsfd >= 0)
 		close(nsfd);
 	if (fd >= 0)
-		reset(fd);
+		tcp_reset(fd);
 	return 0;
 }
 

@@ -1,0 +1,21 @@
+/*
+ * tcp: what the daemon's two proxies share (the egress proxy in each
+ * sandbox's namespace, the port URLs into the guests): waiting on a
+ * socket, sending all of a buffer, relaying two connections, a reset.
+ */
+#ifndef CPUOS_TCP_H
+#define CPUOS_TCP_H
+
+#include <stddef.h>
+
+/* poll() for ev on fd, retried on EINTR: >0 ready, 0 timed out, <0 error. */
+int tcp_wait(int fd, short ev, int ms);
+/* 0 once all n bytes went, -1 otherwise (never SIGPIPE). */
+int tcp_send_all(int fd, const void *p, size_t n);
+/* Copies both ways until both sides are done (a half close is passed on),
+ * an error on either, or idle_ms without a byte. */
+void tcp_relay(int a, int b, int idle_ms);
+/* Closes fd with a reset: the peer sees a refusal at once, not an end. */
+void tcp_reset(int fd);
+
+#endif
