@@ -168,7 +168,7 @@ static void daemon_start(void)
 	snprintf(sock_path, sizeof(sock_path), "%s/s.sock", state_dir);
 	const char *cache = getenv("CPUOS_CACHE");
 	const char *argv[] = { env_or("CPUOSD", "build/bin/cpuosd"), "--state-dir", state_dir, "--socket",
-			       sock_path, "--listen", "none", "--guest-dir",
+			       sock_path, "--listen", "none", "--url-listen", "none", "--guest-dir",
 			       env_or("CPUOS_GUEST_DIR", "build/guest"), "--max-sandboxes", "64",
 			       "--log-level", "warn", cache ? "--cache-dir" : NULL, cache, NULL };
 	char log[96];

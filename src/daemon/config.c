@@ -60,6 +60,11 @@ static const char usage[] =
 	"                         deny-all, or a policy as JSON (default allow-all)\n"
 	"  --dns-upstream ADDR[:PORT]  where the guests' resolver asks (default: the\n"
 	"                         nameservers of /etc/resolv.conf)\n"
+	"  --url-listen HOST:PORT where port URLs (sbx.url(port)) are served, or none\n"
+	"                         (default 127.0.0.1:7071)\n"
+	"  --url-domain NAME[:PORT]  a wildcard domain (*.NAME) pointed at --url-listen:\n"
+	"                         URLs are http://<port>-<id>.NAME[:PORT]/ (default: none,\n"
+	"                         URLs are http://<url-listen>/<id>/<port>/)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --help                 this text\n"
 	"Logs go to stderr, one JSON object per line unless stderr is a terminal.\n"
@@ -88,6 +93,8 @@ static const struct option longopts[] = {
 	{ "net-range", required_argument, 0, 'r' },
 	{ "net-default", required_argument, 0, 'D' },
 	{ "dns-upstream", required_argument, 0, 'u' },
+	{ "url-listen", required_argument, 0, 'U' },
+	{ "url-domain", required_argument, 0, 'W' },
 	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
 };
@@ -188,6 +195,8 @@ static int apply(struct config *o, int c, const char *v)
 		return 0;
 	case 'r': return set_text("net-range", v, o->net_range, sizeof(o->net_range));
 	case 'u': return set_text("dns-upstream", v, o->dns_upstream, sizeof(o->dns_upstream));
+	case 'U': return set_text("url-listen", v, o->url_listen, sizeof(o->url_listen));
+	case 'W': return set_text("url-domain", v, o->url_domain, sizeof(o->url_domain));
 	case 'D':
 		/* The two plain modes may be named; anything else is JSON,
 		 * checked when the daemon starts. */
@@ -272,6 +281,7 @@ static void defaults(struct config *o)
 	o->pool_max_mb = 4096;
 	o->net = 1;
 	snprintf(o->net_range, sizeof(o->net_range), "10.201.0.0/16");
+	snprintf(o->url_listen, sizeof(o->url_listen), "127.0.0.1:7071");
 	snprintf(o->net_default, sizeof(o->net_default), "{\"mode\":\"allow-all\"}");
 }
 

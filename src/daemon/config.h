@@ -24,6 +24,9 @@ struct config {
 	 * addresses, the egress policy of a sandbox that names none */
 	int net;
 	char net_range[32], net_default[4000], dns_upstream[64];
+	/* port URLs: where they are served ("none": nowhere), the wildcard
+	 * domain they are under ("": path URLs) */
+	char url_listen[128], url_domain[256];
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

@@ -11,6 +11,7 @@
 #include "daemon/http/http.h"
 #include "daemon/net/net.h"
 #include "daemon/net/policy.h"
+#include "daemon/ports/ports.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
 
@@ -25,6 +26,13 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Port URLs reach the guests through the sandboxes. */
+static int port_dial(void *arg, const char *id, const char *token, unsigned port, int *fd,
+		     char *err, size_t errlen)
+{
+	return sbx_port_dial(arg, id, token, port, fd, err, errlen);
+}
 
 int main(int argc, char **argv)
 {
@@ -103,6 +111,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sbx_mgr_restore(mgr);
+	struct ports *ports = NULL;
+	struct ports_config pc = {
+		.listen = o.url_listen, .domain = o.url_domain[0] ? o.url_domain : NULL,
+		.dial = port_dial, .arg = mgr,
+	};
+	if (strcmp(o.url_listen, "none") && ports_open(&pc, &ports, err, sizeof(err)) < 0) {
+		log_error("%s (or run with --url-listen none)", err);
+		sbx_mgr_free(mgr);
+		net_close(net);
+		store_close(store);
+		return 1;
+	}
 
 	struct api_ctx api = {
 		.store = store, .sbx = mgr, .guest_dir = o.guest_dir,
@@ -115,6 +135,7 @@ int main(int argc, char **argv)
 		.price_vcpus = (unsigned)o.price_vcpus,
 		.price_memory_gib = (unsigned)o.price_memory_gib,
 		.price_storage_usd_per_gib_month = o.price_storage_gib_month,
+		.ports = ports,
 	};
 	int no_sock = !strcmp(o.socket, "none"), no_tcp = !strcmp(o.listen, "none");
 	if (!no_sock) {
@@ -126,6 +147,7 @@ int main(int argc, char **argv)
 	if (http_start(&api, no_tcp ? NULL : o.listen, no_sock ? NULL : o.socket, &http, err,
 		       sizeof(err)) < 0) {
 		log_error("%s", err);
+		ports_close(ports);
 		sbx_mgr_free(mgr);
 		net_close(net);
 		store_close(store);
@@ -142,6 +164,7 @@ int main(int argc, char **argv)
 	 * HTTP threads can be joined. */
 	sbx_mgr_stop(mgr);
 	http_stop(http);
+	ports_close(ports);
 	sbx_mgr_free(mgr);
 	net_close(net);
 	store_close(store);

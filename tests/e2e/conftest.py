@@ -89,6 +89,9 @@ class Daemon:
         # Tests reach only what they create: no guest goes out unless it asks.
         if not any(str(a).startswith("--net-default") for a in self.extra_args):
             self.extra_args += ["--net-default", "deny-all"]
+        self.url_port = free_port()
+        if not any(str(a).startswith("--url-") for a in self.extra_args):
+            self.extra_args += ["--url-listen", f"127.0.0.1:{self.url_port}"]
         _DAEMONS.append(self)
         self.dir = tempfile.mkdtemp(prefix="cpuosd-", dir="/tmp")
         self.state_dir = os.path.join(self.dir, "state")

@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "3"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "4"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 4", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 5", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 4") != NULL);
+	CHECK(strstr(err, "schema version 5") != NULL);
 	tdb_remove(&t);
 }
 
@@ -300,6 +300,8 @@ static void test_sbx_crud(void)
 	struct store_sbx x, y;
 	mk_sbx(&x, "sbx_3f9a0c1d2e4b5a69", "alice", 1764409318, "{ \"user\" : \"alice\" }");
 	x.env_json = "{\"K\":\"V\"}";
+	x.is_public = 1;
+	snprintf(x.traffic_token, sizeof(x.traffic_token), "00112233445566778899aabbccddeeff");
 	CHECK(store_sbx_insert(t.s, &x) == 0);
 	CHECK(store_sbx_insert(t.s, &x) == -EEXIST);
 	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
@@ -311,6 +313,7 @@ static void test_sbx_crud(void)
 		CHECK(!strcmp(y.metadata_json, "{\"user\":\"alice\"}"));
 		CHECK(!strcmp(y.env_json, "{\"K\":\"V\"}"));
 		CHECK(!strcmp(y.run_dir, "/run/cpuos/sbx_3f9a0c1d2e4b5a69") && y.qemu_pid == 4242);
+		CHECK(y.is_public == 1 && !strcmp(y.traffic_token, x.traffic_token));
 		store_sbx_release(&y);
 	}
 

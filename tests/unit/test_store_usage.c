@@ -418,7 +418,7 @@ static void test_migration_v1(void)
 		tdb_remove(&t);
 		return;
 	}
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "3"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "4"));
 
 	/* the sandboxes, their metadata and their defaults survive the rebuild */
 	struct store_sbx x;
@@ -480,7 +480,7 @@ static void test_migration_v1(void)
 	store_close(t.s);
 	t.s = NULL;
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == 0);
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "3"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "4"));
 	tdb_remove(&t);
 }
 

@@ -93,6 +93,8 @@ class Sandbox:
             sandbox it was forked from or the checkpoint it was started from; `network` is its
             egress policy as a dict in the API's spelling (the daemon's default when it was
             created without one; None when the daemon runs without networks).
+        public, traffic_token: whether its port URLs are open to anyone, and the token they
+            need otherwise (see `url`).
         files: the sandbox's Files.
 
     Raises:
@@ -125,6 +127,9 @@ class Sandbox:
         self.paused_at: Optional[str] = data.get("paused_at")
         self.parent: Optional[str] = data.get("parent")
         self.network: Optional[dict[str, Any]] = data.get("network")
+        self.public: bool = bool(data.get("public"))
+        self.traffic_token: Optional[str] = data.get("traffic_token")
+        self._port_url: Optional[str] = data.get("port_url")
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id} template={self.template} state={self.state}>"
@@ -161,7 +166,7 @@ class Sandbox:
                metadata: Optional[Mapping[str, str]] = None, *,
                checkpoint: Optional[Union[str, Checkpoint]] = None,
                on_timeout: Optional[str] = None, network: Optional[NetworkPolicy] = None,
-               api_key: Optional[str] = None,
+               public: Optional[bool] = None, api_key: Optional[str] = None,
                api_url: Optional[str] = None,
                request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> Sandbox:
         """Start a sandbox and return it once it is ready.
@@ -181,6 +186,8 @@ class Sandbox:
             network: its egress policy (default the daemon's): "allow-all", "deny-all", or
                 e.g. {"mode": "custom", "allowed_hosts": ["pypi.org", "*.pythonhosted.org"],
                 "denied_cidrs": ["203.0.113.0/24"]} (see `set_network`).
+            public: its port URLs (`url`) open to anyone, without its traffic token
+                (default False).
             api_key, api_url: as for `Client`.
             request_timeout: seconds of socket inactivity before a call gives up (the boot
                 itself may take up to 10 minutes).
@@ -206,7 +213,7 @@ class Sandbox:
             body["template"] = template if template is not None else "python"
         for key, value in (("timeout", duration(timeout)), ("vcpus", vcpus), ("memory_mb", memory_mb),
                            ("disk_mb", disk_mb), ("env", env), ("metadata", metadata),
-                           ("on_timeout", on_timeout)):
+                           ("on_timeout", on_timeout), ("public", public)):
             if value is not None:
                 body[key] = dict(value) if isinstance(value, Mapping) else value
         if network is not None:
@@ -303,6 +310,30 @@ class Sandbox:
         self._update(self._client.request("POST", self._path + "/timeout",
                                           json_body={"timeout": duration(timeout)}))
         return self
+
+    def url(self, port: int) -> str:
+        """The URL at which the daemon serves the sandbox's TCP port (HTTP, streamed responses
+        and WebSocket), e.g. for a dev server started with `exec(..., background=True)`. The
+        server must listen on 0.0.0.0. Unless the sandbox is public the URL carries its
+        traffic token, which a browser's first visit turns into a cookie; other clients may
+        send it as the header "cpuos-traffic-token" instead. A request to a paused sandbox
+        resumes it.
+
+        Raises:
+            ValueError: a port outside 1..65535.
+            CpuosError: the daemon serves no port URLs (--url-listen none).
+        """
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"port must be an integer from 1 to 65535, not {port!r}")
+        if not self._port_url:
+            if "port_url" not in self.data:
+                self.info()
+            if not self._port_url:
+                raise CpuosError("this daemon serves no port URLs (it runs with --url-listen none)")
+        url = self._port_url.replace("{port}", str(port))
+        if not self.public and self.traffic_token:
+            url += "?cpuos_token=" + self.traffic_token
+        return url
 
     def get_network(self) -> Optional[dict[str, Any]]:
         """Read the sandbox's egress network policy from the daemon (also into `network`).

@@ -1,7 +1,8 @@
 /*
  * cmd_net: net, a sandbox's egress network policy: GET or PUT
  * /v1/sandboxes/{id}/network. It prints the policy one field a line (or
- * with --json the daemon's answer), the same after a change.
+ * with --json the daemon's answer), the same after a change. url: the URL
+ * of a sandbox's port, from its port_url and traffic_token.
  */
 #include "cli/cpuos/cmd_net.h"
 #include "cli/cpuos/cli.h"
@@ -222,5 +223,51 @@ out:
 	json_decref(deny);
 	json_decref(allow);
 	json_decref(hosts);
+	return ret;
+}
+
+static const char url_usage[] =
+    "usage: cpuos url SANDBOX PORT\n"
+    "Prints the URL at which cpuosd serves a port of the sandbox (HTTP and\n"
+    "WebSocket; the server in it must listen on 0.0.0.0). Unless the sandbox is\n"
+    "public the URL carries its traffic token. A request resumes a paused sandbox.\n";
+
+int cmd_url(struct cli *c, int argc, char **argv)
+{
+	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		fputs(url_usage, stdout);
+		return 0;
+	}
+	if (argc < 3)
+		return cli_usage_err("url", "a sandbox and a port are needed");
+	if (argc > 3)
+		return cli_usage_err("url", "unexpected argument '%s'", argv[3]);
+	char *end;
+	long port = strtol(argv[2], &end, 10);
+	if (!*argv[2] || *end || port < 1 || port > 65535)
+		return cli_usage_err("url", "invalid port '%s' (1 to 65535)", argv[2]);
+	struct api *a = cli_api(c);
+	if (!a)
+		return EXIT_API;
+	struct apath p;
+	apath_init(&p, "/v1/sandboxes");
+	apath_seg(&p, argv[1]);
+	json_t *answer = NULL;
+	if (api_json(a, "GET", &p, NULL, &answer) < 0)
+		return cli_api_fail(a);
+	const char *pattern = json_string_value(json_object_get(answer, "port_url"));
+	const char *token = json_string_value(json_object_get(answer, "traffic_token"));
+	const char *at = pattern ? strstr(pattern, "{port}") : NULL;
+	int ret = 0;
+	if (!at) {
+		cli_err("this cpuosd serves no port URLs (it runs with --url-listen none)");
+		ret = EXIT_API;
+	} else {
+		printf("%.*s%ld%s", (int)(at - pattern), pattern, port, at + 6);
+		if (!json_is_true(json_object_get(answer, "public")) && token)
+			printf("?cpuos_token=%s", token);
+		putchar('\n');
+	}
+	json_decref(answer);
 	return ret;
 }

@@ -15,6 +15,9 @@ struct cli;
  * EXIT_USAGE). */
 int cmd_net(struct cli *c, int argc, char **argv);
 
+/* Prints the URL of a sandbox's port: 0, EXIT_API or EXIT_USAGE. */
+int cmd_url(struct cli *c, int argc, char **argv);
+
 /* The policy that arg (given to option opt of command cmd) names: a JSON
  * object as given, else {"mode": arg} ("allow-all", "deny-all"). A new
  * reference, or NULL after printing why (then exit with EXIT_USAGE). */

@@ -29,6 +29,7 @@ static const char usage[] =
     "  ls [SANDBOX:/PATH]      list sandboxes, or files in a sandbox\n"
     "  kill SANDBOX...         stop sandboxes\n"
     "  net SANDBOX [POLICY]    show or set a sandbox's egress network policy\n"
+    "  url SANDBOX PORT        the URL at which a port of the sandbox is served\n"
     "  pause SANDBOX           pause a sandbox, print its session id\n"
     "  resume SANDBOX|SESSION  resume a paused sandbox\n"
     "  fork SANDBOX [-n N]     copy a running sandbox N times, print the new ids\n"
@@ -80,7 +81,7 @@ static const struct command {
     {"fork", cmd_fork},	      {"checkpoint", cmd_checkpoint},
     {"checkpoints", cmd_checkpoints}, {"checkpoint-rm", cmd_checkpoint_rm},
     {"usage", cmd_usage},     {"version", cmd_version},
-    {"net", cmd_net},
+    {"net", cmd_net},	      {"url", cmd_url},
 };
 
 int main(int argc, char **argv)

@@ -5,6 +5,7 @@
 #include "daemon/api/api.h"
 
 #include <errno.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/duration.h"
+#include "daemon/ports/ports.h"
 
 const struct route api_routes[] = {
 	{ "GET", "/v1/health", api_health, NULL, 1, 0 },
@@ -116,6 +118,21 @@ json_t *api_sandbox_json(struct req *r, const struct store_sbx *row)
 	json_object_set_new(o, "parent", row->parent[0] ? json_string(row->parent) : json_null());
 	json_t *net = sbx_network_json(r->api->sbx, row->network_json);
 	json_object_set_new(o, "network", net ? net : json_null());
+	json_object_set_new(o, "public", json_boolean(row->is_public));
+	if (r->api->ports) {
+		char url[600], host[256] = "";
+		const char *h = MHD_lookup_connection_value(r->con, MHD_HEADER_KIND, "Host");
+		if (h && h[0] != '[') /* a name or IPv4 address, without its port */
+			snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ":"), h);
+		ports_url(r->api->ports, row->id, host, url, sizeof(url));
+		json_object_set_new(o, "port_url", json_string(url));
+		json_object_set_new(o, "traffic_token", row->traffic_token[0]
+								? json_string(row->traffic_token)
+								: json_null());
+	} else {
+		json_object_set_new(o, "port_url", json_null());
+		json_object_set_new(o, "traffic_token", json_null());
+	}
 	return o;
 }
 

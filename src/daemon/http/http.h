@@ -15,6 +15,7 @@
 struct MHD_Connection;
 struct store;
 struct sbx_mgr;
+struct ports;
 
 struct api_ctx {
 	struct store *store;
@@ -35,6 +36,7 @@ struct api_ctx {
 	unsigned price_vcpus;
 	unsigned price_memory_gib;
 	double price_storage_usd_per_gib_month;
+	struct ports *ports;       /* port URLs (ports.h), or NULL: none */
 };
 
 /* One request as handlers see it. */

@@ -416,6 +416,15 @@ void sbx__random_id(char *out, size_t n, const char *prefix)
 		 b[5], b[6], b[7]);
 }
 
+/* 128 random bits in hex: every new sandbox's traffic token. */
+static void random_token(char *out, size_t n)
+{
+	char a[17], b[17];
+	sbx__random_id(a, sizeof(a), "");
+	sbx__random_id(b, sizeof(b), "");
+	snprintf(out, n, "%s%s", a, b);
+}
+
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
 		      char *image, size_t n)
 {
@@ -429,6 +438,7 @@ int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *
 {
 	snprintf(row->state, sizeof(row->state), "running");
 	row->qemu_pid = vm_pid(vm);
+	random_token(row->traffic_token, sizeof(row->traffic_token));
 	int r = store_sbx_insert(m->store, row);
 	int stored = r == 0;
 	if (r == 0)
@@ -544,6 +554,7 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 	snprintf(row->account, sizeof(row->account), "%s", account);
 	snprintf(row->key_id, sizeof(row->key_id), "%s", p->key_id ? p->key_id : "");
 	snprintf(row->on_timeout, sizeof(row->on_timeout), "%s", p->kill_on_timeout ? "kill" : "pause");
+	row->is_public = p->is_public;
 	/* A checkpoint's own environment comes with it; the create's wins. */
 	row->env_json = strdup(p->env_json ? p->env_json : p->checkpoint && ck.env_json ? ck.env_json : "{}");
 	row->metadata_json = strdup(p->metadata_json ? p->metadata_json : "{}");

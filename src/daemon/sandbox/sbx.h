@@ -44,6 +44,7 @@ struct sbx_params {
 	const char *checkpoint; /* restore this checkpoint (id or name) */
 	const char *key_id;   /* the key that creates it, for usage */
 	const char *network_json; /* egress policy (sbx_network_text); NULL: the default */
+	int is_public;        /* its port URLs need no token */
 };
 
 struct sbx_mgr;
@@ -106,6 +107,15 @@ int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text,
 /* The egress counters of a running sandbox (net.h): 0 or -errno. */
 struct net_counters;
 int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c);
+
+/* Port URLs: a connection to port of sandbox id for a client that shows
+ * token (NULL: none), which a public sandbox does not need; a paused one
+ * is resumed. fd NULL: the token is only checked. 0 with *fd, or -errno
+ * with a reason: -ENOENT, -EACCES (token), -ESHUTDOWN (stopped),
+ * -ENETUNREACH (no network), -ECONNREFUSED (nothing listens), -ETIMEDOUT,
+ * or sbx_resume's. */
+int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned port, int *fd,
+		  char *err, size_t errlen);
 
 /* The environment every command of the sandbox gets (JSON object). */
 const char *sbx_env_json(const struct sbx *s);

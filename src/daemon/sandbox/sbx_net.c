@@ -12,10 +12,13 @@
 #include "daemon/net/policy.h"
 #include "runner/vm.h"
 
+#include <openssl/crypto.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Parses text ("" or NULL: the default) into p. */
 static int policy_of(struct sbx_mgr *m, const char *text, struct net_policy *p, char *err,
@@ -167,4 +170,70 @@ int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c)
 	pthread_mutex_unlock(&s->mu);
 	sbx_put(s);
 	return r;
+}
+
+/* The token's check costs the same wherever it differs. */
+static int token_ok(const struct store_sbx *row, const char *token)
+{
+	if (row->is_public)
+		return 1;
+	size_t n = strlen(row->traffic_token);
+	return token && n && strlen(token) == n && !CRYPTO_memcmp(token, row->traffic_token, n);
+}
+
+int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned port, int *fd,
+		  char *err, size_t errlen)
+{
+	struct store_sbx row;
+	if (store_sbx_get(m->store, id, &row) < 0) {
+		snprintf(err, errlen, "no sandbox '%s'", id);
+		return -ENOENT;
+	}
+	int ok = token_ok(&row, token), stopped = !strcmp(row.state, "stopped") ||
+						   !strcmp(row.state, "lost");
+	store_sbx_release(&row);
+	if (!ok) {
+		snprintf(err, errlen, "sandbox '%s' is not public: its traffic token is needed", id);
+		return -EACCES;
+	}
+	if (!fd)
+		return 0;
+	if (stopped) {
+		snprintf(err, errlen, "sandbox '%s' is stopped", id);
+		return -ESHUTDOWN;
+	}
+	if (!m->cfg.net) {
+		snprintf(err, errlen, "this daemon runs without networks (--net off)");
+		return -ENETUNREACH;
+	}
+	/* A paused sandbox resumes for its first request; the others a
+	 * browser sends alongside wait for that resume. */
+	int r;
+	for (int i = 0; (r = sbx_resume(m, id, err, errlen)) == -EBUSY && i < 300; i++)
+		usleep(100 * 1000);
+	if (r < 0)
+		return r;
+	struct sbx *s = sbx_find(m, id, NULL);
+	if (!s) {
+		snprintf(err, errlen, "sandbox '%s' is not running", id);
+		return -ESHUTDOWN;
+	}
+	pthread_mutex_lock(&s->mu);
+	int slot = s->net_slot;
+	pthread_mutex_unlock(&s->mu);
+	sbx_put(s);
+	r = slot == NET_NO_SLOT ? -ENETUNREACH : net_dial_guest(m->cfg.net, slot, port, 5000);
+	if (r == -ECONNREFUSED)
+		snprintf(err, errlen,
+			 "nothing listens on port %u in sandbox '%s' (a server must listen on "
+			 "0.0.0.0, not 127.0.0.1)", port, id);
+	else if (r == -ETIMEDOUT)
+		snprintf(err, errlen, "port %u of sandbox '%s' did not answer in 5 s", port, id);
+	else if (r < 0)
+		snprintf(err, errlen, "cannot reach port %u of sandbox '%s': %s", port, id,
+			 strerror(-r));
+	if (r < 0)
+		return r;
+	*fd = r;
+	return 0;
 }

@@ -343,6 +343,7 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 			row->vcpus = parent.vcpus;
 			row->memory_mb = parent.memory_mb;
 			row->disk_mb = parent.disk_mb;
+			row->is_public = parent.is_public;
 			row->generation = parent.generation + 1;
 			row->created_at = now_s();
 			row->expires_at = row->created_at + (left > 0 ? left : RESUME_DEFAULT_S);

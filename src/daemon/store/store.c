@@ -143,6 +143,10 @@ static const char *const migrations[] = {
      * the daemon's default) and the host network slot of a running one. */
     "ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT -1;",
+    /* 3 -> 4: port URLs. Open to all, or to whoever has the token ('':
+     * none yet, the sandbox came from an older daemon: only public). */
+    "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE sandboxes ADD COLUMN traffic_token TEXT NOT NULL DEFAULT '';",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

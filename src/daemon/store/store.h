@@ -69,6 +69,8 @@ struct store_sbx {
 	unsigned generation; /* restores so far (fork, resume) */
 	char *network_json;  /* egress policy, compact JSON; "" = the default; owned */
 	int net_slot;        /* host network slot while it runs, else -1 */
+	int is_public;       /* its port URLs need no token */
+	char traffic_token[40]; /* what its port URLs need (32 hex); "" = none */
 };
 
 /* Frees the strings inside (not the struct). */

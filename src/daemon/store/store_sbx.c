@@ -34,7 +34,7 @@
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
-	"key_id, generation, network, net_slot"
+	"key_id, generation, network, net_slot, public, traffic_token"
 
 /* Sandbox ids: 1..31 printable bytes, no space. */
 static int sbx_id_ok(const char *s)
@@ -114,7 +114,7 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		r = store__prep(s,
 				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
 				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-				"?17, ?18, ?19, ?20, ?21, ?22)",
+				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
@@ -138,7 +138,9 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		    store__bind_text(st, 19, x->key_id) != SQLITE_OK ||
 		    sqlite3_bind_int64(st, 20, x->generation) != SQLITE_OK ||
 		    store__bind_text(st, 21, x->network_json ? x->network_json : "") != SQLITE_OK ||
-		    sqlite3_bind_int(st, 22, x->net_slot) != SQLITE_OK)
+		    sqlite3_bind_int(st, 22, x->net_slot) != SQLITE_OK ||
+		    sqlite3_bind_int(st, 23, x->is_public) != SQLITE_OK ||
+		    store__bind_text(st, 24, x->traffic_token) != SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -221,6 +223,7 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	    store__col_copy(st, 14, x->on_timeout, sizeof(x->on_timeout)) ||
 	    store__col_copy(st, 17, x->parent, sizeof(x->parent)) ||
 	    store__col_copy(st, 18, x->key_id, sizeof(x->key_id)) ||
+	    store__col_copy(st, 23, x->traffic_token, sizeof(x->traffic_token)) ||
 	    col_unsigned(st, 19, &x->generation))
 		return -EIO;
 	x->timeout_left_s = sqlite3_column_int64(st, 15);
@@ -238,6 +241,7 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	const char *nw = (const char *)sqlite3_column_text(st, 20);
 	x->network_json = strdup(nw ? nw : "");
 	x->net_slot = sqlite3_column_int(st, 21);
+	x->is_public = sqlite3_column_int(st, 22) != 0;
 	if (!x->metadata_json || !x->env_json || !x->network_json) {
 		store_sbx_release(x);
 		return -ENOMEM;

@@ -1,0 +1,659 @@
+/*
+ * ports: see ports.h. A connection's life: read the head (at most
+ * HEAD_MAX bytes in HEAD_MS), route it, check the token, dial the guest,
+ * send the head as the guest should see it and what came after it, then
+ * relay both ways.
+ */
+#include "daemon/ports/ports.h"
+
+#include "common/log.h"
+#include "common/tcp.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HEAD_MAX (16 << 10)
+#define HEAD_MS 10000
+#define IDLE_MS (15 * 60 * 1000)
+#define TOKEN_MAX 64
+
+struct ports {
+	char domain[256];  /* without its port; "" for path URLs */
+	char url_host[300]; /* what the URLs name: domain[:port] or the listen address */
+	int any_addr;      /* listening on every address: URLs name the API's host */
+	char listen_port[8];
+	ports_dial_fn dial;
+	void *arg;
+	int lfd, wakefd;
+	pthread_t acceptor;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int quit, nconns;
+	int fds[PORTS_MAX_CONNS][2]; /* each connection's client and guest side, -1 if none */
+};
+
+/* --- routes ------------------------------------------------------------------ */
+
+/* "<port>" of 1 to 65535 from s[0..n): the port, or 0. */
+static unsigned parse_port(const char *s, size_t n)
+{
+	if (n == 0 || n > 5 || s[0] == '0')
+		return 0;
+	unsigned v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return 0;
+		v = v * 10 + (unsigned)(s[i] - '0');
+	}
+	return v <= 65535 ? v : 0;
+}
+
+static int is_hex16(const char *s)
+{
+	for (int i = 0; i < 16; i++)
+		if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f'))
+			return 0;
+	return 1;
+}
+
+int ports_route(const char *domain, const char *target, size_t tlen, const char *host,
+		struct ports_route *r)
+{
+	memset(r, 0, sizeof(*r));
+	size_t dl = domain ? strlen(domain) : 0, hl = host ? strlen(host) : 0;
+	/* <port>-<16 hex>.<domain> */
+	if (dl && hl > dl + 1 && host[hl - dl - 1] == '.' && !strcasecmp(host + hl - dl, domain)) {
+		size_t ll = hl - dl - 1;
+		const char *dash = memchr(host, '-', ll);
+		if (!dash || (size_t)(host + ll - dash - 1) != 16 || !is_hex16(dash + 1) ||
+		    !(r->port = parse_port(host, (size_t)(dash - host))))
+			return 0;
+		snprintf(r->id, sizeof(r->id), "sbx_%.16s", dash + 1);
+		r->rest = target;
+		r->rest_len = tlen;
+		return 1;
+	}
+	/* /sbx_<16 hex>/<port>[/...|?...] */
+	if (tlen < 23 || memcmp(target, "/sbx_", 5) || !is_hex16(target + 5) || target[21] != '/')
+		return 0;
+	size_t k = 22;
+	while (k < tlen && isdigit((unsigned char)target[k]))
+		k++;
+	if ((k < tlen && target[k] != '/' && target[k] != '?') ||
+	    !(r->port = parse_port(target + 22, k - 22)))
+		return 0;
+	snprintf(r->id, sizeof(r->id), "%.20s", target + 1);
+	r->by_path = 1;
+	r->rest = target + k;
+	r->rest_len = tlen - k;
+	return 1;
+}
+
+/* --- the request head ----------------------------------------------------------- */
+
+struct head {
+	const char *buf;
+	size_t len;                 /* through the blank line */
+	const char *target, *line2; /* line2: the first header line */
+	size_t method_len, target_len;
+	const char *version;
+	size_t version_len;
+	char host[256];
+	char token[TOKEN_MAX + 1];  /* from the header, else the cookie */
+	int upgrade;
+};
+
+/* The next pair ("name=value") of a Cookie header's value at *p, before
+ * end: 1 with it in *s and *n, 0 at the end. */
+static int next_cookie(const char **p, const char *end, const char **s, size_t *n)
+{
+	const char *c = *p;
+	while (c < end && (*c == ' ' || *c == ';'))
+		c++;
+	if (c >= end)
+		return 0;
+	size_t left = (size_t)(end - c);
+	const char *semi = memchr(c, ';', left);
+	*s = c;
+	*n = semi ? (size_t)(semi - c) : left;
+	*p = c + *n;
+	return 1;
+}
+
+/* Is pair s[0..n) our token's? */
+static int our_cookie(const char *s, size_t n)
+{
+	size_t pl = strlen(PORTS_TOKEN_PARAM);
+	return n > pl && !memcmp(s, PORTS_TOKEN_PARAM "=", pl + 1);
+}
+
+/* Parses buf[0..len), which ends with the blank line: 0, or -1 for a head
+ * that is not an HTTP/1 request in origin form with at most one Host. */
+static int parse_head(const char *buf, size_t len, struct head *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->buf = buf;
+	h->len = len;
+	const char *eol = memmem(buf, len, "\r\n", 2);
+	const char *sp1 = memchr(buf, ' ', (size_t)(eol - buf));
+	const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+	if (!sp1 || !sp2 || sp1 == buf || sp1[1] != '/' || (size_t)(eol - sp2 - 1) < 8 ||
+	    memcmp(sp2 + 1, "HTTP/1.", 7))
+		return -1;
+	h->method_len = (size_t)(sp1 - buf);
+	h->target = sp1 + 1;
+	h->target_len = (size_t)(sp2 - sp1 - 1);
+	h->version = sp2 + 1;
+	h->version_len = (size_t)(eol - sp2 - 1);
+	h->line2 = eol + 2;
+	for (size_t i = 0; i < h->target_len; i++)
+		if ((unsigned char)h->target[i] <= ' ' || h->target[i] == 0x7f)
+			return -1;
+	int hosts = 0;
+	for (const char *l = h->line2; l < buf + len - 2;) {
+		const char *le = memmem(l, (size_t)(buf + len - l), "\r\n", 2);
+		const char *colon = memchr(l, ':', (size_t)(le - l));
+		if (!colon)
+			return -1;
+		size_t nl = (size_t)(colon - l);
+		const char *v = colon + 1;
+		while (v < le && (*v == ' ' || *v == '\t'))
+			v++;
+		size_t vl = (size_t)(le - v);
+		while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+			vl--;
+		if (nl == 4 && !strncasecmp(l, "host", 4)) {
+			size_t k = 0;
+			while (k < vl && v[k] != ':')
+				k++;
+			if (hosts++ || k >= sizeof(h->host))
+				return -1;
+			for (size_t i = 0; i < k; i++)
+				h->host[i] = (char)tolower((unsigned char)v[i]);
+		} else if (nl == strlen(PORTS_TOKEN_HEADER) && !strncasecmp(l, PORTS_TOKEN_HEADER, nl)) {
+			if (vl > TOKEN_MAX)
+				return -1;
+			snprintf(h->token, sizeof(h->token), "%.*s", (int)vl, v);
+		} else if (nl == 6 && !strncasecmp(l, "cookie", 6) && !h->token[0]) {
+			const char *p = v, *c;
+			size_t n, pl = strlen(PORTS_TOKEN_PARAM) + 1;
+			while (next_cookie(&p, v + vl, &c, &n))
+				if (our_cookie(c, n) && n - pl <= TOKEN_MAX)
+					snprintf(h->token, sizeof(h->token), "%.*s", (int)(n - pl), c + pl);
+		} else if (nl == 7 && !strncasecmp(l, "upgrade", 7)) {
+			h->upgrade = 1;
+		}
+		l = le + 2;
+	}
+	return 0;
+}
+
+/* Reads until the blank line: the bytes read (the head and perhaps the
+ * start of a body), with *head_len; -1 on a timeout, an end or too long. */
+static ssize_t read_head(int fd, char *buf, size_t *head_len)
+{
+	size_t len = 0;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (len < HEAD_MAX) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long left = HEAD_MS - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0 || tcp_wait(fd, POLLIN, (int)left) <= 0)
+			return -1;
+		ssize_t got = recv(fd, buf + len, HEAD_MAX - len, 0);
+		if (got <= 0)
+			return -1;
+		len += (size_t)got;
+		const char *end = memmem(buf, len, "\r\n\r\n", 4);
+		if (end) {
+			*head_len = (size_t)(end - buf) + 4;
+			return (ssize_t)len;
+		}
+	}
+	return -1;
+}
+
+/* --- answers of our own -------------------------------------------------------- */
+
+static void answer(int fd, unsigned status, const char *code, const char *msg)
+{
+	static const struct { unsigned s; const char *t; } texts[] = {
+		{ 400, "Bad Request" }, { 401, "Unauthorized" }, { 404, "Not Found" },
+		{ 410, "Gone" }, { 429, "Too Many Requests" }, { 502, "Bad Gateway" },
+		{ 503, "Service Unavailable" }, { 504, "Gateway Timeout" },
+	};
+	const char *text = "Error";
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+		if (texts[i].s == status)
+			text = texts[i].t;
+	json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	char head[256];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+			 status, text, body ? strlen(body) : 0);
+	if (tcp_send_all(fd, head, (size_t)n) == 0 && body)
+		tcp_send_all(fd, body, strlen(body));
+	free(body);
+}
+
+static void answer_dial_error(int fd, int e, const char *err)
+{
+	switch (e) {
+	case -ENOENT: answer(fd, 404, "not_found", err); break;
+	case -EACCES: answer(fd, 401, "unauthorized", err); break;
+	case -ESHUTDOWN: answer(fd, 410, "gone", err); break;
+	case -EDQUOT: answer(fd, 429, "quota_exceeded", err); break;
+	case -ECONNREFUSED: answer(fd, 502, "port_closed", err); break;
+	case -ETIMEDOUT: answer(fd, 504, "timeout", err); break;
+	default: answer(fd, 503, "unavailable", err); break;
+	}
+}
+
+static int token_chars_ok(const char *t)
+{
+	return strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+	       strlen(t);
+}
+
+/* The token in the query (?cpuos_token=T): 1 with T in token and the
+ * target without it in loc; 0 when there is none. */
+static int query_token(const struct head *h, char *token, char *loc, size_t loclen)
+{
+	const char *t = h->target, *q = memchr(t, '?', h->target_len), *end = t + h->target_len;
+	size_t pl = strlen(PORTS_TOKEN_PARAM);
+	for (const char *p = q ? q + 1 : end; p < end;) {
+		const char *amp = memchr(p, '&', (size_t)(end - p));
+		const char *pe = amp ? amp : end;
+		if ((size_t)(pe - p) > pl && !memcmp(p, PORTS_TOKEN_PARAM "=", pl + 1) &&
+		    (size_t)(pe - p) - pl - 1 <= TOKEN_MAX) {
+			snprintf(token, TOKEN_MAX + 1, "%.*s", (int)((size_t)(pe - p) - pl - 1),
+				 p + pl + 1);
+			if (amp) /* what came before it (through its '?' or '&'), then after */
+				snprintf(loc, loclen, "%.*s%.*s", (int)(p - t), t, (int)(end - amp - 1),
+					 amp + 1);
+			else /* the last: before it, without the '?' or '&' */
+				snprintf(loc, loclen, "%.*s", (int)(p - 1 - t), t);
+			return 1;
+		}
+		p = amp ? amp + 1 : end;
+	}
+	return 0;
+}
+
+static void redirect(int fd, const char *loc, const char *token, const char *cookie_path)
+{
+	char head[HEAD_MAX + 512];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 302 Found\r\nLocation: %s\r\n"
+			 "Set-Cookie: " PORTS_TOKEN_PARAM "=%s; Path=%s; HttpOnly; SameSite=Lax\r\n"
+			 "Content-Length: 0\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+			 loc, token, cookie_path);
+	if (n > 0 && (size_t)n < sizeof(head))
+		tcp_send_all(fd, head, (size_t)n);
+}
+
+/* --- what the guest sees ----------------------------------------------------------- */
+
+struct out {
+	char *p;
+	size_t len, cap;
+};
+
+static int put(struct out *o, const char *s, size_t n)
+{
+	if (o->len + n > o->cap)
+		return -1;
+	memcpy(o->p + o->len, s, n);
+	o->len += n;
+	return 0;
+}
+
+/* The head as the guest gets it: the target cut from the route's prefix,
+ * our token taken out, and Connection: close for a path URL (the next
+ * request may be for another sandbox), forwarded headers added. */
+static int guest_head(const struct head *h, const struct ports_route *rt, const char *client,
+		      struct out *o)
+{
+	int r = put(o, h->buf, h->method_len + 1);
+	if (rt->rest_len == 0 || rt->rest[0] != '/')
+		r |= put(o, "/", 1);
+	r |= put(o, rt->rest, rt->rest_len);
+	r |= put(o, " ", 1) | put(o, h->version, h->version_len) | put(o, "\r\n", 2);
+	size_t tl = strlen(PORTS_TOKEN_HEADER);
+	const char *end = h->buf + h->len - 2;
+	for (const char *l = h->line2; l < end;) {
+		const char *le = (const char *)memmem(l, (size_t)(end + 2 - l), "\r\n", 2) + 2;
+		size_t n = (size_t)(le - l);
+		if ((n > tl && !strncasecmp(l, PORTS_TOKEN_HEADER ":", tl + 1)) ||
+		    (rt->by_path && !h->upgrade && n > 11 && !strncasecmp(l, "connection:", 11)) ||
+		    !strncasecmp(l, "x-forwarded-", 12)) {
+			l = le;
+			continue;
+		}
+		if (n > 7 && !strncasecmp(l, "cookie:", 7)) { /* all pairs but ours */
+			char line[HEAD_MAX];
+			size_t k = 0, cn;
+			const char *p = l + 7, *c;
+			while (next_cookie(&p, le - 2, &c, &cn))
+				if (!our_cookie(c, cn))
+					k += (size_t)snprintf(line + k, sizeof(line) - k, "%s%.*s",
+							      k ? "; " : "", (int)cn, c);
+			if (k)
+				r |= put(o, "Cookie: ", 8) | put(o, line, k) | put(o, "\r\n", 2);
+			l = le;
+			continue;
+		}
+		r |= put(o, l, n);
+		l = le;
+	}
+	char fwd[600];
+	int n = snprintf(fwd, sizeof(fwd), "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n", client);
+	if (h->host[0])
+		n += snprintf(fwd + n, sizeof(fwd) - (size_t)n, "X-Forwarded-Host: %s\r\n", h->host);
+	r |= put(o, fwd, (size_t)n);
+	if (rt->by_path && !h->upgrade)
+		r |= put(o, "Connection: close\r\n", 19);
+	r |= put(o, "\r\n", 2);
+	return r ? -1 : 0;
+}
+
+/* --- a connection --------------------------------------------------------------------- */
+
+struct conn {
+	struct ports *p;
+	int fd, at;
+	char client[INET6_ADDRSTRLEN];
+};
+
+static void set_guest_fd(struct conn *c, int fd)
+{
+	pthread_mutex_lock(&c->p->mu);
+	c->p->fds[c->at][1] = fd;
+	int quit = c->p->quit;
+	pthread_mutex_unlock(&c->p->mu);
+	if (quit && fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+}
+
+static void serve(struct conn *c)
+{
+	struct ports *p = c->p;
+	char *buf = malloc(HEAD_MAX), *ob = malloc(HEAD_MAX + 1024), err[512];
+	size_t head_len;
+	ssize_t got = buf && ob ? read_head(c->fd, buf, &head_len) : -1;
+	struct head h;
+	struct ports_route rt;
+	if (got < 0)
+		goto out;
+	if (parse_head(buf, head_len, &h) < 0) {
+		answer(c->fd, 400, "bad_request", "not an HTTP/1 request");
+		goto out;
+	}
+	if (!ports_route(p->domain[0] ? p->domain : NULL, h.target, h.target_len, h.host, &rt)) {
+		answer(c->fd, 404, "not_found",
+		       p->domain[0] ? "no sandbox port here: URLs are http://<port>-<id>.<domain>/"
+				    : "no sandbox port here: URLs are /<sandbox id>/<port>/");
+		goto out;
+	}
+	char qtoken[TOKEN_MAX + 1], loc[HEAD_MAX];
+	if (query_token(&h, qtoken, loc, sizeof(loc))) {
+		/* A browser's first visit: the token becomes its cookie. */
+		int e = token_chars_ok(qtoken)
+			    ? p->dial(p->arg, rt.id, qtoken, rt.port, NULL, err, sizeof(err))
+			    : -EACCES;
+		if (e == -EACCES && !token_chars_ok(qtoken))
+			snprintf(err, sizeof(err), "not a traffic token");
+		char cookie_path[64];
+		snprintf(cookie_path, sizeof(cookie_path), rt.by_path ? "/%s/%u" : "/", rt.id, rt.port);
+		if (e < 0)
+			answer_dial_error(c->fd, e, err);
+		else
+			redirect(c->fd, loc, qtoken, cookie_path);
+		goto out;
+	}
+	int gfd;
+	int e = p->dial(p->arg, rt.id, h.token[0] ? h.token : NULL, rt.port, &gfd, err, sizeof(err));
+	if (e < 0) {
+		answer_dial_error(c->fd, e, err);
+		goto out;
+	}
+	set_guest_fd(c, gfd);
+	/* A guest paused or gone sends no end: probes find that out. */
+	int on = 1, idle = 60, intvl = 10, cnt = 3;
+	setsockopt(gfd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	struct out o = { .p = ob, .cap = HEAD_MAX + 1024 };
+	if (guest_head(&h, &rt, c->client, &o) < 0) {
+		answer(c->fd, 400, "bad_request", "the request head is too large");
+	} else if (tcp_send_all(gfd, o.p, o.len) == 0 &&
+		   tcp_send_all(gfd, buf + head_len, (size_t)got - head_len) == 0) {
+		free(buf);
+		free(ob);
+		buf = ob = NULL;
+		tcp_relay(c->fd, gfd, IDLE_MS);
+	}
+	set_guest_fd(c, -1);
+	close(gfd);
+out:
+	free(buf);
+	free(ob);
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	serve(c);
+	pthread_mutex_lock(&c->p->mu);
+	c->p->fds[c->at][0] = -1;
+	close(c->fd); /* under the lock: ports_close never shuts a number reused */
+	c->p->nconns--;
+	pthread_cond_broadcast(&c->p->cv);
+	pthread_mutex_unlock(&c->p->mu);
+	free(c);
+	return NULL;
+}
+
+/* --- accepting --------------------------------------------------------------------- */
+
+static void take(struct ports *p, int fd, const struct sockaddr_storage *sa)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+	int at = -1;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; c && i < PORTS_MAX_CONNS && at < 0; i++)
+		if (p->fds[i][0] < 0)
+			at = i;
+	if (at >= 0) {
+		p->fds[at][0] = fd;
+		p->fds[at][1] = -1;
+		p->nconns++;
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (at < 0) {
+		free(c);
+		tcp_reset(fd);
+		return;
+	}
+	c->p = p;
+	c->fd = fd;
+	c->at = at;
+	if (sa->ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, c->client,
+			  sizeof(c->client));
+	else
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, c->client,
+			  sizeof(c->client));
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 << 10);
+	if (pthread_create(&t, &attr, conn_main, c) != 0) {
+		pthread_mutex_lock(&p->mu);
+		p->fds[at][0] = -1;
+		p->nconns--;
+		pthread_mutex_unlock(&p->mu);
+		free(c);
+		tcp_reset(fd);
+	}
+	pthread_attr_destroy(&attr);
+}
+
+static void *acceptor_main(void *arg)
+{
+	struct ports *p = arg;
+	for (;;) {
+		struct pollfd pf[2] = { { .fd = p->lfd, .events = POLLIN },
+					{ .fd = p->wakefd, .events = POLLIN } };
+		if (poll(pf, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (pf[1].revents)
+			break;
+		if (!pf[0].revents)
+			continue;
+		struct sockaddr_storage sa;
+		socklen_t sl = sizeof(sa);
+		int fd = accept4(p->lfd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
+		if (fd >= 0)
+			take(p, fd, &sa);
+		else if (errno == EMFILE || errno == ENFILE)
+			usleep(50 * 1000); /* out of descriptors: let connections end */
+	}
+	return NULL;
+}
+
+/* HOST:PORT ([v6]:PORT) into a listening socket: its fd or -errno. */
+static int listen_on(const char *addr, char *host, size_t hostlen, char *port, size_t portlen,
+		     char *err, size_t errlen)
+{
+	const char *colon = strrchr(addr, ':');
+	if (!colon || colon == addr || !colon[1]) {
+		snprintf(err, errlen, "--url-listen '%s' is not HOST:PORT", addr);
+		return -EINVAL;
+	}
+	size_t hl = (size_t)(colon - addr);
+	if (addr[0] == '[' && hl >= 2 && addr[hl - 1] == ']')
+		snprintf(host, hostlen, "%.*s", (int)(hl - 2), addr + 1);
+	else
+		snprintf(host, hostlen, "%.*s", (int)hl, addr);
+	snprintf(port, portlen, "%s", colon + 1);
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE };
+	struct addrinfo *ai;
+	if (getaddrinfo(host, port, &hints, &ai) != 0) {
+		snprintf(err, errlen, "--url-listen '%s' is not a numeric HOST:PORT", addr);
+		return -EINVAL;
+	}
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1, e = 0;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 256) < 0)
+		e = errno;
+	freeaddrinfo(ai);
+	if (e) {
+		snprintf(err, errlen, "cannot listen on %s for port URLs: %s", addr, strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+int ports_open(const struct ports_config *c, struct ports **out, char *err, size_t errlen)
+{
+	struct ports *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	char host[256];
+	int r = listen_on(c->listen, host, sizeof(host), p->listen_port, sizeof(p->listen_port), err,
+			  errlen);
+	if (r < 0) {
+		free(p);
+		return r;
+	}
+	p->lfd = r;
+	p->dial = c->dial;
+	p->arg = c->arg;
+	if (c->domain && c->domain[0]) {
+		snprintf(p->url_host, sizeof(p->url_host), "%s", c->domain);
+		snprintf(p->domain, sizeof(p->domain), "%.*s", (int)strcspn(c->domain, ":"), c->domain);
+		for (char *s = p->domain; *s; s++)
+			*s = (char)tolower((unsigned char)*s);
+	} else {
+		p->any_addr = !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
+		snprintf(p->url_host, sizeof(p->url_host), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host,
+			 p->listen_port);
+	}
+	for (int i = 0; i < PORTS_MAX_CONNS; i++)
+		p->fds[i][0] = p->fds[i][1] = -1;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	p->wakefd = eventfd(0, EFD_CLOEXEC);
+	if (p->wakefd < 0 || pthread_create(&p->acceptor, NULL, acceptor_main, p) != 0) {
+		snprintf(err, errlen, "cannot start the port URL proxy");
+		if (p->wakefd >= 0)
+			close(p->wakefd);
+		close(p->lfd);
+		free(p);
+		return -EAGAIN;
+	}
+	*out = p;
+	return 0;
+}
+
+void ports_close(struct ports *p)
+{
+	if (!p)
+		return;
+	uint64_t one = 1;
+	if (write(p->wakefd, &one, sizeof(one)) < 0) {
+		/* cannot fail on a fresh eventfd */
+	}
+	pthread_join(p->acceptor, NULL);
+	pthread_mutex_lock(&p->mu);
+	p->quit = 1;
+	for (int i = 0; i < PORTS_MAX_CONNS; i++)
+		for (int k = 0; k < 2; k++)
+			if (p->fds[i][k] >= 0)
+				shutdown(p->fds[i][k], SHUT_RDWR);
+	while (p->nconns)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+	close(p->lfd);
+	close(p->wakefd);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv);
+	free(p);
+}
+
+void ports_url(const struct ports *p, const char *id, const char *api_host, char *out,
+	       size_t len)
+{
+	if (p->domain[0])
+		snprintf(out, len, "http://{port}-%s.%s/", id + 4, p->url_host);
+	else if (p->any_addr && api_host && api_host[0])
+		snprintf(out, len, "http://%s:%s/%s/{port}/", api_host, p->listen_port, id);
+	else
+		snprintf(out, len, "http://%s/%s/{port}/", p->url_host, id);
+}

@@ -1,0 +1,67 @@
+/*
+ * ports: port URLs, a reverse proxy from the host into the guests' ports
+ * (sbx.url(port)). It reads a request's head only to learn where it goes:
+ *   http://<port>-<hex of the id>.<domain>/...  with a wildcard domain,
+ *   http://<listen address>/<id>/<port>/...     without one (the prefix is
+ *                                               cut before the guest sees it);
+ * then passes the connection on as it is, so streamed responses, uploads
+ * and WebSocket need nothing of their own. A path URL's connection carries
+ * one request (its Connection becomes close): the next may be for another
+ * sandbox. A request shows the sandbox's traffic token unless it is public:
+ * as the query parameter cpuos_token (answered with a redirect that sets
+ * it as a cookie, for browsers), the cookie cpuos_token or the header
+ * cpuos-traffic-token; neither reaches the guest. The answers of its own
+ * (no such sandbox, no token, nothing listens) are JSON errors as the API's.
+ *
+ * One thread accepts; each connection has a thread of its own, at most
+ * PORTS_MAX_CONNS, ended by 15 idle minutes or ports_close.
+ */
+#ifndef CPUOS_PORTS_H
+#define CPUOS_PORTS_H
+
+#include <stddef.h>
+
+#define PORTS_MAX_CONNS 512
+#define PORTS_TOKEN_PARAM "cpuos_token"
+#define PORTS_TOKEN_HEADER "cpuos-traffic-token"
+
+/* Connects to port of sandbox id for a client that shows token (NULL:
+ * none): sbx_port_dial's contract (sbx.h), fd NULL only checks. */
+typedef int (*ports_dial_fn)(void *arg, const char *id, const char *token, unsigned port,
+			     int *fd, char *err, size_t errlen);
+
+struct ports_config {
+	const char *listen; /* HOST:PORT */
+	const char *domain; /* NAME[:PORT] of the wildcard URLs, or NULL: path URLs */
+	ports_dial_fn dial;
+	void *arg;
+};
+
+struct ports;
+
+/* Listens and serves: 0, or -errno with a reason. */
+int ports_open(const struct ports_config *c, struct ports **out, char *err, size_t errlen);
+/* Ends every connection and frees p. */
+void ports_close(struct ports *p);
+
+/* The URLs of sandbox id with "{port}" for the port. api_host: the host
+ * the caller reached the API at, named when the proxy listens on every
+ * address (0.0.0.0). */
+void ports_url(const struct ports *p, const char *id, const char *api_host, char *out,
+	       size_t len);
+
+/* The route of a request head (exposed for the unit tests): 1 with the
+ * sandbox id, port and the target the guest sees (cut from the path
+ * URL's prefix; rest and rest_len, in the head's bytes, not terminated)
+ * and *by_path; 0 when the head names no sandbox port. */
+struct ports_route {
+	char id[32];
+	unsigned port;
+	int by_path;
+	const char *rest;
+	size_t rest_len;
+};
+int ports_route(const char *domain, const char *target, size_t target_len, const char *host,
+		struct ports_route *r);
+
+#endif
