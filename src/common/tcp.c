@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -64,4 +65,47 @@ void tcp_reset(int fd)
 	struct linger l = { .l_onoff = 1, .l_linger = 0 };
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
 	close(fd);
+}
+
+/* Does the server's first answer switch protocols (HTTP/1.x 101)? */
+static int switches(const char *b, ssize_t n)
+{
+	return n >= 12 && !memcmp(b, "HTTP/1.", 7) && !memcmp(b + 8, " 101", 4);
+}
+
+void tcp_relay_one(int client, int server, long long body, int upgrade, int idle_ms)
+{
+	char buf[1 << 16];
+	int client_open = 1, first = 1;
+	for (;;) {
+		struct pollfd pf[2] = { { .fd = client_open ? client : -1, .events = POLLIN },
+					{ .fd = server, .events = POLLIN } };
+		int r = poll(pf, 2, idle_ms);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return;
+		if (pf[1].revents) {
+			ssize_t got = recv(server, buf, sizeof(buf), 0);
+			if (got <= 0 || tcp_send_all(client, buf, (size_t)got) < 0)
+				return;
+			if (first && upgrade && switches(buf, got)) {
+				tcp_relay(client, server, idle_ms); /* a WebSocket now, no more requests */
+				return;
+			}
+			first = 0;
+		}
+		if (pf[0].revents) {
+			size_t want = body <= 0 ? 1 : body < (long long)sizeof(buf) ? (size_t)body : sizeof(buf);
+			ssize_t got = recv(client, buf, want, 0);
+			if (got == 0) {
+				shutdown(server, SHUT_WR);
+				client_open = 0;
+			} else if (got < 0 || body <= 0 || tcp_send_all(server, buf, (size_t)got) < 0) {
+				return; /* a byte past the request (or an error) */
+			} else {
+				body -= got;
+			}
+		}
+	}
 }

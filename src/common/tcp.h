@@ -15,6 +15,14 @@ int tcp_send_all(int fd, const void *p, size_t n);
 /* Copies both ways until both sides are done (a half close is passed on),
  * an error on either, or idle_ms without a byte. */
 void tcp_relay(int a, int b, int idle_ms);
+/* One HTTP request on a connection (its head sent already): the rest of
+ * its body (body bytes) goes to the server, all the server sends comes
+ * back, until it ends. A byte from the client past the body ends both: a
+ * next request, which may be meant for another server than the one this
+ * connection was checked for, never reaches this one. upgrade: the
+ * request asked for a WebSocket; if the server's answer is 101, both ways
+ * are relayed as they are from then on. */
+void tcp_relay_one(int client, int server, long long body, int upgrade, int idle_ms);
 /* Closes fd with a reset: the peer sees a refusal at once, not an end. */
 void tcp_reset(int fd);
 

@@ -191,6 +191,28 @@ class Daemon:
             if not cursor:
                 return
 
+    def close(self):
+        """Kills its sandboxes, stops it and removes its directory."""
+        try:
+            if self.proc and self.proc.poll() is None:
+                self.kill_all_sandboxes()
+        except OSError:
+            pass
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def started_daemon(*args, key="own"):
+    """For a fixture of a module's or a test's own: yields a started daemon with key_a, closed
+    after it (`yield from started_daemon(...)`)."""
+    d = Daemon(extra_args=list(args))
+    try:
+        d.start()
+        d.key_a = d.create_key(key)
+        yield d
+    finally:
+        d.close()
+
 
 _DAEMON = None
 

@@ -61,6 +61,7 @@ DNSServer(R(), address=sys.argv[1], port=int(sys.argv[2])).start()
 SERVER = r"""
 import http.server, socketserver, sys
 class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keeps connections open: what a CDN does
     def do_GET(self):
         if self.path.startswith("/bytes/"):  # /bytes/N: N zero bytes, for throughput
             n = int(self.path[7:])

@@ -6,7 +6,6 @@ link-local and metadata addresses, IPv6, DNS rebinding and resolver bypasses out
 answering with the address it was reached on, and a DNS server for *.test names."""
 
 import os
-import shutil
 import socket
 import threading
 import time
@@ -14,7 +13,7 @@ import time
 import pytest
 
 import cpuos
-from conftest import SLOW, Daemon, sandbox_factory
+from conftest import SLOW, started_daemon, sandbox_factory
 from internet import ADDRS, DNS_ADDR, DNS_PORT, HOST_SIDE, PORT, Internet
 from test_cpuos_cli import cpuos as cli
 
@@ -31,16 +30,8 @@ def internet():
 @pytest.fixture(scope="module")
 def netd(internet):
     """A daemon whose guests' resolver asks the stand-in internet's DNS server."""
-    d = Daemon(extra_args=["--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}", "--net-default", "allow-all"])
-    d.start()
-    d.key_a = d.create_key("net")
-    yield d
-    try:
-        d.kill_all_sandboxes()
-    except OSError:
-        pass
-    d.stop()
-    shutil.rmtree(d.dir, ignore_errors=True)
+    yield from started_daemon("--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}",
+                              "--net-default", "allow-all", key="net")
 
 
 @pytest.fixture
@@ -141,7 +132,7 @@ def test_the_host_and_link_local_are_out_of_reach(make_sandbox):
     srv.listen(8)
     port = srv.getsockname()[1]
     accepted = []
-    threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True).start()
+    threading.Thread(target=_accept_into, args=(srv, accepted), daemon=True).start()
     try:
         sbx = make_sandbox(network="allow-all")
         assert refused(sbx, HOST_SIDE, port)
@@ -154,6 +145,13 @@ def test_the_host_and_link_local_are_out_of_reach(make_sandbox):
         assert not accepted
     finally:
         srv.close()
+
+
+def _accept_into(srv, accepted):
+    try:
+        accepted.append(srv.accept())
+    except OSError:  # closed at the end of the test, nothing came
+        pass
 
 
 def test_networks_survive_pause_and_resume(make_sandbox):
@@ -354,6 +352,48 @@ def test_web_ports_pass_only_under_the_name_looked_up(make_sandbox):
     # allow-all needs no proxy: any Host goes
     sbx.set_network("allow-all")
     assert web(sbx, f"http://{A}/", "-H 'Host: other.test'") == (0, f"{A} other.test {HOST_SIDE}")
+
+
+KEEP_ALIVE = r"""
+import socket
+def ask(s, host):
+    s.sendall(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < want(got):
+        more = s.recv(4096)
+        if not more:
+            break
+        got += more
+    return got
+def want(got):
+    for line in got.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":")[1])
+    return 0
+s = socket.create_connection(("allowed.test", 80), timeout=10)
+first = ask(s, b"allowed.test")
+try:
+    second = ask(s, b"other.test")  # the same connection, another Host
+except OSError as e:
+    second = repr(e).encode()
+print(repr(first), "|", repr(second))
+"""
+
+
+def test_a_kept_alive_connection_cannot_switch_host(make_sandbox):
+    """A server that keeps connections open (as a CDN does) would take a second request on the
+    same connection for another Host: the proxy passes one request per plain-HTTP connection."""
+    sbx = make_sandbox(template="python",
+                       network={"mode": "custom", "allowedHosts": ["allowed.test"]})
+    sbx.files.write("/work/ka.py", KEEP_ALIVE)
+    out = sh(sbx, "python3 /work/ka.py").stdout
+    first, second = out.split(" | ")
+    assert f"{A} allowed.test" in first, out
+    assert "other.test" not in second, out
+    # Without the proxy (allow-all) the same server does take the second request.
+    sbx.set_network("allow-all")
+    sbx.files.write("/work/ka.py", KEEP_ALIVE.replace('"allowed.test", 80', f'"{A}", 80'))
+    assert f"{A} other.test" in sh(sbx, "python3 /work/ka.py").stdout
 
 
 def test_a_name_of_the_host_does_not_reach_it(make_sandbox):

@@ -7,7 +7,6 @@ template snapshot and the warm pool."""
 import datetime
 import os
 import re
-import shutil
 import threading
 import time
 
@@ -40,13 +39,7 @@ def own_daemon():
 
     yield make
     for d in made:
-        try:
-            if d.proc and d.proc.poll() is None:
-                d.kill_all_sandboxes()
-        except OSError:
-            pass
-        d.stop()
-        shutil.rmtree(d.dir, ignore_errors=True)
+        d.close()
 
 
 def test_cycles_byte_exact(make_sandbox):

@@ -7,6 +7,7 @@
  */
 #include "daemon/net/proxy.h"
 
+#include "common/http1.h"
 #include "common/log.h"
 #include "common/tcp.h"
 #include "daemon/net/dns.h"
@@ -113,35 +114,18 @@ static int tls_name(SSL_CTX *ctx, const unsigned char *buf, size_t len, char *ou
 	return r;
 }
 
-/* The Host of an HTTP/1 request head: its one Host line, without a port. */
+/* The Host of an HTTP/1 request head (http1.h: origin form, one Host),
+ * without a port. */
 static int http_host(const unsigned char *buf, size_t len, char *out, size_t n)
 {
-	const char *s = (const char *)buf, *end = memmem(s, len, "\r\n\r\n", 4);
-	if (!end)
+	size_t hl = http1_head_len((const char *)buf, len);
+	if (!hl)
 		return len >= HEAD_MAX ? -1 : 0;
-	/* Origin form only: an absolute target ("GET http://other/") would
-	 * name another host than the Host line. */
-	const char *sp = memchr(s, ' ', (size_t)(end - s));
-	if (!sp || sp[1] != '/')
+	struct http1_head h;
+	if (http1_parse((const char *)buf, hl, &h) < 0 || !h.host[0] || strlen(h.host) >= n)
 		return -1;
-	int found = 0;
-	for (const char *l = memchr(s, '\n', (size_t)(end - s)); l && l < end;
-	     l = memchr(l + 1, '\n', (size_t)(end - l - 1))) {
-		const char *v = l + 1;
-		if ((size_t)(end - v) < 5 || strncasecmp(v, "host:", 5))
-			continue;
-		if (found++) /* two Hosts: which one would the server take? */
-			return -1;
-		v += 5;
-		while (*v == ' ' || *v == '\t')
-			v++;
-		size_t k = strcspn(v, ":\r\n \t");
-		if (!k || k >= n)
-			return -1;
-		memcpy(out, v, k);
-		out[k] = '\0';
-	}
-	return found ? 1 : -1;
+	snprintf(out, n, "%s", h.host);
+	return 1;
 }
 
 int proxy_name(int tls, const unsigned char *buf, size_t len, char *out, size_t n)
@@ -188,6 +172,51 @@ static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t
 	return -1;
 }
 
+/* Passes the checked connection on. TLS goes as it is (the SNI was the
+ * name). Plain HTTP goes one request at a time, asked to close after it:
+ * a next request on the same connection could name another Host, which
+ * a shared (CDN) address would serve. 0, or -1 when it was not passed. */
+static int pass(int guest, int out, int tls, const unsigned char *buf, size_t len)
+{
+	if (tls) {
+		if (tcp_send_all(out, buf, len) < 0)
+			return -1;
+		tcp_relay(guest, out, IDLE_MS);
+		return 0;
+	}
+	const char *head = (const char *)buf;
+	size_t hl = http1_head_len(head, len);
+	struct http1_head h;
+	if (http1_parse(head, hl, &h) < 0 || h.chunked) /* no framing of our own for chunks */
+		return -1;
+	char *rw = malloc(HEAD_MAX + 32);
+	if (!rw)
+		return -1;
+	size_t n = (size_t)(h.line2 - head);
+	memcpy(rw, head, n);
+	const char *at = NULL, *line, *name, *v;
+	size_t ll, nl, vl;
+	while (http1_next(&h, &at, &line, &ll, &name, &nl, &v, &vl))
+		if (h.websocket || !http1_is(line, ll, "connection")) {
+			memcpy(rw + n, line, ll);
+			n += ll;
+		}
+	if (!h.websocket) {
+		memcpy(rw + n, "Connection: close\r\n", 19);
+		n += 19;
+	}
+	memcpy(rw + n, "\r\n", 2);
+	n += 2;
+	size_t extra = len - hl;
+	if ((long long)extra > h.body)
+		extra = (size_t)h.body; /* the rest would be a next request */
+	int r = tcp_send_all(out, rw, n) < 0 || tcp_send_all(out, head + hl, extra) < 0 ? -1 : 0;
+	free(rw);
+	if (r == 0)
+		tcp_relay_one(guest, out, h.body - (long long)extra, h.websocket, IDLE_MS);
+	return r;
+}
+
 static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
@@ -204,10 +233,9 @@ static void *conn_main(void *arg)
 		int quit = c->p->quit;
 		pthread_mutex_unlock(&c->p->mu);
 		if (len > 0 && !quit && dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) &&
-		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0 && tcp_send_all(out, head, (size_t)len) == 0) {
-			free(head);
-			head = NULL;
-			tcp_relay(c->fd, out, IDLE_MS);
+		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0 &&
+		    pass(c->fd, out, tls, head, (size_t)len) == 0) {
+			/* relayed until it ended */
 		} else {
 			log_info("proxy: refused %s:%u for '%s'", ip, ntohs(dst.sin_port),
 				 name[0] ? name : "(no name)");

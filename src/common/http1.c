@@ -1,0 +1,115 @@
+/* http1: see http1.h. */
+#include "common/http1.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Header names and methods are tokens (RFC 9110). */
+static int is_token(const char *s, size_t n)
+{
+	static const char ok[] = "!#$%&'*+-.^_`|~";
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr(ok, s[i]))
+			return 0;
+	return n > 0;
+}
+
+/* A field value: no control bytes but tab (no bare CR or LF, no NUL). */
+static int is_value(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (((unsigned char)s[i] < ' ' && s[i] != '\t') || s[i] == 0x7f)
+			return 0;
+	return 1;
+}
+
+size_t http1_head_len(const char *buf, size_t len)
+{
+	const char *end = memmem(buf, len, "\r\n\r\n", 4);
+	return end ? (size_t)(end - buf) + 4 : 0;
+}
+
+int http1_is(const char *line, size_t line_len, const char *name)
+{
+	size_t n = strlen(name);
+	return line_len > n && line[n] == ':' && !strncasecmp(line, name, n);
+}
+
+int http1_next(const struct http1_head *h, const char **at, const char **line, size_t *line_len,
+	       const char **name, size_t *name_len, const char **value, size_t *value_len)
+{
+	const char *l = *at ? *at : h->line2, *end = h->buf + h->len - 2;
+	if (l >= end)
+		return 0;
+	const char *le = (const char *)memmem(l, (size_t)(end + 2 - l), "\r\n", 2) + 2;
+	const char *colon = memchr(l, ':', (size_t)(le - l));
+	const char *v = colon + 1, *ve = le - 2;
+	while (v < ve && (*v == ' ' || *v == '\t'))
+		v++;
+	while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+		ve--;
+	*line = l;
+	*line_len = (size_t)(le - l);
+	*name = l;
+	*name_len = (size_t)(colon - l);
+	*value = v;
+	*value_len = (size_t)(ve - v);
+	*at = le;
+	return 1;
+}
+
+int http1_parse(const char *buf, size_t len, struct http1_head *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->buf = buf;
+	h->len = len;
+	const char *eol = memmem(buf, len, "\r\n", 2);
+	const char *sp1 = memchr(buf, ' ', (size_t)(eol - buf));
+	const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+	if (!sp1 || !sp2 || !is_token(buf, (size_t)(sp1 - buf)) || sp1[1] != '/' ||
+	    eol - sp2 - 1 != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) && memcmp(sp2 + 1, "HTTP/1.0", 8)))
+		return -1;
+	h->method_len = (size_t)(sp1 - buf);
+	h->target = sp1 + 1;
+	h->target_len = (size_t)(sp2 - sp1 - 1);
+	h->version = sp2 + 1;
+	h->line2 = eol + 2;
+	for (size_t i = 0; i < h->target_len; i++)
+		if ((unsigned char)h->target[i] <= ' ' || h->target[i] == 0x7f)
+			return -1;
+	/* Each line has a colon after a token name, and a clean value. */
+	for (const char *l = h->line2; l < buf + len - 2;) {
+		const char *le = memmem(l, (size_t)(buf + len - l), "\r\n", 2);
+		const char *colon = memchr(l, ':', (size_t)(le - l));
+		if (!colon || !is_token(l, (size_t)(colon - l)) || !is_value(colon, (size_t)(le - colon)))
+			return -1;
+		l = le + 2;
+	}
+	int hosts = 0, lengths = 0;
+	const char *at = NULL, *line, *name, *v;
+	size_t ll, nl, vl;
+	while (http1_next(h, &at, &line, &ll, &name, &nl, &v, &vl)) {
+		if (http1_is(line, ll, "host")) {
+			size_t k = 0;
+			while (k < vl && v[k] != ':')
+				k++;
+			if (hosts++ || k >= sizeof(h->host) || vl >= sizeof(h->host_raw))
+				return -1;
+			for (size_t i = 0; i < k; i++)
+				h->host[i] = (char)tolower((unsigned char)v[i]);
+			memcpy(h->host_raw, v, vl);
+		} else if (http1_is(line, ll, "upgrade")) {
+			h->websocket = vl == 9 && !strncasecmp(v, "websocket", 9);
+		} else if (http1_is(line, ll, "transfer-encoding")) {
+			h->chunked = 1;
+		} else if (http1_is(line, ll, "content-length")) {
+			char *end;
+			h->body = strtoll(v, &end, 10);
+			if (lengths++ || !vl || !isdigit((unsigned char)*v) || end != v + vl || h->body < 0)
+				return -1;
+		}
+	}
+	return h->chunked && lengths ? -1 : 0; /* both: which framing would the server take? */
+}
