@@ -8,7 +8,6 @@ import base64
 import http.client
 import json
 import os
-import shutil
 import socket
 import time
 import urllib.parse
@@ -16,7 +15,7 @@ import urllib.parse
 import pytest
 
 import cpuos
-from conftest import SLOW, Daemon, free_port
+from conftest import SLOW, free_port, started_daemon
 from test_cpuos_cli import cpuos as cli
 
 PORT = 3000
@@ -46,8 +45,9 @@ const s = http.createServer((req, res) => {
   }
 });
 s.on('upgrade', (req, sock) => {
+  const magic = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
   const accept = crypto.createHash('sha1')
-    .update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64');
+    .update(req.headers['sec-websocket-key'] + magic).digest('base64');
   sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
              'Sec-WebSocket-Accept: ' + accept + '\r\n\r\n');
   sock.on('data', (b) => {
@@ -63,16 +63,7 @@ s.listen(PORT, '0.0.0.0', () => console.log('listening'));
 
 @pytest.fixture(scope="module")
 def portd():
-    d = Daemon()
-    d.start()
-    d.key_a = d.create_key("ports")
-    yield d
-    try:
-        d.kill_all_sandboxes()
-    except OSError:
-        pass
-    d.stop()
-    shutil.rmtree(d.dir, ignore_errors=True)
+    yield from started_daemon(key="ports")
 
 
 @pytest.fixture(scope="module")
@@ -269,18 +260,10 @@ def test_a_request_resumes_a_paused_sandbox(portd):
 def domaind():
     """A daemon with --url-domain sbx.test:<its URL port>."""
     url_port = free_port()
-    d = Daemon(extra_args=["--url-listen", f"127.0.0.1:{url_port}", "--url-domain",
-                           f"sbx.test:{url_port}"])
-    d.url_port = url_port
-    d.start()
-    d.key_a = d.create_key("domain")
-    yield d
-    try:
-        d.kill_all_sandboxes()
-    except OSError:
-        pass
-    d.stop()
-    shutil.rmtree(d.dir, ignore_errors=True)
+    for d in started_daemon("--url-listen", f"127.0.0.1:{url_port}", "--url-domain",
+                        f"sbx.test:{url_port}", key="domain"):
+        d.url_port = url_port
+        yield d
 
 
 def test_wildcard_domain_and_public(domaind):

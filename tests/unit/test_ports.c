@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,8 @@ static void test_routes(void)
 	CHECK(route("sbx.test", "/x", "sbx.test", &r) == 0);
 	CHECK(route("sbx.test", "/x", "0-0123456789abcdef.sbx.test", &r) == 0);
 	CHECK(route("sbx.test", "/x", "3000-0123456789abcdef0.sbx.test", &r) == 0);
-	/* with a domain, a path URL still works */
-	CHECK(route("sbx.test", "/" ID "/8/", "other", &r) == 1 && r.by_path && r.port == 8);
+	/* with a domain, no path URLs: each sandbox has an origin of its own */
+	CHECK(route("sbx.test", "/" ID "/8/", "other", &r) == 0);
 }
 
 /* --- the proxy, live ------------------------------------------------------------ */
@@ -70,6 +71,14 @@ static void *guest_main(void *arg)
 		ssize_t r = read(guest.fd, guest.got + n, sizeof(guest.got) - 1 - n);
 		if (r <= 0)
 			break;
+		n += (size_t)r;
+		guest.got[n] = '\0';
+	}
+	/* and what else comes within a moment (a body, or what must not) */
+	struct pollfd pf = { .fd = guest.fd, .events = POLLIN };
+	ssize_t r;
+	while (n < sizeof(guest.got) - 1 && poll(&pf, 1, 200) > 0 &&
+	       (r = read(guest.fd, guest.got + n, sizeof(guest.got) - 1 - n)) > 0) {
 		n += (size_t)r;
 		guest.got[n] = '\0';
 	}
@@ -173,6 +182,41 @@ static void test_proxy(void)
 	    sizeof(out));
 	CHECK(!strncmp(guest.got, "GET / HTTP/1.1\r\n", 16) && !strstr(guest.got, TOKEN));
 
+	/* one request per path URL connection: a second one never reaches
+	 * the guest (it would be for any sandbox), nor bytes past the body */
+	ask(port,
+	    "POST /" ID "/3000/a HTTP/1.1\r\n" PORTS_TOKEN_HEADER ": " TOKEN
+	    "\r\nContent-Length: 4\r\n\r\n"
+	    "bodyGET /sbx_1111111111111111/3000/ HTTP/1.1\r\n\r\n",
+	    out, sizeof(out));
+	CHECK(strstr(out, "\r\n\r\nhi") && strstr(guest.got, "\r\n\r\nbody") &&
+	      !strstr(guest.got, "sbx_1111"));
+	/* a Cookie line of many pairs is rebuilt within bounds */
+	char big[12000];
+	int k = snprintf(big, sizeof(big), "GET /" ID "/3000/ HTTP/1.1\r\n" PORTS_TOKEN_HEADER ": " TOKEN
+			 "\r\nCookie: ");
+	while (k < 11000)
+		k += snprintf(big + k, sizeof(big) - (size_t)k, "a;");
+	snprintf(big + k, sizeof(big) - (size_t)k, "\r\n\r\n");
+	ask(port, big, out, sizeof(out));
+	CHECK(!strncmp(out, "HTTP/1.1 400", 12) || strstr(out, "\r\n\r\nhi"));
+	/* heads the guest might read otherwise than we did */
+	static const char *const odd[] = {
+		"GET /" ID "/3000/ HTTP/1.1\r\nHost : x\r\n\r\n",
+		"GET /" ID "/3000/ HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
+		"GET /" ID "/3000/ HTTP/1.1\r\nA: b\nHost: y\r\n\r\n",
+		"GET /" ID "/3000/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+		"GET /" ID "/3000/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET /" ID "/3000/ HTTP/2.0\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		ask(port, odd[i], out, sizeof(out));
+		if (!CHECK(!strncmp(out, "HTTP/1.1 400", 12)))
+			t_note("accepted: %s", odd[i]);
+	}
+	ask(port, "POST /" ID "/3000/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", out, sizeof(out));
+	CHECK(!strncmp(out, "HTTP/1.1 411", 12));
+
 	/* the query token: a redirect without it, the cookie set */
 	ask(port, "GET /" ID "/3000/x?a=1&cpuos_token=" TOKEN "&b=2 HTTP/1.1\r\n\r\n", out,
 	    sizeof(out));
@@ -180,6 +224,9 @@ static void test_proxy(void)
 	CHECK(strstr(out, "Set-Cookie: cpuos_token=" TOKEN "; Path=/" ID "/3000; HttpOnly"));
 	ask(port, "GET /" ID "/3000/x?cpuos_token=" TOKEN " HTTP/1.1\r\n\r\n", out, sizeof(out));
 	CHECK(strstr(out, "\r\nLocation: /" ID "/3000/x\r\n"));
+	ask(port, "GET /" ID "/3000//evil.test/?cpuos_token=" TOKEN " HTTP/1.1\r\n\r\n", out,
+	    sizeof(out));
+	CHECK(strstr(out, "\r\nLocation: /" ID "/3000//evil.test/\r\n"));
 	ask(port, "GET /" ID "/3000/x?cpuos_token=bad%0d%0a HTTP/1.1\r\n\r\n", out, sizeof(out));
 	CHECK(!strncmp(out, "HTTP/1.1 401", 12));
 
@@ -212,6 +259,12 @@ static void test_proxy(void)
 	CHECK(strstr(out, "\r\n\r\nhi"));
 	CHECK(!strncmp(guest.got, "GET /y HTTP/1.1\r\n", 17) && strstr(guest.got, "keep-alive") &&
 	      !strstr(guest.got, "Cookie") && strstr(guest.got, "X-Forwarded-Host: 3000-"));
+	/* no redirect off to another site */
+	ask(port,
+	    "GET //evil.test/?cpuos_token=" TOKEN
+	    " HTTP/1.1\r\nHost: 3000-0123456789abcdef.sbx.test\r\n\r\n",
+	    out, sizeof(out));
+	CHECK(strstr(out, "\r\nLocation: /evil.test/\r\n"));
 	ports_close(p);
 
 	c.listen = "127.0.0.1";

@@ -181,18 +181,19 @@ void net_ns_path(const struct net *n, int slot, char *out, size_t len)
 	snprintf(out, len, NS_DIR "/%s", name);
 }
 
-int net_dial_guest(const struct net *n, int slot, unsigned port, int ms)
+int net_ns_open(const struct net *n, int slot)
 {
 	char path[64];
 	net_ns_path(n, slot, path, sizeof(path));
-	int nsfd = open(path, O_RDONLY | O_CLOEXEC);
-	if (nsfd < 0)
-		return -ENETUNREACH;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 ? fd : -ENETUNREACH;
+}
+
+int net_dial_guest(int nsfd, unsigned port, int ms)
+{
 	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	inet_pton(AF_INET, QEMU_GUEST_IP, &dst.sin_addr);
-	int fd = net__dial(nsfd, &dst, ms);
-	close(nsfd);
-	return fd;
+	return net__dial(nsfd, &dst, ms);
 }
 
 /* The host end of slot's veth: "cv" + tag + slot, within IFNAMSIZ. */

@@ -44,10 +44,12 @@ void net_destroy(struct net *n, int slot);
 /* The path QEMU joins (vm_config.netns). */
 void net_ns_path(const struct net *n, int slot, char *out, size_t len);
 
-/* A TCP connection to the guest's port, from its namespace (port URLs):
- * a blocking descriptor, or -errno: -ENETUNREACH no such namespace,
- * -ECONNREFUSED nothing listens, -ETIMEDOUT after ms. */
-int net_dial_guest(const struct net *n, int slot, unsigned port, int ms);
+/* Port URLs. The namespace of slot, open (so a slot given to another
+ * sandbox meanwhile is not the one dialed): its fd or -ENETUNREACH. Then
+ * a TCP connection to the guest's port from there: a blocking descriptor,
+ * or -errno: -ECONNREFUSED nothing listens, -ETIMEDOUT after ms. */
+int net_ns_open(const struct net *n, int slot);
+int net_dial_guest(int nsfd, unsigned port, int ms);
 
 /* After a restart: the slots of running sandboxes are taken again, their
  * resolver served under policy p (net_keep, while restoring), then every

@@ -6,6 +6,7 @@
  */
 #include "daemon/ports/ports.h"
 
+#include "common/http1.h"
 #include "common/log.h"
 #include "common/tcp.h"
 
@@ -45,6 +46,7 @@ struct ports {
 	pthread_cond_t cv;
 	int quit, nconns;
 	int fds[PORTS_MAX_CONNS][2]; /* each connection's client and guest side, -1 if none */
+	char ips[PORTS_MAX_CONNS][INET6_ADDRSTRLEN]; /* and the client's address */
 };
 
 /* --- routes ------------------------------------------------------------------ */
@@ -88,8 +90,9 @@ int ports_route(const char *domain, const char *target, size_t tlen, const char 
 		r->rest_len = tlen;
 		return 1;
 	}
-	/* /sbx_<16 hex>/<port>[/...|?...] */
-	if (tlen < 23 || memcmp(target, "/sbx_", 5) || !is_hex16(target + 5) || target[21] != '/')
+	/* /sbx_<16 hex>/<port>[/...|?...], only without a domain: the
+	 * domain's URLs keep each sandbox to an origin of its own. */
+	if (dl || tlen < 23 || memcmp(target, "/sbx_", 5) || !is_hex16(target + 5) || target[21] != '/')
 		return 0;
 	size_t k = 22;
 	while (k < tlen && isdigit((unsigned char)target[k]))
@@ -107,15 +110,8 @@ int ports_route(const char *domain, const char *target, size_t tlen, const char 
 /* --- the request head ----------------------------------------------------------- */
 
 struct head {
-	const char *buf;
-	size_t len;                 /* through the blank line */
-	const char *target, *line2; /* line2: the first header line */
-	size_t method_len, target_len;
-	const char *version;
-	size_t version_len;
-	char host[256];
-	char token[TOKEN_MAX + 1];  /* from the header, else the cookie */
-	int upgrade;
+	struct http1_head r;
+	char token[TOKEN_MAX + 1]; /* from the header, else the cookie */
 };
 
 /* The next pair ("name=value") of a Cookie header's value at *p, before
@@ -142,63 +138,26 @@ static int our_cookie(const char *s, size_t n)
 	return n > pl && !memcmp(s, PORTS_TOKEN_PARAM "=", pl + 1);
 }
 
-/* Parses buf[0..len), which ends with the blank line: 0, or -1 for a head
- * that is not an HTTP/1 request in origin form with at most one Host. */
+/* Parses buf[0..len), which ends with the blank line: 0, or -1 (http1.h). */
 static int parse_head(const char *buf, size_t len, struct head *h)
 {
 	memset(h, 0, sizeof(*h));
-	h->buf = buf;
-	h->len = len;
-	const char *eol = memmem(buf, len, "\r\n", 2);
-	const char *sp1 = memchr(buf, ' ', (size_t)(eol - buf));
-	const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
-	if (!sp1 || !sp2 || sp1 == buf || sp1[1] != '/' || (size_t)(eol - sp2 - 1) < 8 ||
-	    memcmp(sp2 + 1, "HTTP/1.", 7))
+	if (http1_parse(buf, len, &h->r) < 0)
 		return -1;
-	h->method_len = (size_t)(sp1 - buf);
-	h->target = sp1 + 1;
-	h->target_len = (size_t)(sp2 - sp1 - 1);
-	h->version = sp2 + 1;
-	h->version_len = (size_t)(eol - sp2 - 1);
-	h->line2 = eol + 2;
-	for (size_t i = 0; i < h->target_len; i++)
-		if ((unsigned char)h->target[i] <= ' ' || h->target[i] == 0x7f)
-			return -1;
-	int hosts = 0;
-	for (const char *l = h->line2; l < buf + len - 2;) {
-		const char *le = memmem(l, (size_t)(buf + len - l), "\r\n", 2);
-		const char *colon = memchr(l, ':', (size_t)(le - l));
-		if (!colon)
-			return -1;
-		size_t nl = (size_t)(colon - l);
-		const char *v = colon + 1;
-		while (v < le && (*v == ' ' || *v == '\t'))
-			v++;
-		size_t vl = (size_t)(le - v);
-		while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-			vl--;
-		if (nl == 4 && !strncasecmp(l, "host", 4)) {
-			size_t k = 0;
-			while (k < vl && v[k] != ':')
-				k++;
-			if (hosts++ || k >= sizeof(h->host))
-				return -1;
-			for (size_t i = 0; i < k; i++)
-				h->host[i] = (char)tolower((unsigned char)v[i]);
-		} else if (nl == strlen(PORTS_TOKEN_HEADER) && !strncasecmp(l, PORTS_TOKEN_HEADER, nl)) {
+	const char *at = NULL, *line, *name, *v;
+	size_t ll, nl, vl;
+	while (http1_next(&h->r, &at, &line, &ll, &name, &nl, &v, &vl)) {
+		if (http1_is(line, ll, PORTS_TOKEN_HEADER)) {
 			if (vl > TOKEN_MAX)
 				return -1;
 			snprintf(h->token, sizeof(h->token), "%.*s", (int)vl, v);
-		} else if (nl == 6 && !strncasecmp(l, "cookie", 6) && !h->token[0]) {
+		} else if (http1_is(line, ll, "cookie") && !h->token[0]) {
 			const char *p = v, *c;
 			size_t n, pl = strlen(PORTS_TOKEN_PARAM) + 1;
 			while (next_cookie(&p, v + vl, &c, &n))
 				if (our_cookie(c, n) && n - pl <= TOKEN_MAX)
 					snprintf(h->token, sizeof(h->token), "%.*s", (int)(n - pl), c + pl);
-		} else if (nl == 7 && !strncasecmp(l, "upgrade", 7)) {
-			h->upgrade = 1;
 		}
-		l = le + 2;
 	}
 	return 0;
 }
@@ -219,22 +178,41 @@ static ssize_t read_head(int fd, char *buf, size_t *head_len)
 		if (got <= 0)
 			return -1;
 		len += (size_t)got;
-		const char *end = memmem(buf, len, "\r\n\r\n", 4);
-		if (end) {
-			*head_len = (size_t)(end - buf) + 4;
+		if ((*head_len = http1_head_len(buf, len)))
 			return (ssize_t)len;
-		}
 	}
 	return -1;
 }
 
 /* --- answers of our own -------------------------------------------------------- */
 
+/* A peer that stops reading cannot hold a thread: sends give up. */
+static void send_timeout(int fd)
+{
+	struct timeval tv = { .tv_sec = 60 };
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* After an answer of ours: what the client still sends (a body nobody
+ * reads) is taken for a moment, so that it reads the answer rather than
+ * a reset. */
+static void drain(int fd)
+{
+	char buf[4096];
+	shutdown(fd, SHUT_WR);
+	for (size_t n = 0; n < (64 << 10) && tcp_wait(fd, POLLIN, 1000) > 0;) {
+		ssize_t got = recv(fd, buf, sizeof(buf), 0);
+		if (got <= 0)
+			break;
+		n += (size_t)got;
+	}
+}
+
 static void answer(int fd, unsigned status, const char *code, const char *msg)
 {
 	static const struct { unsigned s; const char *t; } texts[] = {
 		{ 400, "Bad Request" }, { 401, "Unauthorized" }, { 404, "Not Found" },
-		{ 410, "Gone" }, { 429, "Too Many Requests" }, { 502, "Bad Gateway" },
+		{ 410, "Gone" }, { 411, "Length Required" }, { 429, "Too Many Requests" }, { 502, "Bad Gateway" },
 		{ 503, "Service Unavailable" }, { 504, "Gateway Timeout" },
 	};
 	const char *text = "Error";
@@ -252,6 +230,7 @@ static void answer(int fd, unsigned status, const char *code, const char *msg)
 	if (tcp_send_all(fd, head, (size_t)n) == 0 && body)
 		tcp_send_all(fd, body, strlen(body));
 	free(body);
+	drain(fd);
 }
 
 static void answer_dial_error(int fd, int e, const char *err)
@@ -277,7 +256,7 @@ static int token_chars_ok(const char *t)
  * target without it in loc; 0 when there is none. */
 static int query_token(const struct head *h, char *token, char *loc, size_t loclen)
 {
-	const char *t = h->target, *q = memchr(t, '?', h->target_len), *end = t + h->target_len;
+	const char *t = h->r.target, *q = memchr(t, '?', h->r.target_len), *end = t + h->r.target_len;
 	size_t pl = strlen(PORTS_TOKEN_PARAM);
 	for (const char *p = q ? q + 1 : end; p < end;) {
 		const char *amp = memchr(p, '&', (size_t)(end - p));
@@ -291,6 +270,10 @@ static int query_token(const struct head *h, char *token, char *loc, size_t locl
 					 amp + 1);
 			else /* the last: before it, without the '?' or '&' */
 				snprintf(loc, loclen, "%.*s", (int)(p - 1 - t), t);
+			/* "//host/..." would send the browser to another site */
+			size_t k = strspn(loc, "/\\");
+			if (k > 1)
+				memmove(loc + 1, loc + k, strlen(loc + k) + 1);
 			return 1;
 		}
 		p = amp ? amp + 1 : end;
@@ -308,6 +291,7 @@ static void redirect(int fd, const char *loc, const char *token, const char *coo
 			 loc, token, cookie_path);
 	if (n > 0 && (size_t)n < sizeof(head))
 		tcp_send_all(fd, head, (size_t)n);
+	drain(fd);
 }
 
 /* --- what the guest sees ----------------------------------------------------------- */
@@ -332,44 +316,46 @@ static int put(struct out *o, const char *s, size_t n)
 static int guest_head(const struct head *h, const struct ports_route *rt, const char *client,
 		      struct out *o)
 {
-	int r = put(o, h->buf, h->method_len + 1);
+	int r = put(o, h->r.buf, h->r.method_len + 1);
 	if (rt->rest_len == 0 || rt->rest[0] != '/')
 		r |= put(o, "/", 1);
 	r |= put(o, rt->rest, rt->rest_len);
-	r |= put(o, " ", 1) | put(o, h->version, h->version_len) | put(o, "\r\n", 2);
-	size_t tl = strlen(PORTS_TOKEN_HEADER);
-	const char *end = h->buf + h->len - 2;
-	for (const char *l = h->line2; l < end;) {
-		const char *le = (const char *)memmem(l, (size_t)(end + 2 - l), "\r\n", 2) + 2;
-		size_t n = (size_t)(le - l);
-		if ((n > tl && !strncasecmp(l, PORTS_TOKEN_HEADER ":", tl + 1)) ||
-		    (rt->by_path && !h->upgrade && n > 11 && !strncasecmp(l, "connection:", 11)) ||
-		    !strncasecmp(l, "x-forwarded-", 12)) {
-			l = le;
+	r |= put(o, " ", 1) | put(o, h->r.version, 8) | put(o, "\r\n", 2);
+	static const char *const drop[] = { PORTS_TOKEN_HEADER, "forwarded", "x-real-ip",
+					    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto" };
+	int one_request = rt->by_path && !h->r.websocket;
+	const char *at = NULL, *l, *name, *v;
+	size_t n, nl, vl;
+	while (http1_next(&h->r, &at, &l, &n, &name, &nl, &v, &vl)) {
+		int skip = one_request && http1_is(l, n, "connection");
+		for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+			skip |= http1_is(l, n, drop[i]);
+		if (skip)
+			continue;
+		if (!http1_is(l, n, "cookie")) {
+			r |= put(o, l, n);
 			continue;
 		}
-		if (n > 7 && !strncasecmp(l, "cookie:", 7)) { /* all pairs but ours */
-			char line[HEAD_MAX];
-			size_t k = 0, cn;
-			const char *p = l + 7, *c;
-			while (next_cookie(&p, le - 2, &c, &cn))
-				if (!our_cookie(c, cn))
-					k += (size_t)snprintf(line + k, sizeof(line) - k, "%s%.*s",
-							      k ? "; " : "", (int)cn, c);
-			if (k)
-				r |= put(o, "Cookie: ", 8) | put(o, line, k) | put(o, "\r\n", 2);
-			l = le;
-			continue;
-		}
-		r |= put(o, l, n);
-		l = le;
+		size_t mark = o->len, cn; /* all pairs but ours */
+		int pairs = 0;
+		r |= put(o, "Cookie: ", 8);
+		for (const char *p = v, *c; next_cookie(&p, v + vl, &c, &cn);)
+			if (!our_cookie(c, cn)) {
+				if (pairs++)
+					r |= put(o, "; ", 2);
+				r |= put(o, c, cn);
+			}
+		if (pairs)
+			r |= put(o, "\r\n", 2);
+		else
+			o->len = mark;
 	}
 	char fwd[600];
-	int n = snprintf(fwd, sizeof(fwd), "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n", client);
-	if (h->host[0])
-		n += snprintf(fwd + n, sizeof(fwd) - (size_t)n, "X-Forwarded-Host: %s\r\n", h->host);
-	r |= put(o, fwd, (size_t)n);
-	if (rt->by_path && !h->upgrade)
+	int k = snprintf(fwd, sizeof(fwd), "X-Forwarded-For: %s\r\nX-Forwarded-Proto: http\r\n", client);
+	if (h->r.host_raw[0])
+		k += snprintf(fwd + k, sizeof(fwd) - (size_t)k, "X-Forwarded-Host: %s\r\n", h->r.host_raw);
+	r |= put(o, fwd, (size_t)k);
+	if (one_request)
 		r |= put(o, "Connection: close\r\n", 19);
 	r |= put(o, "\r\n", 2);
 	return r ? -1 : 0;
@@ -407,7 +393,7 @@ static void serve(struct conn *c)
 		answer(c->fd, 400, "bad_request", "not an HTTP/1 request");
 		goto out;
 	}
-	if (!ports_route(p->domain[0] ? p->domain : NULL, h.target, h.target_len, h.host, &rt)) {
+	if (!ports_route(p->domain[0] ? p->domain : NULL, h.r.target, h.r.target_len, h.r.host, &rt)) {
 		answer(c->fd, 404, "not_found",
 		       p->domain[0] ? "no sandbox port here: URLs are http://<port>-<id>.<domain>/"
 				    : "no sandbox port here: URLs are /<sandbox id>/<port>/");
@@ -429,6 +415,12 @@ static void serve(struct conn *c)
 			redirect(c->fd, loc, qtoken, cookie_path);
 		goto out;
 	}
+	int one_request = rt.by_path;
+	if (one_request && h.r.chunked) { /* no framing of our own for it: browsers send a length */
+		answer(c->fd, 411, "length_required",
+		       "a path URL takes a request body with a Content-Length only");
+		goto out;
+	}
 	int gfd;
 	int e = p->dial(p->arg, rt.id, h.token[0] ? h.token : NULL, rt.port, &gfd, err, sizeof(err));
 	if (e < 0) {
@@ -442,15 +434,26 @@ static void serve(struct conn *c)
 	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
 	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
 	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	send_timeout(gfd);
 	struct out o = { .p = ob, .cap = HEAD_MAX + 1024 };
+	/* What came after the head: the body's start (for one request, no
+	 * more than the body: the rest would be a next request). */
+	size_t extra = (size_t)got - head_len;
+	long long body = h.r.body;
+	if (one_request && (long long)extra > body)
+		extra = (size_t)body;
+	body -= (long long)extra;
 	if (guest_head(&h, &rt, c->client, &o) < 0) {
 		answer(c->fd, 400, "bad_request", "the request head is too large");
 	} else if (tcp_send_all(gfd, o.p, o.len) == 0 &&
-		   tcp_send_all(gfd, buf + head_len, (size_t)got - head_len) == 0) {
+		   tcp_send_all(gfd, buf + head_len, extra) == 0) {
 		free(buf);
 		free(ob);
 		buf = ob = NULL;
-		tcp_relay(c->fd, gfd, IDLE_MS);
+		if (one_request)
+			tcp_relay_one(c->fd, gfd, body, h.r.websocket, IDLE_MS);
+		else
+			tcp_relay(c->fd, gfd, IDLE_MS);
 	}
 	set_guest_fd(c, -1);
 	close(gfd);
@@ -478,14 +481,30 @@ static void *conn_main(void *arg)
 static void take(struct ports *p, int fd, const struct sockaddr_storage *sa)
 {
 	struct conn *c = calloc(1, sizeof(*c));
-	int at = -1;
+	if (!c) {
+		tcp_reset(fd);
+		return;
+	}
+	if (sa->ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, c->client,
+			  sizeof(c->client));
+	else
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, c->client,
+			  sizeof(c->client));
+	int at = -1, same = 0;
 	pthread_mutex_lock(&p->mu);
-	for (int i = 0; c && i < PORTS_MAX_CONNS && at < 0; i++)
+	for (int i = 0; i < PORTS_MAX_CONNS; i++) {
 		if (p->fds[i][0] < 0)
-			at = i;
+			at = at < 0 ? i : at;
+		else
+			same += !strcmp(p->ips[i], c->client);
+	}
+	if (same >= PORTS_MAX_PER_IP) /* one address cannot take every thread */
+		at = -1;
 	if (at >= 0) {
 		p->fds[at][0] = fd;
 		p->fds[at][1] = -1;
+		snprintf(p->ips[at], sizeof(p->ips[at]), "%s", c->client);
 		p->nconns++;
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -497,12 +516,7 @@ static void take(struct ports *p, int fd, const struct sockaddr_storage *sa)
 	c->p = p;
 	c->fd = fd;
 	c->at = at;
-	if (sa->ss_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, c->client,
-			  sizeof(c->client));
-	else
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, c->client,
-			  sizeof(c->client));
+	send_timeout(fd);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	pthread_t t;

@@ -6,15 +6,18 @@
  *                                               cut before the guest sees it);
  * then passes the connection on as it is, so streamed responses, uploads
  * and WebSocket need nothing of their own. A path URL's connection carries
- * one request (its Connection becomes close): the next may be for another
- * sandbox. A request shows the sandbox's traffic token unless it is public:
+ * one request (its Connection becomes close, and a byte past its body ends
+ * it): the next may be for another sandbox. Path URLs share one origin, so
+ * a page of one sandbox can read another's in the same browser: the
+ * wildcard domain is for previews that users open. A request shows the sandbox's traffic token unless it is public:
  * as the query parameter cpuos_token (answered with a redirect that sets
  * it as a cookie, for browsers), the cookie cpuos_token or the header
  * cpuos-traffic-token; neither reaches the guest. The answers of its own
  * (no such sandbox, no token, nothing listens) are JSON errors as the API's.
  *
  * One thread accepts; each connection has a thread of its own, at most
- * PORTS_MAX_CONNS, ended by 15 idle minutes or ports_close.
+ * PORTS_MAX_CONNS (PORTS_MAX_PER_IP from one address), ended by 15
+ * idle minutes, a peer that reads nothing for 60 s, or ports_close.
  */
 #ifndef CPUOS_PORTS_H
 #define CPUOS_PORTS_H
@@ -22,6 +25,7 @@
 #include <stddef.h>
 
 #define PORTS_MAX_CONNS 512
+#define PORTS_MAX_PER_IP 64
 #define PORTS_TOKEN_PARAM "cpuos_token"
 #define PORTS_TOKEN_HEADER "cpuos-traffic-token"
 

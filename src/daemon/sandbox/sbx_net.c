@@ -207,10 +207,9 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 		return -ENETUNREACH;
 	}
 	/* A paused sandbox resumes for its first request; the others a
-	 * browser sends alongside wait for that resume. */
-	int r;
-	for (int i = 0; (r = sbx_resume(m, id, err, errlen)) == -EBUSY && i < 300; i++)
-		usleep(100 * 1000);
+	 * browser sends alongside wait for that resume (sbx_resume waits
+	 * for a transition under way). */
+	int r = sbx_resume(m, id, err, errlen);
 	if (r < 0)
 		return r;
 	struct sbx *s = sbx_find(m, id, NULL);
@@ -218,11 +217,15 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 		snprintf(err, errlen, "sandbox '%s' is not running", id);
 		return -ESHUTDOWN;
 	}
+	/* Opened under the lock: a slot let go and taken by another sandbox
+	 * meanwhile would be that one's network. */
 	pthread_mutex_lock(&s->mu);
-	int slot = s->net_slot;
+	int nsfd = s->net_slot == NET_NO_SLOT ? -ENETUNREACH : net_ns_open(m->cfg.net, s->net_slot);
 	pthread_mutex_unlock(&s->mu);
 	sbx_put(s);
-	r = slot == NET_NO_SLOT ? -ENETUNREACH : net_dial_guest(m->cfg.net, slot, port, 5000);
+	r = nsfd < 0 ? nsfd : net_dial_guest(nsfd, port, 5000);
+	if (nsfd >= 0)
+		close(nsfd);
 	if (r == -ECONNREFUSED)
 		snprintf(err, errlen,
 			 "nothing listens on port %u in sandbox '%s' (a server must listen on "
