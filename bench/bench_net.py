@@ -5,9 +5,12 @@
 - a GET, the TCP connect and a download from a guest on port 80 of the stand-in internet
   (tests/e2e/internet.py) straight out under allow-all and through the proxy under a custom
   policy by name; the download also from the host itself;
-- a name lookup in the guest through the daemon's resolver, beside one that needs no DNS.
+- a name lookup in the guest through the daemon's resolver, beside one that needs no DNS;
+- a GET and a download from a server in the guest through its port URL (sbx.url), from the host,
+  beside the same request made inside the guest.
 Run as root on a built tree: python3 bench/bench_net.py [N]. Prints figures; asserts nothing."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -102,10 +105,61 @@ def curl_stat(sbx, url, what, *opts):
     return [float(x) for x in r.stdout.split()]
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def host_curl(url, what, token):
+    return [float(subprocess.run(["curl", "-s", "-o", "/dev/null", "-H", f"cpuos-traffic-token: {token}",
+                                  "-w", f"%{{{what}}}", url], capture_output=True, text=True).stdout)
+            for _ in range(N)]
+
+
+def port_urls(d):
+    sbx = cpuos.Sandbox.create(template="python", timeout="10m", api_key=d.key, api_url=d.url)
+    try:
+        sbx.exec(f"mkdir -p /work/www && cd /work/www && echo hello > small && "
+                 f"head -c {16 << 20} /dev/zero > big")
+        sbx.exec("cd /work/www && python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1",
+                 background=True)
+        for _ in range(100):
+            if sbx.exec("curl -s -o /dev/null http://127.0.0.1:8000/small").exit_code == 0:
+                break
+            time.sleep(0.2)
+        url = sbx.url(8000).split("?")[0]
+        t_u = p50(host_curl(url + "small", "time_total", sbx.traffic_token))
+        t_g = p50(curl_stat(sbx, "http://127.0.0.1:8000/small", "time_total"))
+        # The sandbox's namespace, entered from the host: the same path without the proxy.
+        tag = hashlib.sha256(os.path.join(d.dir, "s").encode()).hexdigest()[:4]
+        (ns,) = [n.split()[0] for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                       text=True).stdout.splitlines()
+                 if n.startswith(f"cpuos-{tag}-")]
+        def in_ns(path, what):
+            return p50([float(subprocess.run(
+                ["ip", "netns", "exec", ns, "curl", "-s", "-o", "/dev/null", "-w", f"%{{{what}}}",
+                 "http://169.254.0.2:8000/" + path], capture_output=True, text=True).stdout)
+                for _ in range(N)])
+        t_n = in_ns("small", "time_total")
+        print(f"GET of a small file from a server in the guest (p50): through its port URL from the "
+              f"host {t_u * 1000:.1f} ms; from the host straight into its namespace (no proxy) "
+              f"{t_n * 1000:.1f} ms ({t_u / t_n:.2f}x); inside the guest {t_g * 1000:.1f} ms "
+              f"(TCG: curl itself runs slowly there)")
+        v_u = p50(host_curl(url + "big", "speed_download", sbx.traffic_token)) / 1e6
+        v_n = in_ns("big", "speed_download") / 1e6
+        v_g = p50(curl_stat(sbx, "http://127.0.0.1:8000/big", "speed_download")) / 1e6
+        print(f"  a 16 MiB download: {v_u:.0f} MB/s through the port URL, {v_n:.0f} MB/s straight "
+              f"into the namespace ({v_u / v_n:.2f}x), {v_g:.0f} MB/s inside the guest")
+    finally:
+        sbx.kill()
+
+
 def main():
     net = Internet().start()
-    on = Daemon("--net-range", "10.250.0.0/20", "--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}")
-    off = Daemon("--net", "off")
+    on = Daemon("--net-range", "10.250.0.0/20", "--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}",
+                "--url-listen", f"127.0.0.1:{free_port()}")
+    off = Daemon("--net", "off", "--url-listen", "none")
     a_ip, name = ADDRS[0], "allowed.test"
     pin = f"--resolve {name}:80:{a_ip}"
     try:
@@ -144,6 +198,7 @@ def main():
         finally:
             direct.kill()
             byname.kill()
+        port_urls(on)
     finally:
         on.stop()
         off.stop()
