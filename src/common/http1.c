@@ -2,7 +2,6 @@
 #include "common/http1.h"
 
 #include <ctype.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -66,6 +65,8 @@ int http1_parse(const char *buf, size_t len, struct http1_head *h)
 	h->buf = buf;
 	h->len = len;
 	const char *eol = memmem(buf, len, "\r\n", 2);
+	if (!eol || !http1_head_len(buf, len))
+		return -1;
 	const char *sp1 = memchr(buf, ' ', (size_t)(eol - buf));
 	const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
 	if (!sp1 || !sp2 || !is_token(buf, (size_t)(sp1 - buf)) || sp1[1] != '/' ||
@@ -87,7 +88,7 @@ int http1_parse(const char *buf, size_t len, struct http1_head *h)
 			return -1;
 		l = le + 2;
 	}
-	int hosts = 0, lengths = 0;
+	int hosts = 0, lengths = 0, upgrades = 0;
 	const char *at = NULL, *line, *name, *v;
 	size_t ll, nl, vl;
 	while (http1_next(h, &at, &line, &ll, &name, &nl, &v, &vl)) {
@@ -101,15 +102,27 @@ int http1_parse(const char *buf, size_t len, struct http1_head *h)
 				h->host[i] = (char)tolower((unsigned char)v[i]);
 			memcpy(h->host_raw, v, vl);
 		} else if (http1_is(line, ll, "upgrade")) {
-			h->websocket = vl == 9 && !strncasecmp(v, "websocket", 9);
+			/* one, and only websocket: "h2c" would turn the connection
+			 * into HTTP/2, with a Host per stream */
+			if (upgrades++ || vl != 9 || strncasecmp(v, "websocket", 9))
+				return -1;
+			h->websocket = 1;
 		} else if (http1_is(line, ll, "transfer-encoding")) {
 			h->chunked = 1;
 		} else if (http1_is(line, ll, "content-length")) {
-			char *end;
-			h->body = strtoll(v, &end, 10);
-			if (lengths++ || !vl || !isdigit((unsigned char)*v) || end != v + vl || h->body < 0)
+			if (lengths++ || vl == 0 || vl > 15) /* digits only, below 10^15 */
 				return -1;
+			for (size_t i = 0; i < vl; i++) {
+				if (!isdigit((unsigned char)v[i]))
+					return -1;
+				h->body = h->body * 10 + (v[i] - '0');
+			}
 		}
 	}
-	return h->chunked && lengths ? -1 : 0; /* both: which framing would the server take? */
+	if (h->chunked && lengths) /* both: which framing would the server take? */
+		return -1;
+	/* A WebSocket handshake is a GET without a body. */
+	return h->websocket && (h->chunked || h->body || h->method_len != 3 || memcmp(buf, "GET", 3))
+		       ? -1
+		       : 0;
 }

@@ -2,7 +2,9 @@
  * http1: an HTTP/1 request head read as strictly as a proxy must, so that
  * what it reads (the target, Host, the body's length) is what the server
  * behind it reads: no folded lines, no space before a colon, no bare CR
- * or LF, one Host, one Content-Length and not with a Transfer-Encoding.
+ * or LF, one Host, one Content-Length (digits) and not with a
+ * Transfer-Encoding, one Upgrade and only to websocket, on a GET without
+ * a body.
  * Shared by the egress proxy and the port URLs.
  */
 #ifndef CPUOS_HTTP1_H
@@ -22,7 +24,7 @@ struct http1_head {
 	char host_raw[300];    /* as sent */
 	long long body;        /* Content-Length, 0 without one */
 	int chunked;           /* a Transfer-Encoding */
-	int websocket;         /* Upgrade: websocket */
+	int websocket;         /* Upgrade: websocket (a GET without a body) */
 };
 
 /* The length of the head at the start of buf[0..len) (through its blank

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -67,10 +69,24 @@ void tcp_reset(int fd)
 	close(fd);
 }
 
-/* Does the server's first answer switch protocols (HTTP/1.x 101)? */
+/* Does the server's first answer switch to a WebSocket: HTTP/1.x 101
+ * with "Upgrade: websocket" in its head (all in b[0..n))? */
 static int switches(const char *b, ssize_t n)
 {
-	return n >= 12 && !memcmp(b, "HTTP/1.", 7) && !memcmp(b + 8, " 101", 4);
+	static const char want[] = "\r\nupgrade: websocket\r\n";
+	size_t k = sizeof(want) - 1;
+	if (n < 12 || memcmp(b, "HTTP/1.", 7) || memcmp(b + 8, " 101 ", 5))
+		return 0;
+	for (size_t i = 0; i + k <= (size_t)n; i++)
+		if (!strncasecmp(b + i, want, k))
+			return 1;
+	return 0;
+}
+
+void tcp_send_timeout(int fd, int seconds)
+{
+	struct timeval tv = { .tv_sec = seconds };
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
 void tcp_relay_one(int client, int server, long long body, int upgrade, int idle_ms)
@@ -87,6 +103,8 @@ void tcp_relay_one(int client, int server, long long body, int upgrade, int idle
 			return;
 		if (pf[1].revents) {
 			ssize_t got = recv(server, buf, sizeof(buf), 0);
+			if (got < 0 && errno == EINTR)
+				continue;
 			if (got <= 0 || tcp_send_all(client, buf, (size_t)got) < 0)
 				return;
 			if (first && upgrade && switches(buf, got)) {
@@ -98,6 +116,8 @@ void tcp_relay_one(int client, int server, long long body, int upgrade, int idle
 		if (pf[0].revents) {
 			size_t want = body <= 0 ? 1 : body < (long long)sizeof(buf) ? (size_t)body : sizeof(buf);
 			ssize_t got = recv(client, buf, want, 0);
+			if (got < 0 && errno == EINTR)
+				continue;
 			if (got == 0) {
 				shutdown(server, SHUT_WR);
 				client_open = 0;

@@ -20,9 +20,12 @@ void tcp_relay(int a, int b, int idle_ms);
  * back, until it ends. A byte from the client past the body ends both: a
  * next request, which may be meant for another server than the one this
  * connection was checked for, never reaches this one. upgrade: the
- * request asked for a WebSocket; if the server's answer is 101, both ways
- * are relayed as they are from then on. */
+ * request asked for a WebSocket; if the server's answer is 101 with
+ * Upgrade: websocket, both ways are relayed as they are from then on. */
 void tcp_relay_one(int client, int server, long long body, int upgrade, int idle_ms);
+/* A peer that stops reading cannot hold a sender: sends on fd give up
+ * after seconds. */
+void tcp_send_timeout(int fd, int seconds);
 /* Closes fd with a reset: the peer sees a refusal at once, not an end. */
 void tcp_reset(int fd);
 

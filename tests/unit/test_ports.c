@@ -208,6 +208,12 @@ static void test_proxy(void)
 		"GET /" ID "/3000/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
 		"GET /" ID "/3000/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
 		"GET /" ID "/3000/ HTTP/2.0\r\n\r\n",
+		"GET /" ID "/3000/ HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
+		"GET /" ID "/3000/ HTTP/1.1\r\nUpgrade: h2c\r\nUpgrade: websocket\r\n\r\n",
+		"POST /" ID "/3000/ HTTP/1.1\r\nUpgrade: websocket\r\nContent-Length: 5\r\n\r\n",
+		"POST /" ID "/3000/ HTTP/1.1\r\nContent-Length: 1844674407370955162\r\n\r\n",
+		"POST /" ID "/3000/ HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+		"POST /" ID "/3000/ HTTP/1.1\r\nContent-Length:\r\n\r\n",
 	};
 	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
 		ask(port, odd[i], out, sizeof(out));
@@ -251,14 +257,23 @@ static void test_proxy(void)
 		return;
 	ports_url(p, ID, NULL, url, sizeof(url));
 	CHECK(!strcmp(url, "http://{port}-0123456789abcdef.sbx.test:8443/"));
-	/* by Host: the target as it came, the connection kept */
+	/* by Host: the target as it came, one request as well */
 	ask(port,
 	    "GET /y HTTP/1.1\r\nHost: 3000-0123456789ABCDEF.sbx.test:8443\r\nConnection: keep-alive\r\n"
 	    "Cookie: cpuos_token=" TOKEN "\r\n\r\n",
 	    out, sizeof(out));
 	CHECK(strstr(out, "\r\n\r\nhi"));
-	CHECK(!strncmp(guest.got, "GET /y HTTP/1.1\r\n", 17) && strstr(guest.got, "keep-alive") &&
-	      !strstr(guest.got, "Cookie") && strstr(guest.got, "X-Forwarded-Host: 3000-"));
+	CHECK(!strncmp(guest.got, "GET /y HTTP/1.1\r\n", 17) && !strstr(guest.got, "keep-alive") &&
+	      strstr(guest.got, "\r\nConnection: close\r\n") && !strstr(guest.got, "Cookie") &&
+	      strstr(guest.got, "X-Forwarded-Host: 3000-0123456789ABCDEF.sbx.test:8443\r\n"));
+	/* a WebSocket handshake keeps its Upgrade, nothing for HTTP/2 */
+	ask(port,
+	    "GET /ws HTTP/1.1\r\nHost: 3000-0123456789abcdef.sbx.test\r\nConnection: Upgrade, "
+	    "HTTP2-Settings\r\nUpgrade: websocket\r\nHTTP2-Settings: AAMAAABk\r\n"
+	    "Cookie: cpuos_token=" TOKEN "\r\n\r\n",
+	    out, sizeof(out));
+	CHECK(strstr(guest.got, "\r\nConnection: Upgrade\r\n") &&
+	      strstr(guest.got, "\r\nUpgrade: websocket\r\n") && !strstr(guest.got, "HTTP2-Settings"));
 	/* no redirect off to another site */
 	ask(port,
 	    "GET //evil.test/?cpuos_token=" TOKEN

@@ -175,9 +175,12 @@ static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t
 /* Passes the checked connection on. TLS goes as it is (the SNI was the
  * name). Plain HTTP goes one request at a time, asked to close after it:
  * a next request on the same connection could name another Host, which
- * a shared (CDN) address would serve. 0, or -1 when it was not passed. */
+ * a shared (CDN) address would serve; a WebSocket handshake goes on as
+ * one once the server agreed. 0, or -1 when it was not passed. */
 static int pass(int guest, int out, int tls, const unsigned char *buf, size_t len)
 {
+	tcp_send_timeout(guest, 60);
+	tcp_send_timeout(out, 60);
 	if (tls) {
 		if (tcp_send_all(out, buf, len) < 0)
 			return -1;
@@ -197,14 +200,13 @@ static int pass(int guest, int out, int tls, const unsigned char *buf, size_t le
 	const char *at = NULL, *line, *name, *v;
 	size_t ll, nl, vl;
 	while (http1_next(&h, &at, &line, &ll, &name, &nl, &v, &vl))
-		if (h.websocket || !http1_is(line, ll, "connection")) {
+		if (!http1_is(line, ll, "connection") && !http1_is(line, ll, "http2-settings")) {
 			memcpy(rw + n, line, ll);
 			n += ll;
 		}
-	if (!h.websocket) {
-		memcpy(rw + n, "Connection: close\r\n", 19);
-		n += 19;
-	}
+	const char *conn = h.websocket ? "Connection: Upgrade\r\n" : "Connection: close\r\n";
+	memcpy(rw + n, conn, strlen(conn));
+	n += strlen(conn);
 	memcpy(rw + n, "\r\n", 2);
 	n += 2;
 	size_t extra = len - hl;

@@ -186,21 +186,19 @@ static ssize_t read_head(int fd, char *buf, size_t *head_len)
 
 /* --- answers of our own -------------------------------------------------------- */
 
-/* A peer that stops reading cannot hold a thread: sends give up. */
-static void send_timeout(int fd)
-{
-	struct timeval tv = { .tv_sec = 60 };
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
 /* After an answer of ours: what the client still sends (a body nobody
  * reads) is taken for a moment, so that it reads the answer rather than
  * a reset. */
 static void drain(int fd)
 {
 	char buf[4096];
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	shutdown(fd, SHUT_WR);
-	for (size_t n = 0; n < (64 << 10) && tcp_wait(fd, POLLIN, 1000) > 0;) {
+	for (size_t n = 0; n < (64 << 10) && tcp_wait(fd, POLLIN, 500) > 0;) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec >= 2) /* at most 2 s in all */
+			break;
 		ssize_t got = recv(fd, buf, sizeof(buf), 0);
 		if (got <= 0)
 			break;
@@ -323,11 +321,10 @@ static int guest_head(const struct head *h, const struct ports_route *rt, const 
 	r |= put(o, " ", 1) | put(o, h->r.version, 8) | put(o, "\r\n", 2);
 	static const char *const drop[] = { PORTS_TOKEN_HEADER, "forwarded", "x-real-ip",
 					    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto" };
-	int one_request = rt->by_path && !h->r.websocket;
 	const char *at = NULL, *l, *name, *v;
 	size_t n, nl, vl;
 	while (http1_next(&h->r, &at, &l, &n, &name, &nl, &v, &vl)) {
-		int skip = one_request && http1_is(l, n, "connection");
+		int skip = http1_is(l, n, "connection") || http1_is(l, n, "http2-settings");
 		for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
 			skip |= http1_is(l, n, drop[i]);
 		if (skip)
@@ -355,8 +352,7 @@ static int guest_head(const struct head *h, const struct ports_route *rt, const 
 	if (h->r.host_raw[0])
 		k += snprintf(fwd + k, sizeof(fwd) - (size_t)k, "X-Forwarded-Host: %s\r\n", h->r.host_raw);
 	r |= put(o, fwd, (size_t)k);
-	if (one_request)
-		r |= put(o, "Connection: close\r\n", 19);
+	r |= h->r.websocket ? put(o, "Connection: Upgrade\r\n", 21) : put(o, "Connection: close\r\n", 19);
 	r |= put(o, "\r\n", 2);
 	return r ? -1 : 0;
 }
@@ -415,8 +411,7 @@ static void serve(struct conn *c)
 			redirect(c->fd, loc, qtoken, cookie_path);
 		goto out;
 	}
-	int one_request = rt.by_path;
-	if (one_request && h.r.chunked) { /* no framing of our own for it: browsers send a length */
+	if (h.r.chunked) { /* no framing of our own for it: browsers send a length */
 		answer(c->fd, 411, "length_required",
 		       "a path URL takes a request body with a Content-Length only");
 		goto out;
@@ -434,13 +429,13 @@ static void serve(struct conn *c)
 	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
 	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
 	setsockopt(gfd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-	send_timeout(gfd);
+	tcp_send_timeout(gfd, 60);
 	struct out o = { .p = ob, .cap = HEAD_MAX + 1024 };
-	/* What came after the head: the body's start (for one request, no
-	 * more than the body: the rest would be a next request). */
+	/* What came after the head: the body's start (no more than the
+	 * body: the rest would be a next request). */
 	size_t extra = (size_t)got - head_len;
 	long long body = h.r.body;
-	if (one_request && (long long)extra > body)
+	if ((long long)extra > body)
 		extra = (size_t)body;
 	body -= (long long)extra;
 	if (guest_head(&h, &rt, c->client, &o) < 0) {
@@ -450,10 +445,7 @@ static void serve(struct conn *c)
 		free(buf);
 		free(ob);
 		buf = ob = NULL;
-		if (one_request)
-			tcp_relay_one(c->fd, gfd, body, h.r.websocket, IDLE_MS);
-		else
-			tcp_relay(c->fd, gfd, IDLE_MS);
+		tcp_relay_one(c->fd, gfd, body, h.r.websocket, IDLE_MS);
 	}
 	set_guest_fd(c, -1);
 	close(gfd);
@@ -516,7 +508,7 @@ static void take(struct ports *p, int fd, const struct sockaddr_storage *sa)
 	c->p = p;
 	c->fd = fd;
 	c->at = at;
-	send_timeout(fd);
+	tcp_send_timeout(fd, 60);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	pthread_t t;

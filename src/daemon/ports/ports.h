@@ -5,11 +5,12 @@
  *   http://<listen address>/<id>/<port>/...     without one (the prefix is
  *                                               cut before the guest sees it);
  * then passes the connection on as it is, so streamed responses, uploads
- * and WebSocket need nothing of their own. A path URL's connection carries
- * one request (its Connection becomes close, and a byte past its body ends
- * it): the next may be for another sandbox. Path URLs share one origin, so
- * a page of one sandbox can read another's in the same browser: the
- * wildcard domain is for previews that users open. A request shows the sandbox's traffic token unless it is public:
+ * and WebSocket need nothing of their own. A connection carries one
+ * request (its Connection becomes close, and a byte past its body ends
+ * it): the next may be for another sandbox, and every request is checked
+ * and cleaned (a WebSocket goes on once the guest agreed). Path URLs share
+ * one origin, so a page of one sandbox can read another's in the same
+ * browser: the wildcard domain is for previews that users open. A request shows the sandbox's traffic token unless it is public:
  * as the query parameter cpuos_token (answered with a redirect that sets
  * it as a cookie, for browsers), the cookie cpuos_token or the header
  * cpuos-traffic-token; neither reaches the guest. The answers of its own
