@@ -59,6 +59,22 @@ static void test_http_host(void)
 	CHECK(host("GET / HTTP/1.1\r\nHost:\r\n\r\n", name) == -1);
 	CHECK(host("GET / HTTP/1.1\r\nX-Host: a.test\r\n\r\n", name) == -1);
 	CHECK(host("GET http://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", name) == -1);
+	/* heads a server could read otherwise (http1.h) name nothing */
+	static const char *const odd[] = {
+		"GET / HTTP/1.1\r\nHost : a.test\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test\r\n folded\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: y\nHost: b.test\r\nHost2: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: h2c\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nUpgrade: h2c\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 99999999999999999999\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length:\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+		if (!CHECK(host(odd[i], name) == -1))
+			t_note("named '%s': %s", name, odd[i]);
+	CHECK(host("GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", name) == 1);
 	char big[20000];
 	memset(big, 'a', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
