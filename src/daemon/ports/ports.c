@@ -209,9 +209,9 @@ static void drain(int fd)
 static void answer(int fd, unsigned status, const char *code, const char *msg)
 {
 	static const struct { unsigned s; const char *t; } texts[] = {
-		{ 400, "Bad Request" }, { 401, "Unauthorized" }, { 404, "Not Found" },
-		{ 410, "Gone" }, { 411, "Length Required" }, { 429, "Too Many Requests" }, { 502, "Bad Gateway" },
-		{ 503, "Service Unavailable" }, { 504, "Gateway Timeout" },
+		{ 400, "Bad Request" }, { 401, "Unauthorized" },	{ 404, "Not Found" },
+		{ 410, "Gone" },	{ 411, "Length Required" },	{ 429, "Too Many Requests" },
+		{ 502, "Bad Gateway" }, { 503, "Service Unavailable" }, { 504, "Gateway Timeout" },
 	};
 	const char *text = "Error";
 	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
@@ -309,8 +309,8 @@ static int put(struct out *o, const char *s, size_t n)
 }
 
 /* The head as the guest gets it: the target cut from the route's prefix,
- * our token taken out, and Connection: close for a path URL (the next
- * request may be for another sandbox), forwarded headers added. */
+ * our token taken out, Connection: close (the next request may be for
+ * another sandbox; Upgrade for a WebSocket), forwarded headers added. */
 static int guest_head(const struct head *h, const struct ports_route *rt, const char *client,
 		      struct out *o)
 {
