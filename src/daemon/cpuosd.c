@@ -162,9 +162,10 @@ int main(int argc, char **argv)
 	log_info("signal %u: shutting down; sandboxes keep running", sfd >= 0 ? si.ssi_signo : 0);
 	/* Let go of the VMs first: requests waiting on them then end, and the
 	 * HTTP threads can be joined. */
-	ports_close(ports); /* first: a port request may resume a sandbox */
+	ports_stop(ports); /* first: a port request may resume a sandbox */
 	sbx_mgr_stop(mgr);
 	http_stop(http);
+	ports_close(ports); /* after the API, whose answers name port URLs */
 	sbx_mgr_free(mgr);
 	net_close(net);
 	store_close(store);

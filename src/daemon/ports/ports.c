@@ -45,6 +45,7 @@ struct ports {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int quit, nconns;
+	int stopped;       /* ports_stop ran (the caller's thread only) */
 	int fds[PORTS_MAX_CONNS][2]; /* each connection's client and guest side, -1 if none */
 	char ips[PORTS_MAX_CONNS][INET6_ADDRSTRLEN]; /* and the client's address */
 };
@@ -628,10 +629,11 @@ int ports_open(const struct ports_config *c, struct ports **out, char *err, size
 	return 0;
 }
 
-void ports_close(struct ports *p)
+void ports_stop(struct ports *p)
 {
-	if (!p)
+	if (!p || p->stopped)
 		return;
+	p->stopped = 1;
 	uint64_t one = 1;
 	if (write(p->wakefd, &one, sizeof(one)) < 0) {
 		/* cannot fail on a fresh eventfd */
@@ -646,6 +648,13 @@ void ports_close(struct ports *p)
 	while (p->nconns)
 		pthread_cond_wait(&p->cv, &p->mu);
 	pthread_mutex_unlock(&p->mu);
+}
+
+void ports_close(struct ports *p)
+{
+	if (!p)
+		return;
+	ports_stop(p);
 	close(p->lfd);
 	close(p->wakefd);
 	pthread_mutex_destroy(&p->mu);

@@ -46,7 +46,10 @@ struct ports;
 
 /* Listens and serves: 0, or -errno with a reason. */
 int ports_open(const struct ports_config *c, struct ports **out, char *err, size_t errlen);
-/* Ends every connection and frees p. */
+/* Stops accepting and ends every connection; ports_url still answers, so
+ * the API may go on until it is stopped too. ports_close then frees p
+ * (stopping it first if need be). */
+void ports_stop(struct ports *p);
 void ports_close(struct ports *p);
 
 /* The URLs of sandbox id with "{port}" for the port. api_host: the host
