@@ -4,10 +4,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <stdlib.h>
 #include <strings.h>
 #include <sys/time.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#define RELAY_BUF (64 << 10)
 
 int tcp_wait(int fd, short ev, int ms)
 {
@@ -35,31 +38,34 @@ int tcp_send_all(int fd, const void *p, size_t n)
 
 void tcp_relay(int a, int b, int idle_ms)
 {
-	unsigned char buf[1 << 16];
+	/* On the heap: relays run on threads with small stacks. */
+	unsigned char *buf = malloc(RELAY_BUF);
 	int open_a = 1, open_b = 1;
-	while (open_a || open_b) {
+	while (buf && (open_a || open_b)) {
 		struct pollfd pf[2] = { { .fd = open_a ? a : -1, .events = POLLIN },
 					{ .fd = open_b ? b : -1, .events = POLLIN } };
 		int r = poll(pf, 2, idle_ms);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
-			return;
+			break;
 		for (int i = 0; i < 2; i++) {
 			if (!pf[i].revents)
 				continue;
 			int from = i ? b : a, to = i ? a : b;
-			ssize_t got = recv(from, buf, sizeof(buf), 0);
+			ssize_t got = recv(from, buf, RELAY_BUF, 0);
 			if (got < 0 && errno == EINTR)
 				continue;
 			if (got == 0) {
 				shutdown(to, SHUT_WR);
 				*(i ? &open_b : &open_a) = 0;
 			} else if (got < 0 || tcp_send_all(to, buf, (size_t)got) < 0) {
-				return; /* an error either way ends both */
+				open_a = open_b = 0; /* an error either way ends both */
+				break;
 			}
 		}
 	}
+	free(buf);
 }
 
 void tcp_reset(int fd)
@@ -91,30 +97,30 @@ void tcp_send_timeout(int fd, int seconds)
 
 void tcp_relay_one(int client, int server, long long body, int upgrade, int idle_ms)
 {
-	char buf[1 << 16];
-	int client_open = 1, first = 1;
-	for (;;) {
+	char *buf = malloc(RELAY_BUF);
+	int client_open = 1, first = 1, ws = 0;
+	while (buf) {
 		struct pollfd pf[2] = { { .fd = client_open ? client : -1, .events = POLLIN },
 					{ .fd = server, .events = POLLIN } };
 		int r = poll(pf, 2, idle_ms);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
-			return;
+			break;
 		if (pf[1].revents) {
-			ssize_t got = recv(server, buf, sizeof(buf), 0);
+			ssize_t got = recv(server, buf, RELAY_BUF, 0);
 			if (got < 0 && errno == EINTR)
 				continue;
 			if (got <= 0 || tcp_send_all(client, buf, (size_t)got) < 0)
-				return;
-			if (first && upgrade && switches(buf, got)) {
-				tcp_relay(client, server, idle_ms); /* a WebSocket now, no more requests */
-				return;
-			}
+				break;
+			/* a WebSocket now: no more requests, both ways as they are */
+			ws = first && upgrade && switches(buf, got);
 			first = 0;
+			if (ws)
+				break;
 		}
 		if (pf[0].revents) {
-			size_t want = body <= 0 ? 1 : body < (long long)sizeof(buf) ? (size_t)body : sizeof(buf);
+			size_t want = body <= 0 ? 1 : body < RELAY_BUF ? (size_t)body : RELAY_BUF;
 			ssize_t got = recv(client, buf, want, 0);
 			if (got < 0 && errno == EINTR)
 				continue;
@@ -122,10 +128,13 @@ void tcp_relay_one(int client, int server, long long body, int upgrade, int idle
 				shutdown(server, SHUT_WR);
 				client_open = 0;
 			} else if (got < 0 || body <= 0 || tcp_send_all(server, buf, (size_t)got) < 0) {
-				return; /* a byte past the request (or an error) */
+				break; /* a byte past the request (or an error) */
 			} else {
 				body -= got;
 			}
 		}
 	}
+	free(buf);
+	if (ws)
+		tcp_relay(client, server, idle_ms);
 }
