@@ -1,6 +1,8 @@
 /* tcp: see tcp.h. */
 #include "common/tcp.h"
 
+#include "common/clock.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
@@ -19,6 +21,25 @@ int tcp_wait(int fd, short ev, int ms)
 	while ((r = poll(&pf, 1, ms)) < 0 && errno == EINTR)
 		;
 	return r;
+}
+
+ssize_t tcp_read_until(int fd, char *buf, size_t cap, int ms,
+		       int (*done)(const char *buf, size_t len, void *arg), void *arg)
+{
+	int64_t end = clock_ms() + ms;
+	for (size_t len = 0; len < cap;) {
+		int64_t left = end - clock_ms();
+		if (left <= 0 || tcp_wait(fd, POLLIN, (int)left) <= 0)
+			return -1;
+		ssize_t got = recv(fd, buf + len, cap - len, 0);
+		if (got <= 0)
+			return -1;
+		len += (size_t)got;
+		int r = done(buf, len, arg);
+		if (r)
+			return r > 0 ? (ssize_t)len : -1;
+	}
+	return -1;
 }
 
 int tcp_send_all(int fd, const void *p, size_t n)

@@ -7,9 +7,16 @@
 #define CPUOS_TCP_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* poll() for ev on fd, retried on EINTR: >0 ready, 0 timed out, <0 error. */
 int tcp_wait(int fd, short ev, int ms);
+/* Reads into buf[0..cap) until done(buf, len, arg) says the bytes are
+ * enough (1) or wrong (-1), within ms in all: the bytes read, or -1 when
+ * done said wrong, the peer ended or erred, the time ran out or cap was
+ * reached first. How both proxies read a request's head. */
+ssize_t tcp_read_until(int fd, char *buf, size_t cap, int ms,
+		       int (*done)(const char *buf, size_t len, void *arg), void *arg);
 /* 0 once all n bytes went, -1 otherwise (never SIGPIPE). */
 int tcp_send_all(int fd, const void *p, size_t n);
 /* Copies both ways until both sides are done (a half close is passed on),

@@ -148,28 +148,23 @@ struct conn {
 	int slot, fd, nsfd, at; /* at: its place in the slot's conns */
 };
 
+struct asked {
+	int tls;
+	char *name;
+	size_t n;
+};
+
+static int named(const char *buf, size_t len, void *arg)
+{
+	struct asked *a = arg;
+	return proxy_name(a->tls, (const unsigned char *)buf, len, a->name, a->n);
+}
+
 /* Reads until the head names a host: its length, or -1. */
 static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t n)
 {
-	size_t len = 0;
-	double end = (double)HEAD_MS;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (len < HEAD_MAX) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		double left = end - ((double)(t.tv_sec - t0.tv_sec) * 1e3 +
-				     (double)(t.tv_nsec - t0.tv_nsec) / 1e6);
-		if (left <= 0 || tcp_wait(fd, POLLIN, (int)left) <= 0)
-			return -1;
-		ssize_t got = recv(fd, buf + len, HEAD_MAX - len, 0);
-		if (got <= 0)
-			return -1;
-		len += (size_t)got;
-		int r = proxy_name(tls, buf, len, name, n);
-		if (r)
-			return r > 0 ? (ssize_t)len : -1;
-	}
-	return -1;
+	struct asked a = { .tls = tls, .name = name, .n = n };
+	return tcp_read_until(fd, (char *)buf, HEAD_MAX, HEAD_MS, named, &a);
 }
 
 /* Passes the checked connection on. TLS goes as it is (the SNI was the

@@ -6,6 +6,7 @@
  */
 #include "daemon/ports/ports.h"
 
+#include "common/clock.h"
 #include "common/http1.h"
 #include "common/log.h"
 #include "common/tcp.h"
@@ -25,7 +26,6 @@
 #include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define HEAD_MAX (16 << 10)
@@ -163,26 +163,16 @@ static int parse_head(const char *buf, size_t len, struct head *h)
 	return 0;
 }
 
+static int head_done(const char *buf, size_t len, void *arg)
+{
+	return (*(size_t *)arg = http1_head_len(buf, len)) > 0;
+}
+
 /* Reads until the blank line: the bytes read (the head and perhaps the
  * start of a body), with *head_len; -1 on a timeout, an end or too long. */
 static ssize_t read_head(int fd, char *buf, size_t *head_len)
 {
-	size_t len = 0;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (len < HEAD_MAX) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		long left = HEAD_MS - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-		if (left <= 0 || tcp_wait(fd, POLLIN, (int)left) <= 0)
-			return -1;
-		ssize_t got = recv(fd, buf + len, HEAD_MAX - len, 0);
-		if (got <= 0)
-			return -1;
-		len += (size_t)got;
-		if ((*head_len = http1_head_len(buf, len)))
-			return (ssize_t)len;
-	}
-	return -1;
+	return tcp_read_until(fd, buf, HEAD_MAX, HEAD_MS, head_done, head_len);
 }
 
 /* --- answers of our own -------------------------------------------------------- */
@@ -193,13 +183,9 @@ static ssize_t read_head(int fd, char *buf, size_t *head_len)
 static void drain(int fd)
 {
 	char buf[4096];
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int64_t end = clock_ms() + 2000; /* at most 2 s in all */
 	shutdown(fd, SHUT_WR);
-	for (size_t n = 0; n < (64 << 10) && tcp_wait(fd, POLLIN, 500) > 0;) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec >= 2) /* at most 2 s in all */
-			break;
+	for (size_t n = 0; n < (64 << 10) && clock_ms() < end && tcp_wait(fd, POLLIN, 500) > 0;) {
 		ssize_t got = recv(fd, buf, sizeof(buf), 0);
 		if (got <= 0)
 			break;
