@@ -192,14 +192,15 @@ class Daemon:
                 return
 
     def close(self):
-        """Kills its sandboxes, stops it and removes its directory."""
+        """Kills its sandboxes, stops it and removes its directory (kept with CPUOS_KEEP_STATE)."""
         try:
             if self.proc and self.proc.poll() is None:
                 self.kill_all_sandboxes()
         except OSError:
             pass
         self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not os.environ.get("CPUOS_KEEP_STATE"):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def started_daemon(*args, key="own"):
@@ -239,15 +240,8 @@ def daemon():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        try:
-            if d.proc and d.proc.poll() is None:
-                d.kill_all_sandboxes()
-        except OSError:
-            pass
-        d.stop()
+        d.close()
         _DAEMON = None
-        if not os.environ.get("CPUOS_KEEP_STATE"):
-            shutil.rmtree(d.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ answer each case with a clear error, keep serving, keep its memory bounded, and 
 
 import base64
 import json
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -25,9 +24,7 @@ def hd():
     d.start()
     d.key = d.create_key("mallory")
     yield d
-    d.kill_all_sandboxes()
-    d.stop()
-    shutil.rmtree(d.dir, ignore_errors=True)
+    d.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ sandboxes that expire together. Figures are printed (pytest -s); the bounds asse
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -203,9 +202,7 @@ def test_sigterm_stops_cleanly_and_the_next_daemon_takes_over():
         assert cpuos.Sandbox.connect(sbx.id, api_key=key, api_url=d.url).state == "running"
         assert sbx.exec("echo back").stdout == "back\n"
     finally:
-        d.kill_all_sandboxes()
-        d.stop()
-        shutil.rmtree(d.dir, ignore_errors=True)
+        d.close()
 
 
 def test_stdin_past_the_input_window(daemon, sandbox):

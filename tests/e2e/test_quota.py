@@ -1,6 +1,5 @@
 """The per-account sandbox limit holds under parallel creates (429 past it, other accounts unaffected)."""
 import json
-import shutil
 import threading
 
 from conftest import Daemon
@@ -28,6 +27,4 @@ def test_parallel_creates_respect_the_limit():
         r = d.http("POST", "/v1/sandboxes", body=json.dumps({"template": "base"}), unix=True)
         assert r.status == 201
     finally:
-        d.kill_all_sandboxes()
-        d.stop()
-        shutil.rmtree(d.dir, ignore_errors=True)
+        d.close()
