@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "4"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "5"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 5", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 6", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 5") != NULL);
+	CHECK(strstr(err, "schema version 6") != NULL);
 	tdb_remove(&t);
 }
 
@@ -749,6 +749,56 @@ static void test_concurrent_inserts(void)
 	tdb_remove(&t);
 }
 
+/* Egress secrets: set, set again (the placeholder stays), per account,
+ * deleted; a sandbox row keeps the names it holds. */
+static void test_egress_secrets(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	struct store_secret x = { .account = "alice", .name = "API_KEY",
+				  .placeholder = "cpuos-secret-00000000000000000000000000000001",
+				  .value = "v1", .hosts_json = "[\"api.test\"]", .updated_at = 100 };
+	int created = -1;
+	CHECK(store_secret_put(t.s, &x, &created) == 0 && created == 1);
+	snprintf(x.placeholder, sizeof(x.placeholder), "%s",
+		 "cpuos-secret-00000000000000000000000000000002");
+	x.value = "v2";
+	x.updated_at = 200;
+	CHECK(store_secret_put(t.s, &x, &created) == 0 && created == 0);
+	snprintf(x.account, sizeof(x.account), "bob");
+	snprintf(x.placeholder, sizeof(x.placeholder), "%s",
+		 "cpuos-secret-00000000000000000000000000000001");
+	CHECK(store_secret_put(t.s, &x, &created) < 0); /* a placeholder is one secret's */
+	snprintf(x.placeholder, sizeof(x.placeholder), "%s",
+		 "cpuos-secret-00000000000000000000000000000003");
+	CHECK(store_secret_put(t.s, &x, &created) == 0 && created == 1);
+	struct store_secret *xs = NULL;
+	size_t n = 0;
+	CHECK(store_secret_list(t.s, "alice", "API_KEY", &xs, &n) == 0 && n == 1 &&
+	      !strcmp(xs[0].value, "v2") && xs[0].created_at == 100 && xs[0].updated_at == 200 &&
+	      !strcmp(xs[0].placeholder, "cpuos-secret-00000000000000000000000000000001"));
+	store_secret_free_list(xs, n);
+	CHECK(store_secret_list(t.s, "alice", NULL, &xs, &n) == 0 && n == 1);
+	store_secret_free_list(xs, n);
+	CHECK(store_secret_delete(t.s, "alice", "API_KEY") == 0);
+	CHECK(store_secret_delete(t.s, "alice", "API_KEY") == -ENOENT);
+	CHECK(store_secret_list(t.s, "alice", NULL, &xs, &n) == 0 && n == 0);
+	store_secret_free_list(xs, n);
+	CHECK(store_secret_list(t.s, "bob", NULL, &xs, &n) == 0 && n == 1); /* bob's stays */
+	store_secret_free_list(xs, n);
+
+	struct store_sbx row = { .id = "sbx_00000000000000aa", .account = "alice",
+				 .template = "base", .state = "running", .vcpus = 1,
+				 .memory_mb = 512, .disk_mb = 2048, .net_slot = -1,
+				 .secrets_json = "[\"API_KEY\"]" };
+	CHECK(store_sbx_insert(t.s, &row) == 0);
+	struct store_sbx got;
+	CHECK(store_sbx_get(t.s, row.id, &got) == 0 && !strcmp(got.secrets_json, "[\"API_KEY\"]"));
+	store_sbx_release(&got);
+	tdb_remove(&t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -764,6 +814,7 @@ int main(int argc, char **argv)
 	    {"store_list_bad_args", test_list_bad_args},
 	    {"store_running", test_running},
 	    {"store_concurrent_inserts", test_concurrent_inserts},
+	    {"store_egress_secrets", test_egress_secrets},
 	    {0, 0},
 	};
 	return t_main(argc, argv, cases);

@@ -147,6 +147,19 @@ static const char *const migrations[] = {
      * none yet, the sandbox came from an older daemon: only public). */
     "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE sandboxes ADD COLUMN traffic_token TEXT NOT NULL DEFAULT '';",
+    /* 4 -> 5: egress secrets. A secret's value goes only to its hosts
+     * (a JSON array of names); a sandbox lists the secrets it holds
+     * placeholders of (a JSON array of names). */
+    "CREATE TABLE secrets ("
+    " account TEXT NOT NULL REFERENCES accounts(name),"
+    " name TEXT NOT NULL,"
+    " value TEXT NOT NULL,"
+    " hosts TEXT NOT NULL,"
+    " placeholder TEXT NOT NULL UNIQUE,"
+    " created_at INTEGER NOT NULL,"
+    " updated_at INTEGER NOT NULL,"
+    " PRIMARY KEY (account, name)) WITHOUT ROWID;"
+    "ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '[]';",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -71,6 +71,8 @@ struct store_sbx {
 	int net_slot;        /* host network slot while it runs, else -1 */
 	int is_public;       /* its port URLs need no token */
 	char traffic_token[40]; /* what its port URLs need (32 hex); "" = none */
+	char *secrets_json;  /* names of the secrets it holds placeholders of,
+			      * a JSON array; NULL = "[]"; owned */
 };
 
 /* Frees the strings inside (not the struct). */
@@ -130,6 +132,25 @@ int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
 /* account NULL: every account; newest first. */
 int store_ckpt_list(struct store *s, const char *account, struct store_ckpt **out, size_t *n);
 int store_ckpt_delete(struct store *s, const char *id); /* -ENOENT if unknown */
+
+/* ---- secrets: values for the egress proxy to put in requests ---- */
+struct store_secret {
+	char account[128];
+	char name[65];        /* an environment variable's name */
+	char placeholder[64]; /* what sandboxes see instead of the value */
+	char *value;          /* malloc'd, owned */
+	char *hosts_json;     /* the names it may go to, a JSON array; owned */
+	long long created_at, updated_at;
+};
+void store_secret_release(struct store_secret *x);
+void store_secret_free_list(struct store_secret *xs, size_t n);
+/* Creates (with x's placeholder) or replaces the value and hosts of an
+ * existing one (which keeps its own). *created (may be NULL): which. */
+int store_secret_put(struct store *s, const struct store_secret *x, int *created);
+/* The account's secrets by name (name NULL: all of them). */
+int store_secret_list(struct store *s, const char *account, const char *name,
+		      struct store_secret **out, size_t *n);
+int store_secret_delete(struct store *s, const char *account, const char *name); /* -ENOENT */
 
 /* ---- usage: one event per state change, integrated by queries ---- */
 struct store_usage_event {

@@ -34,7 +34,7 @@
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
-	"key_id, generation, network, net_slot, public, traffic_token"
+	"key_id, generation, network, net_slot, public, traffic_token, secrets"
 
 /* Sandbox ids: 1..31 printable bytes, no space. */
 static int sbx_id_ok(const char *s)
@@ -66,9 +66,11 @@ void store_sbx_release(struct store_sbx *x)
 	free(x->metadata_json);
 	free(x->env_json);
 	free(x->network_json);
+	free(x->secrets_json);
 	x->metadata_json = NULL;
 	x->env_json = NULL;
 	x->network_json = NULL;
+	x->secrets_json = NULL;
 }
 
 void store_sbx_free_list(struct store_sbx *xs, size_t n)
@@ -114,7 +116,7 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		r = store__prep(s,
 				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
 				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
@@ -140,7 +142,8 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		    store__bind_text(st, 21, x->network_json ? x->network_json : "") != SQLITE_OK ||
 		    sqlite3_bind_int(st, 22, x->net_slot) != SQLITE_OK ||
 		    sqlite3_bind_int(st, 23, x->is_public) != SQLITE_OK ||
-		    store__bind_text(st, 24, x->traffic_token) != SQLITE_OK)
+		    store__bind_text(st, 24, x->traffic_token) != SQLITE_OK ||
+		    store__bind_text(st, 25, x->secrets_json ? x->secrets_json : "[]") != SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -242,7 +245,9 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	x->network_json = strdup(nw ? nw : "");
 	x->net_slot = sqlite3_column_int(st, 21);
 	x->is_public = sqlite3_column_int(st, 22) != 0;
-	if (!x->metadata_json || !x->env_json || !x->network_json) {
+	const char *sc = (const char *)sqlite3_column_text(st, 24);
+	x->secrets_json = strdup(sc ? sc : "[]");
+	if (!x->metadata_json || !x->env_json || !x->network_json || !x->secrets_json) {
 		store_sbx_release(x);
 		return -ENOMEM;
 	}

@@ -1,0 +1,170 @@
+/*
+ * store_secret: the secrets table (see store.c): a value an account keeps
+ * for its sandboxes' egress, with the hosts it may go to and the
+ * placeholder its sandboxes see instead. The value never leaves the
+ * daemon through the API; the proxy puts it in requests (net/secret.h).
+ */
+#include "daemon/store/store.h"
+#include "daemon/store/store_impl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SECRET_COLS "account, name, value, hosts, placeholder, created_at, updated_at"
+
+void store_secret_release(struct store_secret *x)
+{
+	if (!x)
+		return;
+	free(x->value);
+	free(x->hosts_json);
+	x->value = x->hosts_json = NULL;
+}
+
+void store_secret_free_list(struct store_secret *xs, size_t n)
+{
+	for (size_t i = 0; xs && i < n; i++)
+		store_secret_release(&xs[i]);
+	free(xs);
+}
+
+int store_secret_put(struct store *s, const struct store_secret *x, int *created)
+{
+	if (!store__name_ok(x->account) || !store__text_ok(x->name, sizeof(x->name), 1, 0) ||
+	    !store__text_ok(x->placeholder, sizeof(x->placeholder), 1, 0) || !x->value ||
+	    !x->hosts_json)
+		return -EINVAL;
+	sqlite3_stmt *st = NULL;
+	pthread_mutex_lock(&s->lock);
+	int r = store__begin(s);
+	if (!r)
+		r = store__ensure_account(s, x->account);
+	/* A secret set again keeps its placeholder: the sandboxes that hold
+	 * it go on working with the new value. */
+	if (!r)
+		r = store__prep(s,
+				"INSERT INTO secrets (" SECRET_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) "
+				"ON CONFLICT (account, name) DO UPDATE SET value = ?3, hosts = ?4, "
+				"updated_at = ?6",
+				&st);
+	if (!r) {
+		if (store__bind_text(st, 1, x->account) != SQLITE_OK ||
+		    store__bind_text(st, 2, x->name) != SQLITE_OK ||
+		    store__bind_text(st, 3, x->value) != SQLITE_OK ||
+		    store__bind_text(st, 4, x->hosts_json) != SQLITE_OK ||
+		    store__bind_text(st, 5, x->placeholder) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 6, x->updated_at) != SQLITE_OK)
+			r = -EIO;
+		else
+			r = store__step_done(st);
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	/* created_at == updated_at only for a row this statement inserted
+	 * (an update in the same second looks new: told apart by the
+	 * placeholder, which only an insert wrote). */
+	if (!r && created)
+		r = store__prep(s, "SELECT placeholder FROM secrets WHERE account = ?1 AND name = ?2",
+				&st);
+	if (!r && created) {
+		if (store__bind_text(st, 1, x->account) != SQLITE_OK ||
+		    store__bind_text(st, 2, x->name) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW)
+			r = -EIO;
+		else
+			*created = !strcmp((const char *)sqlite3_column_text(st, 0), x->placeholder);
+	}
+	sqlite3_finalize(st);
+	if (!r)
+		r = store__commit(s);
+	if (r)
+		store__rollback(s);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+static int read_secret(sqlite3_stmt *st, struct store_secret *x)
+{
+	memset(x, 0, sizeof(*x));
+	if (store__col_copy(st, 0, x->account, sizeof(x->account)) ||
+	    store__col_copy(st, 1, x->name, sizeof(x->name)) ||
+	    store__col_copy(st, 4, x->placeholder, sizeof(x->placeholder)))
+		return -EIO;
+	const char *v = (const char *)sqlite3_column_text(st, 2);
+	const char *h = (const char *)sqlite3_column_text(st, 3);
+	x->value = strdup(v ? v : "");
+	x->hosts_json = strdup(h ? h : "[]");
+	x->created_at = sqlite3_column_int64(st, 5);
+	x->updated_at = sqlite3_column_int64(st, 6);
+	if (!x->value || !x->hosts_json) {
+		store_secret_release(x);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int store_secret_list(struct store *s, const char *account, const char *name,
+		      struct store_secret **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	struct store_secret *xs = NULL;
+	size_t got = 0, cap = 0;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "SELECT " SECRET_COLS " FROM secrets WHERE account = ?1 "
+			    "AND (?2 IS NULL OR name = ?2) ORDER BY name",
+			    &st);
+	if (!r && (store__bind_text(st, 1, account) != SQLITE_OK ||
+		   (name ? store__bind_text(st, 2, name) : sqlite3_bind_null(st, 2)) != SQLITE_OK))
+		r = -EIO;
+	while (!r) {
+		int rc = sqlite3_step(st);
+		if (rc == SQLITE_DONE)
+			break;
+		if (rc != SQLITE_ROW) {
+			r = -EIO;
+			break;
+		}
+		if (got == cap) {
+			struct store_secret *nx = realloc(xs, (cap ? 2 * cap : 8) * sizeof(*nx));
+			if (!nx) {
+				r = -ENOMEM;
+				break;
+			}
+			xs = nx;
+			cap = cap ? 2 * cap : 8;
+		}
+		if (!(r = read_secret(st, &xs[got])))
+			got++;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->lock);
+	if (r) {
+		store_secret_free_list(xs, got);
+		return r;
+	}
+	*out = xs;
+	*n = got;
+	return 0;
+}
+
+int store_secret_delete(struct store *s, const char *account, const char *name)
+{
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, "DELETE FROM secrets WHERE account = ?1 AND name = ?2", &st);
+	if (!r) {
+		if (store__bind_text(st, 1, account) != SQLITE_OK ||
+		    store__bind_text(st, 2, name) != SQLITE_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ENOENT;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
