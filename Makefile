@@ -128,6 +128,10 @@ $(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(wild
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
 
+$(BUILD)/tests/test_secret: $(call obj,tests/unit/test_secret.c $(TEST_LIB) src/daemon/net/secret.c src/daemon/net/ca.c src/daemon/net/policy.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -ljansson -lpthread
+
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread

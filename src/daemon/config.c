@@ -60,6 +60,8 @@ static const char usage[] =
 	"                         deny-all, or a policy as JSON (default allow-all)\n"
 	"  --dns-upstream ADDR[:PORT]  where the guests' resolver asks (default: the\n"
 	"                         nameservers of /etc/resolv.conf)\n"
+	"  --egress-trust FILE    the CA certificates (PEM) servers that get egress secrets\n"
+	"                         are checked by (default: the host's roots)\n"
 	"  --url-listen HOST:PORT where port URLs (sbx.url(port)) are served, or none\n"
 	"                         (default 127.0.0.1:7071)\n"
 	"  --url-domain NAME[:PORT]  a wildcard domain (*.NAME) pointed at --url-listen:\n"
@@ -93,6 +95,7 @@ static const struct option longopts[] = {
 	{ "net-range", required_argument, 0, 'r' },
 	{ "net-default", required_argument, 0, 'D' },
 	{ "dns-upstream", required_argument, 0, 'u' },
+	{ "egress-trust", required_argument, 0, 'E' },
 	{ "url-listen", required_argument, 0, 'U' },
 	{ "url-domain", required_argument, 0, 'W' },
 	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
@@ -195,6 +198,7 @@ static int apply(struct config *o, int c, const char *v)
 		return 0;
 	case 'r': return set_text("net-range", v, o->net_range, sizeof(o->net_range));
 	case 'u': return set_text("dns-upstream", v, o->dns_upstream, sizeof(o->dns_upstream));
+	case 'E': return set_text("egress-trust", v, o->egress_trust, sizeof(o->egress_trust));
 	case 'U': return set_text("url-listen", v, o->url_listen, sizeof(o->url_listen));
 	case 'W': return set_text("url-domain", v, o->url_domain, sizeof(o->url_domain));
 	case 'D':

@@ -24,6 +24,7 @@ struct config {
 	 * addresses, the egress policy of a sandbox that names none */
 	int net;
 	char net_range[32], net_default[4000], dns_upstream[64];
+	char egress_trust[512]; /* "": the host's roots */
 	/* port URLs: where they are served ("none": nowhere), the wildcard
 	 * domain they are under ("": path URLs) */
 	char url_listen[128], url_domain[256];

@@ -87,8 +87,8 @@ int main(int argc, char **argv)
 	json_decref(nd);
 	net_policy_free(&np);
 	struct net *net = NULL;
-	if (o.net && net_open(o.net_range, o.state_dir, o.dns_upstream[0] ? o.dns_upstream : NULL, &net,
-			      err, sizeof(err)) < 0) {
+	if (o.net && net_open(o.net_range, o.state_dir, o.dns_upstream[0] ? o.dns_upstream : NULL,
+			      o.egress_trust[0] ? o.egress_trust : NULL, &net, err, sizeof(err)) < 0) {
 		log_error("networks: %s (or run with --net off)", err);
 		store_close(store);
 		return 1;

@@ -43,6 +43,7 @@ struct slot {
 	int nsfd;         /* the namespace, held open */
 	int dead;         /* detached: the reader closes fd */
 	char *policy;
+	int secrets;      /* the sandbox has egress secrets (dns_set_secrets) */
 	struct seen *seen; /* DNS_SEEN entries, the oldest replaced first */
 	unsigned nseen;
 	unsigned gen;     /* which sandbox: a slot is used again */
@@ -85,6 +86,7 @@ struct query {
 	uint8_t buf[MAX_QUERY];
 	size_t len;
 	char *policy;
+	int secrets;
 };
 
 static int doh_name(const char *name)
@@ -249,7 +251,11 @@ static ldns_pkt *answer(struct query *q, const ldns_pkt *query, const struct net
 			ldns_pkt_push_rr(out, LDNS_SECTION_ANSWER, ldns_rr_clone(c));
 		}
 	}
-	if (kept && p->mode != NET_ALLOW_ALL) /* allow-all needs no list */
+	/* allow-all needs no list, but in a sandbox with secrets: their
+	 * hosts' connections must meet the proxy, and so do the others', so
+	 * that a placeholder sent in plain HTTP to a host it is not bound to
+	 * is seen (and logged). */
+	if (kept && (p->mode != NET_ALLOW_ALL || q->secrets))
 		allow_addrs(q, text, kept);
 	ldns_rr_list_deep_free(kept);
 	ldns_pkt_free(up);
@@ -326,6 +332,7 @@ static void take_query(struct dns *d, int i)
 	q->pgen = s->pgen;
 	q->len = (size_t)n;
 	q->policy = strdup(s->policy ? s->policy : "");
+	q->secrets = s->secrets;
 	q->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 3);
 	q->nsfd = fcntl(s->nsfd, F_DUPFD_CLOEXEC, 3);
 	pthread_attr_t at;
@@ -504,6 +511,7 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 		s->nsfd = nsfd;
 		s->dead = 0;
 		s->policy = p;
+		s->secrets = 0;
 		s->seen = seen;
 		s->nseen = 0;
 		s->workers = 0;
@@ -542,6 +550,16 @@ void dns_set_policy(struct dns *d, int slot, const char *policy)
 	free(p);
 }
 
+void dns_set_secrets(struct dns *d, int slot, int on)
+{
+	if (slot < 0 || slot >= d->nslots)
+		return;
+	pthread_mutex_lock(&d->mu);
+	if (d->slots[slot].fd >= 0 && !d->slots[slot].dead)
+		d->slots[slot].secrets = on;
+	pthread_mutex_unlock(&d->mu);
+}
+
 int dns_check(struct dns *d, int slot, const char *name, uint32_t addr)
 {
 	if (slot < 0 || slot >= d->nslots)
@@ -555,16 +573,19 @@ int dns_check(struct dns *d, int slot, const char *name, uint32_t addr)
 		for (unsigned i = 0; i < DNS_SEEN && !seen; i++)
 			seen = s->seen[i].until > now && s->seen[i].addr == addr &&
 			       !strcmp(s->seen[i].name, name);
-		if (seen)
-			text = strdup(s->policy);
+		text = strdup(s->policy);
 	}
 	pthread_mutex_unlock(&d->mu);
 	/* The policy may have changed since the answer: it is asked again. */
 	json_t *j = text ? json_loads(text, 0, NULL) : NULL;
 	struct net_policy p = { 0 };
 	char err[256];
-	int ok = j && net_policy_parse(j, &p, err, sizeof(err)) == 0 && name_allowed(&p, name) &&
-		 net_policy_resolved_allowed(&p, AF_INET, &addr);
+	int ok = 0;
+	if (j && net_policy_parse(j, &p, err, sizeof(err)) == 0)
+		ok = seen && name_allowed(&p, name) && net_policy_resolved_allowed(&p, AF_INET, &addr)
+			     ? DNS_NAMED
+		     : net_policy_addr_allowed(&p, AF_INET, &addr) ? DNS_ADDR
+								     : 0;
 	net_policy_free(&p);
 	json_decref(j);
 	free(text);

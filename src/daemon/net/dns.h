@@ -36,9 +36,17 @@ int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy,
 void dns_set_policy(struct dns *d, int slot, const char *policy);
 void dns_detach(struct dns *d, int slot);
 
-/* For the proxy: 1 when slot's policy allows name and its resolver
- * answered name with addr (IPv4, network order) within that answer's
- * lifetime; 0 otherwise. */
+/* Slot's sandbox has egress secrets (on) or not: with them, every answer
+ * opens the proxy to its addresses (web ports only) under allow-all too,
+ * where no answer needs to otherwise, so its requests meet the proxy. */
+void dns_set_secrets(struct dns *d, int slot, int on);
+
+/* For the proxy: DNS_NAMED when slot's policy allows name and its
+ * resolver answered name with addr (IPv4, network order) within that
+ * answer's lifetime; else DNS_ADDR when the policy lets the guest reach
+ * addr as such (allow-all does: any name may go there); else 0. */
+#define DNS_ADDR 1
+#define DNS_NAMED 2
 int dns_check(struct dns *d, int slot, const char *name, uint32_t addr);
 
 #endif

@@ -8,10 +8,12 @@
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/tcp.h"
+#include "daemon/net/ca.h"
 #include "daemon/net/dns.h"
 #include "daemon/net/net_impl.h"
 #include "daemon/net/policy.h"
 #include "daemon/net/proxy.h"
+#include "daemon/net/secret.h"
 #include "runner/qemu.h"
 #include "runner/vm.h"
 
@@ -49,6 +51,7 @@ struct net {
 	uint8_t *used;      /* one byte per slot */
 	struct dns *dns;
 	struct proxy *proxy;
+	struct ca *ca;
 };
 
 /* A script as stdin: a memfd, so its size is not bound by a pipe. */
@@ -251,8 +254,8 @@ static int write_file(const char *path, const char *text)
 	return w == (ssize_t)strlen(text) ? 0 : -EIO;
 }
 
-int net_open(const char *range, const char *state_dir, const char *dns_upstream, struct net **out,
-	     char *err, size_t errlen)
+int net_open(const char *range, const char *state_dir, const char *dns_upstream,
+	     const char *egress_trust, struct net **out, char *err, size_t errlen)
 {
 	struct net_cidr c;
 	if (net_cidr_parse(range, &c) < 0 || c.family != AF_INET || c.prefix < 16 || c.prefix > 24) {
@@ -280,9 +283,12 @@ int net_open(const char *range, const char *state_dir, const char *dns_upstream,
 		snprintf(err, errlen, "cannot turn on IPv4 forwarding: %s (run as root)", strerror(-r));
 		goto fail;
 	}
+	char ca_dir[600];
+	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", state_dir);
 	if ((r = host_table(n, range, err, errlen)) < 0 ||
+	    (r = ca_open(ca_dir, &n->ca, err, errlen)) < 0 ||
 	    (r = dns_open(dns_upstream, n->nslots, &n->dns, err, errlen)) < 0 ||
-	    (r = proxy_open(n->dns, n->nslots, &n->proxy, err, errlen)) < 0)
+	    (r = proxy_open(n->dns, n->nslots, n->ca, egress_trust, &n->proxy, err, errlen)) < 0)
 		goto fail;
 	*out = n;
 	return 0;
@@ -297,6 +303,7 @@ void net_close(struct net *n)
 		return;
 	proxy_close(n->proxy);
 	dns_close(n->dns);
+	ca_close(n->ca);
 	pthread_mutex_destroy(&n->mu);
 	free(n->used);
 	free(n);
@@ -601,6 +608,27 @@ static void remove_ns(struct net *n, int slot)
 	char *argv[] = { "ip", "-batch", "-", NULL };
 	if (net__run(argv, NULL, script, err, sizeof(err)) < 0)
 		log_warn("network %s: %s", name, err);
+}
+
+int net_set_secrets(struct net *n, int slot, const json_t *secrets, char *err, size_t errlen)
+{
+	struct secret_set *set = NULL;
+	int r = json_array_size(secrets) ? secret_set_parse(secrets, &set, err, errlen) : 0;
+	if (r < 0)
+		return r;
+	proxy_set_secrets(n->proxy, slot, set);
+	dns_set_secrets(n->dns, slot, set != NULL);
+	return 0;
+}
+
+const char *net_ca_pem(const struct net *n)
+{
+	return ca_pem(n->ca);
+}
+
+const char *net_ca_id(const struct net *n)
+{
+	return ca_id(n->ca);
 }
 
 void net_destroy(struct net *n, int slot)

@@ -12,6 +12,8 @@
 #include "common/tcp.h"
 #include "daemon/net/dns.h"
 #include "daemon/net/net_impl.h"
+#include "daemon/net/proxy_impl.h"
+#include "daemon/net/secret.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -29,10 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define HEAD_MAX (16 << 10)   /* bytes read before the name must be known */
-#define HEAD_MS 10000         /* and the time they may take */
 #define CONNECT_MS 10000
-#define IDLE_MS (15 * 60 * 1000) /* a connection quiet this long is ended */
 
 struct lsock {
 	int fd;   /* listening, in the namespace; -1: none */
@@ -40,10 +39,13 @@ struct lsock {
 	int dead; /* detached: the acceptor closes it */
 	int conns[PROXY_SLOT_CONNS]; /* guest sides of live connections, -1: free */
 	int nconns;
+	struct secret_set *secrets; /* NULL: none */
 };
 
 struct proxy {
 	struct dns *dns;
+	struct ca *ca;
+	SSL_CTX *client; /* toward servers, verifying them */
 	pthread_mutex_t mu;
 	struct lsock *slots;
 	int nslots, conns, quit, wakefd;
@@ -167,12 +169,60 @@ static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t
 	return tcp_read_until(fd, (char *)buf, HEAD_MAX, HEAD_MS, named, &a);
 }
 
+char *proxy__head(const struct http1_head *h, const struct secret_set *sec, const char *host,
+		  int swap, int drop_expect, size_t *n)
+{
+	char *rw = malloc(h->len + 32);
+	if (!rw)
+		return NULL;
+	size_t k = (size_t)(h->line2 - h->buf);
+	memcpy(rw, h->buf, k);
+	const char *at = NULL, *line, *name, *v;
+	size_t ll, nl, vl;
+	while (http1_next(h, &at, &line, &ll, &name, &nl, &v, &vl))
+		if (!http1_is(line, ll, "connection") && !http1_is(line, ll, "http2-settings") &&
+		    !(drop_expect && http1_is(line, ll, "expect"))) {
+			memcpy(rw + k, line, ll);
+			k += ll;
+		}
+	const char *conn = h->websocket ? "Connection: Upgrade\r\n\r\n" : "Connection: close\r\n\r\n";
+	memcpy(rw + k, conn, strlen(conn));
+	k += strlen(conn);
+	if (!sec) {
+		*n = k;
+		return rw;
+	}
+	/* The headers only: a placeholder elsewhere is the guest's business. */
+	size_t first = (size_t)(h->line2 - h->buf), swapped_len;
+	const char *unbound;
+	int swapped;
+	char *hdrs = secret_swap(sec, swap ? host : "", rw + first, k - first, &swapped_len,
+				 &unbound, &swapped);
+	char *out = hdrs ? malloc(first + swapped_len) : NULL;
+	if (out) {
+		memcpy(out, rw, first);
+		memcpy(out + first, hdrs, swapped_len);
+		*n = first + swapped_len;
+	}
+	if (unbound)
+		log_warn("proxy: the placeholder of secret %s went to %s, which it is not bound "
+			 "to: left as it is", unbound, host);
+	if (swapped)
+		log_info("proxy: %d secret%s put in a request to %s", swapped, swapped > 1 ? "s" : "",
+			 host);
+	free(hdrs);
+	free(rw);
+	return out;
+}
+
 /* Passes the checked connection on. TLS goes as it is (the SNI was the
  * name). Plain HTTP goes one request at a time, asked to close after it:
  * a next request on the same connection could name another Host, which
  * a shared (CDN) address would serve; a WebSocket handshake goes on as
- * one once the server agreed. 0, or -1 when it was not passed. */
-static int pass(int guest, int out, int tls, const unsigned char *buf, size_t len)
+ * one once the server agreed. Secrets bound to the host are put in when
+ * swap. 0, or -1 when it was not passed. */
+static int pass(int guest, int out, int tls, const unsigned char *buf, size_t len,
+		const struct secret_set *sec, const char *host, int swap)
 {
 	tcp_send_timeout(guest, 60);
 	tcp_send_timeout(out, 60);
@@ -183,27 +233,13 @@ static int pass(int guest, int out, int tls, const unsigned char *buf, size_t le
 		return 0;
 	}
 	const char *head = (const char *)buf;
-	size_t hl = http1_head_len(head, len);
+	size_t hl = http1_head_len(head, len), n;
 	struct http1_head h;
 	if (http1_parse(head, hl, &h) < 0 || h.chunked) /* no framing of our own for chunks */
 		return -1;
-	char *rw = malloc(HEAD_MAX + 32);
+	char *rw = proxy__head(&h, sec, host, swap, 0, &n);
 	if (!rw)
 		return -1;
-	size_t n = (size_t)(h.line2 - head);
-	memcpy(rw, head, n);
-	const char *at = NULL, *line, *name, *v;
-	size_t ll, nl, vl;
-	while (http1_next(&h, &at, &line, &ll, &name, &nl, &v, &vl))
-		if (!http1_is(line, ll, "connection") && !http1_is(line, ll, "http2-settings")) {
-			memcpy(rw + n, line, ll);
-			n += ll;
-		}
-	const char *conn = h.websocket ? "Connection: Upgrade\r\n" : "Connection: close\r\n";
-	memcpy(rw + n, conn, strlen(conn));
-	n += strlen(conn);
-	memcpy(rw + n, "\r\n", 2);
-	n += 2;
 	size_t extra = len - hl;
 	if ((long long)extra > h.body)
 		extra = (size_t)h.body; /* the rest would be a next request */
@@ -214,6 +250,26 @@ static int pass(int guest, int out, int tls, const unsigned char *buf, size_t le
 	return r;
 }
 
+/* The slot's secrets, held (put_secrets lets go). */
+static struct secret_set *take_secrets(struct proxy *p, int slot)
+{
+	pthread_mutex_lock(&p->mu);
+	struct secret_set *s = p->slots[slot].secrets;
+	if (s)
+		s->refs++;
+	pthread_mutex_unlock(&p->mu);
+	return s;
+}
+
+static void put_secrets(struct proxy *p, struct secret_set *s)
+{
+	pthread_mutex_lock(&p->mu);
+	int last = s && --s->refs == 0;
+	pthread_mutex_unlock(&p->mu);
+	if (last)
+		secret_set_free(s);
+}
+
 static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
@@ -222,6 +278,7 @@ static void *conn_main(void *arg)
 	unsigned char *head = malloc(HEAD_MAX);
 	char name[256] = "", ip[INET_ADDRSTRLEN] = "?";
 	int out = -1;
+	struct secret_set *sec = take_secrets(c->p, c->slot);
 	if (head && getsockopt(c->fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) == 0) {
 		inet_ntop(AF_INET, &dst.sin_addr, ip, sizeof(ip));
 		int tls = ntohs(dst.sin_port) == 443;
@@ -229,15 +286,20 @@ static void *conn_main(void *arg)
 		pthread_mutex_lock(&c->p->mu);
 		int quit = c->p->quit;
 		pthread_mutex_unlock(&c->p->mu);
-		if (len > 0 && !quit && dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) &&
-		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0 &&
-		    pass(c->fd, out, tls, head, (size_t)len) == 0) {
-			/* relayed until it ended */
-		} else {
+		int how = len > 0 && !quit ? dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) : 0;
+		/* Secrets go only where this sandbox's resolver sent the name
+		 * it asked for. */
+		int swap = how == DNS_NAMED && secret_bound(sec, name);
+		int r = -1;
+		if (how && (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0)
+			r = swap && tls ? proxy__tls_swap(c->fd, out, name, head, (size_t)len, c->p->ca,
+							  c->p->client, sec)
+					: pass(c->fd, out, tls, head, (size_t)len, sec, name, swap);
+		if (r < 0)
 			log_info("proxy: refused %s:%u for '%s'", ip, ntohs(dst.sin_port),
 				 name[0] ? name : "(no name)");
-		}
 	}
+	put_secrets(c->p, sec);
 	free(head);
 	/* Out of the slot's list before the descriptor goes: a cut must not
 	 * reach a number used again. */
@@ -366,12 +428,38 @@ static void *acceptor_main(void *arg)
 	return NULL;
 }
 
-int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_t errlen)
+/* Toward servers: their certificates checked against trust (a PEM file)
+ * or the host's roots, HTTP/1.1 only. */
+static SSL_CTX *client_ctx(const char *trust, char *err, size_t errlen)
 {
+	SSL_CTX *c = SSL_CTX_new(TLS_client_method());
+	if (!c || !SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) ||
+	    SSL_CTX_set_alpn_protos(c, (const unsigned char *)"\x08http/1.1", 9) != 0 ||
+	    (trust ? SSL_CTX_load_verify_locations(c, trust, NULL)
+		   : SSL_CTX_set_default_verify_paths(c)) != 1) {
+		snprintf(err, errlen, "cannot load the roots to check servers by%s%s",
+			 trust ? ": " : "", trust ? trust : "");
+		SSL_CTX_free(c);
+		return NULL;
+	}
+	SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
+	return c;
+}
+
+int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, struct proxy **out,
+	       char *err, size_t errlen)
+{
+	SSL_CTX *client = client_ctx(trust, err, errlen);
+	if (!client)
+		return -EINVAL;
 	struct proxy *p = calloc(1, sizeof(*p));
-	if (!p)
+	if (!p) {
+		SSL_CTX_free(client);
 		return -ENOMEM;
+	}
 	p->dns = dns;
+	p->ca = ca;
+	p->client = client;
 	p->nslots = nslots;
 	pthread_mutex_init(&p->mu, NULL);
 	p->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -387,6 +475,7 @@ int proxy_open(struct dns *dns, int nslots, struct proxy **out, char *err, size_
 		snprintf(err, errlen, "cannot start the egress proxy");
 		if (p->wakefd >= 0)
 			close(p->wakefd);
+		SSL_CTX_free(p->client);
 		free(p->slots);
 		pthread_mutex_destroy(&p->mu);
 		free(p);
@@ -413,12 +502,15 @@ void proxy_close(struct proxy *p)
 	while (p->conns)
 		pthread_cond_wait(&p->cv, &p->mu);
 	pthread_mutex_unlock(&p->mu);
-	for (int i = 0; i < p->nslots; i++)
+	for (int i = 0; i < p->nslots; i++) {
 		if (p->slots[i].fd >= 0) {
 			close(p->slots[i].fd);
 			close(p->slots[i].nsfd);
 		}
+		secret_set_free(p->slots[i].secrets); /* no connection holds it now */
+	}
 	close(p->wakefd);
+	SSL_CTX_free(p->client);
 	free(p->slots);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
@@ -475,6 +567,19 @@ void proxy_cut(struct proxy *p, int slot)
 	pthread_mutex_unlock(&p->mu);
 }
 
+void proxy_set_secrets(struct proxy *p, int slot, struct secret_set *s)
+{
+	if (slot < 0 || slot >= p->nslots) {
+		secret_set_free(s);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	struct secret_set *old = p->slots[slot].secrets;
+	p->slots[slot].secrets = s;
+	pthread_mutex_unlock(&p->mu);
+	put_secrets(p, old); /* connections under way keep theirs */
+}
+
 void proxy_detach(struct proxy *p, int slot)
 {
 	if (slot < 0 || slot >= p->nslots)
@@ -484,5 +589,6 @@ void proxy_detach(struct proxy *p, int slot)
 		p->slots[slot].dead = 1;
 	cut(p, slot); /* nothing outlives its sandbox */
 	pthread_mutex_unlock(&p->mu);
+	proxy_set_secrets(p, slot, NULL);
 	wake(p);
 }

@@ -1,0 +1,201 @@
+/*
+ * secret: see secret.h. Host patterns are matched by the policy's own
+ * matcher (policy.h), so "*.domain" means here what it means there.
+ */
+#include "daemon/net/secret.h"
+
+#include "daemon/net/policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int secret_name_ok(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+	if (n < 1 || n > 64 || isdigit((unsigned char)name[0]))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)name[i]) && name[i] != '_')
+			return 0;
+	return 1;
+}
+
+int secret_value_ok(const char *value, char *err, size_t errlen)
+{
+	size_t n = value ? strlen(value) : 0;
+	if (n < 1 || n > SECRET_MAX_VALUE) {
+		snprintf(err, errlen, "a secret's value is 1 to %d bytes", SECRET_MAX_VALUE);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e) {
+			snprintf(err, errlen, "a secret's value goes in a header: printable ASCII "
+					      "only (byte %zu is not)", i);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+int secret_hosts_ok(const json_t *hosts, json_t **out, char *err, size_t errlen)
+{
+	size_t n = json_is_array(hosts) ? json_array_size(hosts) : 0;
+	if (n < 1 || n > SECRET_MAX_HOSTS) {
+		snprintf(err, errlen, "'hosts' is an array of 1 to %d names", SECRET_MAX_HOSTS);
+		return -EINVAL;
+	}
+	size_t i;
+	json_t *h;
+	json_array_foreach(hosts, i, h)
+		if (!json_is_string(h) || !strcmp(json_string_value(h), "*")) {
+			snprintf(err, errlen, "'hosts' names hosts (\"api.example.com\" or "
+					      "\"*.example.com\"), not every host");
+			return -EINVAL;
+		}
+	/* The policy's parser checks and lower-cases names as it does
+	 * allowedHosts. */
+	json_t *pj = json_pack("{s:s, s:O}", "mode", "custom", "allowedHosts", hosts);
+	struct net_policy p;
+	int r = pj ? net_policy_parse(pj, &p, err, errlen) : -ENOMEM;
+	json_decref(pj);
+	if (r < 0)
+		return r;
+	json_t *a = json_array();
+	for (size_t k = 0; a && k < p.nhosts; k++)
+		json_array_append_new(a, json_string(p.hosts[k]));
+	net_policy_free(&p);
+	*out = a;
+	return a ? 0 : -ENOMEM;
+}
+
+void secret_set_free(struct secret_set *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n; i++) {
+		struct secret *x = &s->v[i];
+		free(x->name);
+		free(x->placeholder);
+		if (x->value)
+			memset(x->value, 0, strlen(x->value));
+		free(x->value);
+		for (size_t k = 0; k < x->nhosts; k++)
+			free(x->hosts[k]);
+		free(x->hosts);
+	}
+	free(s->v);
+	free(s);
+}
+
+static int placeholder_ok(const char *p)
+{
+	size_t n = strlen(SECRET_PREFIX);
+	if (strncmp(p, SECRET_PREFIX, n) || strlen(p) != n + 32)
+		return 0;
+	for (const char *c = p + n; *c; c++)
+		if (!isxdigit((unsigned char)*c) || isupper((unsigned char)*c))
+			return 0;
+	return 1;
+}
+
+int secret_set_parse(const json_t *j, struct secret_set **out, char *err, size_t errlen)
+{
+	size_t n = json_is_array(j) ? json_array_size(j) : 0;
+	struct secret_set *s = calloc(1, sizeof(*s));
+	if (!s || !json_is_array(j) || n > SECRET_MAX) {
+		snprintf(err, errlen, "secrets: an array of at most %d", SECRET_MAX);
+		free(s);
+		return -EINVAL;
+	}
+	s->refs = 1;
+	s->v = calloc(n ? n : 1, sizeof(*s->v));
+	int r = s->v ? 0 : -ENOMEM;
+	size_t i;
+	json_t *e;
+	json_array_foreach(j, i, e)
+	{
+		if (r < 0)
+			break;
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *ph = json_string_value(json_object_get(e, "placeholder"));
+		const char *value = json_string_value(json_object_get(e, "value"));
+		json_t *hosts = NULL;
+		if (!secret_name_ok(name) || !ph || !placeholder_ok(ph)) {
+			snprintf(err, errlen, "secrets[%zu]: bad name or placeholder", i);
+			r = -EINVAL;
+		} else if ((r = secret_value_ok(value, err, errlen)) == 0 &&
+			   (r = secret_hosts_ok(json_object_get(e, "hosts"), &hosts, err, errlen)) == 0) {
+			struct secret *x = &s->v[s->n++];
+			x->name = strdup(name);
+			x->placeholder = strdup(ph);
+			x->value = strdup(value);
+			x->nhosts = json_array_size(hosts);
+			x->hosts = calloc(x->nhosts, sizeof(char *));
+			for (size_t k = 0; x->hosts && k < x->nhosts; k++)
+				x->hosts[k] = strdup(json_string_value(json_array_get(hosts, k)));
+			if (!x->name || !x->placeholder || !x->value || !x->hosts ||
+			    (x->nhosts && !x->hosts[x->nhosts - 1]))
+				r = -ENOMEM;
+		}
+		json_decref(hosts);
+	}
+	if (r < 0) {
+		secret_set_free(s);
+		return r;
+	}
+	*out = s;
+	return 0;
+}
+
+static int bound_to(const struct secret *x, const char *host)
+{
+	struct net_policy p = { .mode = NET_CUSTOM, .hosts = x->hosts, .nhosts = x->nhosts };
+	return net_policy_host_allowed(&p, host);
+}
+
+int secret_bound(const struct secret_set *s, const char *host)
+{
+	for (size_t i = 0; s && i < s->n; i++)
+		if (bound_to(&s->v[i], host))
+			return 1;
+	return 0;
+}
+
+char *secret_swap(const struct secret_set *s, const char *host, const char *headers, size_t len,
+		  size_t *outlen, const char **unbound, int *swapped)
+{
+	*unbound = NULL;
+	*swapped = 0;
+	/* Values may be longer than placeholders: the size is found first. */
+	size_t plen = strlen(SECRET_PREFIX) + 32, grow = 0;
+	for (const char *at = headers; at && (at = memmem(at, len - (size_t)(at - headers),
+							  SECRET_PREFIX, strlen(SECRET_PREFIX)));
+	     at++)
+		grow += SECRET_MAX_VALUE;
+	char *out = malloc(len + grow + 1);
+	if (!out)
+		return NULL;
+	size_t o = 0;
+	for (size_t i = 0; i < len;) {
+		const struct secret *hit = NULL;
+		if (len - i >= plen && !memcmp(headers + i, SECRET_PREFIX, strlen(SECRET_PREFIX)))
+			for (size_t k = 0; s && k < s->n && !hit; k++)
+				if (!memcmp(headers + i, s->v[k].placeholder, plen))
+					hit = &s->v[k];
+		if (hit && bound_to(hit, host)) {
+			size_t vl = strlen(hit->value);
+			memcpy(out + o, hit->value, vl);
+			o += vl;
+			i += plen;
+			(*swapped)++;
+			continue;
+		}
+		if (hit)
+			*unbound = hit->name;
+		out[o++] = headers[i++];
+	}
+	*outlen = o;
+	return out;
+}

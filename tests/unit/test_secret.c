@@ -1,0 +1,218 @@
+/* Unit tests for egress secrets: their checks, the set the proxy holds,
+ * the header swap, and the CA's certificates (verified by OpenSSL as a
+ * guest's TLS would). */
+#include "daemon/net/ca.h"
+#include "daemon/net/secret.h"
+#include "tests/lib/tap.h"
+
+#include <jansson.h>
+#include <errno.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PH_A "cpuos-secret-0123456789abcdef0123456789abcdef"
+#define PH_B "cpuos-secret-ffffffffffffffffffffffffffffffff"
+
+static struct secret_set *two(void)
+{
+	json_t *j = json_pack("[{s:s,s:s,s:s,s:[s]}, {s:s,s:s,s:s,s:[s,s]}]", "name", "API_KEY",
+			      "placeholder", PH_A, "value", "sk-real-value-that-is-longer-than-its-placeholder-0123456789",
+			      "hosts", "api.test", "name", "GH", "placeholder", PH_B, "value", "ghp_x",
+			      "hosts", "*.github.test", "Other.Test");
+	struct secret_set *s = NULL;
+	char err[256] = "";
+	if (!CHECK(secret_set_parse(j, &s, err, sizeof(err)) == 0))
+		t_note("%s", err);
+	json_decref(j);
+	return s;
+}
+
+static void test_checks(void)
+{
+	CHECK(secret_name_ok("OPENAI_API_KEY") && secret_name_ok("_x1"));
+	CHECK(!secret_name_ok("") && !secret_name_ok("1X") && !secret_name_ok("A-B") &&
+	      !secret_name_ok("A=B") && !secret_name_ok(NULL));
+	char long_name[70];
+	memset(long_name, 'A', 65);
+	long_name[65] = '\0';
+	CHECK(!secret_name_ok(long_name));
+	char err[256];
+	CHECK(secret_value_ok("Bearer abc", err, sizeof(err)) == 0);
+	CHECK(secret_value_ok("", err, sizeof(err)) == -EINVAL);
+	CHECK(secret_value_ok("a\r\nX-Evil: 1", err, sizeof(err)) == -EINVAL); /* header injection */
+	CHECK(secret_value_ok("caf\xc3\xa9", err, sizeof(err)) == -EINVAL);
+	char *big = malloc(SECRET_MAX_VALUE + 2);
+	memset(big, 'a', SECRET_MAX_VALUE + 1);
+	big[SECRET_MAX_VALUE + 1] = '\0';
+	CHECK(secret_value_ok(big, err, sizeof(err)) == -EINVAL);
+	big[SECRET_MAX_VALUE] = '\0';
+	CHECK(secret_value_ok(big, err, sizeof(err)) == 0);
+	free(big);
+
+	json_t *out = NULL, *h = json_pack("[s,s]", "API.Test.", "*.x.test");
+	CHECK(secret_hosts_ok(h, &out, err, sizeof(err)) == 0 && json_array_size(out) == 2 &&
+	      !strcmp(json_string_value(json_array_get(out, 0)), "api.test"));
+	json_decref(out);
+	json_decref(h);
+	const char *bad[] = { "[]", "[\"*\"]", "[\"a b\"]", "[1]", "{}", "[\"1.2.3.4/8\"]", NULL };
+	for (int i = 0; bad[i]; i++) {
+		h = json_loads(bad[i], 0, NULL);
+		out = NULL;
+		if (!CHECK(secret_hosts_ok(h, &out, err, sizeof(err)) == -EINVAL))
+			t_note("accepted %s", bad[i]);
+		json_decref(out);
+		json_decref(h);
+	}
+}
+
+static void test_parse(void)
+{
+	struct secret_set *s = two();
+	if (!s)
+		return;
+	CHECK(s->n == 2 && s->refs == 1 && !strcmp(s->v[1].hosts[1], "other.test"));
+	CHECK(secret_bound(s, "api.test") && secret_bound(s, "a.b.github.test") &&
+	      secret_bound(s, "other.test"));
+	CHECK(!secret_bound(s, "github.test") && !secret_bound(s, "api.test.evil") &&
+	      !secret_bound(s, "xapi.test") && !secret_bound(NULL, "api.test"));
+	secret_set_free(s);
+
+	const char *bad[] = {
+		"[{\"name\":\"A\",\"placeholder\":\"cpuos-secret-00\",\"value\":\"v\",\"hosts\":[\"a.test\"]}]",
+		"[{\"name\":\"A\",\"placeholder\":\"" PH_A "\",\"value\":\"v\",\"hosts\":[\"*\"]}]",
+		"[{\"name\":\"A-\",\"placeholder\":\"" PH_A "\",\"value\":\"v\",\"hosts\":[\"a.test\"]}]",
+		"[{\"name\":\"A\",\"placeholder\":\"" PH_A "\",\"value\":\"v\\n\",\"hosts\":[\"a.test\"]}]",
+		"{}", NULL,
+	};
+	char err[256];
+	for (int i = 0; bad[i]; i++) {
+		json_t *j = json_loads(bad[i], 0, NULL);
+		s = NULL;
+		if (!CHECK(secret_set_parse(j, &s, err, sizeof(err)) == -EINVAL && !s))
+			t_note("accepted %s", bad[i]);
+		json_decref(j);
+	}
+}
+
+static int swap(const struct secret_set *s, const char *host, const char *in, char *out,
+		size_t cap, const char **unbound)
+{
+	size_t n;
+	int swapped;
+	char *r = secret_swap(s, host, in, strlen(in), &n, unbound, &swapped);
+	snprintf(out, cap, "%.*s", r ? (int)n : 0, r ? r : "");
+	free(r);
+	return swapped;
+}
+
+static void test_swap(void)
+{
+	struct secret_set *s = two();
+	if (!s)
+		return;
+	char out[4096];
+	const char *unbound;
+	const char *hdrs = "Authorization: Bearer " PH_A "\r\nX-Gh: " PH_B "\r\nAccept: */*\r\n";
+	/* To the API: its key goes in; the other's placeholder stays, and is told. */
+	CHECK(swap(s, "api.test", hdrs, out, sizeof(out), &unbound) == 1);
+	CHECK(strstr(out, "Bearer sk-real-value-that-is-longer-than-its-placeholder-0123456789\r\n") &&
+	      strstr(out, "X-Gh: " PH_B "\r\n") && strstr(out, "Accept: */*\r\n"));
+	CHECK(unbound && !strcmp(unbound, "GH"));
+	/* To a subdomain of the other's: that one only. */
+	CHECK(swap(s, "x.github.test", hdrs, out, sizeof(out), &unbound) == 1);
+	CHECK(strstr(out, "X-Gh: ghp_x\r\n") && strstr(out, PH_A) && !strcmp(unbound, "API_KEY"));
+	/* Anywhere else, and with no host at all: nothing. */
+	CHECK(swap(s, "evil.test", hdrs, out, sizeof(out), &unbound) == 0 && !strcmp(out, hdrs));
+	CHECK(swap(s, "", hdrs, out, sizeof(out), &unbound) == 0 && !strcmp(out, hdrs));
+	/* Twice in one header, and a placeholder cut short or unknown. */
+	CHECK(swap(s, "api.test", "A: " PH_A PH_A "\r\n", out, sizeof(out), &unbound) == 2);
+	CHECK(!strstr(out, "cpuos-secret-") && !unbound);
+	const char *partial = "A: cpuos-secret-0123456789abcdef\r\nB: cpuos-secret-"
+			      "00000000000000000000000000000000\r\n";
+	CHECK(swap(s, "api.test", partial, out, sizeof(out), &unbound) == 0 &&
+	      !strcmp(out, partial) && !unbound);
+	/* At the very end, with no CRLF after it. */
+	CHECK(swap(s, "api.test", "A: " PH_A, out, sizeof(out), &unbound) == 1 &&
+	      !strcmp(out, "A: sk-real-value-that-is-longer-than-its-placeholder-0123456789"));
+	secret_set_free(s);
+}
+
+/* The leaf the CA makes for host verifies under the CA for host only, as
+ * a strict client checks it. */
+static void test_ca(void)
+{
+	char dir[] = "/tmp/cpuos-test-ca-XXXXXX", err[256] = "";
+	if (!CHECK(mkdtemp(dir)))
+		return;
+	struct ca *ca = NULL;
+	if (!CHECK(ca_open(dir, &ca, err, sizeof(err)) == 0)) {
+		t_note("%s", err);
+		return;
+	}
+	char id[65];
+	snprintf(id, sizeof(id), "%s", ca_id(ca));
+	CHECK(strlen(id) == 64 && strstr(ca_pem(ca), "BEGIN CERTIFICATE"));
+	SSL_CTX *ctx = ca_server_ctx(ca, "api.test");
+	SSL_CTX *again = ca_server_ctx(ca, "api.test");
+	CHECK(ctx && ctx == again); /* kept */
+	X509 *leaf = ctx ? SSL_CTX_get0_certificate(ctx) : NULL;
+	BIO *b = BIO_new_mem_buf(ca_pem(ca), -1);
+	X509 *root = PEM_read_bio_X509(b, NULL, NULL, NULL);
+	BIO_free(b);
+	X509_STORE *store = X509_STORE_new();
+	X509_STORE_add_cert(store, root);
+	X509_STORE_CTX *sc = X509_STORE_CTX_new();
+	if (CHECK(leaf && root && sc) && X509_STORE_CTX_init(sc, store, leaf, NULL) == 1) {
+		X509_VERIFY_PARAM *vp = X509_STORE_CTX_get0_param(sc);
+		X509_VERIFY_PARAM_set_flags(vp, X509_V_FLAG_X509_STRICT);
+		X509_VERIFY_PARAM_set_purpose(vp, X509_PURPOSE_SSL_SERVER);
+		X509_VERIFY_PARAM_set1_host(vp, "api.test", 0);
+		int ok = X509_verify_cert(sc);
+		if (!CHECK(ok == 1))
+			t_note("%s", X509_verify_cert_error_string(X509_STORE_CTX_get_error(sc)));
+		CHECK(X509_check_host(leaf, "other.test", 0, 0, NULL) != 1);
+	}
+	X509_STORE_CTX_free(sc);
+	X509_STORE_free(store);
+	X509_free(root);
+	SSL_CTX_free(ctx);
+	SSL_CTX_free(again);
+	ca_close(ca);
+	/* Opened again, it is the same CA. */
+	ca = NULL;
+	CHECK(ca_open(dir, &ca, err, sizeof(err)) == 0 && ca && !strcmp(ca_id(ca), id));
+	ca_close(ca);
+	char path[600];
+	snprintf(path, sizeof(path), "%s/ca.key", dir);
+	struct stat st;
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 077) == 0); /* the key is ours alone */
+	/* A broken one is refused, not replaced behind the admin's back. */
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fputs("junk\n", f);
+		fclose(f);
+	}
+	ca = NULL;
+	CHECK(ca_open(dir, &ca, err, sizeof(err)) == -EIO && !ca && strstr(err, "does not load"));
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/ca.pem", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct t_case cases[] = {
+		{ "secret_checks", test_checks },
+		{ "secret_parse", test_parse },
+		{ "secret_swap", test_swap },
+		{ "secret_ca", test_ca },
+		{ 0, 0 },
+	};
+	return t_main(argc, argv, cases);
+}
