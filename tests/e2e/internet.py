@@ -19,7 +19,7 @@ NS = f"cpit{os.getpid() % 100000}"
 HOST_SIDE = "198.18.0.1"          # the root namespace's end: a host address
 ADDRS = ["198.18.0.2", "198.18.0.3", "198.18.0.4"]
 PORT = 8080
-WEB_PORTS = (80, 443)  # also served, 443 with TLS (a self-signed certificate)
+WEB_PORTS = (80, 443)  # also served, 443 with TLS (a self-signed certificate: self.cert)
 DNS_ADDR, DNS_PORT = "198.18.0.2", 5353
 # name -> A records; "*.x" answers every name under x
 ZONE = {
@@ -63,6 +63,15 @@ import http.server, socketserver, sys
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keeps connections open: what a CDN does
     def do_GET(self):
+        if self.path == "/headers":  # what came, hashed: a secret's value is not echoed
+            import hashlib, json
+            seen = {k.lower(): hashlib.sha256(v.encode()).hexdigest() for k, v in self.headers.items()}
+            body = json.dumps(seen).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/bytes/"):  # /bytes/N: N zero bytes, for throughput
             n = int(self.path[7:])
             self.send_response(200)
@@ -125,8 +134,13 @@ class Internet:
         _ip("-n", NS, "route", "add", "default", "via", HOST_SIDE)
         self.dir = tempfile.mkdtemp(prefix="cpuos-internet-")
         cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+        self.cert = cert
+        # Names servers are checked by when the daemon's proxy ends TLS (--egress-trust
+        # self.cert): not "wild.test" itself.
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                        "-subj", "/CN=allowed.test", "-keyout", key, "-out", cert],
+                        "-subj", "/CN=allowed.test", "-addext",
+                        "subjectAltName=DNS:allowed.test,DNS:other.test,DNS:*.wild.test",
+                        "-keyout", key, "-out", cert],
                        capture_output=True, check=True)
         for a in ADDRS:
             for port, tls in ((PORT, []), (80, []), (443, [cert, key])):

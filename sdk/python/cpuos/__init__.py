@@ -8,13 +8,14 @@ from .errors import (AuthenticationError, BadRequestError, ConflictError, CpuosE
 from .files import Entry, Files
 from .interpreter import Answer, CodeInterpreter, ModelError, Step
 from .process import ExecResult, Process
+from .secret import Secret
 from .sandbox import Sandbox, SandboxPaginator
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "SandboxPaginator", "Client", "PoolStats", "Files", "Entry", "Process", "ExecResult",
-    "Checkpoint", "Usage", "Price", "usage",
+    "Checkpoint", "Secret", "Usage", "Price", "usage",
     "CodeInterpreter", "Answer", "Step",
     "CpuosError", "AuthenticationError", "NotFoundError", "BadRequestError", "ConflictError",
     "QuotaError", "SandboxError", "TimeoutError", "ModelError",

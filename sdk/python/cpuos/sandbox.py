@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import collections
 from types import TracebackType
-from typing import (Any, Callable, Iterator, List, Literal, Mapping, Optional, Protocol,
+from typing import (Any, Callable, Iterable, Iterator, List, Literal, Mapping, Optional, Protocol,
                     Sequence, TypeVar, Union, overload)
 
 from ._client import (DEFAULT_TIMEOUT, Client, Duration, Response, duration, path_segment,
@@ -95,6 +95,7 @@ class Sandbox:
             created without one; None when the daemon runs without networks).
         public, traffic_token: whether its port URLs are open to anyone, and the token they
             need otherwise (see `url`).
+        secrets: the names of the secrets it holds placeholders of (see `create`).
         files: the sandbox's Files.
 
     Raises:
@@ -129,6 +130,7 @@ class Sandbox:
         self.network: Optional[dict[str, Any]] = data.get("network")
         self.public: bool = bool(data.get("public"))
         self.traffic_token: Optional[str] = data.get("traffic_token")
+        self.secrets: list[str] = list(data.get("secrets") or [])
         self._port_url: Optional[str] = data.get("port_url")
 
     def __repr__(self) -> str:
@@ -166,8 +168,8 @@ class Sandbox:
                metadata: Optional[Mapping[str, str]] = None, *,
                checkpoint: Optional[Union[str, Checkpoint]] = None,
                on_timeout: Optional[str] = None, network: Optional[NetworkPolicy] = None,
-               public: Optional[bool] = None, api_key: Optional[str] = None,
-               api_url: Optional[str] = None,
+               public: Optional[bool] = None, secrets: Optional[Iterable[str]] = None,
+               api_key: Optional[str] = None, api_url: Optional[str] = None,
                request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> Sandbox:
         """Start a sandbox and return it once it is ready.
 
@@ -188,6 +190,9 @@ class Sandbox:
                 "denied_cidrs": ["203.0.113.0/24"]} (see `set_network`).
             public: its port URLs (`url`) open to anyone, without its traffic token
                 (default False).
+            secrets: names of the account's secrets (`Secret.set`) it gets: each one's
+                placeholder in the environment variable of its name, which the egress proxy
+                replaces by the value in headers sent to the secret's hosts only.
             api_key, api_url: as for `Client`.
             request_timeout: seconds of socket inactivity before a call gives up (the boot
                 itself may take up to 10 minutes).
@@ -197,7 +202,8 @@ class Sandbox:
 
         Raises:
             BadRequestError: an unknown template, a value out of range, a bad `on_timeout` or
-                `network`, or a template other than the checkpoint's.
+                `network`, a template other than the checkpoint's, an unknown secret or one
+                whose name `env` sets too.
             NotFoundError: no such checkpoint in this key's account.
             AuthenticationError: a missing or wrong key.
             QuotaError: the account runs as many sandboxes as it may.
@@ -218,6 +224,10 @@ class Sandbox:
                 body[key] = dict(value) if isinstance(value, Mapping) else value
         if network is not None:
             body["network"] = _network_policy(network)
+        if secrets is not None:
+            if isinstance(secrets, str):
+                raise TypeError("secrets is a list of names, not one string")
+            body["secrets"] = list(secrets)
         data = client.request("POST", "/v1/sandboxes", json_body=body,
                               timeout=_slow_timeout(client))
         return cls(_data=data, _client=client)

@@ -40,6 +40,8 @@ static const char create_usage[] =
     "  -m, --metadata K=V      metadata, for cpuos ls -m (repeatable)\n"
     "      --network POLICY    egress: allow-all, deny-all or a JSON policy (default\n"
     "                          the daemon's; see cpuos net --help)\n"
+    "      --secret NAME       give it the secret NAME's placeholder in $NAME (see\n"
+    "                          cpuos secret --help; repeatable)\n"
     "      --json              print the whole sandbox object\n";
 
 static const char ls_usage[] =
@@ -79,17 +81,18 @@ int cmd_create(struct cli *c, int argc, char **argv)
 	    {"disk", required_argument, 0, 'D'},     {"env", required_argument, 0, 'e'},
 	    {"metadata", required_argument, 0, 'm'}, {"json", no_argument, 0, 'j'},
 	    {"checkpoint", required_argument, 0, 'P'}, {"on-timeout", required_argument, 0, 'X'},
-	    {"network", required_argument, 0, 'N'},
+	    {"network", required_argument, 0, 'N'},  {"secret", required_argument, 0, 'S'},
 	    {"help", no_argument, 0, 'h'},	     {0, 0, 0, 0},
 	};
 	json_t *body = json_object(), *env = json_object(), *meta = json_object(), *sbx = NULL;
+	json_t *secrets = json_array();
 	const char *template = NULL, *checkpoint = NULL;
 	int json = 0, ret = EXIT_USAGE, o;
 	unsigned long v;
 	struct api *a;
 	struct apath p;
 
-	if (!body || !env || !meta) {
+	if (!body || !env || !meta || !secrets) {
 		cli_err("out of memory");
 		ret = EXIT_API;
 		goto out;
@@ -140,6 +143,9 @@ int cmd_create(struct cli *c, int argc, char **argv)
 			if (cli_kv(meta, optarg, "--metadata") < 0)
 				goto out;
 			break;
+		case 'S':
+			json_array_append_new(secrets, json_string(optarg));
+			break;
 		case 'j':
 			json = 1;
 			break;
@@ -167,6 +173,8 @@ int cmd_create(struct cli *c, int argc, char **argv)
 		json_object_set(body, "env", env);
 	if (json_object_size(meta))
 		json_object_set(body, "metadata", meta);
+	if (json_array_size(secrets))
+		json_object_set(body, "secrets", secrets);
 	ret = EXIT_API;
 	if (!(a = cli_api(c)))
 		goto out;
@@ -182,6 +190,7 @@ int cmd_create(struct cli *c, int argc, char **argv)
 	ret = 0;
 out:
 	json_decref(sbx);
+	json_decref(secrets);
 	json_decref(meta);
 	json_decref(env);
 	json_decref(body);

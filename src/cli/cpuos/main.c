@@ -7,6 +7,7 @@
 #include "cli/cpuos/cmd_admin.h"
 #include "cli/cpuos/cmd_files.h"
 #include "cli/cpuos/cmd_net.h"
+#include "cli/cpuos/cmd_secret.h"
 #include "cli/cpuos/cmd_sbx.h"
 #include "cli/cpuos/cmd_snap.h"
 #include "cli/cpuos/http.h"
@@ -30,6 +31,7 @@ static const char usage[] =
     "  kill SANDBOX...         stop sandboxes\n"
     "  net SANDBOX [POLICY]    show or set a sandbox's egress network policy\n"
     "  url SANDBOX PORT        the URL at which a port of the sandbox is served\n"
+    "  secret set|ls|rm        egress secrets: values only their hosts get\n"
     "  pause SANDBOX           pause a sandbox, print its session id\n"
     "  resume SANDBOX|SESSION  resume a paused sandbox\n"
     "  fork SANDBOX [-n N]     copy a running sandbox N times, print the new ids\n"
@@ -82,6 +84,7 @@ static const struct command {
     {"checkpoints", cmd_checkpoints}, {"checkpoint-rm", cmd_checkpoint_rm},
     {"usage", cmd_usage},     {"version", cmd_version},
     {"net", cmd_net},	      {"url", cmd_url},
+    {"secret", cmd_secret},
 };
 
 int main(int argc, char **argv)

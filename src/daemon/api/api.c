@@ -37,6 +37,10 @@ const struct route api_routes[] = {
 	{ "GET", "/v1/checkpoints/{id}", api_ckpt_get, NULL, 0, 0 },
 	{ "DELETE", "/v1/checkpoints/{id}", api_ckpt_delete, NULL, 0, 0 },
 	{ "GET", "/v1/usage", api_usage, NULL, 0, 0 },
+	{ "GET", "/v1/secrets", api_secret_list, NULL, 0, 0 },
+	{ "GET", "/v1/secrets/{id}", api_secret_get, NULL, 0, 0 },
+	{ "PUT", "/v1/secrets/{id}", api_secret_put, NULL, 0, 0 },
+	{ "DELETE", "/v1/secrets/{id}", api_secret_delete, NULL, 0, 0 },
 	{ "GET", "/metrics", api_metrics, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/exec", api_exec, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/processes", api_procs, NULL, 0, 0 },
@@ -119,6 +123,8 @@ json_t *api_sandbox_json(struct req *r, const struct store_sbx *row)
 	json_t *net = sbx_network_json(r->api->sbx, row->network_json);
 	json_object_set_new(o, "network", net ? net : json_null());
 	json_object_set_new(o, "public", json_boolean(row->is_public));
+	json_t *sec = json_loads(row->secrets_json ? row->secrets_json : "[]", 0, NULL);
+	json_object_set_new(o, "secrets", sec ? sec : json_array());
 	if (r->api->ports) {
 		char url[600], host[256] = "";
 		const char *h = MHD_lookup_connection_value(r->con, MHD_HEADER_KIND, "Host");

@@ -73,6 +73,11 @@ int api_ckpt_create(struct req *r);
 int api_ckpt_list(struct req *r);
 int api_ckpt_get(struct req *r);
 int api_ckpt_delete(struct req *r);
+/* Egress secrets (api_secret.c). */
+int api_secret_list(struct req *r);
+int api_secret_get(struct req *r);
+int api_secret_put(struct req *r);
+int api_secret_delete(struct req *r);
 /* Usage and metering (api_usage.c). */
 int api_usage(struct req *r);
 int api_metrics(struct req *r);

@@ -39,7 +39,7 @@ int api_sbx_create(struct req *r)
 	const char *tpl = NULL, *on_timeout = NULL, *ckpt = NULL;
 	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048;
 	int is_public = 0;
-	char *env = NULL, *meta = NULL, *net = NULL, err[512];
+	char *env = NULL, *meta = NULL, *net = NULL, *secrets = NULL, err[512];
 	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
 	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
@@ -55,6 +55,11 @@ int api_sbx_create(struct req *r)
 		reply_error(r, 422, "invalid_argument", "'on_timeout' must be \"pause\" or \"kill\"");
 		goto out;
 	}
+	json_t *sj = json_object_get(r->body, "secrets");
+	if (sj && !json_is_null(sj) && !(secrets = json_dumps(sj, JSON_COMPACT | JSON_ENCODE_ANY))) {
+		reply_error(r, 422, "invalid_argument", "'secrets' is not an array of names");
+		goto out;
+	}
 	json_t *nj = json_object_get(r->body, "network");
 	if (nj && !json_is_null(nj) && !(net = sbx_network_text(r->api->sbx, nj, err, sizeof(err)))) {
 		reply_error(r, 422, "invalid_argument", "%s", err);
@@ -65,10 +70,11 @@ int api_sbx_create(struct req *r)
 		.memory_mb = (unsigned)mem, .disk_mb = (unsigned)disk, .env_json = env, .metadata_json = meta,
 		.kill_on_timeout = on_timeout && !strcmp(on_timeout, "kill"), .checkpoint = ckpt,
 		.key_id = r->key_id, .network_json = net, .is_public = is_public,
+		.secrets_json = secrets,
 	};
 	struct store_sbx row;
 	int e = sbx_create(r->api->sbx, r->account, &p, &row, err, sizeof(err));
-	if (e == -ENOENT)
+	if (e == -ENOENT || e == -EINVAL)
 		reply_error(r, 422, "invalid_argument", "%s", err);
 	else if (e == -ENXIO)
 		reply_error(r, 404, "not_found", "%s", err);
@@ -84,6 +90,7 @@ out:
 	free(env);
 	free(meta);
 	free(net);
+	free(secrets);
 	return 0;
 }
 

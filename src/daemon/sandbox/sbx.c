@@ -85,6 +85,7 @@ static void sbx_release(struct sbx *s)
 	close(s->wakefd);
 	free(s->ctls);
 	free(s->env_json);
+	free(s->secrets_json);
 	free(s);
 }
 
@@ -229,6 +230,7 @@ int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
 	s->pause_on_timeout = strcmp(row->on_timeout, "kill") != 0;
 	s->net_slot = row->net_slot;
 	s->env_json = strdup(row->env_json ? row->env_json : "{}");
+	s->secrets_json = strdup(row->secrets_json ? row->secrets_json : "[]");
 	s->expires_at = row->expires_at;
 	s->vm = vm;
 	s->running = 1;
@@ -243,6 +245,8 @@ int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
 	/* Published only once its pump runs, so nobody finds a sandbox that
 	 * may yet be freed here. The manager lock is held across: a pump that
 	 * ends at once waits in unlink_sbx until the sandbox is listed. */
+	if (s->secrets_json)
+		sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
 	pthread_mutex_lock(&m->mu);
 	if (s->wakefd < 0 || pthread_create(&s->pump, NULL, pump_main, s) != 0) {
 		pthread_mutex_unlock(&m->mu);
@@ -561,6 +565,8 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 	row->network_json = strdup(p->network_json ? p->network_json : "");
 	int r = -ENOMEM;
 	if (!row->env_json || !row->metadata_json || !row->network_json)
+		goto out;
+	if ((r = sbx__secret_env(m, account, p->secrets_json, row, err, errlen)) < 0)
 		goto out;
 	if (sbx__reserve(m, account) < 0) {
 		snprintf(err, errlen, "account '%s' already runs or starts %d sandboxes (or %d start at once)",

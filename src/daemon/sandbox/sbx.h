@@ -45,6 +45,8 @@ struct sbx_params {
 	const char *key_id;   /* the key that creates it, for usage */
 	const char *network_json; /* egress policy (sbx_network_text); NULL: the default */
 	int is_public;        /* its port URLs need no token */
+	const char *secrets_json; /* names of the account's secrets it gets
+				   * placeholders of (a JSON array); NULL: none */
 };
 
 struct sbx_mgr;
@@ -107,6 +109,9 @@ int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text,
 /* The egress counters of a running sandbox (net.h): 0 or -errno. */
 struct net_counters;
 int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c);
+/* account's secrets changed (set or deleted): its running sandboxes'
+ * proxies get the new values, or lose them, at once. */
+void sbx_secrets_changed(struct sbx_mgr *m, const char *account);
 
 /* Port URLs: a connection to port of sandbox id for a client that shows
  * token (NULL: none), which a public sandbox does not need; a paused one

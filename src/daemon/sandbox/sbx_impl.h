@@ -79,6 +79,7 @@ struct sbx {
 	int pause_on_timeout;
 	int net_slot; /* its VM's network, or NET_NO_SLOT */
 	char *env_json;
+	char *secrets_json; /* the secrets it holds placeholders of */
 	long long expires_at;
 	int expiring; /* a killer thread has it (manager lock) */
 	pthread_mutex_t mu;
@@ -178,6 +179,16 @@ static inline int sbx__take_slot(struct sbx *s)
 	pthread_mutex_unlock(&s->mu);
 	return slot;
 }
+/* The proxy of slot gets the values of account's secrets named in
+ * names_json (a JSON array): what it puts in requests to their hosts.
+ * Errors are logged: the requests then go with the placeholders. */
+void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_json, int slot);
+/* At a create: names_json (a JSON array of the account's secret names,
+ * NULL: none) becomes row's secrets_json, and each secret's placeholder
+ * goes into row's env under its name. 0, -ENOENT (an unknown secret, or
+ * a name the env sets too: -EINVAL) with a reason. */
+int sbx__secret_env(struct sbx_mgr *m, const char *account, const char *names_json,
+		    struct store_sbx *row, char *err, size_t errlen);
 /* Once its VM is gone. NET_NO_SLOT is nothing to do. */
 void sbx__net_down(struct sbx_mgr *m, int slot);
 /* Set for VMs that serve no sandbox (template builds, fork's copy). */
@@ -190,7 +201,11 @@ int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *er
 long long sbx__paused_bytes(const char *run_dir);
 void sbx__snap_cleanup(struct sbx_mgr *m);
 
-/* sbx_pool.c. Starts the builders and fillers (after restore). */
+/* sbx_pool.c. Runs shell in vm as user (with env, "NAME=value", if not
+ * NULL) and waits for its end: 0 when it exited 0, -EIO when not,
+ * -errno. */
+int sbx__run(struct vm *vm, const char *shell, const char *user, const char *env, int timeout_ms);
+/* Starts the builders and fillers (after restore). */
 int sbx__pools_start(struct sbx_mgr *m);
 void sbx__pools_stop(struct sbx_mgr *m);
 void sbx__pools_free(struct sbx_mgr *m); /* once no request can reach m */

@@ -67,6 +67,26 @@ json_t *sbx_network_json(struct sbx_mgr *m, const char *network_json)
 	return j;
 }
 
+/* A booted guest trusts the egress CA from now on (snapshots of it too):
+ * in the system bundle, which curl, OpenSSL, Python (Debian's certifi
+ * too) and Node (Debian's, built to use it) read, and as a file
+ * update-ca-certificates keeps. */
+static int trust_ca(struct sbx_mgr *m, struct vm *vm)
+{
+	const char *pem = net_ca_pem(m->cfg.net);
+	char *env = malloc(strlen(pem) + 16);
+	if (!env)
+		return -ENOMEM;
+	snprintf(env, strlen(pem) + 16, "CPUOS_CA=%s", pem);
+	int r = sbx__run(vm,
+			 "umask 022; f=/usr/local/share/ca-certificates/cpuos-egress.crt; "
+			 "mkdir -p /usr/local/share/ca-certificates /etc/ssl/certs && "
+			 "printf '%s' \"$CPUOS_CA\" >$f && cat $f >>/etc/ssl/certs/ca-certificates.crt",
+			 "root", env, 60000);
+	free(env);
+	return r;
+}
+
 int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json, int *slot,
 	       struct vm **vm, char *err, size_t errlen)
 {
@@ -85,6 +105,13 @@ int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json
 	}
 	int r = vm_start(vc, vm, err, errlen);
 	vc->netns = NULL; /* ns goes with this frame */
+	if (r == 0 && m->cfg.net && !vc->restore && (r = trust_ca(m, *vm)) < 0) {
+		snprintf(err, errlen, "cannot add the egress CA to the guest's roots: %s",
+			 strerror(-r));
+		vm_free(*vm, 0);
+		*vm = NULL;
+		r = -EIO;
+	}
 	if (r < 0) {
 		sbx__net_down(m, *slot);
 		*slot = NET_NO_SLOT;

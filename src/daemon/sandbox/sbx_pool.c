@@ -88,8 +88,10 @@ static int snap_dir(struct sbx_mgr *m, const struct tsnap *t, char *out, size_t 
 	if (snap_env_files(&e, kernel, initrd, image, err, sizeof(err)) < 0)
 		return -ENOENT;
 	uint64_t h = 1469598103934665603ull; /* FNV-1a: a cache key, not a checksum */
-	const char *parts[] = { e.kernel_sha, e.initrd_sha, e.template };
-	for (size_t i = 0; i < 3; i++)
+	/* A guest trusts the egress CA it was booted with (sbx_net.c). */
+	const char *parts[] = { e.kernel_sha, e.initrd_sha, e.template,
+				m->cfg.net ? net_ca_id(m->cfg.net) : "" };
+	for (size_t i = 0; i < 4; i++)
 		for (const char *p = parts[i]; *p; p++)
 			h = (h ^ (uint8_t)*p) * 1099511628211ull;
 	/* A VM with a NIC restores only where there is one (snap.h). */
@@ -114,14 +116,14 @@ static void exec_cb(void *arg, const struct proto_frame *f)
 		w->exit_code = (int)v;
 }
 
-/* Runs shell in vm as the default user and waits for its end. */
-static int run_sync(struct vm *vm, const char *shell, int timeout_ms)
+int sbx__run(struct vm *vm, const char *shell, const char *user, const char *env, int timeout_ms)
 {
 	struct exec_wait w = { .exit_code = -1 };
 	struct pbuf *b = agentc_begin(vm_agent(vm), P_EXEC, exec_cb, &w, NULL);
 	if (!b)
 		return -ENOTCONN;
-	if (proto_put_str(b, A_SHELL, shell) < 0 || proto_put_str(b, A_USER, "user") < 0) {
+	if (proto_put_str(b, A_SHELL, shell) < 0 || proto_put_str(b, A_USER, user) < 0 ||
+	    (env && proto_put_str(b, A_ENV, env) < 0)) {
 		agentc_abort(vm_agent(vm));
 		return -ENOMEM;
 	}
@@ -153,7 +155,7 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	if (r < 0)
 		return r;
 	double t0 = clock_ms_f();
-	if ((r = run_sync(vm, warm_command(t->template), 600000)) < 0)
+	if ((r = sbx__run(vm, warm_command(t->template), "user", NULL, 600000)) < 0)
 		snprintf(err, errlen, "warming '%s' failed (%s)", warm_command(t->template), strerror(-r));
 	if (r == 0 && (r = vm_snapshot(vm, tmp, 1, err, errlen)) == 0 && rename(tmp, t->dir) < 0) {
 		r = -errno;

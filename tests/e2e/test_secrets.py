@@ -1,0 +1,269 @@
+"""Egress secrets against a real cpuosd: a secret registered with the daemon and bound to a host
+reaches that host in a request header, over plain HTTP and over HTTPS (the daemon's proxy ends the
+guest's TLS under its own CA, which the guest trusts, and checks the server's certificate), and is
+never in the guest: its environment and files hold a placeholder, and the memory of the process
+that sent it holds the placeholder but not the value. Sent to an unbound host it stays the
+placeholder, and the daemon logs it. The "internet" is the stand-in of internet.py, whose /headers
+answers with the SHA-256 of each header it got, so no value comes back into the guest."""
+
+import hashlib
+import json
+import time
+
+import pytest
+
+import cpuos
+from conftest import started_daemon, sandbox_factory
+from internet import DNS_ADDR, DNS_PORT, Internet
+
+VALUE = "sk-test-0123456789abcdef-the-real-one"
+
+
+def sha(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def internet():
+    net = Internet().start()
+    yield net
+    net.stop()
+
+
+@pytest.fixture(scope="module")
+def secd(internet):
+    """A daemon whose guests' resolver asks the stand-in internet, and whose proxy trusts the
+    stand-in's certificate for the servers it sends secrets to."""
+    yield from started_daemon("--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}", "--net-default",
+                              "allow-all", "--egress-trust", internet.cert, key="sec")
+
+
+@pytest.fixture
+def make_sandbox(secd):
+    yield from sandbox_factory(secd)
+
+
+def set_secret(d, name, value, hosts, key=None):
+    return cpuos.Secret.set(name, value, hosts, api_key=key or d.key_a, api_url=d.url)
+
+
+def sh(sbx, cmd, ok=True):
+    r = sbx.exec(cmd, timeout="90s")
+    if ok:
+        assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
+    return r
+
+
+def headers_seen(sbx, url, header="Authorization: Bearer $API_KEY", *opts):
+    """What the server at url got (header name -> SHA-256 of its value), by curl in the guest."""
+    r = sh(sbx, f"curl -sS -m 20 {' '.join(opts)} -H \"{header}\" {url}")
+    return json.loads(r.stdout)
+
+
+def test_a_secret_reaches_its_host_and_stays_out_of_the_guest(secd, make_sandbox):
+    s = set_secret(secd, "API_KEY", VALUE, ["allowed.test"])
+    assert s.placeholder.startswith("cpuos-secret-") and s.hosts == ["allowed.test"]
+    sbx = make_sandbox(secrets=["API_KEY"])
+    assert sbx.secrets == ["API_KEY"]
+    assert sh(sbx, "printf %s \"$API_KEY\"").stdout == s.placeholder
+    # HTTPS through the proxy's own TLS, and plain HTTP: the value arrives, hashed back.
+    for url in ("https://allowed.test/headers", "http://allowed.test/headers"):
+        assert headers_seen(sbx, url)["authorization"] == sha("Bearer " + VALUE), url
+    # An unbound host gets the placeholder, and the daemon says so.
+    got = headers_seen(sbx, "https://other.test/headers", "Authorization: Bearer $API_KEY", "-k")
+    assert got["authorization"] == sha("Bearer " + s.placeholder)
+    got = headers_seen(sbx, "http://other.test/headers")
+    assert got["authorization"] == sha("Bearer " + s.placeholder)
+    assert "the placeholder of secret API_KEY went to other.test" in secd.log_tail(200000)
+    # Nowhere in the guest: not in any process's environment, not in a file; the same search
+    # finds the placeholder (in its own environment at least).
+    where = "/proc/[0-9]*/environ /etc /home /root /tmp /work /var"
+    r = sh(sbx, f"grep -rlsF -- '{VALUE}' {where}", ok=False)
+    assert r.exit_code in (1, 2) and not r.stdout, r.stdout
+    r = sh(sbx, f"grep -rlsF -- '{s.placeholder}' {where}", ok=False)
+    assert "/environ" in r.stdout, r
+    # The guest's TLS was ours: its certificate names the host and is signed by the daemon's CA.
+    r = sh(sbx, "curl -sS -o /dev/null -w '%{ssl_verify_result}' https://allowed.test/headers")
+    assert r.stdout == "0"
+
+
+SEND = r"""
+import json, os, time, urllib.request
+req = urllib.request.Request("https://allowed.test/headers",
+                             headers={"X-Key": os.environ["MEM_KEY"]})
+seen = json.load(urllib.request.urlopen(req, timeout=60))
+with open("/tmp/seen.tmp", "w") as f:
+    json.dump({"pid": os.getpid(), "seen": seen.get("x-key")}, f)
+os.rename("/tmp/seen.tmp", "/tmp/seen")
+time.sleep(600)
+"""
+
+# Reads another process's whole memory (as root) for two needles; run with the value in its own
+# environment, never in the sender's.
+SCAN = r"""
+import json, os, re, sys
+pid = int(sys.argv[1])
+found = {}
+with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+    for line in maps:
+        m = re.match(r"([0-9a-f]+)-([0-9a-f]+) r", line)
+        if not m:
+            continue
+        a, b = int(m.group(1), 16), int(m.group(2), 16)
+        try:
+            mem.seek(a)
+            data = mem.read(b - a)
+        except (OSError, ValueError, OverflowError):
+            continue
+        for what in ("WANT", "MEM_KEY"):
+            if os.environ[what].encode() in data:
+                found[what] = True
+print(json.dumps(found))
+"""
+
+
+def test_the_value_is_not_in_the_memory_of_the_process_that_sent_it(secd, make_sandbox):
+    set_secret(secd, "MEM_KEY", VALUE + "-mem", ["allowed.test"])
+    sbx = make_sandbox(template="python", secrets=["MEM_KEY"])
+    sbx.files.write("/tmp/send.py", SEND)
+    sbx.files.write("/tmp/scan.py", SCAN)
+    sender = sbx.exec("python3 /tmp/send.py", background=True)
+    try:
+        sh(sbx, "for i in $(seq 600); do [ -e /tmp/seen ] && exit 0; sleep 0.2; done; exit 1")
+        sent = json.loads(sbx.files.read("/tmp/seen"))
+        assert sent["seen"] == sha(VALUE + "-mem")  # it went, as the value
+        r = sbx.exec(f"python3 /tmp/scan.py {sent['pid']}", env={"WANT": VALUE + "-mem"},
+                     user="root", timeout="180s")
+        assert r.exit_code == 0, r.stderr
+        # The scan finds what is there (the placeholder), and the value is not.
+        assert json.loads(r.stdout) == {"MEM_KEY": True}, r.stdout
+    finally:
+        sender.kill()
+
+
+def test_node_trusts_the_daemons_ca(secd, make_sandbox):
+    """Node has roots of its own; Debian's reads the system bundle, where the CA went at boot."""
+    set_secret(secd, "NODE_KEY", "node-value", ["allowed.test"])
+    sbx = make_sandbox(template="node", secrets=["NODE_KEY"])
+    sbx.files.write("/tmp/get.js", "require('https').get('https://allowed.test/headers', "
+                    "{headers: {'x-n': process.env.NODE_KEY}}, r => { let b = ''; "
+                    "r.on('data', d => b += d); r.on('end', () => console.log(b)); })"
+                    ".on('error', e => { console.error(e.message); process.exit(1); });")
+    r = sh(sbx, "node /tmp/get.js")
+    assert json.loads(r.stdout)["x-n"] == sha("node-value")
+
+
+def test_changes_reach_running_sandboxes(secd, make_sandbox):
+    set_secret(secd, "ROT", "first-value", ["allowed.test"])
+    sbx = make_sandbox(secrets=["ROT"])
+    url = "https://allowed.test/headers"
+    assert headers_seen(sbx, url, "X-Rot: $ROT")["x-rot"] == sha("first-value")
+    s = set_secret(secd, "ROT", "second-value", ["allowed.test"])
+    assert sh(sbx, "printf %s \"$ROT\"").stdout == s.placeholder  # the same placeholder
+    assert headers_seen(sbx, url, "X-Rot: $ROT")["x-rot"] == sha("second-value")
+    # Bound elsewhere now: allowed.test no longer gets it, and its TLS is its own again (-k: the
+    # stand-in's certificate is self-signed).
+    set_secret(secd, "ROT", "second-value", ["other.test"])
+    assert headers_seen(sbx, url, "X-Rot: $ROT", "-k")["x-rot"] == sha(s.placeholder)
+    assert headers_seen(sbx, "https://other.test/headers", "X-Rot: $ROT")["x-rot"] == \
+        sha("second-value")
+    cpuos.Secret.get("ROT", api_key=secd.key_a, api_url=secd.url).delete()
+    assert headers_seen(sbx, "https://other.test/headers", "X-Rot: $ROT", "-k")["x-rot"] == \
+        sha(s.placeholder)
+
+
+def test_pause_resume_and_forks_keep_their_secrets(secd, make_sandbox):
+    set_secret(secd, "KEEP", "kept-value", ["*.wild.test"])
+    sbx = make_sandbox(secrets=["KEEP"])
+    url = "https://a.wild.test/headers"
+    assert headers_seen(sbx, url, "X-K: $KEEP")["x-k"] == sha("kept-value")
+    sbx.pause()
+    sbx.resume()
+    assert headers_seen(sbx, url, "X-K: $KEEP")["x-k"] == sha("kept-value")
+    child, = sbx.fork()
+    try:
+        assert child.secrets == ["KEEP"]
+        assert headers_seen(child, "https://b.wild.test/headers", "X-K: $KEEP")["x-k"] == \
+            sha("kept-value")
+    finally:
+        child.kill()
+
+
+def test_what_the_proxy_refuses(secd, make_sandbox):
+    set_secret(secd, "GUARD", "guarded-value", ["allowed.test", "wild.test"])
+    sbx = make_sandbox(secrets=["GUARD"], network={
+        "mode": "custom", "allowed_hosts": ["allowed.test", "other.test", "wild.test"]})
+    # Another Host inside TLS made for allowed.test: a CDN would serve it; refused.
+    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Host: other.test' "
+                "-H \"X: $GUARD\" https://allowed.test/headers", ok=False)
+    assert r.stdout == "421", (r.stdout, r.stderr)
+    # A server whose certificate does not name the host gets nothing: 502 from the proxy.
+    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H \"X: $GUARD\" "
+                "https://wild.test/headers", ok=False)
+    assert r.stdout == "502", (r.stdout, r.stderr)
+    assert "TLS to wild.test failed" in secd.log_tail(200000)
+    # A chunked body cannot be framed by the proxy: refused, not passed on.
+    r = sh(sbx, "printf x | curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: "
+                "chunked' -H \"X: $GUARD\" --data-binary @- https://allowed.test/headers", ok=False)
+    assert r.stdout == "411", (r.stdout, r.stderr)
+    # Under a custom policy the secret goes too, and still only to its host.
+    assert headers_seen(sbx, "https://allowed.test/headers", "X: $GUARD")["x"] == \
+        sha("guarded-value")
+
+
+def test_the_secrets_api(secd, make_sandbox):
+    d, key = secd, secd.key_a
+    def put(name, body, k=key):
+        return d.http("PUT", f"/v1/secrets/{name}", body=json.dumps(body).encode(),
+                      headers={"Content-Type": "application/json"}, key=k)
+    ok = {"value": "v", "hosts": ["allowed.test"]}
+    r = put("API_ONE", ok)
+    assert r.status == 201 and "value" not in r.json() and r.json()["placeholder"]
+    assert put("API_ONE", ok).status == 200
+    for name, body in (("1BAD", ok), ("A-B", ok), ("X", {"value": "v", "hosts": ["*"]}),
+                       ("X", {"value": "v", "hosts": []}), ("X", {"value": "a\nb", "hosts": ["a.test"]}),
+                       ("X", {"value": "", "hosts": ["a.test"]}), ("X", {"hosts": ["a.test"]}),
+                       ("X", {"value": "v", "hosts": "a.test"})):
+        r = put(name, body)
+        assert r.status == 422 and r.json()["error"], (name, body, r.status)
+    listed = d.http("GET", "/v1/secrets", key=key).json()["secrets"]
+    assert "API_ONE" in [s["name"] for s in listed] and all("value" not in s for s in listed)
+    assert d.http("GET", "/v1/secrets/NOPE", key=key).status == 404
+    # Another account sees none of it, and cannot give it to a sandbox.
+    other = d.create_key("sec-other")
+    assert d.http("GET", "/v1/secrets/API_ONE", key=other).status == 404
+    with pytest.raises(cpuos.BadRequestError, match="no secret 'API_ONE'"):
+        make_sandbox(secrets=["API_ONE"], key=other)
+    with pytest.raises(cpuos.BadRequestError, match="API_ONE"):
+        make_sandbox(secrets=["API_ONE"], env={"API_ONE": "mine"})
+    with pytest.raises(cpuos.BadRequestError, match="no secret"):
+        make_sandbox(secrets=["NOPE"])
+    assert d.http("DELETE", "/v1/secrets/API_ONE", key=key).status == 204
+    assert d.http("DELETE", "/v1/secrets/API_ONE", key=key).status == 404
+
+
+def test_the_cli(secd):
+    from test_cpuos_cli import cpuos as cli
+    key = secd.key_a
+    r = cli(secd, "secret", "set", "CLI_KEY", "--host", "allowed.test", stdin=b"cli-value\n",
+            key=key)
+    assert r.returncode == 0 and r.stdout.decode().startswith("cpuos-secret-"), r.stderr
+    placeholder = r.stdout.decode().strip()
+    r = cli(secd, "secret", "ls", key=key)
+    assert r.returncode == 0 and "CLI_KEY" in r.stdout.decode() and b"cli-value" not in r.stdout
+    r = cli(secd, "secret", "set", "CLI_KEY", "--host", "*", stdin=b"v", key=key)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r
+    r = cli(secd, "secret", "set", "CLI_KEY", stdin=b"v", key=key)
+    assert r.returncode == 2 and b"--host" in r.stderr, r
+    r = cli(secd, "create", "-T", "base", "--secret", "CLI_KEY", key=key)
+    assert r.returncode == 0, r.stderr
+    made = cpuos.Sandbox.connect(r.stdout.decode().strip(), api_key=key, api_url=secd.url)
+    try:
+        assert made.secrets == ["CLI_KEY"]
+        got = json.loads(sh(made, "curl -sS -H \"X: $CLI_KEY\" https://allowed.test/headers").stdout)
+        assert got["x"] == sha("cli-value") and placeholder != "cli-value"
+    finally:
+        made.kill()
+    assert cli(secd, "secret", "rm", "CLI_KEY", key=key).returncode == 0
+    r = cli(secd, "secret", "rm", "CLI_KEY", key=key)
+    assert r.returncode == 1 and b"CLI_KEY" in r.stderr, r
