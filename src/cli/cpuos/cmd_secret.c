@@ -35,7 +35,7 @@ static int secret_set(struct api *a, int argc, char **argv)
 	char *value = malloc(MAX_VALUE + 2);
 	int o, ret = EXIT_USAGE;
 	optind = 0;
-	while (hosts && value && (o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while (hosts && value && (o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (o == 'H') {
 			json_array_append_new(hosts, json_string(optarg));
 			continue;
