@@ -98,6 +98,11 @@ int http1_parse(const char *buf, size_t len, struct http1_head *h)
 				k++;
 			if (hosts++ || k >= sizeof(h->host) || vl >= sizeof(h->host_raw))
 				return -1;
+			/* A port is 1 to 5 digits: nothing else may ride after the
+			 * name (a server may echo its Host into an answer). */
+			if (k < vl && (vl - k - 1 < 1 || vl - k - 1 > 5 ||
+				       strspn(v + k + 1, "0123456789") < vl - k - 1))
+				return -1;
 			for (size_t i = 0; i < k; i++)
 				h->host[i] = (char)tolower((unsigned char)v[i]);
 			memcpy(h->host_raw, v, vl);

@@ -87,7 +87,12 @@ int main(int argc, char **argv)
 	json_decref(nd);
 	net_policy_free(&np);
 	struct net *net = NULL;
-	if (o.net && net_open(o.net_range, o.state_dir, o.dns_upstream[0] ? o.dns_upstream : NULL,
+	/* The CA is the cache's, as the template snapshots that trust it
+	 * are: daemons that share a cache share both. */
+	char ca_dir[sizeof(o.cache_dir) + 16];
+	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", o.cache_dir);
+	if (o.net && net_open(o.net_range, o.state_dir, ca_dir,
+			      o.dns_upstream[0] ? o.dns_upstream : NULL,
 			      o.egress_trust[0] ? o.egress_trust : NULL, &net, err, sizeof(err)) < 0) {
 		log_error("networks: %s (or run with --net off)", err);
 		store_close(store);

@@ -43,8 +43,8 @@ def make_sandbox(secd):
     yield from sandbox_factory(secd)
 
 
-def set_secret(d, name, value, hosts, key=None):
-    return cpuos.Secret.set(name, value, hosts, api_key=key or d.key_a, api_url=d.url)
+def set_secret(d, name, value, hosts, key=None, **kw):
+    return cpuos.Secret.set(name, value, hosts, api_key=key or d.key_a, api_url=d.url, **kw)
 
 
 def sh(sbx, cmd, ok=True):
@@ -66,9 +66,14 @@ def test_a_secret_reaches_its_host_and_stays_out_of_the_guest(secd, make_sandbox
     sbx = make_sandbox(secrets=["API_KEY"])
     assert sbx.secrets == ["API_KEY"]
     assert sh(sbx, "printf %s \"$API_KEY\"").stdout == s.placeholder
-    # HTTPS through the proxy's own TLS, and plain HTTP: the value arrives, hashed back.
-    for url in ("https://allowed.test/headers", "http://allowed.test/headers"):
-        assert headers_seen(sbx, url)["authorization"] == sha("Bearer " + VALUE), url
+    # HTTPS through the proxy's own TLS: the value arrives, hashed back.
+    url = "https://allowed.test/headers"
+    assert headers_seen(sbx, url)["authorization"] == sha("Bearer " + VALUE)
+    # Plain HTTP to the same host: not without allow_http (nothing proves the server is the host).
+    got = headers_seen(sbx, "http://allowed.test/headers")
+    assert got["authorization"] == sha("Bearer " + s.placeholder)
+    assert "secret API_KEY not put in a request to allowed.test: plain HTTP" in \
+        secd.log_tail(200000)
     # An unbound host gets the placeholder, and the daemon says so.
     got = headers_seen(sbx, "https://other.test/headers", "Authorization: Bearer $API_KEY", "-k")
     assert got["authorization"] == sha("Bearer " + s.placeholder)
@@ -120,6 +125,26 @@ with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem
                 found[what] = True
 print(json.dumps(found))
 """
+
+
+def test_plain_http_only_for_a_secret_that_allows_it(secd, make_sandbox):
+    s = set_secret(secd, "HTTP_KEY", "http-value", ["allowed.test"], allow_http=True)
+    assert s.allow_http
+    sbx = make_sandbox(secrets=["HTTP_KEY"])
+    assert headers_seen(sbx, "http://allowed.test/headers", "X: $HTTP_KEY")["x"] == \
+        sha("http-value")
+    # A Host with more than a port after the name is no request the proxy reads: under allow-all
+    # it passes as it is, the placeholder unswapped (a server may echo its Host).
+    got = headers_seen(sbx, "http://allowed.test/headers", "Host: allowed.test:$HTTP_KEY")
+    assert got["host"] == sha("allowed.test:" + s.placeholder)
+    # Nor into a header servers echo back (Origin here): the placeholder stays.
+    got = headers_seen(sbx, "http://allowed.test/headers", "Origin: $HTTP_KEY")
+    assert got["origin"] == sha(s.placeholder)
+    # Under allow-all with secrets, what is not HTTP to a bound host passes as it is: a chunked
+    # upload reaches the unbound server (which answers 501: it has no POST).
+    r = sh(sbx, "printf x | curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: "
+                "chunked' --data-binary @- http://other.test/headers")
+    assert r.stdout == "501", r
 
 
 def test_the_value_is_not_in_the_memory_of_the_process_that_sent_it(secd, make_sandbox):
@@ -202,6 +227,10 @@ def test_what_the_proxy_refuses(secd, make_sandbox):
                 "https://wild.test/headers", ok=False)
     assert r.stdout == "502", (r.stdout, r.stderr)
     assert "TLS to wild.test failed" in secd.log_tail(200000)
+    # A Host that carries more than a port: refused inside TLS too.
+    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H \"Host: allowed.test:$GUARD\" "
+                "https://allowed.test/headers", ok=False)
+    assert r.stdout == "400", (r.stdout, r.stderr)
     # A chunked body cannot be framed by the proxy: refused, not passed on.
     r = sh(sbx, "printf x | curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: "
                 "chunked' -H \"X: $GUARD\" --data-binary @- https://allowed.test/headers", ok=False)
@@ -221,6 +250,8 @@ def test_the_secrets_api(secd, make_sandbox):
     assert r.status == 201 and "value" not in r.json() and r.json()["placeholder"]
     assert put("API_ONE", ok).status == 200
     for name, body in (("1BAD", ok), ("A-B", ok), ("X", {"value": "v", "hosts": ["*"]}),
+                       ("X", {"value": "v", "hosts": ["*."]}), ("X", {"value": "v", "hosts": ["*.com"]}),
+                       ("X", {"value": "v", "hosts": ["a.test"], "allow_http": "yes"}),
                        ("X", {"value": "v", "hosts": []}), ("X", {"value": "a\nb", "hosts": ["a.test"]}),
                        ("X", {"value": "", "hosts": ["a.test"]}), ("X", {"hosts": ["a.test"]}),
                        ("X", {"value": "v", "hosts": "a.test"})):

@@ -70,6 +70,11 @@ static void test_http_host(void)
 		"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
 		"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 99999999999999999999\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length:\r\n\r\n",
+		/* a port is digits: nothing else rides in a Host a server may echo */
+		"GET / HTTP/1.1\r\nHost: a.test:cpuos-secret-00\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test:\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test:123456\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a.test:80:80\r\n\r\n",
 	};
 	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
 		if (!CHECK(host(odd[i], name) == -1))

@@ -20,10 +20,10 @@
 
 static struct secret_set *two(void)
 {
-	json_t *j = json_pack("[{s:s,s:s,s:s,s:[s]}, {s:s,s:s,s:s,s:[s,s]}]", "name", "API_KEY",
+	json_t *j = json_pack("[{s:s,s:s,s:s,s:[s]}, {s:s,s:s,s:s,s:[s,s],s:b}]", "name", "API_KEY",
 			      "placeholder", PH_A, "value", "sk-real-value-that-is-longer-than-its-placeholder-0123456789",
 			      "hosts", "api.test", "name", "GH", "placeholder", PH_B, "value", "ghp_x",
-			      "hosts", "*.github.test", "Other.Test");
+			      "hosts", "*.github.test", "Other.Test", "http", 1);
 	struct secret_set *s = NULL;
 	char err[256] = "";
 	if (!CHECK(secret_set_parse(j, &s, err, sizeof(err)) == 0))
@@ -59,7 +59,8 @@ static void test_checks(void)
 	      !strcmp(json_string_value(json_array_get(out, 0)), "api.test"));
 	json_decref(out);
 	json_decref(h);
-	const char *bad[] = { "[]", "[\"*\"]", "[\"a b\"]", "[1]", "{}", "[\"1.2.3.4/8\"]", NULL };
+	const char *bad[] = { "[]", "[\"*\"]", "[\"*.\"]", "[\"*.com\"]", "[\"*.COM.\"]",
+			      "[\"a b\"]", "[1]", "{}", "[\"1.2.3.4/8\"]", NULL };
 	for (int i = 0; bad[i]; i++) {
 		h = json_loads(bad[i], 0, NULL);
 		out = NULL;
@@ -76,6 +77,7 @@ static void test_parse(void)
 	if (!s)
 		return;
 	CHECK(s->n == 2 && s->refs == 1 && !strcmp(s->v[1].hosts[1], "other.test"));
+	CHECK(!s->v[0].http && s->v[1].http);
 	CHECK(secret_bound(s, "api.test") && secret_bound(s, "a.b.github.test") &&
 	      secret_bound(s, "other.test"));
 	CHECK(!secret_bound(s, "github.test") && !secret_bound(s, "api.test.evil") &&
@@ -99,15 +101,14 @@ static void test_parse(void)
 	}
 }
 
-static int swap(const struct secret_set *s, const char *host, const char *in, char *out,
-		size_t cap, const char **unbound)
+static int swap(const struct secret_set *s, const char *host, int tls, const char *in, char *out,
+		size_t cap, struct swap_report *rep)
 {
 	size_t n;
-	int swapped;
-	char *r = secret_swap(s, host, in, strlen(in), &n, unbound, &swapped);
+	char *r = secret_swap(s, host, tls, in, strlen(in), &n, rep);
 	snprintf(out, cap, "%.*s", r ? (int)n : 0, r ? r : "");
 	free(r);
-	return swapped;
+	return rep->swapped;
 }
 
 static void test_swap(void)
@@ -116,29 +117,44 @@ static void test_swap(void)
 	if (!s)
 		return;
 	char out[4096];
-	const char *unbound;
+	struct swap_report rep;
 	const char *hdrs = "Authorization: Bearer " PH_A "\r\nX-Gh: " PH_B "\r\nAccept: */*\r\n";
 	/* To the API: its key goes in; the other's placeholder stays, and is told. */
-	CHECK(swap(s, "api.test", hdrs, out, sizeof(out), &unbound) == 1);
+	CHECK(swap(s, "api.test", 1, hdrs, out, sizeof(out), &rep) == 1);
 	CHECK(strstr(out, "Bearer sk-real-value-that-is-longer-than-its-placeholder-0123456789\r\n") &&
 	      strstr(out, "X-Gh: " PH_B "\r\n") && strstr(out, "Accept: */*\r\n"));
-	CHECK(unbound && !strcmp(unbound, "GH"));
+	CHECK(rep.unbound && !strcmp(rep.unbound, "GH") && !rep.held);
 	/* To a subdomain of the other's: that one only. */
-	CHECK(swap(s, "x.github.test", hdrs, out, sizeof(out), &unbound) == 1);
-	CHECK(strstr(out, "X-Gh: ghp_x\r\n") && strstr(out, PH_A) && !strcmp(unbound, "API_KEY"));
+	CHECK(swap(s, "x.github.test", 1, hdrs, out, sizeof(out), &rep) == 1);
+	CHECK(strstr(out, "X-Gh: ghp_x\r\n") && strstr(out, PH_A) && !strcmp(rep.unbound, "API_KEY"));
 	/* Anywhere else, and with no host at all: nothing. */
-	CHECK(swap(s, "evil.test", hdrs, out, sizeof(out), &unbound) == 0 && !strcmp(out, hdrs));
-	CHECK(swap(s, "", hdrs, out, sizeof(out), &unbound) == 0 && !strcmp(out, hdrs));
+	CHECK(swap(s, "evil.test", 1, hdrs, out, sizeof(out), &rep) == 0 && !strcmp(out, hdrs));
+	CHECK(swap(s, "", 1, hdrs, out, sizeof(out), &rep) == 0 && !strcmp(out, hdrs));
+	/* Plain HTTP: only a secret that allows it (GH does, API_KEY not). */
+	CHECK(swap(s, "api.test", 0, hdrs, out, sizeof(out), &rep) == 0 && !strcmp(out, hdrs));
+	CHECK(rep.held && !strcmp(rep.held, "API_KEY") && !strcmp(rep.why, "plain HTTP"));
+	CHECK(swap(s, "x.github.test", 0, hdrs, out, sizeof(out), &rep) == 1 && strstr(out, "ghp_x"));
+	/* Never in a header servers echo back, in any case. */
+	const char *echo = "host: api.test:" PH_A "\r\nOrigin: " PH_A "\r\nREFERER: " PH_A
+			   "\r\nUser-Agent: " PH_A "\r\nX-Forwarded-Host: " PH_A "\r\nVia: " PH_A
+			   "\r\nForwarded: " PH_A "\r\n";
+	CHECK(swap(s, "api.test", 1, echo, out, sizeof(out), &rep) == 0 && !strcmp(out, echo));
+	CHECK(rep.held && !strcmp(rep.why, "a header servers echo"));
 	/* Twice in one header, and a placeholder cut short or unknown. */
-	CHECK(swap(s, "api.test", "A: " PH_A PH_A "\r\n", out, sizeof(out), &unbound) == 2);
-	CHECK(!strstr(out, "cpuos-secret-") && !unbound);
+	CHECK(swap(s, "api.test", 1, "A: " PH_A PH_A "\r\n", out, sizeof(out), &rep) == 2);
+	CHECK(!strstr(out, "cpuos-secret-") && !rep.unbound);
 	const char *partial = "A: cpuos-secret-0123456789abcdef\r\nB: cpuos-secret-"
 			      "00000000000000000000000000000000\r\n";
-	CHECK(swap(s, "api.test", partial, out, sizeof(out), &unbound) == 0 &&
-	      !strcmp(out, partial) && !unbound);
+	CHECK(swap(s, "api.test", 1, partial, out, sizeof(out), &rep) == 0 &&
+	      !strcmp(out, partial) && !rep.unbound);
 	/* At the very end, with no CRLF after it. */
-	CHECK(swap(s, "api.test", "A: " PH_A, out, sizeof(out), &unbound) == 1 &&
+	CHECK(swap(s, "api.test", 1, "A: " PH_A, out, sizeof(out), &rep) == 1 &&
 	      !strcmp(out, "A: sk-real-value-that-is-longer-than-its-placeholder-0123456789"));
+	/* Many placeholder-like runs cost their own length, not a value's each. */
+	char many[8192] = "A: ";
+	for (int i = 0; i < 500; i++)
+		strcat(many, SECRET_PREFIX);
+	CHECK(swap(s, "api.test", 1, many, out, sizeof(out), &rep) == 0);
 	secret_set_free(s);
 }
 

@@ -764,6 +764,7 @@ static void test_egress_secrets(void)
 	snprintf(x.placeholder, sizeof(x.placeholder), "%s",
 		 "cpuos-secret-00000000000000000000000000000002");
 	x.value = "v2";
+	x.allow_http = 1;
 	x.updated_at = 200;
 	CHECK(store_secret_put(t.s, &x, &created) == 0 && created == 0);
 	snprintf(x.account, sizeof(x.account), "bob");
@@ -777,6 +778,7 @@ static void test_egress_secrets(void)
 	size_t n = 0;
 	CHECK(store_secret_list(t.s, "alice", "API_KEY", &xs, &n) == 0 && n == 1 &&
 	      !strcmp(xs[0].value, "v2") && xs[0].created_at == 100 && xs[0].updated_at == 200 &&
+	      xs[0].allow_http == 1 &&
 	      !strcmp(xs[0].placeholder, "cpuos-secret-00000000000000000000000000000001"));
 	store_secret_free_list(xs, n);
 	CHECK(store_secret_list(t.s, "alice", NULL, &xs, &n) == 0 && n == 1);

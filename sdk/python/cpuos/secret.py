@@ -4,7 +4,8 @@ to, so code in a sandbox never holds them.
 `Secret.set("OPENAI_API_KEY", "sk-...", hosts=["api.openai.com"])` registers one;
 `Sandbox.create(secrets=["OPENAI_API_KEY"])` gives the sandbox `$OPENAI_API_KEY` holding a
 placeholder, which the daemon's egress proxy replaces by the value in request headers sent to
-api.openai.com (HTTPS too: the templates trust the daemon's CA), and nowhere else."""
+api.openai.com over HTTPS (the guests trust the daemon's CA, so it can read the request),
+and nowhere else."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ class Secret:
         name: its name, which is also the environment variable sandboxes see it under.
         hosts: the hosts its value goes to ("api.example.com", or "*.example.com" for every
             name under example.com).
+        allow_http: it goes in plain HTTP requests too, not only over HTTPS to a server whose
+            certificate names the host.
         placeholder: what sandboxes see instead of the value ("cpuos-secret-" and 32 hex).
         created_at, updated_at: when it was set first and last (RFC 3339).
         data: the whole object as the daemon sent it.
@@ -30,6 +33,7 @@ class Secret:
 
     name: str
     hosts: List[str] = dataclasses.field(default_factory=list)
+    allow_http: bool = False
     placeholder: Optional[str] = None
     created_at: Optional[str] = None
     updated_at: Optional[str] = None
@@ -49,8 +53,8 @@ class Secret:
         return cls(**{k: v for k, v in d.items() if k in names}, data=dict(d), _client=client)
 
     @classmethod
-    def set(cls, name: str, value: str, hosts: Iterable[str], *, api_key: Optional[str] = None,
-            api_url: Optional[str] = None,
+    def set(cls, name: str, value: str, hosts: Iterable[str], *, allow_http: bool = False,
+            api_key: Optional[str] = None, api_url: Optional[str] = None,
             request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> Secret:
         """Register a secret, or replace the value and hosts of one (it keeps its placeholder,
         and running sandboxes that hold it use the new value at once).
@@ -58,7 +62,9 @@ class Secret:
         Args:
             name: an environment variable's name (letters, digits, "_"; at most 64).
             value: 1 to 8192 printable ASCII bytes (it goes in a header).
-            hosts: 1 to 16 host names or "*.domain" patterns; never "*".
+            hosts: 1 to 16 host names or "*.domain" patterns; never "*" or a whole top-level
+                domain ("*.com").
+            allow_http: also in plain HTTP (default: HTTPS only).
             api_key, api_url: as for `Client` (default $CPUOS_API_KEY and $CPUOS_API_URL).
             request_timeout: seconds of socket inactivity before the call gives up.
 
@@ -74,7 +80,8 @@ class Secret:
             raise TypeError("hosts is a list of names, not one string")
         client = shared_client(api_key, api_url, request_timeout)
         data = client.request("PUT", secret_path(name),
-                              json_body={"value": value, "hosts": list(hosts)})
+                              json_body={"value": value, "hosts": list(hosts),
+                                         "allow_http": bool(allow_http)})
         return cls.from_json(data, client)
 
     @classmethod

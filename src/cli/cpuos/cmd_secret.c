@@ -11,7 +11,7 @@
 #define MAX_VALUE 8192
 
 static const char secret_usage[] =
-    "usage: cpuos secret set NAME --host HOST [--host HOST]... < VALUE\n"
+    "usage: cpuos secret set NAME --host HOST [--host HOST]... [--allow-http] < VALUE\n"
     "       cpuos secret ls [--json]\n"
     "       cpuos secret rm NAME...\n"
     "Egress secrets: a sandbox created with --secret NAME sees only a placeholder\n"
@@ -23,21 +23,28 @@ static const char secret_usage[] =
     "          dropped). Running sandboxes use the new value at once.\n"
     "  --host  a host the value may go to: api.example.com, or *.example.com for\n"
     "          every name under example.com (1 to 16)\n"
+    "  --allow-http  in plain HTTP requests too (default: HTTPS only, to a server\n"
+    "          whose certificate names the host)\n"
     "  ls      the account's secrets, their hosts and placeholders (never values)\n"
     "  rm      deletes secrets: no request gets their values from then on\n";
 
 static int secret_set(struct api *a, int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"host", required_argument, 0, 'H'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+	    {"host", required_argument, 0, 'H'}, {"allow-http", no_argument, 0, 'A'},
+	    {"help", no_argument, 0, 'h'},	 {0, 0, 0, 0},
 	};
 	json_t *hosts = json_array(), *body = NULL, *answer = NULL;
-	char *value = malloc(MAX_VALUE + 2);
-	int o, ret = EXIT_USAGE;
+	char *value = malloc(MAX_VALUE + 3);
+	int o, ret = EXIT_USAGE, http = 0;
 	optind = 0;
 	while (hosts && value && (o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (o == 'H') {
 			json_array_append_new(hosts, json_string(optarg));
+			continue;
+		}
+		if (o == 'A') {
+			http = 1;
 			continue;
 		}
 		fputs(secret_usage, o == 'h' ? stdout : stderr);
@@ -57,17 +64,20 @@ static int secret_set(struct api *a, int argc, char **argv)
 		ret = cli_usage_err("secret", "secret set needs --host");
 		goto out;
 	}
-	size_t n = fread(value, 1, MAX_VALUE + 1, stdin);
+	/* One byte past the most a value and its newline take: a longer
+	 * one is refused, not cut. */
+	size_t n = fread(value, 1, MAX_VALUE + 3, stdin);
 	if (n && value[n - 1] == '\n')
 		n--;
 	if (n && value[n - 1] == '\r')
 		n--;
-	value[n] = '\0';
-	if (n > MAX_VALUE || !n) {
-		ret = cli_usage_err("secret", "the value on stdin must be 1 to %d bytes", MAX_VALUE);
+	if (n > MAX_VALUE || !n || memchr(value, '\0', n)) {
+		ret = cli_usage_err("secret", "the value on stdin must be 1 to %d bytes of text",
+				    MAX_VALUE);
 		goto out;
 	}
-	body = json_pack("{s:s, s:O}", "value", value, "hosts", hosts);
+	value[n] = '\0';
+	body = json_pack("{s:s, s:O, s:b}", "value", value, "hosts", hosts, "allow_http", http);
 	if (!body) {
 		ret = cli_usage_err("secret", "the value is not text");
 		goto out;
@@ -80,7 +90,7 @@ static int secret_set(struct api *a, int argc, char **argv)
 		printf("%s\n", cli_str(answer, "placeholder"));
 out:
 	if (value) {
-		memset(value, 0, MAX_VALUE + 2);
+		memset(value, 0, MAX_VALUE + 3);
 		free(value);
 	}
 	json_decref(answer);

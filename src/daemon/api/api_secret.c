@@ -19,10 +19,10 @@ static json_t *secret_json(const struct store_secret *x)
 {
 	json_t *hosts = json_loads(x->hosts_json, 0, NULL);
 	char c[CLOCK_RFC3339_LEN], u[CLOCK_RFC3339_LEN];
-	return json_pack("{s:s, s:o, s:s, s:s, s:s}", "name", x->name, "hosts",
-			 hosts ? hosts : json_array(), "placeholder", x->placeholder, "created_at",
-			 clock_rfc3339(x->created_at, c, sizeof(c)), "updated_at",
-			 clock_rfc3339(x->updated_at, u, sizeof(u)));
+	return json_pack("{s:s, s:o, s:b, s:s, s:s, s:s}", "name", x->name, "hosts",
+			 hosts ? hosts : json_array(), "allow_http", x->allow_http, "placeholder",
+			 x->placeholder, "created_at", clock_rfc3339(x->created_at, c, sizeof(c)),
+			 "updated_at", clock_rfc3339(x->updated_at, u, sizeof(u)));
 }
 
 /* The secret named in the path: 0 with *x, or -1 after answering. */
@@ -76,13 +76,16 @@ int api_secret_put(struct req *r)
 	const char *value = NULL;
 	char err[256];
 	json_t *hosts = NULL;
-	if (api_str(r, "value", SECRET_MAX_VALUE, &value) < 0)
+	int allow_http = 0;
+	if (api_str(r, "value", SECRET_MAX_VALUE, &value) < 0 ||
+	    api_bool(r, "allow_http", &allow_http) < 0)
 		return 0;
 	if (secret_value_ok(value, err, sizeof(err)) < 0 ||
 	    secret_hosts_ok(json_object_get(r->body, "hosts"), &hosts, err, sizeof(err)) < 0)
 		return reply_error(r, 422, "invalid_argument", "%s", err);
 	unsigned char rnd[16];
-	struct store_secret x = { .value = (char *)value, .updated_at = (long long)time(NULL) };
+	struct store_secret x = { .value = (char *)value, .allow_http = allow_http,
+				  .updated_at = (long long)time(NULL) };
 	x.hosts_json = json_dumps(hosts, JSON_COMPACT);
 	json_decref(hosts);
 	snprintf(x.account, sizeof(x.account), "%s", r->account);

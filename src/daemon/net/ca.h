@@ -1,9 +1,9 @@
 /*
  * ca: the daemon's own certificate authority, for the egress proxy's
- * terminated TLS (secret.h). Made once per state directory, with
- * OpenSSL (an EC P-256 key, ten years), kept in <dir>/ca.pem and
- * <dir>/ca.key (0600); the guests trust it (sbx_net.c writes it into
- * their CA bundle at first boot). For each host a secret goes to, a leaf
+ * terminated TLS (secret.h). Made once, with OpenSSL (an EC P-256 key,
+ * ten years), kept in <dir>/ca.pem and <dir>/ca.key (0600) (cpuosd: in
+ * its cache, beside the template snapshots that hold it); the guests
+ * trust it (sbx_net.c writes it into their CA bundle at first boot). For each host a secret goes to, a leaf
  * certificate is signed on first use and kept in memory for a day.
  */
 #ifndef CPUOS_NET_CA_H

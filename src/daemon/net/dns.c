@@ -582,10 +582,10 @@ int dns_check(struct dns *d, int slot, const char *name, uint32_t addr)
 	char err[256];
 	int ok = 0;
 	if (j && net_policy_parse(j, &p, err, sizeof(err)) == 0)
-		ok = seen && name_allowed(&p, name) && net_policy_resolved_allowed(&p, AF_INET, &addr)
-			     ? DNS_NAMED
-		     : net_policy_addr_allowed(&p, AF_INET, &addr) ? DNS_ADDR
-								     : 0;
+		ok = (seen && name_allowed(&p, name) && net_policy_resolved_allowed(&p, AF_INET, &addr)
+			      ? DNS_NAMED
+			      : 0) |
+		     (net_policy_addr_allowed(&p, AF_INET, &addr) ? DNS_ADDR : 0);
 	net_policy_free(&p);
 	json_decref(j);
 	free(text);

@@ -41,10 +41,10 @@ void dns_detach(struct dns *d, int slot);
  * where no answer needs to otherwise, so its requests meet the proxy. */
 void dns_set_secrets(struct dns *d, int slot, int on);
 
-/* For the proxy: DNS_NAMED when slot's policy allows name and its
+/* For the proxy, flags: DNS_NAMED when slot's policy allows name and its
  * resolver answered name with addr (IPv4, network order) within that
- * answer's lifetime; else DNS_ADDR when the policy lets the guest reach
- * addr as such (allow-all does: any name may go there); else 0. */
+ * answer's lifetime; DNS_ADDR when the policy lets the guest reach addr
+ * as such (allow-all does: any name, or none, may go there). 0: neither. */
 #define DNS_ADDR 1
 #define DNS_NAMED 2
 int dns_check(struct dns *d, int slot, const char *name, uint32_t addr);

@@ -254,8 +254,9 @@ static int write_file(const char *path, const char *text)
 	return w == (ssize_t)strlen(text) ? 0 : -EIO;
 }
 
-int net_open(const char *range, const char *state_dir, const char *dns_upstream,
-	     const char *egress_trust, struct net **out, char *err, size_t errlen)
+int net_open(const char *range, const char *state_dir, const char *ca_dir,
+	     const char *dns_upstream, const char *egress_trust, struct net **out, char *err,
+	     size_t errlen)
 {
 	struct net_cidr c;
 	if (net_cidr_parse(range, &c) < 0 || c.family != AF_INET || c.prefix < 16 || c.prefix > 24) {
@@ -283,8 +284,6 @@ int net_open(const char *range, const char *state_dir, const char *dns_upstream,
 		snprintf(err, errlen, "cannot turn on IPv4 forwarding: %s (run as root)", strerror(-r));
 		goto fail;
 	}
-	char ca_dir[600];
-	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", state_dir);
 	if ((r = host_table(n, range, err, errlen)) < 0 ||
 	    (r = ca_open(ca_dir, &n->ca, err, errlen)) < 0 ||
 	    (r = dns_open(dns_upstream, n->nslots, &n->dns, err, errlen)) < 0 ||
@@ -615,10 +614,10 @@ int net_set_secrets(struct net *n, int slot, const json_t *secrets, char *err, s
 	struct secret_set *set = NULL;
 	int r = json_array_size(secrets) ? secret_set_parse(secrets, &set, err, errlen) : 0;
 	if (r < 0)
-		return r;
+		set = NULL; /* none then: never the old values */
 	proxy_set_secrets(n->proxy, slot, set);
 	dns_set_secrets(n->dns, slot, set != NULL);
-	return 0;
+	return r;
 }
 
 const char *net_ca_pem(const struct net *n)

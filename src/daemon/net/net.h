@@ -26,13 +26,14 @@ struct net;
 #define NET_NO_SLOT (-1)
 
 /* Checks for ip and nft, turns on IPv4 forwarding, installs the host's
- * table, loads or makes the egress CA (<state_dir>/egress-ca, ca.h) and
- * starts the guests' resolver (dns.h; dns_upstream NULL: the host's) and
- * proxy (proxy.h; egress_trust: the roots servers are checked by, NULL:
- * the host's). range: an IPv4 CIDR of /16 to /24 (each slot takes a
- * /30). 0 or -errno with a reason. */
-int net_open(const char *range, const char *state_dir, const char *dns_upstream,
-	     const char *egress_trust, struct net **out, char *err, size_t errlen);
+ * table (tagged by state_dir), loads or makes the egress CA in ca_dir
+ * (ca.h) and starts the guests' resolver (dns.h; dns_upstream NULL: the
+ * host's) and proxy (proxy.h; egress_trust: the roots servers are checked
+ * by, NULL: the host's). range: an IPv4 CIDR of /16 to /24 (each slot
+ * takes a /30). 0 or -errno with a reason. */
+int net_open(const char *range, const char *state_dir, const char *ca_dir,
+	     const char *dns_upstream, const char *egress_trust, struct net **out, char *err,
+	     size_t errlen);
 /* Frees n; namespaces and the host table stay for the next daemon
  * (running sandboxes keep their network across a restart). */
 void net_close(struct net *n);
@@ -43,7 +44,8 @@ int net_create(struct net *n, const struct net_policy *p, int *slot, char *err, 
 /* Replaces the policy of a live namespace at once (one nft transaction). */
 int net_apply(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen);
 /* The egress secrets of slot from now on: a JSON array as secret.h's
- * secret_set_parse reads (empty: none). 0 or -EINVAL with a reason. */
+ * secret_set_parse reads (empty: none). 0, or -EINVAL with a reason, and
+ * then none. */
 int net_set_secrets(struct net *n, int slot, const json_t *secrets, char *err, size_t errlen);
 /* The egress CA's certificate (PEM), which guests must trust, and its
  * SHA-256 (hex): what a template snapshot made with it is known by. */

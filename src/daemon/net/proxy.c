@@ -151,7 +151,7 @@ struct conn {
 };
 
 struct asked {
-	int tls;
+	int tls, bad;
 	char *name;
 	size_t n;
 };
@@ -159,18 +159,27 @@ struct asked {
 static int named(const char *buf, size_t len, void *arg)
 {
 	struct asked *a = arg;
-	return proxy_name(a->tls, (const unsigned char *)buf, len, a->name, a->n);
+	int r = proxy_name(a->tls, (const unsigned char *)buf, len, a->name, a->n);
+	if (r < 0) {
+		a->bad = 1; /* kept: an address allowed as such takes any bytes */
+		a->name[0] = '\0';
+		return 1;
+	}
+	return r;
 }
 
-/* Reads until the head names a host: its length, or -1. */
-static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t n)
+/* Reads until the head names a host, or cannot (*bad): its length, or -1
+ * when the guest ended, erred or was too slow. */
+static ssize_t read_head(int fd, int tls, unsigned char *buf, char *name, size_t n, int *bad)
 {
 	struct asked a = { .tls = tls, .name = name, .n = n };
-	return tcp_read_until(fd, (char *)buf, HEAD_MAX, HEAD_MS, named, &a);
+	ssize_t len = tcp_read_until(fd, (char *)buf, HEAD_MAX, HEAD_MS, named, &a);
+	*bad = a.bad;
+	return len;
 }
 
 char *proxy__head(const struct http1_head *h, const struct secret_set *sec, const char *host,
-		  int swap, int drop_expect, size_t *n)
+		  int swap, int tls, size_t *n)
 {
 	char *rw = malloc(h->len + 32);
 	if (!rw)
@@ -181,7 +190,7 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 	size_t ll, nl, vl;
 	while (http1_next(h, &at, &line, &ll, &name, &nl, &v, &vl))
 		if (!http1_is(line, ll, "connection") && !http1_is(line, ll, "http2-settings") &&
-		    !(drop_expect && http1_is(line, ll, "expect"))) {
+		    !(tls && http1_is(line, ll, "expect"))) {
 			memcpy(rw + k, line, ll);
 			k += ll;
 		}
@@ -194,48 +203,53 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 	}
 	/* The headers only: a placeholder elsewhere is the guest's business. */
 	size_t first = (size_t)(h->line2 - h->buf), swapped_len;
-	const char *unbound;
-	int swapped;
-	char *hdrs = secret_swap(sec, swap ? host : "", rw + first, k - first, &swapped_len,
-				 &unbound, &swapped);
+	struct swap_report rep;
+	char *hdrs = secret_swap(sec, swap ? host : "", tls, rw + first, k - first, &swapped_len, &rep);
 	char *out = hdrs ? malloc(first + swapped_len) : NULL;
 	if (out) {
 		memcpy(out, rw, first);
 		memcpy(out + first, hdrs, swapped_len);
 		*n = first + swapped_len;
 	}
-	if (unbound)
+	if (rep.unbound)
 		log_warn("proxy: the placeholder of secret %s went to %s, which it is not bound "
-			 "to: left as it is", unbound, host);
-	if (swapped)
-		log_info("proxy: %d secret%s put in a request to %s", swapped, swapped > 1 ? "s" : "",
-			 host);
+			 "to: left as it is", rep.unbound, host);
+	if (rep.held)
+		log_warn("proxy: secret %s not put in a request to %s: %s", rep.held, host, rep.why);
+	if (rep.swapped)
+		log_info("proxy: %d secret%s put in a request to %s", rep.swapped,
+			 rep.swapped > 1 ? "s" : "", host);
 	free(hdrs);
 	free(rw);
 	return out;
 }
 
-/* Passes the checked connection on. TLS goes as it is (the SNI was the
- * name). Plain HTTP goes one request at a time, asked to close after it:
- * a next request on the same connection could name another Host, which
- * a shared (CDN) address would serve; a WebSocket handshake goes on as
- * one once the server agreed. Secrets bound to the host are put in when
- * swap. 0, or -1 when it was not passed. */
-static int pass(int guest, int out, int tls, const unsigned char *buf, size_t len,
+/* Passes the checked connection on. TLS, and what goes to an address the
+ * policy allows as such (raw), goes as it is; of the latter, a plain-HTTP
+ * head is still read for placeholders, which are logged. Plain HTTP
+ * otherwise goes one request at a time, asked to close after it: a next
+ * request on the same connection could name another Host, which a shared
+ * (CDN) address would serve; a WebSocket handshake goes on as one once
+ * the server agreed. Secrets bound to the host are put in when swap. 0,
+ * or -1 when it was not passed. */
+static int pass(int guest, int out, int tls, int raw, const unsigned char *buf, size_t len,
 		const struct secret_set *sec, const char *host, int swap)
 {
 	tcp_send_timeout(guest, 60);
 	tcp_send_timeout(out, 60);
-	if (tls) {
+	const char *head = (const char *)buf;
+	size_t hl = tls ? 0 : http1_head_len(head, len), n;
+	struct http1_head h;
+	int parsed = hl && http1_parse(head, hl, &h) == 0;
+	if (tls || raw) {
+		if (parsed && sec)
+			free(proxy__head(&h, sec, host, 0, 0, &n)); /* for its log lines */
 		if (tcp_send_all(out, buf, len) < 0)
 			return -1;
 		tcp_relay(guest, out, IDLE_MS);
 		return 0;
 	}
-	const char *head = (const char *)buf;
-	size_t hl = http1_head_len(head, len), n;
-	struct http1_head h;
-	if (http1_parse(head, hl, &h) < 0 || h.chunked) /* no framing of our own for chunks */
+	if (!parsed || h.chunked) /* no framing of our own for chunks */
 		return -1;
 	char *rw = proxy__head(&h, sec, host, swap, 0, &n);
 	if (!rw)
@@ -250,8 +264,7 @@ static int pass(int guest, int out, int tls, const unsigned char *buf, size_t le
 	return r;
 }
 
-/* The slot's secrets, held (put_secrets lets go). */
-static struct secret_set *take_secrets(struct proxy *p, int slot)
+struct secret_set *proxy__secrets(struct proxy *p, int slot)
 {
 	pthread_mutex_lock(&p->mu);
 	struct secret_set *s = p->slots[slot].secrets;
@@ -261,7 +274,7 @@ static struct secret_set *take_secrets(struct proxy *p, int slot)
 	return s;
 }
 
-static void put_secrets(struct proxy *p, struct secret_set *s)
+void proxy__put(struct proxy *p, struct secret_set *s)
 {
 	pthread_mutex_lock(&p->mu);
 	int last = s && --s->refs == 0;
@@ -277,29 +290,34 @@ static void *conn_main(void *arg)
 	socklen_t dl = sizeof(dst);
 	unsigned char *head = malloc(HEAD_MAX);
 	char name[256] = "", ip[INET_ADDRSTRLEN] = "?";
-	int out = -1;
-	struct secret_set *sec = take_secrets(c->p, c->slot);
+	int out = -1, bad = 0;
+	struct secret_set *sec = NULL;
 	if (head && getsockopt(c->fd, SOL_IP, SO_ORIGINAL_DST, &dst, &dl) == 0) {
 		inet_ntop(AF_INET, &dst.sin_addr, ip, sizeof(ip));
 		int tls = ntohs(dst.sin_port) == 443;
-		ssize_t len = read_head(c->fd, tls, head, name, sizeof(name));
+		ssize_t len = read_head(c->fd, tls, head, name, sizeof(name), &bad);
 		pthread_mutex_lock(&c->p->mu);
 		int quit = c->p->quit;
 		pthread_mutex_unlock(&c->p->mu);
 		int how = len > 0 && !quit ? dns_check(c->p->dns, c->slot, name, dst.sin_addr.s_addr) : 0;
+		/* Taken once the head is in: a secret changed meanwhile counts. */
+		sec = how ? proxy__secrets(c->p, c->slot) : NULL;
 		/* Secrets go only where this sandbox's resolver sent the name
-		 * it asked for. */
-		int swap = how == DNS_NAMED && secret_bound(sec, name);
+		 * it asked for; an address allowed as such takes anything else
+		 * as it is. */
+		int swap = !bad && (how & DNS_NAMED) && secret_bound(sec, name);
+		int raw = !swap && (how & DNS_ADDR);
 		int r = -1;
-		if (how && (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0)
-			r = swap && tls ? proxy__tls_swap(c->fd, out, name, head, (size_t)len, c->p->ca,
-							  c->p->client, sec)
-					: pass(c->fd, out, tls, head, (size_t)len, sec, name, swap);
+		if ((swap || raw || (!bad && how)) &&
+		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0)
+			r = swap && tls ? proxy__tls_swap(c->fd, out, name, head, (size_t)len, c->p,
+							  c->slot, c->p->ca, c->p->client)
+					: pass(c->fd, out, tls, raw, head, (size_t)len, sec, name, swap);
 		if (r < 0)
 			log_info("proxy: refused %s:%u for '%s'", ip, ntohs(dst.sin_port),
 				 name[0] ? name : "(no name)");
 	}
-	put_secrets(c->p, sec);
+	proxy__put(c->p, sec);
 	free(head);
 	/* Out of the slot's list before the descriptor goes: a cut must not
 	 * reach a number used again. */
@@ -577,7 +595,7 @@ void proxy_set_secrets(struct proxy *p, int slot, struct secret_set *s)
 	struct secret_set *old = p->slots[slot].secrets;
 	p->slots[slot].secrets = s;
 	pthread_mutex_unlock(&p->mu);
-	put_secrets(p, old); /* connections under way keep theirs */
+	proxy__put(p, old); /* connections under way keep theirs */
 }
 
 void proxy_detach(struct proxy *p, int slot)

@@ -18,20 +18,27 @@ struct http1_head;
 struct secret_set;
 
 /* The head to send for request h, one request per connection: its first
- * line, its headers less Connection, HTTP2-Settings (and Expect when
- * drop_expect), with the placeholders of secrets bound to host replaced
- * when swap (one that is not bound is left, and logged), and then
+ * line, its headers less Connection and HTTP2-Settings (and Expect with
+ * tls: the proxy reads the body itself), with the placeholders of secrets
+ * that go to host (secret_swap; tls: over TLS whose server was checked)
+ * replaced when swap (one held back is left, and logged), and then
  * Connection: close (Upgrade for a WebSocket). malloc'd, *n bytes. */
 char *proxy__head(const struct http1_head *h, const struct secret_set *sec, const char *host,
-		  int swap, int drop_expect, size_t *n);
+		  int swap, int tls, size_t *n);
+
+/* The secrets of slot now, held (NULL: none); proxy__put lets go. */
+struct proxy;
+struct secret_set *proxy__secrets(struct proxy *p, int slot);
+void proxy__put(struct proxy *p, struct secret_set *s);
 
 /* A connection to host, a secret's, whose ClientHello (hello, len) was
  * read already: the guest's TLS ends here under a certificate of ca's,
  * a session verified by client goes out on fd out, and one request goes
- * through with its secrets put in (proxy__head), then the answer back.
- * 0 once the guest's TLS was up (what was refused from then on was
- * answered with an HTTP error, and logged), -1 before. */
+ * through with the secrets slot of p holds once its head is in put in
+ * (proxy__head), then the answer back. 0 once the guest's TLS was up
+ * (what was refused from then on was answered with an HTTP error, and
+ * logged), -1 before. */
 int proxy__tls_swap(int guest, int out, const char *host, const unsigned char *hello, size_t len,
-		    struct ca *ca, SSL_CTX *client, const struct secret_set *sec);
+		    struct proxy *p, int slot, struct ca *ca, SSL_CTX *client);
 
 #endif

@@ -7,12 +7,15 @@
  */
 #include "daemon/net/proxy_impl.h"
 
+#include "common/clock.h"
 #include "common/http1.h"
 #include "common/log.h"
+#include "common/tcp.h"
 #include "daemon/net/ca.h"
 
 #include <errno.h>
 #include <openssl/err.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,7 @@ struct prefixed {
 	int fd;
 	const unsigned char *buf;
 	size_t len, off;
+	int64_t deadline; /* clock_ms by which reads must be done; 0: none */
 };
 
 static int pre_read(BIO *b, char *out, size_t n, size_t *got)
@@ -42,6 +46,10 @@ static int pre_read(BIO *b, char *out, size_t n, size_t *got)
 		*got = k;
 		return 1;
 	}
+	/* A guest that sends a byte now and then gets no more time. */
+	int64_t left = p->deadline ? p->deadline - clock_ms() : -1;
+	if (p->deadline && (left <= 0 || tcp_wait(p->fd, POLLIN, (int)left) <= 0))
+		return 0;
 	ssize_t r;
 	while ((r = recv(p->fd, out, n, 0)) < 0 && errno == EINTR)
 		;
@@ -123,9 +131,12 @@ static SSL *to_server(int out, const char *host, SSL_CTX *client)
 	SSL *u = SSL_new(client);
 	if (!u)
 		return NULL;
-	SSL_set_fd(u, out);
-	SSL_set_tlsext_host_name(u, host);
-	SSL_set1_host(u, host); /* its certificate must name host */
+	/* Its certificate must name host: nothing goes if that cannot be set. */
+	if (SSL_set_fd(u, out) != 1 || SSL_set_tlsext_host_name(u, host) != 1 ||
+	    SSL_set1_host(u, host) != 1) {
+		SSL_free(u);
+		return NULL;
+	}
 	if (SSL_connect(u) != 1) {
 		long v = SSL_get_verify_result(u);
 		log_warn("proxy: TLS to %s failed: %s", host,
@@ -137,8 +148,8 @@ static SSL *to_server(int out, const char *host, SSL_CTX *client)
 }
 
 /* One request from g to u, then the answer back (or g told why not). */
-static void one_request(SSL *g, SSL *u, const char *host, const struct secret_set *sec,
-		       char *buf, size_t hl, size_t got)
+static void one_request(SSL *g, SSL *u, const char *host, struct proxy *p, int slot, char *buf,
+			size_t hl, size_t got)
 {
 	struct http1_head h;
 	if (http1_parse(buf, hl, &h) < 0) {
@@ -155,7 +166,9 @@ static void one_request(SSL *g, SSL *u, const char *host, const struct secret_se
 		return;
 	}
 	size_t n;
+	struct secret_set *sec = proxy__secrets(p, slot); /* as they are now */
 	char *head = proxy__head(&h, sec, host, 1, 1, &n);
+	proxy__put(p, sec);
 	long long body = h.body, extra = (long long)(got - hl);
 	if (extra > body)
 		extra = body; /* a next request: not passed */
@@ -177,10 +190,11 @@ static void one_request(SSL *g, SSL *u, const char *host, const struct secret_se
 }
 
 int proxy__tls_swap(int guest, int out, const char *host, const unsigned char *hello, size_t len,
-		    struct ca *ca, SSL_CTX *client, const struct secret_set *sec)
+		    struct proxy *p, int slot, struct ca *ca, SSL_CTX *client)
 {
 	pthread_once(&pre_once, make_method);
-	struct prefixed pre = { .fd = guest, .buf = hello, .len = len };
+	struct prefixed pre = { .fd = guest, .buf = hello, .len = len,
+				.deadline = clock_ms() + HEAD_MS };
 	SSL_CTX *ctx = ca_server_ctx(ca, host);
 	SSL *g = ctx ? SSL_new(ctx) : NULL, *u = NULL;
 	BIO *rb = g && pre_method ? BIO_new(pre_method) : NULL;
@@ -190,13 +204,15 @@ int proxy__tls_swap(int guest, int out, const char *host, const unsigned char *h
 	SSL_CTX_free(ctx); /* g holds it */
 	if (!wb || !buf) {
 		BIO_free(rb);
+		BIO_free(wb);
 		goto out;
 	}
 	BIO_set_data(rb, &pre);
 	BIO_set_init(rb, 1);
 	SSL_set_bio(g, rb, wb);
-	recv_timeout(guest, HEAD_MS);
 	recv_timeout(out, HEAD_MS);
+	tcp_send_timeout(guest, 60);
+	tcp_send_timeout(out, 60);
 	if (SSL_accept(g) != 1) {
 		log_warn("proxy: the guest's TLS to %s did not accept our certificate (does it "
 			 "trust the cpuos CA?)", host);
@@ -209,9 +225,10 @@ int proxy__tls_swap(int guest, int out, const char *host, const unsigned char *h
 	else if (!(u = to_server(out, host, client)))
 		answer(g, host, 502, "Bad Gateway", "the server's certificate did not verify");
 	if (hl && u) {
+		pre.deadline = 0; /* the body and the answer: idle time only */
 		recv_timeout(guest, IDLE_MS);
 		recv_timeout(out, IDLE_MS);
-		one_request(g, u, host, sec, buf, hl, got);
+		one_request(g, u, host, p, slot, buf, hl, got);
 	}
 	SSL_shutdown(g);
 out:

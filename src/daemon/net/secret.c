@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int secret_name_ok(const char *name)
 {
@@ -63,8 +64,18 @@ int secret_hosts_ok(const json_t *hosts, json_t **out, char *err, size_t errlen)
 	if (r < 0)
 		return r;
 	json_t *a = json_array();
-	for (size_t k = 0; a && k < p.nhosts; k++)
-		json_array_append_new(a, json_string(p.hosts[k]));
+	for (size_t k = 0; a && k < p.nhosts; k++) {
+		/* As folded ("*." is "*"), and not a whole top-level domain. */
+		const char *name = p.hosts[k];
+		if (!strcmp(name, "*") || (!strncmp(name, "*.", 2) && !strchr(name + 2, '.'))) {
+			snprintf(err, errlen, "'hosts' names hosts, not every host or a whole "
+					      "top-level domain ('%s')", name);
+			json_decref(a);
+			net_policy_free(&p);
+			return -EINVAL;
+		}
+		json_array_append_new(a, json_string(name));
+	}
 	net_policy_free(&p);
 	*out = a;
 	return a ? 0 : -ENOMEM;
@@ -131,12 +142,14 @@ int secret_set_parse(const json_t *j, struct secret_set **out, char *err, size_t
 			x->name = strdup(name);
 			x->placeholder = strdup(ph);
 			x->value = strdup(value);
-			x->nhosts = json_array_size(hosts);
-			x->hosts = calloc(x->nhosts, sizeof(char *));
-			for (size_t k = 0; x->hosts && k < x->nhosts; k++)
-				x->hosts[k] = strdup(json_string_value(json_array_get(hosts, k)));
+			x->http = json_is_true(json_object_get(e, "http"));
+			x->hosts = calloc(json_array_size(hosts), sizeof(char *));
+			for (size_t k = 0; x->hosts && k < json_array_size(hosts); k++)
+				if ((x->hosts[x->nhosts] =
+					     strdup(json_string_value(json_array_get(hosts, k)))))
+					x->nhosts++;
 			if (!x->name || !x->placeholder || !x->value || !x->hosts ||
-			    (x->nhosts && !x->hosts[x->nhosts - 1]))
+			    x->nhosts != json_array_size(hosts))
 				r = -ENOMEM;
 		}
 		json_decref(hosts);
@@ -163,38 +176,83 @@ int secret_bound(const struct secret_set *s, const char *host)
 	return 0;
 }
 
-char *secret_swap(const struct secret_set *s, const char *host, const char *headers, size_t len,
-		  size_t *outlen, const char **unbound, int *swapped)
+/* Headers a server is wont to echo into what it answers (a redirect, a
+ * CORS header, an error page): a value is never put there. */
+static int echoed(const char *line, size_t n)
 {
-	*unbound = NULL;
-	*swapped = 0;
-	/* Values may be longer than placeholders: the size is found first. */
+	static const char *const names[] = { "host:", "origin:", "referer:", "user-agent:",
+					     "forwarded:", "via:", "x-forwarded-", NULL };
+	for (const char *const *p = names; *p; p++)
+		if (n >= strlen(*p) && !strncasecmp(line, *p, strlen(*p)))
+			return 1;
+	return 0;
+}
+
+/* The secret of s whose placeholder is at p (len bytes left), or NULL. */
+static const struct secret *at_placeholder(const struct secret_set *s, const char *p, size_t len)
+{
+	size_t plen = strlen(SECRET_PREFIX) + 32;
+	if (len < plen || memcmp(p, SECRET_PREFIX, strlen(SECRET_PREFIX)))
+		return NULL;
+	for (size_t k = 0; s && k < s->n; k++)
+		if (!memcmp(p, s->v[k].placeholder, plen))
+			return &s->v[k];
+	return NULL;
+}
+
+/* Which secret, placed at p, goes in: bound to host, by TLS unless it
+ * allows plain HTTP, not in a header that is echoed. Notes why not. */
+static int goes_in(const struct secret *x, const char *host, int tls, int in_echoed,
+		   struct swap_report *rep)
+{
+	if (!bound_to(x, host)) {
+		rep->unbound = x->name;
+		return 0;
+	}
+	if (!tls && !x->http) {
+		rep->held = x->name;
+		rep->why = "plain HTTP";
+		return 0;
+	}
+	if (in_echoed) {
+		rep->held = x->name;
+		rep->why = "a header servers echo";
+		return 0;
+	}
+	return 1;
+}
+
+char *secret_swap(const struct secret_set *s, const char *host, int tls, const char *headers,
+		  size_t len, size_t *outlen, struct swap_report *rep)
+{
+	*rep = (struct swap_report){ 0 };
 	size_t plen = strlen(SECRET_PREFIX) + 32, grow = 0;
-	for (const char *at = headers; at && (at = memmem(at, len - (size_t)(at - headers),
-							  SECRET_PREFIX, strlen(SECRET_PREFIX)));
-	     at++)
-		grow += SECRET_MAX_VALUE;
+	for (size_t i = 0; i < len; i++) {
+		const struct secret *x = at_placeholder(s, headers + i, len - i);
+		if (x && strlen(x->value) > plen)
+			grow += strlen(x->value) - plen;
+	}
 	char *out = malloc(len + grow + 1);
 	if (!out)
 		return NULL;
 	size_t o = 0;
-	for (size_t i = 0; i < len;) {
-		const struct secret *hit = NULL;
-		if (len - i >= plen && !memcmp(headers + i, SECRET_PREFIX, strlen(SECRET_PREFIX)))
-			for (size_t k = 0; s && k < s->n && !hit; k++)
-				if (!memcmp(headers + i, s->v[k].placeholder, plen))
-					hit = &s->v[k];
-		if (hit && bound_to(hit, host)) {
-			size_t vl = strlen(hit->value);
-			memcpy(out + o, hit->value, vl);
-			o += vl;
-			i += plen;
-			(*swapped)++;
-			continue;
+	for (size_t line = 0; line < len;) {
+		const char *lf = memchr(headers + line, '\n', len - line);
+		size_t end = lf ? (size_t)(lf - headers) + 1 : len;
+		int in_echoed = echoed(headers + line, end - line);
+		for (size_t i = line; i < end;) {
+			const struct secret *x = at_placeholder(s, headers + i, end - i);
+			if (x && goes_in(x, host, tls, in_echoed, rep)) {
+				size_t vl = strlen(x->value);
+				memcpy(out + o, x->value, vl);
+				o += vl;
+				i += plen;
+				rep->swapped++;
+			} else {
+				out[o++] = headers[i++];
+			}
 		}
-		if (hit)
-			*unbound = hit->name;
-		out[o++] = headers[i++];
+		line = end;
 	}
 	*outlen = o;
 	return out;

@@ -21,6 +21,7 @@ struct secret {
 	char *name, *placeholder, *value;
 	char **hosts;
 	size_t nhosts;
+	int http; /* may go in plain HTTP too, not only over checked TLS */
 };
 
 struct secret_set {
@@ -29,17 +30,17 @@ struct secret_set {
 	int refs; /* the proxy's, under its lock */
 };
 
-/* [{"name", "placeholder", "value", "hosts": [...]}] into a new set (refs
- * 1): 0 or -EINVAL with a reason. Checks all secret_value_ok and
- * secret_hosts_ok check. */
+/* [{"name", "placeholder", "value", "hosts": [...], "http": false}] into
+ * a new set (refs 1): 0 or -EINVAL with a reason. Checks all that
+ * secret_value_ok and secret_hosts_ok check. */
 int secret_set_parse(const json_t *j, struct secret_set **out, char *err, size_t errlen);
 void secret_set_free(struct secret_set *s);
 
 /* The API's checks. A name is an environment variable's ([A-Za-z_]
  * [A-Za-z0-9_]*, up to 64); a value 1..SECRET_MAX_VALUE printable ASCII
  * bytes (a header's value: no CR or LF); hosts 1..SECRET_MAX_HOSTS names
- * or "*.domain" patterns, lower-cased into *out (a new array). 0 or
- * -EINVAL with a reason. */
+ * or "*.domain" patterns (not "*", not a top-level domain's "*.com"),
+ * lower-cased into *out (a new array). 0 or -EINVAL with a reason. */
 int secret_name_ok(const char *name);
 int secret_value_ok(const char *value, char *err, size_t errlen);
 int secret_hosts_ok(const json_t *hosts, json_t **out, char *err, size_t errlen);
@@ -47,12 +48,21 @@ int secret_hosts_ok(const json_t *hosts, json_t **out, char *err, size_t errlen)
 /* Is host (lower case) one that some secret of s may go to? */
 int secret_bound(const struct secret_set *s, const char *host);
 
-/* The header block of an HTTP/1 request head (after its first line),
- * with every placeholder of a secret bound to host replaced by its value:
- * a new buffer of *outlen bytes, or NULL when out of memory. *unbound
- * gets the name of a secret whose placeholder was there but is not bound
- * to host (left as it is), or NULL. *swapped: how many were replaced. */
-char *secret_swap(const struct secret_set *s, const char *host, const char *headers, size_t len,
-		  size_t *outlen, const char **unbound, int *swapped);
+/* What secret_swap did: how many went in; a secret whose placeholder was
+ * there but is not bound to the host; one that is, but was held back
+ * (why: plain HTTP for a secret without http, or in a header servers
+ * echo: Host, Origin, Referer, User-Agent, Forwarded, Via, X-Forwarded-*).
+ * Names point into the set. */
+struct swap_report {
+	int swapped;
+	const char *unbound, *held, *why;
+};
+
+/* The header block of an HTTP/1 request head (after its first line) to
+ * host, with every placeholder of a secret that goes there replaced by
+ * its value (tls: the request goes over TLS we checked the server of):
+ * a new buffer of *outlen bytes, or NULL when out of memory. */
+char *secret_swap(const struct secret_set *s, const char *host, int tls, const char *headers,
+		  size_t len, size_t *outlen, struct swap_report *rep);
 
 #endif

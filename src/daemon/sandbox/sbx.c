@@ -245,8 +245,6 @@ int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
 	/* Published only once its pump runs, so nobody finds a sandbox that
 	 * may yet be freed here. The manager lock is held across: a pump that
 	 * ends at once waits in unlink_sbx until the sandbox is listed. */
-	if (s->secrets_json)
-		sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
 	pthread_mutex_lock(&m->mu);
 	if (s->wakefd < 0 || pthread_create(&s->pump, NULL, pump_main, s) != 0) {
 		pthread_mutex_unlock(&m->mu);
@@ -257,7 +255,15 @@ int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
 	}
 	s->next = m->list;
 	m->list = s;
+	s->refs++; /* ours, while its secrets go to its network */
 	pthread_mutex_unlock(&m->mu);
+	/* Listed first: a secret that changes from now on reaches it
+	 * (sbx_secrets_changed); both read the store under its lock. */
+	pthread_mutex_lock(&s->mu);
+	if (s->secrets_json)
+		sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
+	pthread_mutex_unlock(&s->mu);
+	sbx_put(s);
 	return 0;
 }
 

@@ -65,8 +65,9 @@ void sbx_mgr_stop(struct sbx_mgr *m);
 void sbx_mgr_free(struct sbx_mgr *m);
 
 /* Starts a sandbox for account: 0 with row filled (release it), or -errno:
- * -ENOENT unknown template, -ENXIO unknown checkpoint, -EDQUOT over the
- * account's limit, -EIO the VM did not start (reason in err). */
+ * -ENOENT unknown template or secret, -EINVAL bad secrets (too many, a
+ * name env sets too, no networks), -ENXIO unknown checkpoint, -EDQUOT
+ * over the account's limit, -EIO the VM did not start (reason in err). */
 int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
 	       struct store_sbx *row, char *err, size_t errlen);
 /* Pauses a running sandbox (no QEMU, no RAM; all on disk and fsync'ed):

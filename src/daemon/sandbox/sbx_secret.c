@@ -103,9 +103,9 @@ void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_
 			continue; /* deleted since: its placeholder stays one */
 		}
 		json_t *hosts = json_loads(x->hosts_json, 0, NULL);
-		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o*}", "name", x->name,
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o*, s:b}", "name", x->name,
 						      "placeholder", x->placeholder, "value", x->value,
-						      "hosts", hosts));
+						      "hosts", hosts, "http", x->allow_http));
 		store_secret_free_list(x, got);
 	}
 	char err[256];
@@ -125,8 +125,11 @@ void sbx_secrets_changed(struct sbx_mgr *m, const char *account)
 			continue;
 		if (n == cap) {
 			struct sbx **nh = realloc(held, (cap ? 2 * cap : 8) * sizeof(*nh));
-			if (!nh)
+			if (!nh) {
+				log_error("account '%s': out of memory: some sandboxes keep "
+					  "their old secrets", account);
 				break;
+			}
 			held = nh;
 			cap = cap ? 2 * cap : 8;
 		}

@@ -148,14 +148,16 @@ static const char *const migrations[] = {
     "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE sandboxes ADD COLUMN traffic_token TEXT NOT NULL DEFAULT '';",
     /* 4 -> 5: egress secrets. A secret's value goes only to its hosts
-     * (a JSON array of names); a sandbox lists the secrets it holds
-     * placeholders of (a JSON array of names). */
+     * (a JSON array of names), over checked TLS unless allow_http; a
+     * sandbox lists the secrets it holds placeholders of (a JSON array of
+     * names). */
     "CREATE TABLE secrets ("
     " account TEXT NOT NULL REFERENCES accounts(name),"
     " name TEXT NOT NULL,"
     " value TEXT NOT NULL,"
     " hosts TEXT NOT NULL,"
     " placeholder TEXT NOT NULL UNIQUE,"
+    " allow_http INTEGER NOT NULL DEFAULT 0,"
     " created_at INTEGER NOT NULL,"
     " updated_at INTEGER NOT NULL,"
     " PRIMARY KEY (account, name)) WITHOUT ROWID;"

@@ -140,12 +140,14 @@ struct store_secret {
 	char placeholder[64]; /* what sandboxes see instead of the value */
 	char *value;          /* malloc'd, owned */
 	char *hosts_json;     /* the names it may go to, a JSON array; owned */
+	int allow_http;       /* in plain HTTP too, not only over checked TLS */
 	long long created_at, updated_at;
 };
 void store_secret_release(struct store_secret *x);
 void store_secret_free_list(struct store_secret *xs, size_t n);
-/* Creates (with x's placeholder) or replaces the value and hosts of an
- * existing one (which keeps its own). *created (may be NULL): which. */
+/* Creates (with x's placeholder) or replaces the value, hosts and
+ * allow_http of an existing one (which keeps its placeholder and
+ * created_at); x->updated_at is now. *created (may be NULL): which. */
 int store_secret_put(struct store *s, const struct store_secret *x, int *created);
 /* The account's secrets by name (name NULL: all of them). */
 int store_secret_list(struct store *s, const char *account, const char *name,

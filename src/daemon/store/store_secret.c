@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SECRET_COLS "account, name, value, hosts, placeholder, created_at, updated_at"
+#define SECRET_COLS "account, name, value, hosts, placeholder, created_at, updated_at, allow_http"
 
 void store_secret_release(struct store_secret *x)
 {
@@ -46,9 +46,9 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 	 * it go on working with the new value. */
 	if (!r)
 		r = store__prep(s,
-				"INSERT INTO secrets (" SECRET_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) "
+				"INSERT INTO secrets (" SECRET_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7) "
 				"ON CONFLICT (account, name) DO UPDATE SET value = ?3, hosts = ?4, "
-				"updated_at = ?6",
+				"updated_at = ?6, allow_http = ?7",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->account) != SQLITE_OK ||
@@ -56,16 +56,15 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 		    store__bind_text(st, 3, x->value) != SQLITE_OK ||
 		    store__bind_text(st, 4, x->hosts_json) != SQLITE_OK ||
 		    store__bind_text(st, 5, x->placeholder) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 6, x->updated_at) != SQLITE_OK)
+		    sqlite3_bind_int64(st, 6, x->updated_at) != SQLITE_OK ||
+		    sqlite3_bind_int(st, 7, x->allow_http != 0) != SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
 	}
 	sqlite3_finalize(st);
 	st = NULL;
-	/* created_at == updated_at only for a row this statement inserted
-	 * (an update in the same second looks new: told apart by the
-	 * placeholder, which only an insert wrote). */
+	/* Created when the placeholder is ours: an update keeps the old. */
 	if (!r && created)
 		r = store__prep(s, "SELECT placeholder FROM secrets WHERE account = ?1 AND name = ?2",
 				&st);
@@ -98,6 +97,7 @@ static int read_secret(sqlite3_stmt *st, struct store_secret *x)
 	x->hosts_json = strdup(h ? h : "[]");
 	x->created_at = sqlite3_column_int64(st, 5);
 	x->updated_at = sqlite3_column_int64(st, 6);
+	x->allow_http = sqlite3_column_int(st, 7) != 0;
 	if (!x->value || !x->hosts_json) {
 		store_secret_release(x);
 		return -ENOMEM;
