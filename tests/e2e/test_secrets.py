@@ -131,7 +131,7 @@ def test_plain_http_only_for_a_secret_that_allows_it(secd, make_sandbox):
     s = set_secret(secd, "HTTP_KEY", "http-value", ["allowed.test"], allow_http=True)
     assert s.allow_http
     sbx = make_sandbox(secrets=["HTTP_KEY"])
-    assert headers_seen(sbx, "http://allowed.test/headers", "X: $HTTP_KEY")["x"] == \
+    assert headers_seen(sbx, "http://allowed.test/headers", "X-Api-Key: $HTTP_KEY")["x-api-key"] == \
         sha("http-value")
     # A Host with more than a port after the name is no request the proxy reads: under allow-all
     # it passes as it is, the placeholder unswapped (a server may echo its Host).
@@ -171,29 +171,29 @@ def test_node_trusts_the_daemons_ca(secd, make_sandbox):
     set_secret(secd, "NODE_KEY", "node-value", ["allowed.test"])
     sbx = make_sandbox(template="node", secrets=["NODE_KEY"])
     sbx.files.write("/tmp/get.js", "require('https').get('https://allowed.test/headers', "
-                    "{headers: {'x-n': process.env.NODE_KEY}}, r => { let b = ''; "
+                    "{headers: {'x-n-key': process.env.NODE_KEY}}, r => { let b = ''; "
                     "r.on('data', d => b += d); r.on('end', () => console.log(b)); })"
                     ".on('error', e => { console.error(e.message); process.exit(1); });")
     r = sh(sbx, "node /tmp/get.js")
-    assert json.loads(r.stdout)["x-n"] == sha("node-value")
+    assert json.loads(r.stdout)["x-n-key"] == sha("node-value")
 
 
 def test_changes_reach_running_sandboxes(secd, make_sandbox):
     set_secret(secd, "ROT", "first-value", ["allowed.test"])
     sbx = make_sandbox(secrets=["ROT"])
     url = "https://allowed.test/headers"
-    assert headers_seen(sbx, url, "X-Rot: $ROT")["x-rot"] == sha("first-value")
+    assert headers_seen(sbx, url, "X-Rot-Key: $ROT")["x-rot-key"] == sha("first-value")
     s = set_secret(secd, "ROT", "second-value", ["allowed.test"])
     assert sh(sbx, "printf %s \"$ROT\"").stdout == s.placeholder  # the same placeholder
-    assert headers_seen(sbx, url, "X-Rot: $ROT")["x-rot"] == sha("second-value")
+    assert headers_seen(sbx, url, "X-Rot-Key: $ROT")["x-rot-key"] == sha("second-value")
     # Bound elsewhere now: allowed.test no longer gets it, and its TLS is its own again (-k: the
     # stand-in's certificate is self-signed).
     set_secret(secd, "ROT", "second-value", ["other.test"])
-    assert headers_seen(sbx, url, "X-Rot: $ROT", "-k")["x-rot"] == sha(s.placeholder)
-    assert headers_seen(sbx, "https://other.test/headers", "X-Rot: $ROT")["x-rot"] == \
+    assert headers_seen(sbx, url, "X-Rot-Key: $ROT", "-k")["x-rot-key"] == sha(s.placeholder)
+    assert headers_seen(sbx, "https://other.test/headers", "X-Rot-Key: $ROT")["x-rot-key"] == \
         sha("second-value")
     cpuos.Secret.get("ROT", api_key=secd.key_a, api_url=secd.url).delete()
-    assert headers_seen(sbx, "https://other.test/headers", "X-Rot: $ROT", "-k")["x-rot"] == \
+    assert headers_seen(sbx, "https://other.test/headers", "X-Rot-Key: $ROT", "-k")["x-rot-key"] == \
         sha(s.placeholder)
 
 
@@ -201,14 +201,14 @@ def test_pause_resume_and_forks_keep_their_secrets(secd, make_sandbox):
     set_secret(secd, "KEEP", "kept-value", ["*.wild.test"])
     sbx = make_sandbox(secrets=["KEEP"])
     url = "https://a.wild.test/headers"
-    assert headers_seen(sbx, url, "X-K: $KEEP")["x-k"] == sha("kept-value")
+    assert headers_seen(sbx, url, "X-K-Key: $KEEP")["x-k-key"] == sha("kept-value")
     sbx.pause()
     sbx.resume()
-    assert headers_seen(sbx, url, "X-K: $KEEP")["x-k"] == sha("kept-value")
+    assert headers_seen(sbx, url, "X-K-Key: $KEEP")["x-k-key"] == sha("kept-value")
     child, = sbx.fork()
     try:
         assert child.secrets == ["KEEP"]
-        assert headers_seen(child, "https://b.wild.test/headers", "X-K: $KEEP")["x-k"] == \
+        assert headers_seen(child, "https://b.wild.test/headers", "X-K-Key: $KEEP")["x-k-key"] == \
             sha("kept-value")
     finally:
         child.kill()
@@ -220,10 +220,10 @@ def test_what_the_proxy_refuses(secd, make_sandbox):
         "mode": "custom", "allowed_hosts": ["allowed.test", "other.test", "wild.test"]})
     # Another Host inside TLS made for allowed.test: a CDN would serve it; refused.
     r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Host: other.test' "
-                "-H \"X: $GUARD\" https://allowed.test/headers", ok=False)
+                "-H \"X-Api-Key: $GUARD\" https://allowed.test/headers", ok=False)
     assert r.stdout == "421", (r.stdout, r.stderr)
     # A server whose certificate does not name the host gets nothing: 502 from the proxy.
-    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H \"X: $GUARD\" "
+    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H \"X-Api-Key: $GUARD\" "
                 "https://wild.test/headers", ok=False)
     assert r.stdout == "502", (r.stdout, r.stderr)
     assert "TLS to wild.test failed" in secd.log_tail(200000)
@@ -233,10 +233,10 @@ def test_what_the_proxy_refuses(secd, make_sandbox):
     assert r.stdout == "400", (r.stdout, r.stderr)
     # A chunked body cannot be framed by the proxy: refused, not passed on.
     r = sh(sbx, "printf x | curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: "
-                "chunked' -H \"X: $GUARD\" --data-binary @- https://allowed.test/headers", ok=False)
+                "chunked' -H \"X-Api-Key: $GUARD\" --data-binary @- https://allowed.test/headers", ok=False)
     assert r.stdout == "411", (r.stdout, r.stderr)
     # Under a custom policy the secret goes too, and still only to its host.
-    assert headers_seen(sbx, "https://allowed.test/headers", "X: $GUARD")["x"] == \
+    assert headers_seen(sbx, "https://allowed.test/headers", "X-Api-Key: $GUARD")["x-api-key"] == \
         sha("guarded-value")
 
 
@@ -291,8 +291,8 @@ def test_the_cli(secd):
     made = cpuos.Sandbox.connect(r.stdout.decode().strip(), api_key=key, api_url=secd.url)
     try:
         assert made.secrets == ["CLI_KEY"]
-        got = json.loads(sh(made, "curl -sS -H \"X: $CLI_KEY\" https://allowed.test/headers").stdout)
-        assert got["x"] == sha("cli-value") and placeholder != "cli-value"
+        got = json.loads(sh(made, "curl -sS -H \"X-Api-Key: $CLI_KEY\" https://allowed.test/headers").stdout)
+        assert got["x-api-key"] == sha("cli-value") and placeholder != "cli-value"
     finally:
         made.kill()
     assert cli(secd, "secret", "rm", "CLI_KEY", key=key).returncode == 0

@@ -78,10 +78,10 @@ static void test_parse(void)
 		return;
 	CHECK(s->n == 2 && s->refs == 1 && !strcmp(s->v[1].hosts[1], "other.test"));
 	CHECK(!s->v[0].http && s->v[1].http);
-	CHECK(secret_bound(s, "api.test") && secret_bound(s, "a.b.github.test") &&
-	      secret_bound(s, "other.test"));
-	CHECK(!secret_bound(s, "github.test") && !secret_bound(s, "api.test.evil") &&
-	      !secret_bound(s, "xapi.test") && !secret_bound(NULL, "api.test"));
+	CHECK(secret_bound(s, "api.test", 1) && secret_bound(s, "a.b.github.test", 1) &&
+	      secret_bound(s, "other.test", 0) && !secret_bound(s, "api.test", 0));
+	CHECK(!secret_bound(s, "github.test", 1) && !secret_bound(s, "api.test.evil", 1) &&
+	      !secret_bound(s, "xapi.test", 1) && !secret_bound(NULL, "api.test", 1));
 	secret_set_free(s);
 
 	const char *bad[] = {
@@ -118,15 +118,15 @@ static void test_swap(void)
 		return;
 	char out[4096];
 	struct swap_report rep;
-	const char *hdrs = "Authorization: Bearer " PH_A "\r\nX-Gh: " PH_B "\r\nAccept: */*\r\n";
+	const char *hdrs = "Authorization: Bearer " PH_A "\r\nX-Gh-Token: " PH_B "\r\nAccept: */*\r\n";
 	/* To the API: its key goes in; the other's placeholder stays, and is told. */
 	CHECK(swap(s, "api.test", 1, hdrs, out, sizeof(out), &rep) == 1);
 	CHECK(strstr(out, "Bearer sk-real-value-that-is-longer-than-its-placeholder-0123456789\r\n") &&
-	      strstr(out, "X-Gh: " PH_B "\r\n") && strstr(out, "Accept: */*\r\n"));
+	      strstr(out, "X-Gh-Token: " PH_B "\r\n") && strstr(out, "Accept: */*\r\n"));
 	CHECK(rep.unbound && !strcmp(rep.unbound, "GH") && !rep.held);
 	/* To a subdomain of the other's: that one only. */
 	CHECK(swap(s, "x.github.test", 1, hdrs, out, sizeof(out), &rep) == 1);
-	CHECK(strstr(out, "X-Gh: ghp_x\r\n") && strstr(out, PH_A) && !strcmp(rep.unbound, "API_KEY"));
+	CHECK(strstr(out, "X-Gh-Token: ghp_x\r\n") && strstr(out, PH_A) && !strcmp(rep.unbound, "API_KEY"));
 	/* Anywhere else, and with no host at all: nothing. */
 	CHECK(swap(s, "evil.test", 1, hdrs, out, sizeof(out), &rep) == 0 && !strcmp(out, hdrs));
 	CHECK(swap(s, "", 1, hdrs, out, sizeof(out), &rep) == 0 && !strcmp(out, hdrs));
@@ -134,22 +134,27 @@ static void test_swap(void)
 	CHECK(swap(s, "api.test", 0, hdrs, out, sizeof(out), &rep) == 0 && !strcmp(out, hdrs));
 	CHECK(rep.held && !strcmp(rep.held, "API_KEY") && !strcmp(rep.why, "plain HTTP"));
 	CHECK(swap(s, "x.github.test", 0, hdrs, out, sizeof(out), &rep) == 1 && strstr(out, "ghp_x"));
-	/* Never in a header servers echo back, in any case. */
+	/* Only into headers that carry credentials: others come back in answers. */
 	const char *echo = "host: api.test:" PH_A "\r\nOrigin: " PH_A "\r\nREFERER: " PH_A
 			   "\r\nUser-Agent: " PH_A "\r\nX-Forwarded-Host: " PH_A "\r\nVia: " PH_A
-			   "\r\nForwarded: " PH_A "\r\n";
+			   "\r\nX-Request-Id: " PH_A "\r\ntraceparent: " PH_A "\r\nAccept: " PH_A
+			   "\r\nX-Note: key " PH_A "\r\n";
 	CHECK(swap(s, "api.test", 1, echo, out, sizeof(out), &rep) == 0 && !strcmp(out, echo));
-	CHECK(rep.held && !strcmp(rep.why, "a header servers echo"));
+	CHECK(rep.held && !strcmp(rep.why, "not a header that carries credentials"));
+	const char *cred = "proxy-authorization: " PH_A "\r\nCookie: s=" PH_A "\r\nX-Api-Key: " PH_A
+			   "\r\nPRIVATE-TOKEN: " PH_A "\r\nX-Client-Secret: " PH_A
+			   "\r\nX-Session-Id: " PH_A "\r\nX-Password: " PH_A "\r\nX-Auth: " PH_A "\r\n";
+	CHECK(swap(s, "api.test", 1, cred, out, sizeof(out), &rep) == 8 && !strstr(out, PH_A));
 	/* Twice in one header, and a placeholder cut short or unknown. */
-	CHECK(swap(s, "api.test", 1, "A: " PH_A PH_A "\r\n", out, sizeof(out), &rep) == 2);
+	CHECK(swap(s, "api.test", 1, "X-Key: " PH_A PH_A "\r\n", out, sizeof(out), &rep) == 2);
 	CHECK(!strstr(out, "cpuos-secret-") && !rep.unbound);
 	const char *partial = "A: cpuos-secret-0123456789abcdef\r\nB: cpuos-secret-"
 			      "00000000000000000000000000000000\r\n";
 	CHECK(swap(s, "api.test", 1, partial, out, sizeof(out), &rep) == 0 &&
 	      !strcmp(out, partial) && !rep.unbound);
 	/* At the very end, with no CRLF after it. */
-	CHECK(swap(s, "api.test", 1, "A: " PH_A, out, sizeof(out), &rep) == 1 &&
-	      !strcmp(out, "A: sk-real-value-that-is-longer-than-its-placeholder-0123456789"));
+	CHECK(swap(s, "api.test", 1, "X-Key: " PH_A, out, sizeof(out), &rep) == 1 &&
+	      !strcmp(out, "X-Key: sk-real-value-that-is-longer-than-its-placeholder-0123456789"));
 	/* Many placeholder-like runs cost their own length, not a value's each. */
 	char many[8192] = "A: ";
 	for (int i = 0; i < 500; i++)
@@ -218,7 +223,9 @@ static void test_ca(void)
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/ca.pem", dir);
 	unlink(path);
-	rmdir(dir);
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	unlink(path);
+	CHECK(rmdir(dir) == 0); /* nothing else was left there */
 }
 
 int main(int argc, char **argv)

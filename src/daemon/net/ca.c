@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -167,13 +168,24 @@ int ca_open(const char *dir, struct ca **out, char *err, size_t errlen)
 	pthread_mutex_init(&ca->mu, NULL);
 	char path[600];
 	snprintf(path, sizeof(path), "%s/ca.pem", dir);
-	int r = fs_mkdir_p(dir, 0700, (uid_t)-1, (gid_t)-1);
+	int r = fs_mkdir_p(dir, 0700, (uid_t)-1, (gid_t)-1), lock = -1;
 	if (r < 0)
 		snprintf(err, errlen, "cannot make %s: %s", dir, strerror(-r));
+	/* Daemons sharing a cache may start at once: one makes it, all load
+	 * that one. */
+	char lock_path[600];
+	snprintf(lock_path, sizeof(lock_path), "%s/lock", dir);
+	if (r == 0 && ((lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
+		       flock(lock, LOCK_EX) < 0)) {
+		r = -errno;
+		snprintf(err, errlen, "cannot lock %s: %s", lock_path, strerror(errno));
+	}
 	if (r == 0 && access(path, F_OK) < 0)
 		r = make_ca(dir, err, errlen);
 	if (r == 0)
 		r = load(ca, dir, err, errlen);
+	if (lock >= 0)
+		close(lock);
 	if (r == 0 && !(ca->leaf_key = EVP_EC_gen("P-256"))) {
 		snprintf(err, errlen, "cannot make a key");
 		r = -EIO;

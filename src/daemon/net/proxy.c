@@ -201,15 +201,21 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 		*n = k;
 		return rw;
 	}
-	/* The headers only: a placeholder elsewhere is the guest's business. */
+	/* The headers only: a placeholder elsewhere is the guest's business.
+	 * Without swap the report alone counts (for the log). */
 	size_t first = (size_t)(h->line2 - h->buf), swapped_len;
 	struct swap_report rep;
-	char *hdrs = secret_swap(sec, swap ? host : "", tls, rw + first, k - first, &swapped_len, &rep);
-	char *out = hdrs ? malloc(first + swapped_len) : NULL;
+	char *hdrs = secret_swap(sec, host, tls, rw + first, k - first, &swapped_len, &rep);
+	if (hdrs && !swap && rep.swapped) {
+		rep.held = rep.put;
+		rep.why = "the name was not looked up through this sandbox's resolver";
+		rep.swapped = 0;
+	}
+	char *out = hdrs ? malloc(first + (swap ? swapped_len : k - first)) : NULL;
 	if (out) {
 		memcpy(out, rw, first);
-		memcpy(out + first, hdrs, swapped_len);
-		*n = first + swapped_len;
+		memcpy(out + first, swap ? hdrs : rw + first, swap ? swapped_len : k - first);
+		*n = first + (swap ? swapped_len : k - first);
 	}
 	if (rep.unbound)
 		log_warn("proxy: the placeholder of secret %s went to %s, which it is not bound "
@@ -219,7 +225,7 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 	if (rep.swapped)
 		log_info("proxy: %d secret%s put in a request to %s", rep.swapped,
 			 rep.swapped > 1 ? "s" : "", host);
-	free(hdrs);
+	proxy__wipe(hdrs, swapped_len);
 	free(rw);
 	return out;
 }
@@ -232,36 +238,45 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
  * (CDN) address would serve; a WebSocket handshake goes on as one once
  * the server agreed. Secrets bound to the host are put in when swap. 0,
  * or -1 when it was not passed. */
-static int pass(int guest, int out, int tls, int raw, const unsigned char *buf, size_t len,
-		const struct secret_set *sec, const char *host, int swap)
+static int pass(struct proxy *p, int guest, int out, int tls, int raw, const unsigned char *buf,
+		size_t len, struct secret_set *sec, const char *host, int swap)
 {
 	tcp_send_timeout(guest, 60);
 	tcp_send_timeout(out, 60);
 	const char *head = (const char *)buf;
-	size_t hl = tls ? 0 : http1_head_len(head, len), n;
+	size_t hl = tls ? 0 : http1_head_len(head, len), n = 0;
 	struct http1_head h;
 	int parsed = hl && http1_parse(head, hl, &h) == 0;
+	char *rw = parsed && sec ? proxy__head(&h, sec, host, swap, 0, &n) : NULL;
+	proxy__put(p, sec); /* values are not held past the head */
 	if (tls || raw) {
-		if (parsed && sec)
-			free(proxy__head(&h, sec, host, 0, 0, &n)); /* for its log lines */
+		proxy__wipe(rw, n); /* made for its log lines only */
 		if (tcp_send_all(out, buf, len) < 0)
 			return -1;
 		tcp_relay(guest, out, IDLE_MS);
 		return 0;
 	}
-	if (!parsed || h.chunked) /* no framing of our own for chunks */
+	if (!rw && parsed && !h.chunked)
+		rw = proxy__head(&h, NULL, host, 0, 0, &n);
+	if (!rw || h.chunked) { /* no framing of our own for chunks */
+		proxy__wipe(rw, n);
 		return -1;
-	char *rw = proxy__head(&h, sec, host, swap, 0, &n);
-	if (!rw)
-		return -1;
+	}
 	size_t extra = len - hl;
 	if ((long long)extra > h.body)
 		extra = (size_t)h.body; /* the rest would be a next request */
 	int r = tcp_send_all(out, rw, n) < 0 || tcp_send_all(out, head + hl, extra) < 0 ? -1 : 0;
-	free(rw);
+	proxy__wipe(rw, n);
 	if (r == 0)
 		tcp_relay_one(guest, out, h.body - (long long)extra, h.websocket, IDLE_MS);
 	return r;
+}
+
+void proxy__wipe(char *buf, size_t n)
+{
+	if (buf)
+		explicit_bzero(buf, n);
+	free(buf);
 }
 
 struct secret_set *proxy__secrets(struct proxy *p, int slot)
@@ -305,14 +320,21 @@ static void *conn_main(void *arg)
 		/* Secrets go only where this sandbox's resolver sent the name
 		 * it asked for; an address allowed as such takes anything else
 		 * as it is. */
-		int swap = !bad && (how & DNS_NAMED) && secret_bound(sec, name);
+		int swap = !bad && (how & DNS_NAMED) && secret_bound(sec, name, tls);
 		int raw = !swap && (how & DNS_ADDR);
 		int r = -1;
+		if (swap && tls) { /* it takes them again once the request is in */
+			proxy__put(c->p, sec);
+			sec = NULL;
+		}
 		if ((swap || raw || (!bad && how)) &&
-		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0)
+		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0) {
 			r = swap && tls ? proxy__tls_swap(c->fd, out, name, head, (size_t)len, c->p,
 							  c->slot, c->p->ca, c->p->client)
-					: pass(c->fd, out, tls, raw, head, (size_t)len, sec, name, swap);
+					: pass(c->p, c->fd, out, tls, raw, head, (size_t)len, sec, name,
+					       swap);
+			sec = NULL; /* pass let go of it */
+		}
 		if (r < 0)
 			log_info("proxy: refused %s:%u for '%s'", ip, ntohs(dst.sin_port),
 				 name[0] ? name : "(no name)");

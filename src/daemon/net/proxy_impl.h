@@ -21,8 +21,9 @@ struct secret_set;
  * line, its headers less Connection and HTTP2-Settings (and Expect with
  * tls: the proxy reads the body itself), with the placeholders of secrets
  * that go to host (secret_swap; tls: over TLS whose server was checked)
- * replaced when swap (one held back is left, and logged), and then
- * Connection: close (Upgrade for a WebSocket). malloc'd, *n bytes. */
+ * replaced when swap, else left (what was found is logged either way),
+ * and then Connection: close (Upgrade for a WebSocket). malloc'd, *n
+ * bytes; free it with proxy__wipe. */
 char *proxy__head(const struct http1_head *h, const struct secret_set *sec, const char *host,
 		  int swap, int tls, size_t *n);
 
@@ -30,6 +31,8 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 struct proxy;
 struct secret_set *proxy__secrets(struct proxy *p, int slot);
 void proxy__put(struct proxy *p, struct secret_set *s);
+/* Zeroes buf's n bytes (it may hold values), then frees it. */
+void proxy__wipe(char *buf, size_t n);
 
 /* A connection to host, a secret's, whose ClientHello (hello, len) was
  * read already: the guest's TLS ends here under a certificate of ca's,

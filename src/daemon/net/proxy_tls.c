@@ -168,13 +168,13 @@ static void one_request(SSL *g, SSL *u, const char *host, struct proxy *p, int s
 	size_t n;
 	struct secret_set *sec = proxy__secrets(p, slot); /* as they are now */
 	char *head = proxy__head(&h, sec, host, 1, 1, &n);
-	proxy__put(p, sec);
+	proxy__put(p, sec); /* values are not held past the head */
 	long long body = h.body, extra = (long long)(got - hl);
 	if (extra > body)
 		extra = body; /* a next request: not passed */
 	int r = head && write_all(u, head, n) == 0 && write_all(u, buf + hl, (size_t)extra) == 0
 			? 0 : -1;
-	free(head);
+	proxy__wipe(head, n);
 	for (body -= extra; r == 0 && body > 0;) {
 		size_t k;
 		if (SSL_read_ex(g, buf, (size_t)(body < HEAD_MAX ? body : HEAD_MAX), &k) != 1 ||
@@ -214,8 +214,11 @@ int proxy__tls_swap(int guest, int out, const char *host, const unsigned char *h
 	tcp_send_timeout(guest, 60);
 	tcp_send_timeout(out, 60);
 	if (SSL_accept(g) != 1) {
-		log_warn("proxy: the guest's TLS to %s did not accept our certificate (does it "
-			 "trust the cpuos CA?)", host);
+		if (clock_ms() >= pre.deadline)
+			log_info("proxy: no TLS handshake for %s in time", host);
+		else
+			log_warn("proxy: the guest's TLS to %s did not accept our certificate (does "
+				 "it trust the cpuos CA?)", host);
 		goto out;
 	}
 	r = 0; /* from here on the guest is answered */

@@ -168,23 +168,33 @@ static int bound_to(const struct secret *x, const char *host)
 	return net_policy_host_allowed(&p, host);
 }
 
-int secret_bound(const struct secret_set *s, const char *host)
+int secret_bound(const struct secret_set *s, const char *host, int tls)
 {
 	for (size_t i = 0; s && i < s->n; i++)
-		if (bound_to(&s->v[i], host))
+		if (bound_to(&s->v[i], host) && (tls || s->v[i].http))
 			return 1;
 	return 0;
 }
 
-/* Headers a server is wont to echo into what it answers (a redirect, a
- * CORS header, an error page): a value is never put there. */
-static int echoed(const char *line, size_t n)
+/* Does the header line carry credentials? Values go only there: many
+ * other headers come back in answers (Host in redirects, Origin in CORS,
+ * request and trace ids, Accept in error pages). Authorization,
+ * Proxy-Authorization and Cookie, and any whose name says key, token,
+ * secret, auth, password or session (X-Api-Key, PRIVATE-TOKEN, ...). */
+static int credential(const char *line, size_t n)
 {
-	static const char *const names[] = { "host:", "origin:", "referer:", "user-agent:",
-					     "forwarded:", "via:", "x-forwarded-", NULL };
-	for (const char *const *p = names; *p; p++)
-		if (n >= strlen(*p) && !strncasecmp(line, *p, strlen(*p)))
-			return 1;
+	const char *colon = memchr(line, ':', n);
+	size_t nl = colon ? (size_t)(colon - line) : 0;
+	if ((nl == 13 && !strncasecmp(line, "authorization", 13)) ||
+	    (nl == 19 && !strncasecmp(line, "proxy-authorization", 19)) ||
+	    (nl == 6 && !strncasecmp(line, "cookie", 6)))
+		return 1;
+	static const char *const words[] = { "key", "token", "secret", "auth", "password",
+					     "session", NULL };
+	for (const char *const *w = words; *w; w++)
+		for (size_t i = 0; i + strlen(*w) <= nl; i++)
+			if (!strncasecmp(line + i, *w, strlen(*w)))
+				return 1;
 	return 0;
 }
 
@@ -200,9 +210,10 @@ static const struct secret *at_placeholder(const struct secret_set *s, const cha
 	return NULL;
 }
 
-/* Which secret, placed at p, goes in: bound to host, by TLS unless it
- * allows plain HTTP, not in a header that is echoed. Notes why not. */
-static int goes_in(const struct secret *x, const char *host, int tls, int in_echoed,
+/* Does secret x, found in a header, go in: bound to host, by TLS unless
+ * it allows plain HTTP, in a header that carries credentials? Notes why
+ * not. */
+static int goes_in(const struct secret *x, const char *host, int tls, int in_credential,
 		   struct swap_report *rep)
 {
 	if (!bound_to(x, host)) {
@@ -214,9 +225,9 @@ static int goes_in(const struct secret *x, const char *host, int tls, int in_ech
 		rep->why = "plain HTTP";
 		return 0;
 	}
-	if (in_echoed) {
+	if (!in_credential) {
 		rep->held = x->name;
-		rep->why = "a header servers echo";
+		rep->why = "not a header that carries credentials";
 		return 0;
 	}
 	return 1;
@@ -239,15 +250,16 @@ char *secret_swap(const struct secret_set *s, const char *host, int tls, const c
 	for (size_t line = 0; line < len;) {
 		const char *lf = memchr(headers + line, '\n', len - line);
 		size_t end = lf ? (size_t)(lf - headers) + 1 : len;
-		int in_echoed = echoed(headers + line, end - line);
+		int in_credential = credential(headers + line, end - line);
 		for (size_t i = line; i < end;) {
 			const struct secret *x = at_placeholder(s, headers + i, end - i);
-			if (x && goes_in(x, host, tls, in_echoed, rep)) {
+			if (x && goes_in(x, host, tls, in_credential, rep)) {
 				size_t vl = strlen(x->value);
 				memcpy(out + o, x->value, vl);
 				o += vl;
 				i += plen;
 				rep->swapped++;
+				rep->put = x->name;
 			} else {
 				out[o++] = headers[i++];
 			}

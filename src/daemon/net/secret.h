@@ -45,17 +45,19 @@ int secret_name_ok(const char *name);
 int secret_value_ok(const char *value, char *err, size_t errlen);
 int secret_hosts_ok(const json_t *hosts, json_t **out, char *err, size_t errlen);
 
-/* Is host (lower case) one that some secret of s may go to? */
-int secret_bound(const struct secret_set *s, const char *host);
+/* Is host (lower case) one that some secret of s may go to, over TLS
+ * (tls) or in plain HTTP? */
+int secret_bound(const struct secret_set *s, const char *host, int tls);
 
 /* What secret_swap did: how many went in; a secret whose placeholder was
  * there but is not bound to the host; one that is, but was held back
- * (why: plain HTTP for a secret without http, or in a header servers
- * echo: Host, Origin, Referer, User-Agent, Forwarded, Via, X-Forwarded-*).
- * Names point into the set. */
+ * (why: plain HTTP for a secret without http, or a header that carries no
+ * credentials: values go only into Authorization, Proxy-Authorization,
+ * Cookie and headers whose name has key, token, secret, auth, password
+ * or session in it). Names point into the set. */
 struct swap_report {
 	int swapped;
-	const char *unbound, *held, *why;
+	const char *put, *unbound, *held, *why; /* put: one that went in */
 };
 
 /* The header block of an HTTP/1 request head (after its first line) to
