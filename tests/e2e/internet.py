@@ -169,3 +169,12 @@ class Internet:
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+def running():
+    """For a module's fixture: yields a started Internet, stopped after (`yield from running()`)."""
+    net = Internet().start()
+    try:
+        yield net
+    finally:
+        net.stop()

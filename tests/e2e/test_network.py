@@ -14,7 +14,7 @@ import pytest
 
 import cpuos
 from conftest import SLOW, started_daemon, sandbox_factory
-from internet import ADDRS, DNS_ADDR, DNS_PORT, HOST_SIDE, PORT, Internet
+from internet import ADDRS, DNS_ADDR, DNS_PORT, HOST_SIDE, PORT, running
 from test_cpuos_cli import cpuos as cli
 
 A, B, C = ADDRS
@@ -22,9 +22,7 @@ A, B, C = ADDRS
 
 @pytest.fixture(scope="module")
 def internet():
-    net = Internet().start()
-    yield net
-    net.stop()
+    yield from running()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 
 import cpuos
 from conftest import started_daemon, sandbox_factory
-from internet import DNS_ADDR, DNS_PORT, Internet
+from internet import DNS_ADDR, DNS_PORT, running
 
 VALUE = "sk-test-0123456789abcdef-the-real-one"
 
@@ -25,9 +25,7 @@ def sha(text):
 
 @pytest.fixture(scope="module")
 def internet():
-    net = Internet().start()
-    yield net
-    net.stop()
+    yield from running()
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +50,14 @@ def sh(sbx, cmd, ok=True):
     if ok:
         assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
     return r
+
+
+def status(sbx, url, *opts, stdin=None):
+    """The HTTP status curl in the guest got ("000": none)."""
+    feed = f"printf {stdin} | " if stdin else ""
+    r = sh(sbx, f"{feed}curl -sS -m 20 -o /dev/null -w '%{{http_code}}' {' '.join(opts)} {url}",
+           ok=False)
+    return r.stdout
 
 
 def headers_seen(sbx, url, header="Authorization: Bearer $API_KEY", *opts):
@@ -142,9 +148,8 @@ def test_plain_http_only_for_a_secret_that_allows_it(secd, make_sandbox):
     assert got["origin"] == sha(s.placeholder)
     # Under allow-all with secrets, what is not HTTP to a bound host passes as it is: a chunked
     # upload reaches the unbound server (which answers 501: it has no POST).
-    r = sh(sbx, "printf x | curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: "
-                "chunked' --data-binary @- http://other.test/headers")
-    assert r.stdout == "501", r
+    assert status(sbx, "http://other.test/headers", "-H 'Transfer-Encoding: chunked'",
+                  "--data-binary @-", stdin="x") == "501"
 
 
 def test_the_value_is_not_in_the_memory_of_the_process_that_sent_it(secd, make_sandbox):
@@ -218,23 +223,17 @@ def test_what_the_proxy_refuses(secd, make_sandbox):
     set_secret(secd, "GUARD", "guarded-value", ["allowed.test", "wild.test"])
     sbx = make_sandbox(secrets=["GUARD"], network={
         "mode": "custom", "allowed_hosts": ["allowed.test", "other.test", "wild.test"]})
+    guard = "-H \"X-Api-Key: $GUARD\""
     # Another Host inside TLS made for allowed.test: a CDN would serve it; refused.
-    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Host: other.test' "
-                "-H \"X-Api-Key: $GUARD\" https://allowed.test/headers", ok=False)
-    assert r.stdout == "421", (r.stdout, r.stderr)
+    assert status(sbx, "https://allowed.test/headers", "-H 'Host: other.test'", guard) == "421"
     # A server whose certificate does not name the host gets nothing: 502 from the proxy.
-    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H \"X-Api-Key: $GUARD\" "
-                "https://wild.test/headers", ok=False)
-    assert r.stdout == "502", (r.stdout, r.stderr)
+    assert status(sbx, "https://wild.test/headers", guard) == "502"
     assert "TLS to wild.test failed" in secd.log_tail(200000)
     # A Host that carries more than a port: refused inside TLS too.
-    r = sh(sbx, "curl -sS -m 20 -o /dev/null -w '%{http_code}' -H \"Host: allowed.test:$GUARD\" "
-                "https://allowed.test/headers", ok=False)
-    assert r.stdout == "400", (r.stdout, r.stderr)
+    assert status(sbx, "https://allowed.test/headers", "-H \"Host: allowed.test:$GUARD\"") == "400"
     # A chunked body cannot be framed by the proxy: refused, not passed on.
-    r = sh(sbx, "printf x | curl -sS -m 20 -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: "
-                "chunked' -H \"X-Api-Key: $GUARD\" --data-binary @- https://allowed.test/headers", ok=False)
-    assert r.stdout == "411", (r.stdout, r.stderr)
+    assert status(sbx, "https://allowed.test/headers", "-H 'Transfer-Encoding: chunked'", guard,
+                  "--data-binary @-", stdin="x") == "411"
     # Under a custom policy the secret goes too, and still only to its host.
     assert headers_seen(sbx, "https://allowed.test/headers", "X-Api-Key: $GUARD")["x-api-key"] == \
         sha("guarded-value")

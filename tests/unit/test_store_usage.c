@@ -418,7 +418,14 @@ static void test_migration_v1(void)
 		tdb_remove(&t);
 		return;
 	}
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "4"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "5"));
+	/* 4 -> 5: old sandboxes hold no secrets; the table is there, empty */
+	CHECK(raw_text(t.path, "SELECT secrets FROM sandboxes WHERE id = 'sbx_00000000000000b1'", v,
+		       sizeof(v)) == 0 && !strcmp(v, "[]"));
+	struct store_secret *sec = NULL;
+	size_t nsec = 9;
+	CHECK(store_secret_list(t.s, "alice", NULL, &sec, &nsec) == 0 && nsec == 0);
+	store_secret_free_list(sec, nsec);
 
 	/* the sandboxes, their metadata and their defaults survive the rebuild */
 	struct store_sbx x;
@@ -480,7 +487,7 @@ static void test_migration_v1(void)
 	store_close(t.s);
 	t.s = NULL;
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == 0);
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "4"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "5"));
 	tdb_remove(&t);
 }
 
