@@ -247,7 +247,7 @@ static int pass(struct proxy *p, int guest, int out, int tls, int raw, const uns
 	size_t hl = tls ? 0 : http1_head_len(head, len), n = 0;
 	struct http1_head h;
 	int parsed = hl && http1_parse(head, hl, &h) == 0;
-	char *rw = parsed && sec ? proxy__head(&h, sec, host, swap, 0, &n) : NULL;
+	char *rw = parsed && sec && host[0] ? proxy__head(&h, sec, host, swap, 0, &n) : NULL;
 	proxy__put(p, sec); /* values are not held past the head */
 	if (tls || raw) {
 		proxy__wipe(rw, n); /* made for its log lines only */
