@@ -783,6 +783,10 @@ static void test_egress_secrets(void)
 	store_secret_free_list(xs, n);
 	CHECK(store_secret_list(t.s, "alice", NULL, &xs, &n) == 0 && n == 1);
 	store_secret_free_list(xs, n);
+	struct store_secret one;
+	CHECK(store_secret_get(t.s, "alice", "API_KEY", &one) == 0 && !strcmp(one.value, "v2"));
+	store_secret_release(&one);
+	CHECK(store_secret_get(t.s, "alice", "NOPE", &one) == -ENOENT);
 	CHECK(store_secret_delete(t.s, "alice", "API_KEY") == 0);
 	CHECK(store_secret_delete(t.s, "alice", "API_KEY") == -ENOENT);
 	CHECK(store_secret_list(t.s, "alice", NULL, &xs, &n) == 0 && n == 0);

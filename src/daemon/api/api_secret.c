@@ -28,16 +28,11 @@ static json_t *secret_json(const struct store_secret *x)
 /* The secret named in the path: 0 with *x, or -1 after answering. */
 static int find(struct req *r, struct store_secret *x)
 {
-	struct store_secret *xs = NULL;
-	size_t n = 0;
 	if (!secret_name_ok(r->param[0]) ||
-	    store_secret_list(r->api->store, r->account, r->param[0], &xs, &n) < 0 || n != 1) {
-		store_secret_free_list(xs, n);
+	    store_secret_get(r->api->store, r->account, r->param[0], x) < 0) {
 		reply_error(r, 404, "not_found", "no secret '%.64s'", r->param[0]);
 		return -1;
 	}
-	*x = xs[0];
-	free(xs);
 	return 0;
 }
 

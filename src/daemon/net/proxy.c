@@ -247,7 +247,7 @@ static int pass(struct proxy *p, int guest, int out, int tls, int raw, const uns
 	size_t hl = tls ? 0 : http1_head_len(head, len), n = 0;
 	struct http1_head h;
 	int parsed = hl && http1_parse(head, hl, &h) == 0;
-	char *rw = parsed && sec && host[0] ? proxy__head(&h, sec, host, swap, 0, &n) : NULL;
+	char *rw = parsed ? proxy__head(&h, host[0] ? sec : NULL, host, swap, 0, &n) : NULL;
 	proxy__put(p, sec); /* values are not held past the head */
 	if (tls || raw) {
 		proxy__wipe(rw, n); /* made for its log lines only */
@@ -256,8 +256,6 @@ static int pass(struct proxy *p, int guest, int out, int tls, int raw, const uns
 		tcp_relay(guest, out, IDLE_MS);
 		return 0;
 	}
-	if (!rw && parsed && !h.chunked)
-		rw = proxy__head(&h, NULL, host, 0, 0, &n);
 	if (!rw || h.chunked) { /* no framing of our own for chunks */
 		proxy__wipe(rw, n);
 		return -1;

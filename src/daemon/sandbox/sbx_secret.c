@@ -42,22 +42,19 @@ int sbx__secret_env(struct sbx_mgr *m, const char *account, const char *names_js
 	json_array_foreach(names, i, v)
 	{
 		const char *name = json_string_value(v);
-		struct store_secret *x = NULL;
-		size_t got = 0;
-		if (!secret_name_ok(name) ||
-		    store_secret_list(m->store, account, name, &x, &got) < 0 || got != 1) {
+		struct store_secret x;
+		if (!secret_name_ok(name) || store_secret_get(m->store, account, name, &x) < 0) {
 			snprintf(err, errlen, "no secret '%.64s'", name ? name : "(not a string)");
-			store_secret_free_list(x, got);
 			r = -ENOENT;
 			goto out;
 		}
 		/* The env may hold the very placeholder (a checkpoint's): not
 		 * a clash. */
 		const char *was = json_string_value(json_object_get(env, name));
-		int clash = was && strcmp(was, x->placeholder);
+		int clash = was && strcmp(was, x.placeholder);
 		if (!clash)
-			json_object_set_new(env, name, json_string(x->placeholder));
-		store_secret_free_list(x, got);
+			json_object_set_new(env, name, json_string(x.placeholder));
+		store_secret_release(&x);
 		if (clash) {
 			snprintf(err, errlen, "'env' sets %s, which is a secret's name", name);
 			goto out;
@@ -95,18 +92,15 @@ void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_
 	json_t *v;
 	json_array_foreach(names, i, v)
 	{
-		struct store_secret *x = NULL;
-		size_t got = 0;
+		struct store_secret x;
 		const char *name = json_string_value(v);
-		if (!name || store_secret_list(m->store, account, name, &x, &got) < 0 || got != 1) {
-			store_secret_free_list(x, got);
+		if (!name || store_secret_get(m->store, account, name, &x) < 0)
 			continue; /* deleted since: its placeholder stays one */
-		}
-		json_t *hosts = json_loads(x->hosts_json, 0, NULL);
-		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o*, s:b}", "name", x->name,
-						      "placeholder", x->placeholder, "value", x->value,
-						      "hosts", hosts, "http", x->allow_http));
-		store_secret_free_list(x, got);
+		json_t *hosts = json_loads(x.hosts_json, 0, NULL);
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o*, s:b}", "name", x.name,
+						      "placeholder", x.placeholder, "value", x.value,
+						      "hosts", hosts, "http", x.allow_http));
+		store_secret_release(&x);
 	}
 	char err[256];
 	if (net_set_secrets(m->cfg.net, slot, list, err, sizeof(err)) < 0)

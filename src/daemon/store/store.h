@@ -152,6 +152,9 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 /* The account's secrets by name (name NULL: all of them). */
 int store_secret_list(struct store *s, const char *account, const char *name,
 		      struct store_secret **out, size_t *n);
+/* One by name: 0 with *out (release it), -ENOENT, -errno. */
+int store_secret_get(struct store *s, const char *account, const char *name,
+		     struct store_secret *out);
 int store_secret_delete(struct store *s, const char *account, const char *name); /* -ENOENT */
 
 /* ---- usage: one event per state change, integrated by queries ---- */

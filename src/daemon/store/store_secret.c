@@ -152,6 +152,21 @@ int store_secret_list(struct store *s, const char *account, const char *name,
 	return 0;
 }
 
+int store_secret_get(struct store *s, const char *account, const char *name,
+		     struct store_secret *out)
+{
+	struct store_secret *xs = NULL;
+	size_t n = 0;
+	int r = store_secret_list(s, account, name, &xs, &n);
+	if (r == 0 && n == 1) {
+		*out = xs[0];
+		free(xs);
+		return 0;
+	}
+	store_secret_free_list(xs, n);
+	return r < 0 ? r : -ENOENT;
+}
+
 int store_secret_delete(struct store *s, const char *account, const char *name)
 {
 	sqlite3_stmt *st;
