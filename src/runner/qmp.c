@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 struct qmp {
@@ -160,8 +161,37 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-int qmp_command(struct qmp *q, const char *cmd, json_t *args, int timeout_ms,
-		json_t **ret, char *err, size_t errlen)
+/* Sends the first bytes of p with fd attached (SCM_RIGHTS), the rest as
+ * write_all does: QEMU takes the descriptor with the line it came with. */
+static int send_fd(int sock, const char *p, size_t n, int fd)
+{
+	char ctl[CMSG_SPACE(sizeof(int))];
+	memset(ctl, 0, sizeof(ctl));
+	struct iovec iov = { .iov_base = (void *)p, .iov_len = n };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+			     .msg_controllen = sizeof(ctl) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	for (;;) {
+		ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
+		if (w < 0 && errno == EAGAIN) {
+			struct pollfd pf = { .fd = sock, .events = POLLOUT };
+			poll(&pf, 1, 1000);
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		return write_all(sock, p + w, n - (size_t)w);
+	}
+}
+
+static int command(struct qmp *q, const char *cmd, json_t *args, int fd, int timeout_ms,
+		   json_t **ret, char *err, size_t errlen)
 {
 	json_decref(q->reply);
 	q->reply = NULL;
@@ -179,7 +209,7 @@ int qmp_command(struct qmp *q, const char *cmd, json_t *args, int timeout_ms,
 		return -ENOMEM;
 	size_t n = strlen(text);
 	text[n] = '\n'; /* json_dumps leaves room for its NUL; QMP wants a line */
-	int r = write_all(q->fd, text, n + 1);
+	int r = fd >= 0 ? send_fd(q->fd, text, n + 1, fd) : write_all(q->fd, text, n + 1);
 	free(text);
 	if (r < 0) {
 		set_err(err, errlen, "cannot send '%s' to QEMU", cmd);
@@ -199,6 +229,17 @@ int qmp_command(struct qmp *q, const char *cmd, json_t *args, int timeout_ms,
 	if (ret)
 		*ret = json_incref(json_object_get(q->reply, "return"));
 	return 0;
+}
+
+int qmp_command(struct qmp *q, const char *cmd, json_t *args, int timeout_ms,
+		json_t **ret, char *err, size_t errlen)
+{
+	return command(q, cmd, args, -1, timeout_ms, ret, err, errlen);
+}
+
+int qmp_getfd(struct qmp *q, const char *name, int fd, char *err, size_t errlen)
+{
+	return command(q, "getfd", json_pack("{s:s}", "fdname", name), fd, 2000, NULL, err, errlen);
 }
 
 int qmp_open_fd(int fd, int timeout_ms, struct qmp **out, char *err, size_t errlen)

@@ -28,6 +28,10 @@ int qmp_fd(const struct qmp *q);
 int qmp_command(struct qmp *q, const char *cmd, json_t *args, int timeout_ms,
 		json_t **ret, char *err, size_t errlen);
 
+/* Hands QEMU a copy of fd under name (QMP's getfd, the descriptor sent
+ * with the command over the Unix socket); a later "fd:name" takes it. */
+int qmp_getfd(struct qmp *q, const char *name, int fd, char *err, size_t errlen);
+
 /* Reads what the socket holds without blocking and records events: 0, or
  * -EPIPE once QEMU has closed the connection (it exited). */
 int qmp_poll_events(struct qmp *q);
