@@ -37,7 +37,7 @@ TEMPLATES := base python node
 COMMON_SRCS := $(wildcard src/common/*.c)
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
-RUNNER_SRCS := $(wildcard src/runner/*.c)
+RUNNER_SRCS := $(wildcard src/runner/*.c src/jail/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
 STORE_SRCS := $(wildcard src/daemon/store/*.c)

@@ -47,7 +47,12 @@ static __attribute__((noreturn)) void child(const struct spawn_opts *o, int errf
 		if (ns < 0 || setns(ns, CLONE_NEWNET) < 0)
 			goto fail;
 	}
-	execvp(o->argv[0], o->argv);
+	if (o->pre_exec && (errno = -o->pre_exec(o->pre_exec_arg)) != 0)
+		goto fail;
+	if (o->envp)
+		execvpe(o->argv[0], o->argv, o->envp);
+	else
+		execvp(o->argv[0], o->argv);
 fail:;
 	int e = errno;
 	if (write(errfd, &e, sizeof(e)) < 0)

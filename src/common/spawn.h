@@ -16,6 +16,12 @@ struct spawn_opts {
 	const char *cwd;    /* NULL: ours */
 	const char *netns;  /* a network namespace to run in (its /run/netns
 			     * path), or NULL: ours */
+	char *const *envp;  /* the child's environment, or NULL: ours */
+	/* Run in the child last before the exec (after netns): 0, or -errno
+	 * to fail the spawn with. It may make system calls only, the
+	 * parent's threads having left their locks as they were. */
+	int (*pre_exec)(const void *arg);
+	const void *pre_exec_arg;
 };
 
 /* Starts argv: 0 with *pid once the exec happened, or -errno (the exec's

@@ -67,6 +67,13 @@ static const char usage[] =
 	"  --url-domain NAME[:PORT]  a wildcard domain (*.NAME) pointed at --url-listen:\n"
 	"                         URLs are http://<port>-<id>.NAME[:PORT]/ (default: none,\n"
 	"                         URLs are http://<url-listen>/<id>/<port>/)\n"
+	"  --jail on|off          each QEMU with a uid, a mount namespace and a cgroup of its\n"
+	"                         own, no capabilities (default on when run as root)\n"
+	"  --jail-ids FIRST:COUNT ids the jails take: FIRST is the group they share, each\n"
+	"                         QEMU one of the others as uid and gid (default\n"
+	"                         1900000000:65536)\n"
+	"  --cgroups on|off       each QEMU in a cgroup limiting its memory, processes and\n"
+	"                         CPU time, on cgroup v1 or v2 (default on with --jail)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --help                 this text\n"
 	"Logs go to stderr, one JSON object per line unless stderr is a terminal.\n"
@@ -98,6 +105,9 @@ static const struct option longopts[] = {
 	{ "egress-trust", required_argument, 0, 'E' },
 	{ "url-listen", required_argument, 0, 'U' },
 	{ "url-domain", required_argument, 0, 'W' },
+	{ "jail", required_argument, 0, 'J' },
+	{ "jail-ids", required_argument, 0, 'I' },
+	{ "cgroups", required_argument, 0, 'K' },
 	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
 };
@@ -155,6 +165,16 @@ static int set_price(const char *name, const char *v, double *out)
 	return 0;
 }
 
+static int set_on_off(const char *name, const char *v, int *out)
+{
+	if (strcmp(v, "on") && strcmp(v, "off")) {
+		fprintf(stderr, "cpuosd: --%s must be on or off\n", name);
+		return -1;
+	}
+	*out = !strcmp(v, "on");
+	return 0;
+}
+
 /* Applies one option by its short letter: 0, or -1 after saying why. */
 static int apply(struct config *o, int c, const char *v)
 {
@@ -179,28 +199,32 @@ static int apply(struct config *o, int c, const char *v)
 	case 'M': return set_bounded("price-memory-gib", v, 1, 1 << 20, &o->price_memory_gib);
 	case 'G': return set_price("price-storage-gib-month", v, &o->price_storage_gib_month);
 	case 'R': return set_number("paused-retention", v, 1, &o->paused_retention_s);
-	case 'T':
-		if (strcmp(v, "on") && strcmp(v, "off")) {
-			fprintf(stderr, "cpuosd: --template-snapshots must be on or off\n");
-			return -1;
-		}
-		o->template_snapshots = !strcmp(v, "on");
-		return 0;
+	case 'T': return set_on_off("template-snapshots", v, &o->template_snapshots);
 	case 'Y': return set_bounded("pool-python", v, 0, 64, &o->pool_python);
 	case 'O': return set_bounded("pool-other", v, 0, 64, &o->pool_other);
 	case 'X': return set_number("pool-max-mb", v, 0, &o->pool_max_mb);
-	case 'N':
-		if (strcmp(v, "on") && strcmp(v, "off")) {
-			fprintf(stderr, "cpuosd: --net must be on or off\n");
-			return -1;
-		}
-		o->net = !strcmp(v, "on");
-		return 0;
+	case 'N': return set_on_off("net", v, &o->net);
 	case 'r': return set_text("net-range", v, o->net_range, sizeof(o->net_range));
 	case 'u': return set_text("dns-upstream", v, o->dns_upstream, sizeof(o->dns_upstream));
 	case 'E': return set_text("egress-trust", v, o->egress_trust, sizeof(o->egress_trust));
 	case 'U': return set_text("url-listen", v, o->url_listen, sizeof(o->url_listen));
 	case 'W': return set_text("url-domain", v, o->url_domain, sizeof(o->url_domain));
+	case 'J': return set_on_off("jail", v, &o->jail);
+	case 'K': return set_on_off("cgroups", v, &o->cgroups);
+	case 'I': {
+		char first[24], count[24], extra;
+		long long f, n;
+		if (sscanf(v, "%23[0-9]:%23[0-9]%c", first, count, &extra) != 2 ||
+		    set_bounded("jail-ids", first, 1, 4000000000LL, &f) < 0 ||
+		    set_bounded("jail-ids", count, 2, 1 << 24, &n) < 0 || f + n > 4294967294LL) {
+			fprintf(stderr, "cpuosd: invalid --jail-ids '%s' (FIRST:COUNT, 2 ids or more "
+					"below 4294967294)\n", v);
+			return -1;
+		}
+		o->jail_first = f;
+		o->jail_count = n;
+		return 0;
+	}
 	case 'D':
 		/* The two plain modes may be named; anything else is JSON,
 		 * checked when the daemon starts. */
@@ -284,6 +308,9 @@ static void defaults(struct config *o)
 	o->pool_other = 0;
 	o->pool_max_mb = 4096;
 	o->net = 1;
+	o->jail = o->cgroups = geteuid() == 0;
+	o->jail_first = 1900000000;
+	o->jail_count = 65536;
 	snprintf(o->net_range, sizeof(o->net_range), "10.201.0.0/16");
 	snprintf(o->url_listen, sizeof(o->url_listen), "127.0.0.1:7071");
 	snprintf(o->net_default, sizeof(o->net_default), "{\"mode\":\"allow-all\"}");

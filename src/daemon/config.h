@@ -28,6 +28,10 @@ struct config {
 	/* port URLs: where they are served ("none": nowhere), the wildcard
 	 * domain they are under ("": path URLs) */
 	char url_listen[128], url_domain[256];
+	/* QEMU's jail: on or off (default: on when root), its ids
+	 * (FIRST:COUNT) and whether it gets cgroups */
+	int jail, cgroups;
+	long long jail_first, jail_count;
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

@@ -14,6 +14,8 @@
 #include "daemon/ports/ports.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
+#include "jail/cgroup.h"
+#include "jail/jail.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -32,6 +34,39 @@ static int port_dial(void *arg, const char *id, const char *token, unsigned port
 		     char *err, size_t errlen)
 {
 	return sbx_port_dial(arg, id, token, port, fd, err, errlen);
+}
+
+/* QEMU's jail: ids, a root directory in the state, cgroups when asked. */
+static int open_jail(const struct config *o, struct cgroups **cg, struct jail **jail)
+{
+	char err[512], root[PATH_MAX + 8], what[256];
+	if (geteuid() != 0) {
+		log_error("--jail on needs root (or run with --jail off)");
+		return -EPERM;
+	}
+	if (o->cgroups && cgroup_open("/sys/fs/cgroup", "/proc/self/cgroup", cg, err,
+				      sizeof(err)) < 0) {
+		log_error("cgroups: %s (or run with --cgroups off)", err);
+		return -EIO;
+	}
+	snprintf(root, sizeof(root), "%s/jail", o->state_dir);
+	struct jail_config jc = { .first_id = (unsigned)o->jail_first,
+				  .count = (unsigned)o->jail_count, .root_dir = root, .cg = *cg };
+	if (jail_new(&jc, jail, err, sizeof(err)) < 0) {
+		log_error("jail: %s", err);
+		cgroup_close(*cg);
+		*cg = NULL;
+		return -EIO;
+	}
+	jail_describe(*jail, what, sizeof(what));
+	log_info("QEMU jailed: %s", what);
+	return 0;
+}
+
+static void close_jail(struct jail *jail, struct cgroups *cg)
+{
+	jail_free(jail);
+	cgroup_close(cg);
 }
 
 int main(int argc, char **argv)
@@ -98,6 +133,13 @@ int main(int argc, char **argv)
 		store_close(store);
 		return 1;
 	}
+	struct cgroups *cg = NULL;
+	struct jail *jail = NULL;
+	if (o.jail && open_jail(&o, &cg, &jail) < 0) {
+		net_close(net);
+		store_close(store);
+		return 1;
+	}
 	struct sbx_config sc = {
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
 		.qemu = o.qemu[0] ? o.qemu : NULL, .accel = accel,
@@ -106,11 +148,12 @@ int main(int argc, char **argv)
 		.template_snapshots = o.template_snapshots,
 		.pool_python = (unsigned)o.pool_python, .pool_other = (unsigned)o.pool_other,
 		.pool_max_mb = (unsigned long long)o.pool_max_mb,
-		.net = net, .net_default = o.net_default,
+		.net = net, .net_default = o.net_default, .jail = jail,
 	};
 	struct sbx_mgr *mgr;
 	if (sbx_mgr_new(&sc, store, &mgr) < 0) {
 		log_error("cannot start the sandbox manager");
+		close_jail(jail, cg);
 		net_close(net);
 		store_close(store);
 		return 1;
@@ -124,6 +167,7 @@ int main(int argc, char **argv)
 	if (strcmp(o.url_listen, "none") && ports_open(&pc, &ports, err, sizeof(err)) < 0) {
 		log_error("%s (or run with --url-listen none)", err);
 		sbx_mgr_free(mgr);
+		close_jail(jail, cg);
 		net_close(net);
 		store_close(store);
 		return 1;
@@ -154,6 +198,7 @@ int main(int argc, char **argv)
 		log_error("%s", err);
 		ports_close(ports);
 		sbx_mgr_free(mgr);
+		close_jail(jail, cg);
 		net_close(net);
 		store_close(store);
 		return 1;
@@ -172,6 +217,7 @@ int main(int argc, char **argv)
 	http_stop(http);
 	ports_close(ports); /* after the API, whose answers name port URLs */
 	sbx_mgr_free(mgr);
+	close_jail(jail, cg);
 	net_close(net);
 	store_close(store);
 	return 0;

@@ -58,12 +58,19 @@ int disk_run(char *const argv[], char *err, size_t errlen)
 	return -EIO;
 }
 
+int disk_base_path(const char *cache_dir, unsigned size_mb, char *out, size_t len)
+{
+	return snprintf(out, len, "%s/scratch/ext4-%um.raw", cache_dir, size_mb) >= (int)len
+		       ? -ENAMETOOLONG
+		       : 0;
+}
+
 static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size_t baselen,
 		       char *err, size_t errlen)
 {
 	char dir[4096], tmp[4200], size[32];
 	snprintf(dir, sizeof(dir), "%s/scratch", cache_dir);
-	if (snprintf(base, baselen, "%s/ext4-%um.raw", dir, size_mb) >= (int)baselen)
+	if (disk_base_path(cache_dir, size_mb, base, baselen) < 0)
 		return -ENAMETOOLONG;
 	if (access(base, R_OK) == 0)
 		return 0;

@@ -17,6 +17,9 @@
 int disk_scratch_create(const char *cache_dir, unsigned size_mb, const char *path,
 			char *err, size_t errlen);
 
+/* The cached base a layer of size_mb is backed by: QEMU opens it too. */
+int disk_base_path(const char *cache_dir, unsigned size_mb, char *out, size_t len);
+
 /* Runs argv to completion with stdout and stderr in a pipe; 0 when it exits
  * 0, else -EIO with its last line of output (or the exec error) in err. */
 int disk_run(char *const argv[], char *err, size_t errlen);

@@ -180,6 +180,12 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	add(&b, "%u", c->vcpus);
 	add(&b, "-m");
 	add(&b, "%u", c->memory_mb);
+	/* QEMU's own seccomp filter, before any guest code runs: no
+	 * obsolete calls, no set*id, no fork or exec (migrations go
+	 * through a descriptor, not a shell), no scheduler or priority
+	 * changes. */
+	add(&b, "-sandbox");
+	add(&b, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
 	add(&b, "-nodefaults");
 	add(&b, "-no-user-config");
 	add(&b, "-display");

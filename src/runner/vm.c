@@ -19,6 +19,7 @@
 #include "runner/snap.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "jail/jail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -131,7 +132,51 @@ static void notice_cb(void *arg, const struct proto_frame *f)
 		vm->notice = (int)kind;
 }
 
-static int spawn_qemu(struct vm *vm, char **argv, const char *netns, char *err, size_t errlen)
+/* A cgroup leaf per run directory: its name, and a hash of the whole
+ * path so two daemons' VMs of one name do not share a leaf. */
+static void cgroup_name(const char *run_dir, char *out, size_t len)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (const char *p = run_dir; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	const char *base = strrchr(run_dir, '/');
+	snprintf(out, len, "%.80s-%08x", base ? base + 1 : run_dir, h);
+}
+
+/* What QEMU's jail lets it see: the guest's kernel, initramfs and image
+ * and the layer's base read-only, the run directory, and the snapshot's
+ * RAM file a restore maps. */
+static int jail_plan(struct vm *vm, const struct vm_config *cfg, const struct qemu_config *qc,
+		     unsigned disk_mb, struct jail_plan **plan, char *err, size_t errlen)
+{
+	char base[4096];
+	int r = disk_base_path(cfg->cache_dir, disk_mb, base, sizeof(base));
+	if (r < 0)
+		return r;
+	cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
+	struct jail_spec s = {
+		.name = vm->cgroup,
+		.vcpus = qc->vcpus,
+		.memory_mb = qc->memory_mb,
+		.kvm = qc->accel == QEMU_ACCEL_KVM,
+		.run_dir = vm->run_dir,
+		.ro = { cfg->kernel, cfg->initrd, cfg->template, base },
+		.tap = qc->tap,
+	};
+	/* A QEMU of the caller's own (tests, --qemu) outside /usr. */
+	if (strchr(qc->binary, '/') && strncmp(qc->binary, "/usr/", 5))
+		s.ro[4] = qc->binary;
+	if (strncmp(qc->mem_path, vm->run_dir, strlen(vm->run_dir)))
+		s.rw[0] = qc->mem_path;
+	if ((r = jail_prepare(cfg->jail, &s, plan, err, errlen)) < 0)
+		return r;
+	vm->jail = cfg->jail;
+	vm->jail_uid = jail_plan_uid(*plan);
+	return 0;
+}
+
+static int spawn_qemu(struct vm *vm, char **argv, const char *netns,
+		      const struct jail_plan *plan, char *err, size_t errlen)
 {
 	char log[300];
 	snprintf(log, sizeof(log), "%s/qemu.log", vm->run_dir);
@@ -141,13 +186,21 @@ static int spawn_qemu(struct vm *vm, char **argv, const char *netns, char *err, 
 		return -errno;
 	}
 	/* Own session: a Ctrl-C meant for the CLI or a daemon restart does
-	 * not reach QEMU. */
+	 * not reach QEMU. No environment: nothing of the daemon's (its
+	 * configuration, a key in a variable) is QEMU's business, and QEMU
+	 * faces the guest. */
+	static char *const no_env[] = { NULL };
 	struct spawn_opts o = { .argv = argv, .fd = { -1, logfd, logfd }, .new_session = 1,
-				.netns = netns };
+				.netns = netns, .envp = no_env, .pre_exec = plan ? jail_enter : NULL,
+				.pre_exec_arg = plan };
 	int r = spawn(&o, &vm->pid);
 	close(logfd);
-	if (r < 0)
-		snprintf(err, errlen, "cannot run '%s': %s", argv[0], strerror(-r));
+	if (r < 0) {
+		char last[200];
+		qemu_log_last_line(vm, last, sizeof(last)); /* the jail's step, if it failed */
+		snprintf(err, errlen, "cannot run '%s': %s%s%s", argv[0], strerror(-r),
+			 last[0] ? ": " : "", last);
+	}
 	return r;
 }
 
@@ -284,8 +337,13 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		unlink(path);
 	}
 
+	struct jail_plan *plan = NULL;
+	if (cfg->jail && (r = jail_plan(vm, cfg, &qc, cfg->restore ? m.env.disk_mb : vm->env.disk_mb,
+					&plan, err, errlen)) < 0)
+		goto fail;
 	double t0 = clock_ms_f();
-	r = spawn_qemu(vm, argv, cfg->netns, err, errlen);
+	r = spawn_qemu(vm, argv, cfg->netns, plan, err, errlen);
+	jail_plan_free(plan);
 	if (r < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
@@ -452,7 +510,28 @@ void vm_drop_agent(struct vm *vm)
 	vm->reconnect_at = INT64_MAX;
 }
 
-int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t errlen)
+/* The real uid of a running process, from its status. */
+static int proc_uid(pid_t pid, uid_t *uid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	int r = -ENOENT;
+	while (r < 0 && fgets(line, sizeof(line), f)) {
+		unsigned u;
+		if (sscanf(line, "Uid: %u", &u) == 1) {
+			*uid = u;
+			r = 0;
+		}
+	}
+	fclose(f);
+	return r;
+}
+
+int vm_attach(const char *run_dir, pid_t pid, struct jail *jail, struct vm **out, char *err,
+	      size_t errlen)
 {
 	if (pid <= 0 || kill(pid, 0) < 0) {
 		snprintf(err, errlen, "qemu (pid %d) is gone", (int)pid);
@@ -480,6 +559,12 @@ int vm_attach(const char *run_dir, pid_t pid, struct vm **out, char *err, size_t
 		goto fail;
 	agentc_on_notice(vm->agent, notice_cb, vm);
 	vm->state = VM_RUNNING;
+	/* Its id stays taken while it runs (a QEMU of an unjailed daemon
+	 * runs as root: nothing to hold). */
+	if (jail && proc_uid(pid, &vm->jail_uid) == 0 && jail_hold(jail, vm->jail_uid) == 0) {
+		vm->jail = jail;
+		cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
+	}
 	*out = vm;
 	return 0;
 fail:
@@ -556,6 +641,9 @@ void vm_free(struct vm *vm, int keep)
 		kill(vm->pid, SIGKILL);
 		vm__reap(vm, 5000);
 	}
+	/* Its id goes to another QEMU only once this one is gone. */
+	if (vm->jail && vm->pid <= 0)
+		jail_release(vm->jail, vm->jail_uid, vm->cgroup);
 	agentc_close(vm->agent);
 	qmp_close(vm->qmp);
 	console_close(&vm->con);

@@ -31,6 +31,9 @@ struct vm {
 	struct snap_env env; /* what a snapshot of it depends on */
 	char reason[256];
 	struct vm_timings t;
+	struct jail *jail;   /* where its QEMU is jailed, or NULL */
+	uid_t jail_uid;      /* its id there, held until QEMU is gone */
+	char cgroup[128];    /* its cgroup leaf */
 };
 
 

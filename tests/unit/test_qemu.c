@@ -65,6 +65,7 @@ static void test_tcg_cmdline(void)
 	CHECK(has_value(argv, "-blockdev", "driver=qcow2"));
 	CHECK(has_value(argv, "-device", "serial=root"));
 	CHECK(has_value(argv, "-device", "serial=scratch"));
+	CHECK(has_value(argv, "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,"));
 	int nodefaults = 0, noreboot = 0;
 	for (char **p = argv; *p; p++) {
 		nodefaults += !strcmp(*p, "-nodefaults");

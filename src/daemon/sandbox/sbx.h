@@ -33,6 +33,7 @@ struct sbx_config {
 	unsigned long long pool_max_mb; /* memory the pools may hold in all */
 	struct net *net;       /* networks (net.h); NULL: no VM gets a NIC */
 	const char *net_default; /* the policy of a sandbox that names none (JSON) */
+	struct jail *jail;     /* where QEMUs are jailed (jail.h); NULL: not */
 };
 
 struct sbx_params {

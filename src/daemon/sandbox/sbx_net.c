@@ -103,6 +103,7 @@ int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json
 		net_ns_path(m->cfg.net, *slot, ns, sizeof(ns));
 		vc->netns = ns;
 	}
+	vc->jail = m->cfg.jail;
 	int r = vm_start(vc, vm, err, errlen);
 	vc->netns = NULL; /* ns goes with this frame */
 	if (r == 0 && m->cfg.net && !vc->restore && (r = trust_ca(m, *vm)) < 0) {

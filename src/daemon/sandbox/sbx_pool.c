@@ -419,7 +419,7 @@ static void pause_again(struct sbx_mgr *m, const char *id, int pid)
 	char run[600], err[256];
 	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
 	struct vm *vm;
-	int r = vm_attach(run, pid, &vm, err, sizeof(err));
+	int r = vm_attach(run, pid, m->cfg.jail, &vm, err, sizeof(err));
 	if (r == 0) {
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);

@@ -1,0 +1,73 @@
+/*
+ * jail: what confines one QEMU, after Firecracker's jailer. The runner
+ * makes a plan before the spawn (every path, id and cgroup file worked out
+ * and allocated there) and the spawned child carries it out between fork
+ * and exec with system calls only: it joins its cgroup, hands the TAP to
+ * its uid, enters a mount namespace whose root holds only the VM's files,
+ * and drops to a uid and gid of its own with no capabilities left.
+ */
+#ifndef CPUOS_JAIL_H
+#define CPUOS_JAIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct cgroups;
+
+struct jail_config {
+	/* ids: first is the group every jail shares for what several VMs
+	 * map (a snapshot's RAM file); first+1 .. first+count-1 go one to
+	 * each QEMU, as its uid and its gid. */
+	unsigned first_id, count;
+	const char *root_dir;    /* an empty directory: each jail's root is
+				  * a tmpfs mounted on it in the jail's own
+				  * mount namespace */
+	struct cgroups *cg;      /* NULL: no cgroups (still borrowed, not owned) */
+};
+
+struct jail;
+
+int jail_new(const struct jail_config *c, struct jail **out, char *err, size_t errlen);
+void jail_free(struct jail *j);
+/* "ids 1900000001-1900065535, cgroups v1: memory pids cpu blkio". */
+void jail_describe(const struct jail *j, char *out, size_t len);
+
+#define JAIL_MAX_PATHS 12
+
+/* One QEMU. */
+struct jail_spec {
+	const char *name;     /* its cgroup leaf: one path component */
+	unsigned vcpus, memory_mb;
+	int kvm;              /* it opens /dev/kvm */
+	const char *run_dir;  /* read-write, and made its own */
+	/* Files or directories it reads (kernel, initramfs, image, layer
+	 * bases, a QEMU outside /usr) and files it writes (a snapshot's RAM
+	 * file, which QEMU 7.2 opens for writing even to map it private). */
+	const char *ro[JAIL_MAX_PATHS];
+	const char *rw[JAIL_MAX_PATHS];
+	const char *tap;      /* a TAP in the network namespace it runs in,
+			       * opened by QEMU by name: given to its uid */
+};
+
+struct jail_plan;
+
+/* Takes a free id, makes the cgroup and the plan; the run directory and
+ * what is in it become the id's. 0 or -errno with a reason in err (-EAGAIN:
+ * every id is in use). */
+int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **out, char *err,
+		 size_t errlen);
+/* In the child between fork and exec: 0 or -errno, with one line on
+ * stderr saying which step failed. Only system calls. */
+int jail_enter(const void *plan);
+uid_t jail_plan_uid(const struct jail_plan *p);
+/* Frees the plan; the id and cgroup stay held until jail_release. */
+void jail_plan_free(struct jail_plan *p);
+
+/* After its QEMU has exited: the id is free again and the cgroup gone. */
+void jail_release(struct jail *j, uid_t uid, const char *name);
+/* A QEMU found running (a daemon restarted) holds uid: 0, or -ERANGE when
+ * uid is not one of the range's. */
+int jail_hold(struct jail *j, uid_t uid);
+struct cgroups *jail_cgroups(struct jail *j);
+
+#endif
