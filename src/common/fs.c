@@ -42,13 +42,32 @@ int fs_mkdir_p(const char *path, mode_t mode, uid_t uid, gid_t gid)
 	}
 }
 
+int fs_open_file(const char *path, int flags, mode_t mode)
+{
+	/* O_NONBLOCK: a FIFO opens at once (or fails: ENXIO), to be seen
+	 * for what it is; a regular file ignores it, and loses it after. */
+	int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int r = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : 0;
+	int fl = r == 0 ? fcntl(fd, F_GETFL) : 0;
+	if (r == 0 && !(flags & O_NONBLOCK) && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
+		r = -errno;
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
 int fs_last_line(const char *path, char *out, size_t len)
 {
 	char buf[4096];
 	out[0] = '\0';
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = fs_open_file(path, O_RDONLY, 0);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	off_t end = lseek(fd, 0, SEEK_END);
 	off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
 	ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);

@@ -11,9 +11,16 @@
  * 0, -ENOTDIR when a component is not a directory, -ENAMETOOLONG, -errno. */
 int fs_mkdir_p(const char *path, mode_t mode, uid_t uid, gid_t gid);
 
+/* Opens a regular file at path (flags as open's, O_CLOEXEC added): a
+ * symlink is not followed (-ELOOP) and anything else that is not a regular
+ * file, a FIFO above all, is refused (-EINVAL) without blocking on it. For
+ * files in directories that a jailed QEMU may write. A descriptor or -errno. */
+int fs_open_file(const char *path, int flags, mode_t mode);
+
 /* The last non-empty line of the file at path (a log's last word: why a
  * program refused to start or died), read from its last 4 KiB into out:
- * 0, or -errno (-ENODATA when the file holds no line) with out empty. */
+ * 0, or -errno (-ENODATA when the file holds no line, -ELOOP for a
+ * symlink, which is not followed) with out empty. */
 int fs_last_line(const char *path, char *out, size_t len);
 
 #endif

@@ -5,9 +5,10 @@
 #ifndef CPUOS_UNIXSOCK_H
 #define CPUOS_UNIXSOCK_H
 
-/* Connects to path, retrying every 5 ms while it is missing or refuses, for
- * up to timeout_ms. Returns a blocking, close-on-exec descriptor, or -errno
- * (-ENAMETOOLONG for a path that cannot be a socket address). */
+/* Connects to the socket at path, retrying every 5 ms while it is missing
+ * or refuses, for up to timeout_ms. Returns a blocking, close-on-exec
+ * descriptor, or -errno (-ENOTSOCK for anything else at path, a symlink
+ * included: it is not followed). */
 int unix_connect(const char *path, int timeout_ms);
 
 #endif

@@ -51,7 +51,8 @@ static int open_jail(const struct config *o, struct cgroups **cg, struct jail **
 	}
 	snprintf(root, sizeof(root), "%s/jail", o->state_dir);
 	struct jail_config jc = { .first_id = (unsigned)o->jail_first,
-				  .count = (unsigned)o->jail_count, .root_dir = root, .cg = *cg };
+				  .count = (unsigned)o->jail_count, .root_dir = root,
+				  .lock_dir = "/run/cpuos/jail-ids", .cg = *cg };
 	if (jail_new(&jc, jail, err, sizeof(err)) < 0) {
 		log_error("jail: %s", err);
 		cgroup_close(*cg);

@@ -5,12 +5,14 @@
  */
 #include "jail/cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* v1 names the I/O controller blkio. */
@@ -19,14 +21,15 @@ static const char *const v2_name[CG_NCTL] = { "memory", "pids", "cpu", "io" };
 
 struct cgroups {
 	enum cgroup_layout layout;
-	char dir[CG_NCTL][256]; /* each controller's "cpuos" group; "" if absent */
+	char dir[CG_NCTL][512]; /* each controller's "cpuos" group; "" if absent */
 	char desc[96];
 };
 
 static int write_file(const char *dir, const char *file, const char *value)
 {
-	char path[600];
-	snprintf(path, sizeof(path), "%.400s/%.100s", dir, file);
+	char path[800];
+	if (snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
 	int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC); /* as a shell's > does */
 	if (fd < 0)
 		return -errno;
@@ -39,8 +42,9 @@ static int write_file(const char *dir, const char *file, const char *value)
 
 static int has_file(const char *dir, const char *file)
 {
-	char path[600];
-	snprintf(path, sizeof(path), "%.400s/%.100s", dir, file);
+	char path[800];
+	if (snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
+		return 0;
 	return access(path, F_OK) == 0;
 }
 
@@ -112,15 +116,15 @@ static int open_v2(struct cgroups *cg, const char *root, const char *self, char 
 		snprintf(err, errlen, "cannot find this process's cgroup in '%s'", self);
 		return r < 0 ? r : -ENOENT;
 	}
-	char base[256], top[256];
-	if (strlen(root) + strlen(own[0]) + 16 > sizeof(base)) {
+	char base[480], top[512];
+	if (snprintf(base, sizeof(base), "%s%s", root, strcmp(own[0], "/") ? own[0] : "") >=
+	    (int)sizeof(base)) {
 		snprintf(err, errlen, "cgroup path too long: '%s%s'", root, own[0]);
 		return -ENAMETOOLONG;
 	}
-	snprintf(base, sizeof(base), "%.100s%.140s", root, strcmp(own[0], "/") ? own[0] : "");
 	int have[CG_NCTL] = { 1, 1, 1, 1 };
 	if (v2_enable(base, have) == -EBUSY) {
-		char leaf[272];
+		char leaf[512];
 		snprintf(leaf, sizeof(leaf), "%s/cpuosd", base);
 		char pid[24];
 		snprintf(pid, sizeof(pid), "%d", (int)getpid());
@@ -131,7 +135,7 @@ static int open_v2(struct cgroups *cg, const char *root, const char *self, char 
 			return r;
 		}
 	}
-	snprintf(top, sizeof(top), "%.240s/cpuos", base);
+	snprintf(top, sizeof(top), "%s/cpuos", base);
 	if ((r = mkdir_ok(top)) < 0) {
 		snprintf(err, errlen, "cannot create cgroup '%s': %s", top, strerror(-r));
 		return r;
@@ -158,17 +162,17 @@ static int open_v1(struct cgroups *cg, const char *root, const char *self, char 
 			continue;
 		/* Mounted under its own name, or under the list ("cpu,cpuacct")
 		 * with the name a symlink to it. */
-		char mnt[200], top[256];
+		char mnt[200], top[512];
 		snprintf(mnt, sizeof(mnt), "%.100s/%.60s", root, v1_name[i]);
 		if (access(mnt, F_OK) < 0)
 			snprintf(mnt, sizeof(mnt), "%.100s/%.60s", root, mount[i]);
 		if (access(mnt, F_OK) < 0)
 			continue;
-		if (strlen(mnt) + strlen(own[i]) + 8 > sizeof(top)) {
+		if (snprintf(top, sizeof(top), "%s%s/cpuos", mnt, strcmp(own[i], "/") ? own[i] : "") >=
+		    (int)sizeof(top)) {
 			snprintf(err, errlen, "cgroup path too long: '%s%s'", mnt, own[i]);
 			return -ENAMETOOLONG;
 		}
-		snprintf(top, sizeof(top), "%.150s%.90s/cpuos", mnt, strcmp(own[i], "/") ? own[i] : "");
 		if ((r = mkdir_ok(top)) < 0) {
 			snprintf(err, errlen, "cannot create cgroup '%s': %s", top, strerror(-r));
 			return r;
@@ -176,6 +180,35 @@ static int open_v1(struct cgroups *cg, const char *root, const char *self, char 
 		snprintf(cg->dir[i], sizeof(cg->dir[i]), "%s", top);
 	}
 	return 0;
+}
+
+/* Each hierarchy once: v2 has one directory for all controllers. */
+static int first_of_dir(const struct cgroups *cg, int ctl)
+{
+	for (int j = 0; j < ctl; j++)
+		if (!strcmp(cg->dir[j], cg->dir[ctl]))
+			return 0;
+	return cg->dir[ctl][0] != '\0';
+}
+
+/* Leaves of VMs that ended while no daemon watched (a crash, a kill at a
+ * restart) are empty: removed. A leaf in use refuses (EBUSY); one younger
+ * than a minute may be another daemon's VM just starting, and stays. */
+static void sweep(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	time_t now = time(NULL);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, 0) < 0 ||
+		    !S_ISDIR(st.st_mode) || now - st.st_mtime < 60)
+			continue;
+		unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+	}
+	closedir(d);
 }
 
 int cgroup_open(const char *root, const char *self, struct cgroups **out, char *err,
@@ -206,6 +239,9 @@ int cgroup_open(const char *root, const char *self, struct cgroups **out, char *
 		free(cg);
 		return r;
 	}
+	for (int i = 0; i < CG_NCTL; i++)
+		if (first_of_dir(cg, i))
+			sweep(cg->dir[i]);
 	*out = cg;
 	return 0;
 }
@@ -229,22 +265,13 @@ static int leaf_path(const struct cgroups *cg, int ctl, const char *name, char *
 {
 	if (!cg->dir[ctl][0])
 		return -ENOENT;
-	snprintf(out, len, "%.255s/%.100s", cg->dir[ctl], name);
-	return 0;
+	return snprintf(out, len, "%s/%s", cg->dir[ctl], name) >= (int)len ? -ENAMETOOLONG : 0;
 }
 
-/* Each hierarchy once: v2 has one directory for all controllers. */
-static int first_of_dir(const struct cgroups *cg, int ctl)
-{
-	for (int j = 0; j < ctl; j++)
-		if (!strcmp(cg->dir[j], cg->dir[ctl]))
-			return 0;
-	return cg->dir[ctl][0] != '\0';
-}
 
 static int set_limits(const struct cgroups *cg, const char *name, const struct cgroup_limits *l)
 {
-	char d[400], v[64];
+	char d[640], v[64];
 	int v2 = cg->layout == CGROUP_V2, r = 0;
 	if (leaf_path(cg, CG_MEMORY, name, d, sizeof(d)) == 0) {
 		if (l->memory_bytes)
@@ -253,6 +280,10 @@ static int set_limits(const struct cgroups *cg, const char *name, const struct c
 			snprintf(v, sizeof(v), v2 ? "max" : "-1");
 		if (v2) {
 			r = write_file(d, "memory.max", v);
+			/* v1's memsw bounds RAM and swap together; v2 counts
+			 * swap apart: none, so the limit is the bound. */
+			if (r == 0 && has_file(d, "memory.swap.max"))
+				r = write_file(d, "memory.swap.max", l->memory_bytes ? "0" : "max");
 		} else {
 			/* memsw (RAM plus swap) may never be below the RAM
 			 * limit: opened first, closed to the same value last. */
@@ -301,8 +332,10 @@ static int set_limits(const struct cgroups *cg, const char *name, const struct c
 			if (has_file(d, "io.weight"))
 				r = write_file(d, "io.weight", v);
 		} else {
-			unsigned w = l->io_weight / 10;
-			snprintf(v, sizeof(v), "%u", w < 10 ? 10 : w > 1000 ? 1000 : w);
+			/* v2 counts 1..10000 around 100, v1 10..1000 around
+			 * 500 (systemd maps them so too) */
+			unsigned long long w = (unsigned long long)l->io_weight * 5;
+			snprintf(v, sizeof(v), "%llu", w < 10 ? 10 : w > 1000 ? 1000 : w);
 			if (has_file(d, "blkio.weight"))
 				r = write_file(d, "blkio.weight", v);
 			else if (has_file(d, "blkio.bfq.weight"))
@@ -326,7 +359,7 @@ int cgroup_create(struct cgroups *cg, const char *name, const struct cgroup_limi
 		return -EINVAL;
 	}
 	memset(join, 0, sizeof(*join));
-	char d[400];
+	char d[640];
 	int r = 0;
 	for (int i = 0; i < CG_NCTL; i++) {
 		if (!first_of_dir(cg, i))
@@ -336,7 +369,12 @@ int cgroup_create(struct cgroups *cg, const char *name, const struct cgroup_limi
 			snprintf(err, errlen, "cannot create cgroup '%s': %s", d, strerror(-r));
 			goto fail;
 		}
-		snprintf(join->procs[join->n++], sizeof(join->procs[0]), "%.400s/cgroup.procs", d);
+		if (snprintf(join->procs[join->n++], sizeof(join->procs[0]), "%s/cgroup.procs", d) >=
+		    (int)sizeof(join->procs[0])) {
+			r = -ENAMETOOLONG;
+			snprintf(err, errlen, "cgroup path too long: '%s'", d);
+			goto fail;
+		}
 	}
 	if ((r = set_limits(cg, name, l)) < 0) {
 		snprintf(err, errlen, "cannot set the limits of cgroup '%s': %s", name, strerror(-r));
@@ -352,7 +390,7 @@ int cgroup_remove(struct cgroups *cg, const char *name)
 {
 	if (!valid_name(name))
 		return -EINVAL;
-	char d[400];
+	char d[640];
 	int r = 0;
 	for (int i = 0; i < CG_NCTL; i++) {
 		if (!first_of_dir(cg, i))
@@ -366,8 +404,9 @@ int cgroup_remove(struct cgroups *cg, const char *name)
 
 static int read_ull(const char *dir, const char *file, unsigned long long *v)
 {
-	char path[600], buf[64];
-	snprintf(path, sizeof(path), "%.400s/%.100s", dir, file);
+	char path[800], buf[64];
+	if (snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -385,7 +424,7 @@ static int read_ull(const char *dir, const char *file, unsigned long long *v)
 int cgroup_memory(struct cgroups *cg, const char *name, unsigned long long *now,
 		  unsigned long long *peak)
 {
-	char d[400];
+	char d[640];
 	if (!valid_name(name) || leaf_path(cg, CG_MEMORY, name, d, sizeof(d)) < 0)
 		return -ENOENT;
 	int v2 = cg->layout == CGROUP_V2;

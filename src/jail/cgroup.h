@@ -28,7 +28,7 @@ struct cgroup_limits {
 #define CGROUP_MAX_PROCS CG_NCTL
 struct cgroup_join {
 	int n;
-	char procs[CGROUP_MAX_PROCS][512];
+	char procs[CGROUP_MAX_PROCS][700];
 };
 
 struct cgroups;

@@ -6,6 +6,7 @@
  */
 #include "jail/jail.h"
 
+#include "common/fs.h"
 #include "jail/cgroup.h"
 
 #include <dirent.h>
@@ -17,11 +18,14 @@
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/file.h>
+#include <linux/securebits.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -29,24 +33,30 @@
 
 struct jail {
 	unsigned first, count;
-	char root[256];
+	char root[256], lock_dir[256];
 	struct cgroups *cg;
 	pthread_mutex_t mu;
-	unsigned char *used; /* a bit per id after first */
+	int *lock; /* per id after first: its lock file, ID_HELD, or ID_FREE */
 };
+
+#define ID_FREE (-1)
+#define ID_HELD (-2) /* taken by a QEMU found running, whose lock another holds */
 
 #define MAX_BINDS (2 * JAIL_MAX_PATHS + 16)
 
 struct bind {
 	char src[512], dst[512];
-	int dir, ro;
+	int dir, ro, exec;
 };
+
+enum { RW = 0, RO = 1, RO_EXEC = 2 };
 
 struct jail_plan {
 	uid_t uid;
 	gid_t gid, groups[1];
 	int ngroups;
 	char root[256], cwd[512], tap[IFNAMSIZ];
+	int own_netns;
 	struct cgroup_join join;
 	int nbinds, nlinks;
 	struct bind b[MAX_BINDS];
@@ -61,20 +71,26 @@ int jail_new(const struct jail_config *c, struct jail **out, char *err, size_t e
 		snprintf(err, errlen, "the jail id range must be above 0 and hold 2 ids or more");
 		return -EINVAL;
 	}
-	if (mkdir(c->root_dir, 0755) < 0 && errno != EEXIST) {
-		int r = -errno;
-		snprintf(err, errlen, "cannot create '%s': %s", c->root_dir, strerror(errno));
-		return r;
+	const char *dirs[] = { c->root_dir, c->lock_dir };
+	for (int i = 0; i < 2; i++) {
+		int r = fs_mkdir_p(dirs[i], 0755, (uid_t)-1, (gid_t)-1);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot create '%s': %s", dirs[i], strerror(-r));
+			return r;
+		}
 	}
 	struct jail *j = calloc(1, sizeof(*j));
-	if (!j || !(j->used = calloc(c->count / 8 + 1, 1))) {
+	if (!j || !(j->lock = malloc(sizeof(int) * c->count))) {
 		free(j);
 		return -ENOMEM;
 	}
+	for (unsigned i = 0; i < c->count; i++)
+		j->lock[i] = ID_FREE;
 	j->first = c->first_id;
 	j->count = c->count;
 	j->cg = c->cg;
 	snprintf(j->root, sizeof(j->root), "%s", c->root_dir);
+	snprintf(j->lock_dir, sizeof(j->lock_dir), "%s", c->lock_dir);
 	pthread_mutex_init(&j->mu, NULL);
 	*out = j;
 	return 0;
@@ -85,7 +101,10 @@ void jail_free(struct jail *j)
 	if (!j)
 		return;
 	pthread_mutex_destroy(&j->mu);
-	free(j->used);
+	for (unsigned i = 0; i < j->count; i++)
+		if (j->lock[i] >= 0)
+			close(j->lock[i]);
+	free(j->lock);
 	free(j);
 }
 
@@ -100,64 +119,136 @@ struct cgroups *jail_cgroups(struct jail *j)
 	return j->cg;
 }
 
+/* An id is taken host-wide: its lock file under lock_dir, held while its
+ * QEMU runs (two daemons on one host share the range), and no process
+ * running as it (a QEMU whose daemon died holds no lock). -1 if taken. */
+static int lock_id(struct jail *j, uid_t uid)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/%u", j->lock_dir, (unsigned)uid);
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int uid_running(uid_t uid)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 1; /* cannot tell: taken */
+	int found = 0;
+	struct dirent *e;
+	while (!found && (e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		char path[300], line[128];
+		snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
+		FILE *f = fopen(path, "re");
+		while (f && fgets(line, sizeof(line), f)) {
+			unsigned u;
+			if (sscanf(line, "Uid: %u", &u) == 1) {
+				found = u == uid;
+				break;
+			}
+		}
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
 static int take_id(struct jail *j, uid_t *uid)
 {
 	int r = -EAGAIN;
 	pthread_mutex_lock(&j->mu);
-	for (unsigned i = 1; i < j->count; i++) {
-		if (!(j->used[i / 8] & (1u << (i % 8)))) {
-			j->used[i / 8] |= (unsigned char)(1u << (i % 8));
-			*uid = j->first + i;
-			r = 0;
-			break;
+	for (unsigned i = 1; i < j->count && r < 0; i++) {
+		if (j->lock[i] != ID_FREE)
+			continue;
+		int fd = lock_id(j, j->first + i);
+		if (fd < 0)
+			continue;
+		if (uid_running(j->first + i)) {
+			close(fd);
+			continue;
 		}
+		j->lock[i] = fd;
+		*uid = j->first + i;
+		r = 0;
 	}
 	pthread_mutex_unlock(&j->mu);
 	return r;
 }
 
-static int mark_id(struct jail *j, uid_t uid, int used)
+static int in_range(const struct jail *j, uid_t uid)
 {
-	if (uid <= j->first || uid - j->first >= j->count)
-		return -ERANGE;
-	unsigned i = uid - j->first;
+	return uid > j->first && uid - j->first < j->count;
+}
+
+static void free_id(struct jail *j, uid_t uid)
+{
+	if (!in_range(j, uid))
+		return;
 	pthread_mutex_lock(&j->mu);
-	if (used)
-		j->used[i / 8] |= (unsigned char)(1u << (i % 8));
-	else
-		j->used[i / 8] &= (unsigned char)~(1u << (i % 8));
+	int *l = &j->lock[uid - j->first];
+	if (*l >= 0)
+		close(*l);
+	*l = ID_FREE;
 	pthread_mutex_unlock(&j->mu);
-	return 0;
 }
 
 int jail_hold(struct jail *j, uid_t uid)
 {
-	return mark_id(j, uid, 1);
+	if (!in_range(j, uid))
+		return -ERANGE;
+	pthread_mutex_lock(&j->mu);
+	int *l = &j->lock[uid - j->first];
+	if (*l == ID_FREE) {
+		*l = lock_id(j, uid);
+		if (*l < 0)
+			*l = ID_HELD;
+	}
+	pthread_mutex_unlock(&j->mu);
+	return 0;
 }
 
 void jail_release(struct jail *j, uid_t uid, const char *name)
 {
 	if (j->cg && name && *name)
 		cgroup_remove(j->cg, name);
-	mark_id(j, uid, 0);
+	free_id(j, uid);
 }
 
-/* The path as QEMU will see it: absolute, from the daemon's cwd. */
-static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int ro)
+/* The path as QEMU will see it: absolute, from the daemon's cwd; how as
+ * RW, RO or RO_EXEC. */
+static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int how)
 {
 	struct stat st;
 	if (stat(path, &st) < 0)
 		return -errno;
 	char dst[512];
-	if (path[0] == '/')
-		snprintf(dst, sizeof(dst), "%s", path);
-	else
-		snprintf(dst, sizeof(dst), "%s/%s", cwd, path);
-	/* Inside a directory already bound: seen through it already, and a
-	 * mount point made there would be made on the host. */
+	if (snprintf(dst, sizeof(dst), "%s%s%s", path[0] == '/' ? "" : cwd,
+		     path[0] == '/' ? "" : "/", path) >= (int)sizeof(dst))
+		return -ENAMETOOLONG;
+	/* A ".." could climb out of the jail's root while it is made. */
+	if (strstr(dst, "/../") || (strlen(dst) >= 3 && !strcmp(dst + strlen(dst) - 3, "/..")))
+		return -EINVAL;
+	/* Inside a directory already bound, or under a top-level link into
+	 * /usr: seen through it already, and a mount point made there would
+	 * be made on the host. */
 	for (int i = 0; i < p->nbinds; i++) {
 		size_t n = strlen(p->b[i].dst);
 		if (p->b[i].dir && !strncmp(p->b[i].dst, dst, n) && (dst[n] == '/' || !dst[n]))
+			return 0;
+	}
+	for (int i = 0; i < p->nlinks; i++) {
+		size_t n = strlen(p->links[i].name);
+		if (!strncmp(dst + 1, p->links[i].name, n) && dst[n + 1] == '/')
 			return 0;
 	}
 	if (p->nbinds == MAX_BINDS || strlen(path) >= sizeof(p->b[0].src))
@@ -166,7 +257,8 @@ static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int 
 	snprintf(b->src, sizeof(b->src), "%s", path);
 	snprintf(b->dst, sizeof(b->dst), "%s", dst);
 	b->dir = S_ISDIR(st.st_mode);
-	b->ro = ro;
+	b->ro = how != RW;
+	b->exec = how == RO_EXEC;
 	return 0;
 }
 
@@ -176,7 +268,7 @@ static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int 
 static int add_system(struct jail_plan *p, const struct jail_spec *s)
 {
 	static const char *const top[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" };
-	int r = add_bind(p, "/", "/usr", 1);
+	int r = add_bind(p, "/", "/usr", RO_EXEC);
 	for (size_t i = 0; r == 0 && i < sizeof(top) / sizeof(top[0]); i++) {
 		char path[32], target[64];
 		snprintf(path, sizeof(path), "/%s", top[i]);
@@ -187,11 +279,11 @@ static int add_system(struct jail_plan *p, const struct jail_spec *s)
 			snprintf(p->links[p->nlinks].target, sizeof(p->links[0].target), "%s", target);
 			p->nlinks++;
 		} else if (n < 0 && access(path, F_OK) == 0) {
-			r = add_bind(p, "/", path, 1);
+			r = add_bind(p, "/", path, RO_EXEC);
 		}
 	}
 	if (r == 0 && access("/etc/ld.so.cache", F_OK) == 0)
-		r = add_bind(p, "/", "/etc/ld.so.cache", 1);
+		r = add_bind(p, "/", "/etc/ld.so.cache", RO);
 	/* Nodes of its own rather than the host's (whose modes vary: tun
 	 * and kvm are 0600 on some hosts): in a mount namespace of one uid
 	 * they serve that uid alone. */
@@ -232,17 +324,27 @@ static int own_run_dir(const char *dir, uid_t uid, gid_t gid)
 	return r;
 }
 
-/* A file several jails open: the shared group's, for reading (ro) or for
- * reading and writing. A file others may read already is left as it is. */
-static int share_file(const char *path, gid_t shared, int write)
+/* A file a jail reads must be readable by others already: the jail does
+ * not change the modes of the host's files. */
+static int readable(const char *path)
 {
 	struct stat st;
 	if (stat(path, &st) < 0)
 		return -errno;
-	if (!S_ISREG(st.st_mode) || (!write && (st.st_mode & S_IROTH)))
-		return 0;
-	mode_t mode = (st.st_mode & 07777) | S_IRGRP | (write ? S_IWGRP : 0);
-	if (chown(path, (uid_t)-1, shared) < 0 || chmod(path, mode) < 0)
+	return S_ISDIR(st.st_mode) || (st.st_mode & S_IROTH) ? 0 : -EACCES;
+}
+
+/* A snapshot's RAM file, which QEMU 7.2 opens for writing even to map it
+ * copy-on-write: the shared group's, which every jail has (see
+ * docs/architecture.md, "Where QEMU 7.2 falls short"). */
+static int share_rw(const char *path, gid_t shared)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	if (chown(path, (uid_t)-1, shared) < 0 || chmod(path, (st.st_mode & 0700) | 0060) < 0)
 		return -errno;
 	return 0;
 }
@@ -265,20 +367,20 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 	if (!getcwd(p->cwd, sizeof(p->cwd)))
 		snprintf(p->cwd, sizeof(p->cwd), "/");
 	snprintf(p->tap, sizeof(p->tap), "%s", s->tap ? s->tap : "");
+	p->own_netns = s->own_netns;
 	const char *what = "the run directory";
-	if ((r = add_bind(p, p->cwd, s->run_dir, 0)) < 0 || (r = add_system(p, s)) < 0)
+	if ((r = add_bind(p, p->cwd, s->run_dir, RW)) < 0 || (r = add_system(p, s)) < 0)
 		goto fail;
-	for (int i = 0; i < JAIL_MAX_PATHS; i++) {
-		for (int w = 0; w < 2; w++) {
-			const char *path = w ? s->rw[i] : s->ro[i];
-			if (!path)
-				continue;
-			what = path;
-			if ((r = add_bind(p, p->cwd, path, !w)) < 0 ||
-			    (r = share_file(path, j->first, w)) < 0)
-				goto fail;
-		}
+	if (s->binary && (r = readable(what = s->binary)) == 0)
+		r = add_bind(p, p->cwd, s->binary, RO_EXEC);
+	for (int i = 0; r == 0 && i < JAIL_MAX_PATHS; i++) {
+		if (s->ro[i] && (r = readable(what = s->ro[i])) == 0)
+			r = add_bind(p, p->cwd, s->ro[i], RO);
+		if (r == 0 && s->rw[i] && (r = share_rw(what = s->rw[i], j->first)) == 0)
+			r = add_bind(p, p->cwd, s->rw[i], RW);
 	}
+	if (r < 0)
+		goto fail;
 	what = s->run_dir;
 	if ((r = own_run_dir(s->run_dir, p->uid, p->gid)) < 0)
 		goto fail;
@@ -299,7 +401,7 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 			.io_weight = 100,
 		};
 		if ((r = cgroup_create(j->cg, s->name, &l, &p->join, err, errlen)) < 0) {
-			mark_id(j, p->uid, 0);
+			free_id(j, p->uid);
 			free(p);
 			return r;
 		}
@@ -308,7 +410,7 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 	return 0;
 fail:
 	snprintf(err, errlen, "cannot jail QEMU: '%s': %s", what, strerror(-r));
-	mark_id(j, p->uid, 0);
+	free_id(j, p->uid);
 	free(p);
 	return r;
 }
@@ -384,9 +486,11 @@ static int make_point(char *path, int dir)
 static int build_root(const struct jail_plan *p)
 {
 	char path[800];
-	/* Nothing done here may reach the host's mounts. */
-	if (unshare(CLONE_NEWNS) < 0)
-		return say("unshare(CLONE_NEWNS)", errno);
+	/* Nothing done here may reach the host's mounts; and no System V
+	 * IPC object of the host's (or of an earlier holder of this uid)
+	 * is in reach either. */
+	if (unshare(CLONE_NEWNS | CLONE_NEWIPC) < 0)
+		return say("unshare(CLONE_NEWNS | CLONE_NEWIPC)", errno);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return say("making mounts private", errno);
 	if (mount("cpuos-jail", p->root, "tmpfs", MS_NOSUID | MS_NOEXEC,
@@ -401,7 +505,8 @@ static int build_root(const struct jail_plan *p)
 		if (mount(b->src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
 			return say(b->src, errno);
 		/* A bind takes its flags from a remount of its own. */
-		unsigned long fl = MS_BIND | MS_REMOUNT | MS_NOSUID | (b->ro ? MS_RDONLY : 0);
+		unsigned long fl = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV |
+				   (b->ro ? MS_RDONLY : 0) | (b->exec ? 0 : MS_NOEXEC);
 		if (mount(NULL, path, NULL, fl, NULL) < 0)
 			return say(b->dst, errno);
 	}
@@ -454,15 +559,31 @@ static int give_tap(const struct jail_plan *p)
 static int drop(const struct jail_plan *p)
 {
 	/* The bounding set emptied while root may still do it, so that
-	 * nothing this process execs can gain a capability back. */
+	 * nothing this process execs can gain a capability back; the
+	 * securebits fixed so that the uid change below clears every set
+	 * whatever the daemon was started with (keep-caps, no-setuid-fixup). */
 	for (int c = 0; c <= 63; c++)
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno == EINVAL)
 			break;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
+				       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED, 0, 0, 0) < 0)
+		return say("locking the capability rules", errno);
 	if (setgroups((size_t)p->ngroups, p->groups) < 0 || setresgid(p->gid, p->gid, p->gid) < 0 ||
 	    setresuid(p->uid, p->uid, p->uid) < 0)
 		return say("dropping to the jail's uid", errno);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return say("no_new_privs", errno);
+	/* The inheritable set survives a uid change: emptied too, and all
+	 * of it seen to be so. */
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capset, &h, d) < 0 || syscall(SYS_capget, &h, d) < 0)
+		return say("emptying the capability sets", errno);
+	for (int i = 0; i < 2; i++)
+		if (d[i].effective || d[i].permitted || d[i].inheritable)
+			return say("a capability is left", EPERM);
 	return 0;
 }
 
@@ -470,6 +591,7 @@ int jail_enter(const void *arg)
 {
 	const struct jail_plan *p = arg;
 	int r;
+	umask(022); /* the daemon's own (0177 while it serves) is not the jail's */
 	for (int i = 0; i < p->join.n; i++)
 		if ((r = write_str(p->join.procs[i], "0")) < 0)
 			return say(p->join.procs[i], -r);
@@ -477,6 +599,10 @@ int jail_enter(const void *arg)
 	write_str("/proc/self/oom_score_adj", "500");
 	if (p->tap[0] && (r = give_tap(p)) < 0)
 		return r;
+	/* Without a network of its own it sees none: not the host's
+	 * loopback, where the daemon's API listens. */
+	if (p->own_netns && unshare(CLONE_NEWNET) < 0)
+		return say("unshare(CLONE_NEWNET)", errno);
 	if ((r = build_root(p)) < 0)
 		return r;
 	return drop(p);

@@ -22,6 +22,8 @@ struct jail_config {
 	const char *root_dir;    /* an empty directory: each jail's root is
 				  * a tmpfs mounted on it in the jail's own
 				  * mount namespace */
+	const char *lock_dir;    /* a lock file per id taken, host-wide: every
+				  * daemon on the host names the same one */
 	struct cgroups *cg;      /* NULL: no cgroups (still borrowed, not owned) */
 };
 
@@ -40,13 +42,17 @@ struct jail_spec {
 	unsigned vcpus, memory_mb;
 	int kvm;              /* it opens /dev/kvm */
 	const char *run_dir;  /* read-write, and made its own */
+	const char *binary;   /* a QEMU outside /usr (tests, --qemu), or NULL */
 	/* Files or directories it reads (kernel, initramfs, image, layer
-	 * bases, a QEMU outside /usr) and files it writes (a snapshot's RAM
-	 * file, which QEMU 7.2 opens for writing even to map it private). */
+	 * base: readable by others, or refused) and files it writes (a
+	 * snapshot's RAM file, which QEMU 7.2 opens for writing even to map
+	 * it private). */
 	const char *ro[JAIL_MAX_PATHS];
 	const char *rw[JAIL_MAX_PATHS];
 	const char *tap;      /* a TAP in the network namespace it runs in,
 			       * opened by QEMU by name: given to its uid */
+	int own_netns;        /* it has no network namespace of the caller's:
+			       * it gets an empty one, not the host's */
 };
 
 struct jail_plan;

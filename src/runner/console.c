@@ -4,6 +4,7 @@
  */
 #include "runner/console.h"
 
+#include "common/fs.h"
 #include "common/unixsock.h"
 #include "runner/qemu.h"
 
@@ -23,7 +24,7 @@ void console_open(struct console *c, const char *run_dir, size_t cap, int append
 	c->tail[0] = '\0';
 	c->cap = cap ? cap : 1024 * 1024;
 	snprintf(path, sizeof(path), "%s/console.log", run_dir);
-	c->log = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0600);
+	c->log = fs_open_file(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0600);
 	struct stat st;
 	if (append && c->log >= 0 && fstat(c->log, &st) == 0)
 		c->written = (size_t)st.st_size;

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,37 @@ int disk_base_path(const char *cache_dir, unsigned size_mb, char *out, size_t le
 		       : 0;
 }
 
+int disk_layer_base(const char *cache_dir, const char *path, char *out, size_t len)
+{
+	/* qcow2: magic "QFI\xfb", version, then the backing file name's
+	 * offset (64 bits) and length (32), big-endian. */
+	unsigned char h[20];
+	char name[1024];
+	int fd = fs_open_file(path, O_RDONLY, 0);
+	if (fd < 0)
+		return fd;
+	int r = -EINVAL;
+	if (pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) && !memcmp(h, "QFI\xfb", 4)) {
+		uint64_t off = 0;
+		for (int i = 8; i < 16; i++)
+			off = off << 8 | h[i];
+		uint32_t n = (uint32_t)h[16] << 24 | (uint32_t)h[17] << 16 | (uint32_t)h[18] << 8 | h[19];
+		if (n > 0 && n < sizeof(name) && off < (1u << 20) &&
+		    pread(fd, name, n, (off_t)off) == (ssize_t)n) {
+			name[n] = '\0';
+			unsigned mb;
+			char want[1100];
+			size_t cl = strlen(cache_dir);
+			if (n > cl && !strncmp(name, cache_dir, cl) &&
+			    sscanf(name + cl, "/scratch/ext4-%u", &mb) == 1 &&
+			    disk_base_path(cache_dir, mb, want, sizeof(want)) == 0 && !strcmp(want, name))
+				r = snprintf(out, len, "%s", name) >= (int)len ? -ENAMETOOLONG : 0;
+		}
+	}
+	close(fd);
+	return r;
+}
+
 static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size_t baselen,
 		       char *err, size_t errlen)
 {
@@ -72,8 +104,10 @@ static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size
 	snprintf(dir, sizeof(dir), "%s/scratch", cache_dir);
 	if (disk_base_path(cache_dir, size_mb, base, baselen) < 0)
 		return -ENAMETOOLONG;
+	/* An empty filesystem, read by every jailed QEMU that layers on it
+	 * (bases of an earlier cpuos were 0600). */
 	if (access(base, R_OK) == 0)
-		return 0;
+		return chmod(base, 0644) < 0 ? -errno : 0;
 	int r = fs_mkdir_p(dir, 0755, (uid_t)-1, (gid_t)-1);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(-r));
@@ -95,7 +129,7 @@ static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size
 	char *argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "scratch",
 			 "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp, size, NULL };
 	int mkfs_failed = 0;
-	r = ftruncate(fd, (off_t)size_mb << 20) < 0 ? -errno : 0;
+	r = ftruncate(fd, (off_t)size_mb << 20) < 0 || fchmod(fd, 0644) < 0 ? -errno : 0;
 	if (r == 0 && (r = disk_run(argv, err, errlen)) < 0)
 		mkfs_failed = 1; /* err says why */
 	/* On disk before it is cached: a crash must not leave a torn base

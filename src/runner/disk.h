@@ -19,6 +19,10 @@ int disk_scratch_create(const char *cache_dir, unsigned size_mb, const char *pat
 
 /* The cached base a layer of size_mb is backed by: QEMU opens it too. */
 int disk_base_path(const char *cache_dir, unsigned size_mb, char *out, size_t len);
+/* The base the layer at path is backed by, read from its qcow2 header: 0
+ * with it in out, or -EINVAL when that is not one of cache_dir's bases (a
+ * jailed QEMU may have written the header: it names no other file). */
+int disk_layer_base(const char *cache_dir, const char *path, char *out, size_t len);
 
 /* Runs argv to completion with stdout and stderr in a pipe; 0 when it exits
  * 0, else -EIO with its last line of output (or the exec error) in err. */

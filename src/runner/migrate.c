@@ -8,6 +8,7 @@
 #include "runner/migrate.h"
 
 #include "common/clock.h"
+#include "common/fs.h"
 #include "runner/qmp.h"
 
 #include <errno.h>
@@ -59,11 +60,10 @@ static int wait_done(struct qmp *q, int timeout_ms, char *err, size_t errlen)
 /* Opens path with flags and hands it to QEMU as FDNAME. */
 static int pass_file(struct qmp *q, const char *path, int flags, char *err, size_t errlen)
 {
-	int fd = open(path, flags | O_CLOEXEC, 0600);
+	int fd = fs_open_file(path, flags, 0600); /* see snap.c */
 	if (fd < 0) {
-		int r = -errno;
-		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-		return r;
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(-fd));
+		return fd;
 	}
 	int r = qmp_getfd(q, FDNAME, fd, err, errlen);
 	close(fd); /* QEMU holds its own copy */

@@ -2,9 +2,13 @@
  * snap: manifests, checksums and copies of snapshot files. A manifest is
  * written last, to a temporary name and renamed, after every file it names
  * is fsync'ed: a snapshot with a manifest is complete, one without is
- * rubbish to remove.
+ * rubbish to remove. A pause lives in a run directory that its jailed QEMU
+ * may write: no file there is opened through a symlink (O_NOFOLLOW), and
+ * new ones are made with O_EXCL.
  */
 #include "runner/snap.h"
+
+#include "common/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -59,11 +63,11 @@ static int sha256_fd(int fd, char out[65])
 	return r;
 }
 
-static int sha256_path(const char *path, char out[65])
+static int sha256_path(const char *path, char out[65], int nofollow)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = nofollow ? fs_open_file(path, O_RDONLY, 0) : open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return nofollow ? fd : -errno;
 	int r = sha256_fd(fd, out);
 	close(fd);
 	return r;
@@ -93,7 +97,7 @@ static int cached_sha(const char *path, char out[65])
 		}
 	}
 	pthread_mutex_unlock(&sums_mu);
-	int r = sha256_path(path, out);
+	int r = sha256_path(path, out, 0);
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&sums_mu);
@@ -156,11 +160,11 @@ int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen
 		if (!m->files[i].name[0])
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		int fd = fs_open_file(path, O_RDONLY, 0);
 		struct stat st;
 		if (fd < 0 || fstat(fd, &st) < 0) {
-			r = -errno;
-			snprintf(err, errlen, "snapshot file '%s': %s", path, strerror(errno));
+			r = fd < 0 ? fd : -errno;
+			snprintf(err, errlen, "snapshot file '%s': %s", path, strerror(-r));
 			if (fd >= 0)
 				close(fd);
 			break;
@@ -194,11 +198,16 @@ int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen
 				m->sealed, "created_ns", (json_int_t)m->created_ns, "files", files);
 	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
 	snprintf(tmp, sizeof(tmp), "%s/" SNAP_MANIFEST ".tmp", dir);
-	if (!doc || json_dump_file(doc, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) < 0) {
-		r = -EIO;
-	} else if ((r = fsync_path(tmp, 0)) == 0 && rename(tmp, path) < 0) {
+	unlink(tmp);
+	int fd = doc ? fs_open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600) : -ENOMEM;
+	if (fd < 0 || json_dumpfd(doc, fd, JSON_INDENT(1) | JSON_SORT_KEYS) < 0)
+		r = fd < 0 ? fd : -EIO;
+	else if (fsync(fd) < 0)
 		r = -errno;
-	}
+	if (fd >= 0)
+		close(fd);
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
 	json_decref(doc);
 	if (r == 0)
 		r = fsync_path(dir, 1);
@@ -219,7 +228,10 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 	memset(m, 0, sizeof(*m));
 	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
 	json_error_t je;
-	json_t *doc = json_load_file(path, 0, &je);
+	int mfd = fs_open_file(path, O_RDONLY, 0);
+	json_t *doc = mfd >= 0 ? json_loadfd(mfd, 0, &je) : NULL;
+	if (mfd >= 0)
+		close(mfd);
 	if (!doc) {
 		if (access(path, F_OK) < 0) {
 			snprintf(err, errlen, "no snapshot in '%s' (no manifest)", dir);
@@ -282,7 +294,7 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
 		struct stat st;
-		if (stat(path, &st) < 0 || st.st_size != m->files[i].size) {
+		if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != m->files[i].size) {
 			char what[128];
 			snprintf(what, sizeof(what), "'%s' is %s", m->files[i].name,
 				 access(path, F_OK) ? "missing" : "of the wrong size (truncated?)");
@@ -292,7 +304,7 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 		if (!m->files[i].sha256[0] || (i != SNAP_STATE && !full))
 			continue;
 		char sha[65];
-		if ((r = sha256_path(path, sha)) < 0) {
+		if ((r = sha256_path(path, sha, 1)) < 0) {
 			snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-r));
 			goto out;
 		}
@@ -363,9 +375,9 @@ static int copy_sparse(int in, int out, off_t size)
 
 int snap_copy(const char *src, const char *dst)
 {
-	int in = open(src, O_RDONLY | O_CLOEXEC);
+	int in = fs_open_file(src, O_RDONLY, 0);
 	if (in < 0)
-		return -errno;
+		return in;
 	int r = 0;
 	int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	struct stat st;

@@ -147,12 +147,15 @@ static void cgroup_name(const char *run_dir, char *out, size_t len)
  * and the layer's base read-only, the run directory, and the snapshot's
  * RAM file a restore maps. */
 static int jail_plan(struct vm *vm, const struct vm_config *cfg, const struct qemu_config *qc,
-		     unsigned disk_mb, struct jail_plan **plan, char *err, size_t errlen)
+		     struct jail_plan **plan, char *err, size_t errlen)
 {
 	char base[4096];
-	int r = disk_base_path(cfg->cache_dir, disk_mb, base, sizeof(base));
-	if (r < 0)
+	int r = disk_layer_base(cfg->cache_dir, qc->scratch, base, sizeof(base));
+	if (r < 0) {
+		snprintf(err, errlen, "the layer '%s' is backed by no base of '%s'", qc->scratch,
+			 cfg->cache_dir);
 		return r;
+	}
 	cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
 	struct jail_spec s = {
 		.name = vm->cgroup,
@@ -162,10 +165,11 @@ static int jail_plan(struct vm *vm, const struct vm_config *cfg, const struct qe
 		.run_dir = vm->run_dir,
 		.ro = { cfg->kernel, cfg->initrd, cfg->template, base },
 		.tap = qc->tap,
+		.own_netns = cfg->netns == NULL,
 	};
 	/* A QEMU of the caller's own (tests, --qemu) outside /usr. */
 	if (strchr(qc->binary, '/') && strncmp(qc->binary, "/usr/", 5))
-		s.ro[4] = qc->binary;
+		s.binary = qc->binary;
 	if (strncmp(qc->mem_path, vm->run_dir, strlen(vm->run_dir)))
 		s.rw[0] = qc->mem_path;
 	if ((r = jail_prepare(cfg->jail, &s, plan, err, errlen)) < 0)
@@ -180,10 +184,10 @@ static int spawn_qemu(struct vm *vm, char **argv, const char *netns,
 {
 	char log[300];
 	snprintf(log, sizeof(log), "%s/qemu.log", vm->run_dir);
-	int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int logfd = fs_open_file(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	if (logfd < 0) {
-		snprintf(err, errlen, "cannot create '%s': %s", log, strerror(errno));
-		return -errno;
+		snprintf(err, errlen, "cannot create '%s': %s", log, strerror(-logfd));
+		return logfd;
 	}
 	/* Own session: a Ctrl-C meant for the CLI or a daemon restart does
 	 * not reach QEMU. No environment: nothing of the daemon's (its
@@ -338,8 +342,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 
 	struct jail_plan *plan = NULL;
-	if (cfg->jail && (r = jail_plan(vm, cfg, &qc, cfg->restore ? m.env.disk_mb : vm->env.disk_mb,
-					&plan, err, errlen)) < 0)
+	if (cfg->jail && (r = jail_plan(vm, cfg, &qc, &plan, err, errlen)) < 0)
 		goto fail;
 	double t0 = clock_ms_f();
 	r = spawn_qemu(vm, argv, cfg->netns, plan, err, errlen);
@@ -685,7 +688,8 @@ void vm_detach(struct vm *vm)
 {
 	if (!vm)
 		return;
-	vm->pid = 0; /* QEMU lives on */
+	vm->pid = 0; /* QEMU lives on, with its id */
+	vm->jail = NULL;
 	vm_free(vm, 1);
 }
 

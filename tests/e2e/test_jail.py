@@ -12,7 +12,7 @@ from conftest import started_daemon
 T = 60
 
 
-def qemu_pid(sbx):
+def qemu_pid(sbx, binary=b"qemu-system"):
     """The QEMU whose command line names this sandbox's run directory."""
     want = f"/vms/{sbx.id}/".encode()
     for pid in os.listdir("/proc"):
@@ -23,9 +23,14 @@ def qemu_pid(sbx):
                 cmd = f.read()
         except OSError:
             continue
-        if cmd.startswith(b"qemu-system") and want in cmd:
+        if cmd.startswith(binary) and want in cmd:
             return int(pid)
     pytest.fail(f"no QEMU process found for {sbx.id}")
+
+
+def wrapped_qemu_pid(sbx):
+    """The same, for a QEMU that a wrapper script exec'ed by its full path."""
+    return qemu_pid(sbx, b"/usr/bin/qemu-system")
 
 
 def status(pid):
@@ -68,6 +73,9 @@ def test_own_uid_seccomp_no_capabilities(make_sandbox):
             assert int(s[cap], 16) == 0, f"{cap} {s[cap]}"
         uids.append(uid[0])
     assert uids[0] != uids[1]
+    # a network namespace of its own: not the host's
+    host_net = os.readlink("/proc/self/ns/net")
+    assert os.readlink(f"/proc/{qemu_pid(a)}/ns/net") != host_net
     # and the guest works through all of it
     assert a.exec("echo ok", timeout=T).stdout == "ok\n"
 
@@ -86,7 +94,13 @@ def test_mount_namespace_holds_only_its_files(daemon, make_sandbox):
                  os.path.join(daemon.state_dir, "vms", b.id)):
         assert not os.path.exists(root + gone), gone
     assert not os.path.exists(f"/proc/{pb}/root" + mine)
-    # the image is there, read-only; /dev holds the nodes QEMU opens and no disk of the host's
+    # the system and the kernel read-only, the run directory not; /dev holds the nodes QEMU
+    # opens and no disk of the host's
+    kernel = os.path.join(os.environ["CPUOS_GUEST_DIR"], "bzImage")
+    for ro in ("/usr", kernel):
+        assert os.statvfs(root + ro).f_flag & os.ST_RDONLY, ro
+    assert not os.statvfs(root + mine).f_flag & os.ST_RDONLY
+    assert os.statvfs(root + mine).f_flag & os.ST_NOEXEC
     assert set(os.listdir(root + "/dev")) - {"kvm"} == {"net", "null", "random", "urandom", "zero"}
     env = open(f"/proc/{pa}/environ", "rb").read()
     assert env == b"", env[:200]
@@ -100,7 +114,8 @@ def test_cgroup_limits(daemon, make_sandbox):
     mem_ctl, pids_ctl, cpu_ctl = ("", "", "") if v2 else ("memory", "pids", "cpu")
     for ctl in (mem_ctl, pids_ctl, cpu_ctl):
         assert "/cpuos/" in cg[ctl] and sbx.id in cg[ctl], cg
-    limit = 256 + 256 << 20
+    kvm = b"\0-accel\0kvm\0" in open(f"/proc/{pid}/cmdline", "rb").read()
+    limit = 256 + (128 if kvm else 256) << 20  # RAM and QEMU's share (jail.c)
     if v2:
         assert int(read_cg("", cg[""], "memory.max")) == limit
         assert read_cg("", cg[""], "cpu.max") == "200000 100000"
@@ -138,13 +153,16 @@ def test_a_path_outside_the_jail_cannot_be_opened(tmp_path, inside):
     target = kernel if inside else "/etc/hostname"
     wrapper = tmp_path / "qemu-wrapper"
     write_wrapper(wrapper, f"-blockdev driver=file,node-name=probe,filename={target},read-only=on")
-    gen = started_daemon("--qemu", str(wrapper), "--template-snapshots", "off")
+    # without networks, so that QEMU's empty network namespace is seen too
+    gen = started_daemon("--qemu", str(wrapper), "--template-snapshots", "off", "--net", "off")
     d = next(gen)
     try:
         if inside:
             sbx = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a,
                                        api_url=d.url)
             assert sbx.exec("echo ok", timeout=T).stdout == "ok\n"
+            pid = wrapped_qemu_pid(sbx)
+            assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
             sbx.kill()
         else:
             with pytest.raises(cpuos.CpuosError) as e:

@@ -101,7 +101,7 @@ static void test_v1(void)
 	CHECK(has("memory/outer/x/cpuos/vm1/memory.memsw.limit_in_bytes", "805306368"));
 	CHECK(has("cpu,cpuacct/cpuos/vm1/cpu.cfs_quota_us", "200000"));
 	CHECK(has("cpu,cpuacct/cpuos/vm1/cpu.cfs_period_us", "100000"));
-	CHECK(has("blkio/cpuos/vm1/blkio.weight", "50"));
+	CHECK(has("blkio/cpuos/vm1/blkio.weight", "1000"));
 	CHECK(j.n == 3 && strstr(j.procs[0], "memory/outer/x/cpuos/vm1/cgroup.procs") &&
 	      strstr(j.procs[1], "cpu,cpuacct/cpuos/vm1/cgroup.procs"));
 	CHECK(cgroup_create(cg, "../escape", &l, &j, err, sizeof(err)) == -EINVAL);

@@ -7,6 +7,7 @@
 #include "tests/lib/tap.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,19 @@ static void test_parallel_cold_creates(void)
 	if (d)
 		closedir(d);
 	CHECK(files == 1);
+	/* read by others: every jailed QEMU layers on it */
+	struct stat bs;
+	CHECK(stat(base, &bs) == 0 && (bs.st_mode & 0777) == 0644);
+	/* the base a layer names, and only one of the cache's */
+	char layer[128], got[256];
+	snprintf(layer, sizeof(layer), "%s/layer0.qcow2", cache);
+	CHECK(disk_layer_base(cache, layer, got, sizeof(got)) == 0 && !strcmp(got, base));
+	snprintf(layer, sizeof(layer), "%s/forged.qcow2", cache);
+	snprintf(cmd, sizeof(cmd), "qemu-img create -q -f qcow2 -F raw -b /etc/hostname '%s' 1M", layer);
+	CHECK(system(cmd) == 0);
+	CHECK(disk_layer_base(cache, layer, got, sizeof(got)) == -EINVAL);
+	snprintf(layer, sizeof(layer), "%s/scratch", cache);
+	CHECK(disk_layer_base(cache, layer, got, sizeof(got)) < 0); /* not a file */
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cache);
 	CHECK(system(cmd) == 0);
 }

@@ -1,6 +1,9 @@
 /* Unit tests for the QEMU command line and the QMP client. */
 #include "runner/qemu.h"
 #include "runner/qmp.h"
+#include "runner/snap.h"
+#include "common/fs.h"
+#include "common/unixsock.h"
 #include "tests/lib/tap.h"
 
 #include <errno.h>
@@ -10,6 +13,8 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -299,6 +304,71 @@ static void test_qmp_line_cap(void)
 	peer_done(peer);
 }
 
+static void put_file(const char *dir, const char *name, const char *text)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* A run directory is its jailed QEMU's to write: whatever it puts in a
+ * file's place, the runner (root) follows no symlink there. */
+static void test_run_dir_symlinks(void)
+{
+	char dir[128], path[256], secret[256], link[256], err[256], line[64];
+	snprintf(dir, sizeof(dir), "/tmp/cpuos-symlink-test-%d", (int)getpid());
+	mkdir(dir, 0700);
+	snprintf(secret, sizeof(secret), "%s/secret", dir);
+	put_file(dir, "secret", "top secret\n");
+	/* a socket in place of the agent's, and a link to it */
+	int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%.80s/real.sock", dir);
+	CHECK(bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 4) == 0);
+	snprintf(link, sizeof(link), "%s/agent.sock", dir);
+	CHECK(symlink(sa.sun_path, link) == 0);
+	int fd = unix_connect(sa.sun_path, 0);
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	CHECK(unix_connect(link, 0) == -ENOTSOCK);
+	CHECK(unix_connect(secret, 0) == -ENOTSOCK);
+	/* QEMU's log read back for an error message */
+	snprintf(link, sizeof(link), "%s/qemu.log", dir);
+	CHECK(symlink(secret, link) == 0);
+	CHECK(fs_last_line(link, line, sizeof(line)) == -ELOOP && line[0] == '\0');
+	/* a pause sealed there: a file that is a link is refused, and a
+	 * manifest's temporary name taken by a link is not written through */
+	struct snap_manifest m;
+	memset(&m, 0, sizeof(m));
+	snprintf(m.files[SNAP_STATE].name, sizeof(m.files[0].name), "state");
+	snprintf(m.files[SNAP_DISK].name, sizeof(m.files[0].name), "disk.qcow2");
+	put_file(dir, "state", "device state");
+	snprintf(link, sizeof(link), "%s/disk.qcow2", dir);
+	CHECK(symlink(secret, link) == 0);
+	CHECK(snap_seal(dir, &m, err, sizeof(err)) == -ELOOP);
+	unlink(link);
+	put_file(dir, "disk.qcow2", "layer");
+	snprintf(link, sizeof(link), "%s/manifest.json.tmp", dir);
+	CHECK(symlink(secret, link) == 0);
+	CHECK(snap_seal(dir, &m, err, sizeof(err)) == 0);
+	CHECK(fs_last_line(secret, line, sizeof(line)) == 0 && !strcmp(line, "top secret"));
+	/* and loaded back, a link in a file's place is damage */
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
+	snprintf(path, sizeof(path), "%s/state", dir);
+	unlink(path);
+	CHECK(symlink(secret, path) == 0);
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == -EBADMSG);
+	close(ls);
+	char cmd[200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -311,6 +381,7 @@ int main(int argc, char **argv)
 		{ "qmp_session", test_qmp_session },
 		{ "qmp_no_greeting", test_qmp_no_greeting },
 		{ "qmp_line_cap", test_qmp_line_cap },
+		{ "run_dir_symlinks", test_run_dir_symlinks },
 		{ 0, 0 },
 	};
 	return t_main(argc, argv, cases);
