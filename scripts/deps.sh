@@ -38,3 +38,4 @@ if [ ${#missing[@]} != 0 ]; then
 fi
 pip_install openai
 pip_install dnslib  # the stand-in internet's DNS server (tests/e2e/internet.py)
+pip_install mypy    # the SDK's types are checked (tests/e2e/test_sdk_unit.py)
