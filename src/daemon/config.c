@@ -29,6 +29,12 @@ static const char usage[] =
 	"  --qemu PATH            QEMU binary (default qemu-system-x86_64)\n"
 	"  --accel auto|kvm|tcg   accelerator (default auto)\n"
 	"  --max-sandboxes N      running sandboxes per account (default 20)\n"
+	"  --account-max-vcpus N  vCPUs an account's running sandboxes may have in all\n"
+	"                         (default 0: no limit beyond --max-sandboxes)\n"
+	"  --account-max-memory-mb N  guest memory they may have in all (default 0: none)\n"
+	"  --memory-overcommit RATIO  a start is refused when the guest memory of every\n"
+	"                         running sandbox and warm VM would pass RATIO times the\n"
+	"                         host's RAM (default 1.5; 0: never refused)\n"
 	"  --max-json-bytes N     largest JSON request body (default 1048576)\n"
 	"  --max-file-bytes N     largest file upload (default 10737418240)\n"
 	"  --max-output-bytes N   output kept per stream of a foreground exec (default 1048576)\n"
@@ -105,6 +111,9 @@ static const struct option longopts[] = {
 	{ "egress-trust", required_argument, 0, 'E' },
 	{ "url-listen", required_argument, 0, 'U' },
 	{ "url-domain", required_argument, 0, 'W' },
+	{ "account-max-vcpus", required_argument, 0, 'v' },
+	{ "account-max-memory-mb", required_argument, 0, 'e' },
+	{ "memory-overcommit", required_argument, 0, 'x' },
 	{ "jail", required_argument, 0, 'J' },
 	{ "jail-ids", required_argument, 0, 'I' },
 	{ "cgroups", required_argument, 0, 'K' },
@@ -209,6 +218,19 @@ static int apply(struct config *o, int c, const char *v)
 	case 'E': return set_text("egress-trust", v, o->egress_trust, sizeof(o->egress_trust));
 	case 'U': return set_text("url-listen", v, o->url_listen, sizeof(o->url_listen));
 	case 'W': return set_text("url-domain", v, o->url_domain, sizeof(o->url_domain));
+	case 'v': return set_bounded("account-max-vcpus", v, 0, 1 << 20, &o->account_vcpus);
+	case 'e': return set_number("account-max-memory-mb", v, 0, &o->account_memory_mb);
+	case 'x': {
+		char *end;
+		errno = 0;
+		double d = strtod(v, &end);
+		if (errno || !*v || *end || !(d >= 0) || d > 100) {
+			fprintf(stderr, "cpuosd: invalid --memory-overcommit '%s' (0 to 100)\n", v);
+			return -1;
+		}
+		o->overcommit = d;
+		return 0;
+	}
 	case 'J': return set_on_off("jail", v, &o->jail);
 	case 'K': return set_on_off("cgroups", v, &o->cgroups);
 	case 'I': {
@@ -290,6 +312,7 @@ static void defaults(struct config *o)
 		snprintf(o->guest_dir, sizeof(o->guest_dir), "%s/../guest", dirname(exe));
 	}
 	o->max_sandboxes = 20;
+	o->overcommit = 1.5;
 	o->max_json = 1 << 20;
 	o->max_file = 10LL << 30;
 	o->max_output = 1 << 20;

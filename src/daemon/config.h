@@ -11,6 +11,10 @@ struct config {
 	char state_dir[PATH_MAX], socket[PATH_MAX], listen[128], guest_dir[PATH_MAX];
 	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
 	long long max_sandboxes, max_json, max_file, max_output;
+	/* what an account's running sandboxes may hold in all (0: no
+	 * limit), and how far guest memory may overcommit the host's */
+	long long account_vcpus, account_memory_mb;
+	double overcommit;
 	long long max_conns_per_ip, conn_timeout_s, answer_timeout_s;
 	/* usage pricing (GET /v1/usage): per running hour of a reference
 	 * size, and per GiB-month of paused storage */

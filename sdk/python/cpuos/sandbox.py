@@ -169,6 +169,7 @@ class Sandbox:
                checkpoint: Optional[Union[str, Checkpoint]] = None,
                on_timeout: Optional[str] = None, network: Optional[NetworkPolicy] = None,
                public: Optional[bool] = None, secrets: Optional[Iterable[str]] = None,
+               max_processes: Optional[int] = None,
                api_key: Optional[str] = None, api_url: Optional[str] = None,
                request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> Sandbox:
         """Start a sandbox and return it once it is ready.
@@ -193,6 +194,8 @@ class Sandbox:
             secrets: names of the account's secrets (`Secret.set`) it gets: each one's
                 placeholder in the environment variable of its name, which the egress proxy
                 replaces by the value in headers sent to the secret's hosts only.
+            max_processes: how many processes everything run in it may have at once
+                (16..65536; default the guest agent's, 4096 or less on a small guest).
             api_key, api_url: as for `Client`.
             request_timeout: seconds of socket inactivity before a call gives up (the boot
                 itself may take up to 10 minutes).
@@ -219,7 +222,8 @@ class Sandbox:
             body["template"] = template if template is not None else "python"
         for key, value in (("timeout", duration(timeout)), ("vcpus", vcpus), ("memory_mb", memory_mb),
                            ("disk_mb", disk_mb), ("env", env), ("metadata", metadata),
-                           ("on_timeout", on_timeout), ("public", public)):
+                           ("on_timeout", on_timeout), ("public", public),
+                           ("max_processes", max_processes)):
             if value is not None:
                 body[key] = dict(value) if isinstance(value, Mapping) else value
         if network is not None:

@@ -37,11 +37,12 @@ int api_sbx_create(struct req *r)
 	if (!r->body)
 		return reply_error(r, 400, "bad_request", "a JSON body with \"template\" is required");
 	const char *tpl = NULL, *on_timeout = NULL, *ckpt = NULL;
-	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048;
+	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048, procs = 0;
 	int is_public = 0;
 	char *env = NULL, *meta = NULL, *net = NULL, *secrets = NULL, err[512];
 	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
 	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
+	    api_uint(r, "max_processes", 16, 65536, &procs) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
 	    api_str_map(r, "env", 64, 1, &env) < 0 || api_str_map(r, "metadata", 64, 0, &meta) < 0 ||
 	    api_str(r, "on_timeout", 8, &on_timeout) < 0 || api_str(r, "checkpoint", 127, &ckpt) < 0 ||
@@ -67,7 +68,8 @@ int api_sbx_create(struct req *r)
 	}
 	struct sbx_params p = {
 		.template = tpl, .timeout_s = timeout, .vcpus = (unsigned)vcpus,
-		.memory_mb = (unsigned)mem, .disk_mb = (unsigned)disk, .env_json = env, .metadata_json = meta,
+		.memory_mb = (unsigned)mem, .disk_mb = (unsigned)disk, .max_processes = (unsigned)procs,
+		.env_json = env, .metadata_json = meta,
 		.kill_on_timeout = on_timeout && !strcmp(on_timeout, "kill"), .checkpoint = ckpt,
 		.key_id = r->key_id, .network_json = net, .is_public = is_public,
 		.secrets_json = secrets,

@@ -30,36 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Reserves a quota slot for account: 0, or -EDQUOT. */
-int sbx__reserve(struct sbx_mgr *m, const char *account)
-{
-	pthread_mutex_lock(&m->mu);
-	int n = store_sbx_count_running(m->store, account), slot = -1;
-	for (int i = 0; i < MAX_STARTING; i++) {
-		if (!m->starting[i][0])
-			slot = slot < 0 ? i : slot;
-		else if (!strcmp(m->starting[i], account))
-			n++;
-	}
-	int ok = n >= 0 && n < m->cfg.max_sandboxes && slot >= 0;
-	if (ok)
-		snprintf(m->starting[slot], sizeof(m->starting[slot]), "%s", account);
-	pthread_mutex_unlock(&m->mu);
-	return ok ? 0 : -EDQUOT;
-}
-
-void sbx__unreserve(struct sbx_mgr *m, const char *account)
-{
-	pthread_mutex_lock(&m->mu);
-	for (int i = 0; i < MAX_STARTING; i++) {
-		if (!strcmp(m->starting[i], account)) {
-			m->starting[i][0] = '\0';
-			break;
-		}
-	}
-	pthread_mutex_unlock(&m->mu);
-}
-
 static long long now_s(void)
 {
 	return (long long)time(NULL);
@@ -511,6 +481,19 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 		how = vc.restore != NULL;
 		snprintf(row->run_dir, sizeof(row->run_dir), "%s", run);
 	}
+	/* The user's own bound on the guest's processes, on the cgroup that
+	 * holds all the agent starts (docs/agent-protocol.md, Limits); the
+	 * guest's RAM keeps it through pauses and forks. */
+	if (p->max_processes) {
+		char cmd[96];
+		snprintf(cmd, sizeof(cmd), "echo %u > /sys/fs/cgroup/cpuos/pids.max", p->max_processes);
+		if ((r = sbx__run(vm, cmd, "root", NULL, 30000)) < 0) {
+			snprintf(err, errlen, "cannot set the guest's process limit: %s", strerror(-r));
+			vm_free(vm, 0);
+			sbx__net_down(m, row->net_slot);
+			return -EIO;
+		}
+	}
 	row->created_at = now_s();
 	row->expires_at = row->created_at + p->timeout_s;
 	if ((r = sbx__publish(m, row, vm, err, errlen)) < 0)
@@ -534,7 +517,6 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
 	       struct store_sbx *row, char *err, size_t errlen)
 {
-	const struct sbx_config *c = &m->cfg;
 	struct store_ckpt ck;
 	memset(row, 0, sizeof(*row));
 	if (p->checkpoint) {
@@ -574,14 +556,13 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 		goto out;
 	if ((r = sbx__secret_env(m, account, p->secrets_json, row, err, errlen)) < 0)
 		goto out;
-	if (sbx__reserve(m, account) < 0) {
-		snprintf(err, errlen, "account '%s' already runs or starts %d sandboxes (or %d start at once)",
-			 account, c->max_sandboxes, MAX_STARTING);
-		r = -EDQUOT;
+	int slot = sbx__reserve(m, account, row->vcpus, row->memory_mb, err, errlen);
+	if (slot < 0) {
+		r = slot;
 		goto out;
 	}
 	r = boot(m, p, p->checkpoint ? &ck : NULL, row, err, errlen);
-	sbx__unreserve(m, account);
+	sbx__unreserve(m, slot);
 out:
 	if (r < 0)
 		store_sbx_release(row);

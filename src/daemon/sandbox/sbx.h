@@ -26,6 +26,10 @@ struct sbx_config {
 	const char *qemu;      /* NULL: qemu-system-x86_64 */
 	enum qemu_accel accel;
 	int max_sandboxes;     /* running, per account */
+	unsigned account_vcpus; /* vCPUs of an account's running sandboxes; 0: no limit */
+	unsigned long long account_memory_mb; /* their guest memory; 0: no limit */
+	double overcommit;     /* guest memory of every sandbox and warm VM, at most
+				* this times the host's RAM; 0: no limit */
 	size_t max_output;     /* bytes of each stream kept by a foreground exec */
 	long long paused_retention_s; /* a paused sandbox is deleted after this */
 	int template_snapshots; /* boot each template once, create by restoring */
@@ -40,6 +44,7 @@ struct sbx_params {
 	const char *template;
 	long long timeout_s;
 	unsigned vcpus, memory_mb, disk_mb;
+	unsigned max_processes; /* in the guest, all its processes together; 0: the agent's */
 	const char *env_json, *metadata_json; /* JSON objects of strings */
 	int kill_on_timeout;  /* else the sandbox pauses when its time is up */
 	const char *checkpoint; /* restore this checkpoint (id or name) */

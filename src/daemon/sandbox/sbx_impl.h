@@ -117,7 +117,10 @@ struct sbx_mgr {
 	/* Accounts of the sandboxes still booting: they count against the
 	 * quota before the store knows them, so parallel creates cannot
 	 * overshoot it. */
-	char starting[MAX_STARTING][128];
+	struct sbx_start {
+		char account[128];
+		unsigned vcpus, memory_mb;
+	} starting[MAX_STARTING];
 	/* Sandboxes in a transition (pause, resume, fork, kill): one at a
 	 * time for each, so two resumes never start two QEMUs. */
 	char busy[MAX_BUSY][32];
@@ -128,8 +131,16 @@ struct sbx_mgr {
 
 /* Shared by sbx.c (lifecycles), sbx_snap.c (pause, resume, fork,
  * checkpoints) and sbx_pool.c (template snapshots, warm pools). */
-int sbx__reserve(struct sbx_mgr *m, const char *account);
-void sbx__unreserve(struct sbx_mgr *m, const char *account);
+/* sbx_limits.c: reserves a start of vcpus and memory_mb for account: its
+ * slot (for sbx__unreserve once the store counts it or the start failed),
+ * or -EDQUOT over the account's limits, -EAGAIN over the host's memory,
+ * with the reason in err. */
+int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigned memory_mb,
+		 char *err, size_t errlen);
+void sbx__unreserve(struct sbx_mgr *m, int slot);
+/* A /proc/meminfo field ("MemTotal") in MB; 0 when unknown. */
+unsigned long long sbx__meminfo_mb(const char *field);
+#define SBX_POOL_MEMORY_MB 512 /* each warm VM's */
 /* Lists a sandbox for row around a running vm and starts its pump. */
 int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm);
 int sbx__unlink(struct sbx_mgr *m, struct sbx *s);

@@ -32,7 +32,7 @@
 #define RETRY_S 600 /* a failed build is tried again after this */
 /* The one size pools hold: the create defaults. */
 #define POOL_VCPUS 1
-#define POOL_MEMORY_MB 512
+#define POOL_MEMORY_MB SBX_POOL_MEMORY_MB
 #define POOL_DISK_MB 2048
 
 enum { SNAP_NONE, SNAP_WANTED, SNAP_BUILDING, SNAP_READY, SNAP_FAILED };
@@ -286,20 +286,6 @@ unsigned sbx__pool_depth(struct sbx_mgr *m)
 	return n;
 }
 
-/* MemAvailable in MB, or 0 when unknown. */
-static unsigned long long mem_available_mb(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[128];
-	unsigned long long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb / 1024;
-}
-
 /* One warm VM for template t, if the budget allows: 1 made, 0 not. */
 static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 {
@@ -363,7 +349,7 @@ static struct tsnap *next_job(struct sbx_mgr *m, int *fill)
 		/* Never more than the budget, nor what would leave the host
 		 * short: a pool is a convenience, not a reservation. */
 		if (have < pool_size(m, t->template) && held + POOL_MEMORY_MB <= m->cfg.pool_max_mb &&
-		    mem_available_mb() >= 2ull * POOL_MEMORY_MB + 1024) {
+		    sbx__meminfo_mb("MemAvailable") >= 2ull * POOL_MEMORY_MB + 1024) {
 			*fill = 1;
 			return t;
 		}

@@ -150,9 +150,9 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 			snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
 		goto out;
 	}
-	if ((r = sbx__reserve(m, row.account)) < 0) {
-		snprintf(err, errlen, "account '%s' already runs %d sandboxes", row.account,
-			 m->cfg.max_sandboxes);
+	int held = sbx__reserve(m, row.account, row.vcpus, row.memory_mb, err, errlen);
+	if (held < 0) {
+		r = held;
 		goto out;
 	}
 	const struct sbx_config *c = &m->cfg;
@@ -198,7 +198,7 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		log_error("sandbox %s did not resume: %s", id, err);
 		r = -EIO;
 	}
-	sbx__unreserve(m, row.account);
+	sbx__unreserve(m, held);
 out:
 	store_sbx_release(&row);
 out_unclaim:
@@ -315,9 +315,9 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 	long long left = parent.expires_at - now_s();
 	unsigned made = 0;
 	for (; made < count_n; made++) {
-		if ((r = sbx__reserve(m, parent.account)) < 0) {
-			snprintf(err, errlen, "account '%s' already runs %d sandboxes", parent.account,
-				 c->max_sandboxes);
+		int slot = sbx__reserve(m, parent.account, parent.vcpus, parent.memory_mb, err, errlen);
+		if (slot < 0) {
+			r = slot;
 			break;
 		}
 		struct store_sbx *row = &rows[made];
@@ -360,7 +360,7 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 				sbx__net_down(m, row->net_slot);
 			}
 		}
-		sbx__unreserve(m, parent.account);
+		sbx__unreserve(m, slot);
 		if (r < 0) {
 			store_sbx_release(row);
 			r = r == -EDQUOT ? r : -EIO;

@@ -189,6 +189,12 @@ int store_sbx_count_by_state(struct store *s, struct store_sbx_counts *out);
 
 /* Running sandboxes of account. */
 int store_sbx_count_running(struct store *s, const char *account);
+/* What the running sandboxes of account (NULL: of every account) hold. */
+struct store_sbx_sum {
+	unsigned n;
+	unsigned long long vcpus, memory_mb;
+};
+int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx_sum *out);
 /* Every sandbox in state "running", any account (the daemon re-attaches
  * them at start); *out as for store_sbx_list. */
 int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n);

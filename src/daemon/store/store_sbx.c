@@ -588,26 +588,45 @@ int store_sbx_list(struct store *s, const char *account, const char *state,
 	return 0;
 }
 
-int store_sbx_count_running(struct store *s, const char *account)
+int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx_sum *out)
 {
-	if (!store__name_ok(account))
+	if (account && !store__name_ok(account))
 		return -EINVAL;
 	sqlite3_stmt *st;
 	pthread_mutex_lock(&s->lock);
-	int r = store__prep(
-	    s, "SELECT count(*) FROM sandboxes WHERE state = 'running' AND account = ?1", &st);
+	int r = store__prep(s,
+			    "SELECT count(*), total(vcpus), total(memory_mb) FROM sandboxes "
+			    "WHERE state = 'running' AND (?1 IS NULL OR account = ?1)",
+			    &st);
 	if (!r) {
-		if (store__bind_text(st, 1, account) != SQLITE_OK ||
+		if ((account ? store__bind_text(st, 1, account) : sqlite3_bind_null(st, 1)) !=
+			    SQLITE_OK ||
 		    sqlite3_step(st) != SQLITE_ROW) {
 			r = -EIO;
 		} else {
 			sqlite3_int64 c = sqlite3_column_int64(st, 0);
-			r = c < 0 || c > INT_MAX ? -EIO : (int)c;
+			double v = sqlite3_column_double(st, 1), m = sqlite3_column_double(st, 2);
+			if (c < 0 || c > INT_MAX || v < 0 || m < 0) {
+				r = -EIO;
+			} else {
+				out->n = (unsigned)c;
+				out->vcpus = (unsigned long long)v;
+				out->memory_mb = (unsigned long long)m;
+			}
 		}
 		sqlite3_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+int store_sbx_count_running(struct store *s, const char *account)
+{
+	if (!account)
+		return -EINVAL;
+	struct store_sbx_sum sum;
+	int r = store_sbx_sum_running(s, account, &sum);
+	return r < 0 ? r : (int)sum.n;
 }
 
 static int by_state(struct store *s, const char *sql, struct store_sbx **out, size_t *n);

@@ -1,0 +1,106 @@
+/*
+ * sbx_limits: what a start may take. Every start (a create, a resume, a
+ * fork's child) first reserves its vCPUs and memory against its account's
+ * totals and against the host's memory times the overcommit ratio, so that
+ * parallel starts cannot overshoot either; once it runs, the store counts
+ * it. A host that would be overcommitted refuses the start rather than
+ * leaving the OOM killer to choose a victim later.
+ */
+#include "daemon/sandbox/sbx_impl.h"
+
+#include "daemon/store/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned long long sbx__meminfo_mb(const char *field)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	char line[128];
+	size_t n = strlen(field);
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, field, n) && line[n] == ':') {
+			kb = strtoull(line + n + 1, NULL, 10);
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	return kb / 1024;
+}
+
+int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigned memory_mb,
+		 char *err, size_t errlen)
+{
+	const struct sbx_config *c = &m->cfg;
+	/* Asked before the lock: the pools take their own, and a warm VM
+	 * counted twice for a moment (claimed, not yet listed) errs on the
+	 * safe side. */
+	unsigned long long pools = (unsigned long long)sbx__pool_depth(m) * SBX_POOL_MEMORY_MB;
+	unsigned long long host = c->overcommit > 0 ? sbx__meminfo_mb("MemTotal") : 0;
+	struct store_sbx_sum mine, all;
+	pthread_mutex_lock(&m->mu);
+	int r = store_sbx_sum_running(m->store, account, &mine);
+	if (r == 0)
+		r = store_sbx_sum_running(m->store, NULL, &all);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot count the running sandboxes: %s", strerror(-r));
+		goto out;
+	}
+	int slot = -1;
+	for (int i = 0; i < MAX_STARTING; i++) {
+		const struct sbx_start *s = &m->starting[i];
+		if (!s->account[0]) {
+			slot = slot < 0 ? i : slot;
+			continue;
+		}
+		all.n++;
+		all.vcpus += s->vcpus;
+		all.memory_mb += s->memory_mb;
+		if (!strcmp(s->account, account)) {
+			mine.n++;
+			mine.vcpus += s->vcpus;
+			mine.memory_mb += s->memory_mb;
+		}
+	}
+	r = -EDQUOT;
+	if (slot < 0 || mine.n >= (unsigned)c->max_sandboxes) {
+		snprintf(err, errlen, "account '%s' already runs or starts %d sandboxes (or %d start at once)",
+			 account, c->max_sandboxes, MAX_STARTING);
+	} else if (c->account_vcpus && mine.vcpus + vcpus > c->account_vcpus) {
+		snprintf(err, errlen, "account '%s' would run %llu vCPUs, over its %u", account,
+			 mine.vcpus + vcpus, c->account_vcpus);
+	} else if (c->account_memory_mb && mine.memory_mb + memory_mb > c->account_memory_mb) {
+		snprintf(err, errlen, "account '%s' would hold %llu MB of guest memory, over its %llu MB",
+			 account, mine.memory_mb + memory_mb, c->account_memory_mb);
+	} else if (host && all.memory_mb + pools + memory_mb > (unsigned long long)(c->overcommit * (double)host)) {
+		snprintf(err, errlen,
+			 "the host has no memory for %u MB more: sandboxes hold %llu MB and warm pools "
+			 "%llu MB of the %llu MB allowed (%.2f x %llu MB)",
+			 memory_mb, all.memory_mb, pools,
+			 (unsigned long long)(c->overcommit * (double)host), c->overcommit, host);
+		r = -EAGAIN;
+	} else {
+		struct sbx_start *s = &m->starting[slot];
+		snprintf(s->account, sizeof(s->account), "%s", account);
+		s->vcpus = vcpus;
+		s->memory_mb = memory_mb;
+		r = slot;
+	}
+out:
+	pthread_mutex_unlock(&m->mu);
+	return r;
+}
+
+void sbx__unreserve(struct sbx_mgr *m, int slot)
+{
+	if (slot < 0 || slot >= MAX_STARTING)
+		return;
+	pthread_mutex_lock(&m->mu);
+	memset(&m->starting[slot], 0, sizeof(m->starting[slot]));
+	pthread_mutex_unlock(&m->mu);
+}
