@@ -28,13 +28,18 @@ int unix_connect(const char *path, int timeout_ms)
 			e = errno;
 		else if (!S_ISSOCK(st.st_mode))
 			e = ENOTSOCK;
-		int fd = e ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		/* Non-blocking: a listener whose queue its owner keeps full
+		 * would hold a blocking connect for ever (EAGAIN: retried). */
+		int fd = e ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (!e && fd < 0)
 			e = errno;
 		if (!e) {
 			struct sockaddr_un sa = { .sun_family = AF_UNIX };
 			snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", at);
 			if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+				e = errno == EAGAIN ? ECONNREFUSED : errno;
+			int fl = e ? 0 : fcntl(fd, F_GETFL);
+			if (!e && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
 				e = errno;
 		}
 		if (at >= 0)

@@ -104,6 +104,16 @@ int main(int argc, char **argv)
 		log_error("cannot create state directory '%s': %s", o.state_dir, strerror(errno));
 		return 1;
 	}
+	/* QEMU's jail binds each file at the path QEMU is given: the
+	 * directories they are under as real paths, with no ".." (the
+	 * default guest directory is "<bin>/../guest") or link on the way. */
+	fs_mkdir_p(o.cache_dir, 0755, (uid_t)-1, (gid_t)-1);
+	char *dirs[] = { o.state_dir, o.cache_dir, o.guest_dir };
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		char real[PATH_MAX];
+		if (realpath(dirs[i], real))
+			snprintf(dirs[i], PATH_MAX, "%s", real);
+	}
 	snprintf(db, sizeof(db), "%s/cpuos.db", o.state_dir);
 	struct store *store;
 	if (store_open(db, &store, err, sizeof(err)) < 0) {

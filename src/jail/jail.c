@@ -128,10 +128,11 @@ static int lock_id(struct jail *j, uid_t uid)
 	snprintf(path, sizeof(path), "%s/%u", j->lock_dir, (unsigned)uid);
 	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return -1;
+		return -errno;
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
 		close(fd);
-		return -1;
+		return -e;
 	}
 	return fd;
 }
@@ -165,14 +166,18 @@ static int uid_running(uid_t uid)
 
 static int take_id(struct jail *j, uid_t *uid)
 {
-	int r = -EAGAIN;
+	int r = -EAGAIN, failed = 0;
 	pthread_mutex_lock(&j->mu);
 	for (unsigned i = 1; i < j->count && r < 0; i++) {
 		if (j->lock[i] != ID_FREE)
 			continue;
 		int fd = lock_id(j, j->first + i);
-		if (fd < 0)
-			continue;
+		if (fd == -EWOULDBLOCK)
+			continue; /* another daemon's */
+		if (fd < 0) {
+			failed = fd; /* the lock directory: the same for every id */
+			break;
+		}
 		if (uid_running(j->first + i)) {
 			close(fd);
 			continue;
@@ -182,7 +187,7 @@ static int take_id(struct jail *j, uid_t *uid)
 		r = 0;
 	}
 	pthread_mutex_unlock(&j->mu);
-	return r;
+	return failed ? failed : r;
 }
 
 static int in_range(const struct jail *j, uid_t uid)
@@ -208,11 +213,8 @@ int jail_hold(struct jail *j, uid_t uid)
 		return -ERANGE;
 	pthread_mutex_lock(&j->mu);
 	int *l = &j->lock[uid - j->first];
-	if (*l == ID_FREE) {
-		*l = lock_id(j, uid);
-		if (*l < 0)
-			*l = ID_HELD;
-	}
+	if (*l == ID_FREE && (*l = lock_id(j, uid)) < 0)
+		*l = ID_HELD;
 	pthread_mutex_unlock(&j->mu);
 	return 0;
 }
@@ -357,7 +359,11 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 		return -ENOMEM;
 	int r = take_id(j, &p->uid);
 	if (r < 0) {
-		snprintf(err, errlen, "no jail id left: all %u are in use", j->count - 1);
+		if (r == -EAGAIN)
+			snprintf(err, errlen, "no jail id left: all %u are in use", j->count - 1);
+		else
+			snprintf(err, errlen, "cannot take a jail id in '%s': %s", j->lock_dir,
+				 strerror(-r));
 		free(p);
 		return r;
 	}

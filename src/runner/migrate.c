@@ -76,8 +76,10 @@ int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout
 	int r = qmp_command(q, "stop", NULL, 5000, NULL, err, errlen);
 	if (r == 0)
 		r = set_caps(q, ignore_shared, err, errlen);
-	if (r == 0)
-		r = pass_file(q, path, O_WRONLY | O_CREAT | O_TRUNC, err, errlen);
+	if (r == 0) {
+		unlink(path); /* whatever the jail left in its place */
+		r = pass_file(q, path, O_WRONLY | O_CREAT | O_EXCL, err, errlen);
+	}
 	if (r < 0)
 		return r;
 	r = qmp_command(q, "migrate", json_pack("{s:s}", "uri", "fd:" FDNAME), 5000, NULL, err,

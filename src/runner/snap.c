@@ -228,7 +228,14 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 	memset(m, 0, sizeof(*m));
 	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
 	json_error_t je;
+	/* A manifest is a few hundred bytes; a pause's is in a directory
+	 * its jailed QEMU may write, so one of any size is not read. */
 	int mfd = fs_open_file(path, O_RDONLY, 0);
+	struct stat mst;
+	if (mfd >= 0 && (fstat(mfd, &mst) < 0 || mst.st_size > 65536)) {
+		close(mfd);
+		return bad(err, errlen, dir, "the manifest is too big");
+	}
 	json_t *doc = mfd >= 0 ? json_loadfd(mfd, 0, &je) : NULL;
 	if (mfd >= 0)
 		close(mfd);
@@ -407,7 +414,7 @@ out:
 long long snap_file_bytes(const char *path)
 {
 	struct stat st;
-	return stat(path, &st) < 0 ? 0 : (long long)st.st_blocks * 512;
+	return lstat(path, &st) < 0 ? 0 : (long long)st.st_blocks * 512;
 }
 
 void snap_remove(const char *dir)

@@ -156,6 +156,7 @@ static int jail_plan(struct vm *vm, const struct vm_config *cfg, const struct qe
 			 cfg->cache_dir);
 		return r;
 	}
+	chmod(base, 0644); /* the cache's own empty filesystem (older cpuos made them 0600) */
 	cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
 	struct jail_spec s = {
 		.name = vm->cgroup,
@@ -184,7 +185,8 @@ static int spawn_qemu(struct vm *vm, char **argv, const char *netns,
 {
 	char log[300];
 	snprintf(log, sizeof(log), "%s/qemu.log", vm->run_dir);
-	int logfd = fs_open_file(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	unlink(log); /* whatever the jail left in its place */
+	int logfd = fs_open_file(log, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	if (logfd < 0) {
 		snprintf(err, errlen, "cannot create '%s': %s", log, strerror(-logfd));
 		return logfd;

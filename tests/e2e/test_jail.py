@@ -7,7 +7,7 @@ import stat
 import pytest
 
 import cpuos
-from conftest import started_daemon
+from conftest import GUEST_DIR, started_daemon
 
 T = 60
 
@@ -76,6 +76,16 @@ def test_own_uid_seccomp_no_capabilities(make_sandbox):
     # a network namespace of its own: not the host's
     host_net = os.readlink("/proc/self/ns/net")
     assert os.readlink(f"/proc/{qemu_pid(a)}/ns/net") != host_net
+    # ids are the host's: a second daemon, with the same range, gives its QEMU another one
+    gen = started_daemon("--template-snapshots", "off")
+    d = next(gen)
+    try:
+        c = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a, api_url=d.url)
+        uid = status(qemu_pid(c))["Uid"].split()[0]
+        assert uid not in uids and uid != "0", (uid, uids)
+        c.kill()
+    finally:
+        gen.close()
     # and the guest works through all of it
     assert a.exec("echo ok", timeout=T).stdout == "ok\n"
 
@@ -96,7 +106,7 @@ def test_mount_namespace_holds_only_its_files(daemon, make_sandbox):
     assert not os.path.exists(f"/proc/{pb}/root" + mine)
     # the system and the kernel read-only, the run directory not; /dev holds the nodes QEMU
     # opens and no disk of the host's
-    kernel = os.path.join(os.environ["CPUOS_GUEST_DIR"], "bzImage")
+    kernel = str(GUEST_DIR / "bzImage")
     for ro in ("/usr", kernel):
         assert os.statvfs(root + ro).f_flag & os.ST_RDONLY, ro
     assert not os.statvfs(root + mine).f_flag & os.ST_RDONLY
@@ -149,7 +159,7 @@ def write_wrapper(path, extra):
 def test_a_path_outside_the_jail_cannot_be_opened(tmp_path, inside):
     """With a host file outside its jail on the command line QEMU fails to start; the same
     argument on a file inside it (the kernel) starts, so it is the jail that refuses."""
-    kernel = os.path.join(os.environ["CPUOS_GUEST_DIR"], "bzImage")
+    kernel = str(GUEST_DIR / "bzImage")
     target = kernel if inside else "/etc/hostname"
     wrapper = tmp_path / "qemu-wrapper"
     write_wrapper(wrapper, f"-blockdev driver=file,node-name=probe,filename={target},read-only=on")

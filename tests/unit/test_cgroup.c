@@ -101,7 +101,10 @@ static void test_v1(void)
 	CHECK(has("memory/outer/x/cpuos/vm1/memory.memsw.limit_in_bytes", "805306368"));
 	CHECK(has("cpu,cpuacct/cpuos/vm1/cpu.cfs_quota_us", "200000"));
 	CHECK(has("cpu,cpuacct/cpuos/vm1/cpu.cfs_period_us", "100000"));
-	CHECK(has("blkio/cpuos/vm1/blkio.weight", "1000"));
+	CHECK(has("blkio/cpuos/vm1/blkio.weight", "1000")); /* 500 x 5, at v1's top */
+	l.io_weight = 100; /* v2's default is v1's */
+	CHECK(cgroup_create(cg, "vm1", &l, &j, err, sizeof(err)) == 0);
+	CHECK(has("blkio/cpuos/vm1/blkio.weight", "500"));
 	CHECK(j.n == 3 && strstr(j.procs[0], "memory/outer/x/cpuos/vm1/cgroup.procs") &&
 	      strstr(j.procs[1], "cpu,cpuacct/cpuos/vm1/cgroup.procs"));
 	CHECK(cgroup_create(cg, "../escape", &l, &j, err, sizeof(err)) == -EINVAL);

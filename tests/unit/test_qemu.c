@@ -320,8 +320,10 @@ static void put_file(const char *dir, const char *name, const char *text)
 static void test_run_dir_symlinks(void)
 {
 	char dir[128], path[256], secret[256], link[256], err[256], line[64];
+	char cmd[200];
 	snprintf(dir, sizeof(dir), "/tmp/cpuos-symlink-test-%d", (int)getpid());
-	mkdir(dir, 0700);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0 && mkdir(dir, 0700) == 0);
 	snprintf(secret, sizeof(secret), "%s/secret", dir);
 	put_file(dir, "secret", "top secret\n");
 	/* a socket in place of the agent's, and a link to it */
@@ -364,8 +366,6 @@ static void test_run_dir_symlinks(void)
 	CHECK(symlink(secret, path) == 0);
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == -EBADMSG);
 	close(ls);
-	char cmd[200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK(system(cmd) == 0);
 }
 

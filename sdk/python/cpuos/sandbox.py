@@ -195,7 +195,8 @@ class Sandbox:
                 placeholder in the environment variable of its name, which the egress proxy
                 replaces by the value in headers sent to the secret's hosts only.
             max_processes: how many processes everything run in it may have at once
-                (16..65536; default the guest agent's, 4096 or less on a small guest).
+                (16..65536); it only lowers the guest agent's own limit (4096, or less on a
+                small guest).
             api_key, api_url: as for `Client`.
             request_timeout: seconds of socket inactivity before a call gives up (the boot
                 itself may take up to 10 minutes).

@@ -483,10 +483,14 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 	}
 	/* The user's own bound on the guest's processes, on the cgroup that
 	 * holds all the agent starts (docs/agent-protocol.md, Limits); the
-	 * guest's RAM keeps it through pauses and forks. */
+	 * guest's RAM keeps it through pauses and forks. It only ever
+	 * lowers the agent's own, which leaves the agent room to fork. */
 	if (p->max_processes) {
-		char cmd[96];
-		snprintf(cmd, sizeof(cmd), "echo %u > /sys/fs/cgroup/cpuos/pids.max", p->max_processes);
+		char cmd[200];
+		snprintf(cmd, sizeof(cmd),
+			 "f=/sys/fs/cgroup/cpuos/pids.max; c=$(cat $f); "
+			 "if [ \"$c\" = max ] || [ %u -lt \"$c\" ]; then echo %u > $f; fi",
+			 p->max_processes, p->max_processes);
 		if ((r = sbx__run(vm, cmd, "root", NULL, 30000)) < 0) {
 			snprintf(err, errlen, "cannot set the guest's process limit: %s", strerror(-r));
 			vm_free(vm, 0);

@@ -138,6 +138,10 @@ struct sbx_mgr {
 int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigned memory_mb,
 		 char *err, size_t errlen);
 void sbx__unreserve(struct sbx_mgr *m, int slot);
+/* Whether more_mb of guest memory fits beside the running sandboxes and
+ * pools_mb of warm VMs under the overcommit ratio (the pool worker asks,
+ * holding its own lock, so m->mu is not taken). */
+int sbx__host_fits(struct sbx_mgr *m, unsigned long long pools_mb, unsigned long long more_mb);
 /* A /proc/meminfo field ("MemTotal") in MB; 0 when unknown. */
 unsigned long long sbx__meminfo_mb(const char *field);
 #define SBX_POOL_MEMORY_MB 512 /* each warm VM's */

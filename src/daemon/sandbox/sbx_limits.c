@@ -37,9 +37,9 @@ int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigne
 		 char *err, size_t errlen)
 {
 	const struct sbx_config *c = &m->cfg;
-	/* Asked before the lock: the pools take their own, and a warm VM
-	 * counted twice for a moment (claimed, not yet listed) errs on the
-	 * safe side. */
+	/* Asked before the lock: the pools take their own. A create that
+	 * the pool will serve is counted beside the warm VM it takes, so
+	 * near the limit it may be refused one VM early: the safe side. */
 	unsigned long long pools = (unsigned long long)sbx__pool_depth(m) * SBX_POOL_MEMORY_MB;
 	unsigned long long host = c->overcommit > 0 ? sbx__meminfo_mb("MemTotal") : 0;
 	struct store_sbx_sum mine, all;
@@ -49,6 +49,7 @@ int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigne
 		r = store_sbx_sum_running(m->store, NULL, &all);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot count the running sandboxes: %s", strerror(-r));
+		r = -EIO;
 		goto out;
 	}
 	int slot = -1;
@@ -94,6 +95,18 @@ int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigne
 out:
 	pthread_mutex_unlock(&m->mu);
 	return r;
+}
+
+int sbx__host_fits(struct sbx_mgr *m, unsigned long long pools_mb, unsigned long long more_mb)
+{
+	const struct sbx_config *c = &m->cfg;
+	unsigned long long host = c->overcommit > 0 ? sbx__meminfo_mb("MemTotal") : 0;
+	struct store_sbx_sum all;
+	if (!host)
+		return 1;
+	if (store_sbx_sum_running(m->store, NULL, &all) < 0)
+		return 0;
+	return all.memory_mb + pools_mb + more_mb <= (unsigned long long)(c->overcommit * (double)host);
 }
 
 void sbx__unreserve(struct sbx_mgr *m, int slot)

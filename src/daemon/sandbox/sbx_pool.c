@@ -349,7 +349,8 @@ static struct tsnap *next_job(struct sbx_mgr *m, int *fill)
 		/* Never more than the budget, nor what would leave the host
 		 * short: a pool is a convenience, not a reservation. */
 		if (have < pool_size(m, t->template) && held + POOL_MEMORY_MB <= m->cfg.pool_max_mb &&
-		    sbx__meminfo_mb("MemAvailable") >= 2ull * POOL_MEMORY_MB + 1024) {
+		    sbx__meminfo_mb("MemAvailable") >= 2ull * POOL_MEMORY_MB + 1024 &&
+		    sbx__host_fits(m, held, POOL_MEMORY_MB)) {
 			*fill = 1;
 			return t;
 		}
