@@ -16,3 +16,4 @@ build/bench/bench_api concurrent 20
 build/bench/bench_api hostile 100
 build/bench/bench_snap
 python3 bench/bench_net.py 10
+python3 bench/bench_jail.py 10
