@@ -140,10 +140,10 @@ static int open_v2(struct cgroups *cg, const char *root, const char *self, char 
 		snprintf(err, errlen, "cannot create cgroup '%s': %s", top, strerror(-r));
 		return r;
 	}
-	int none[CG_NCTL] = { 1, 1, 1, 1 };
-	v2_enable(top, none);
+	int down[CG_NCTL] = { 1, 1, 1, 1 }; /* handed down to the leaves too */
+	v2_enable(top, down);
 	for (int i = 0; i < CG_NCTL; i++)
-		if (have[i] && none[i])
+		if (have[i] && down[i])
 			snprintf(cg->dir[i], sizeof(cg->dir[i]), "%s", top);
 	return 0;
 }

@@ -74,6 +74,7 @@ void jail_release(struct jail *j, uid_t uid, const char *name);
 /* A QEMU found running (a daemon restarted) holds uid: 0, or -ERANGE when
  * uid is not one of the range's. */
 int jail_hold(struct jail *j, uid_t uid);
-struct cgroups *jail_cgroups(struct jail *j);
+/* The real uid of process pid, from /proc: 0 or -errno. */
+int jail_proc_uid(pid_t pid, uid_t *uid);
 
 #endif

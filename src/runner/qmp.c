@@ -142,40 +142,24 @@ static int wait_for(struct qmp *q, int64_t deadline, int (*ready)(const struct q
 	return 0;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EAGAIN) {
-			struct pollfd pf = { .fd = fd, .events = POLLOUT };
-			poll(&pf, 1, 1000);
-			continue;
-		}
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Sends the first bytes of p with fd attached (SCM_RIGHTS), the rest as
- * write_all does: QEMU takes the descriptor with the line it came with. */
-static int send_fd(int sock, const char *p, size_t n, int fd)
+/* Writes all of p, its first bytes with fd attached (SCM_RIGHTS) unless
+ * fd is -1: QEMU takes a descriptor with the line it came with. */
+static int send_all(int sock, const char *p, size_t n, int fd)
 {
 	char ctl[CMSG_SPACE(sizeof(int))];
-	memset(ctl, 0, sizeof(ctl));
-	struct iovec iov = { .iov_base = (void *)p, .iov_len = n };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-			     .msg_controllen = sizeof(ctl) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	for (;;) {
+	while (n) {
+		struct iovec iov = { .iov_base = (void *)p, .iov_len = n };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+		if (fd >= 0) {
+			memset(ctl, 0, sizeof(ctl));
+			mh.msg_control = ctl;
+			mh.msg_controllen = sizeof(ctl);
+			struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(c), &fd, sizeof(int));
+		}
 		ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL);
 		if (w < 0 && errno == EAGAIN) {
 			struct pollfd pf = { .fd = sock, .events = POLLOUT };
@@ -186,8 +170,11 @@ static int send_fd(int sock, const char *p, size_t n, int fd)
 			continue;
 		if (w < 0)
 			return -errno;
-		return write_all(sock, p + w, n - (size_t)w);
+		fd = -1; /* sent with the first bytes */
+		p += w;
+		n -= (size_t)w;
 	}
+	return 0;
 }
 
 static int command(struct qmp *q, const char *cmd, json_t *args, int fd, int timeout_ms,
@@ -209,7 +196,7 @@ static int command(struct qmp *q, const char *cmd, json_t *args, int fd, int tim
 		return -ENOMEM;
 	size_t n = strlen(text);
 	text[n] = '\n'; /* json_dumps leaves room for its NUL; QMP wants a line */
-	int r = fd >= 0 ? send_fd(q->fd, text, n + 1, fd) : write_all(q->fd, text, n + 1);
+	int r = send_all(q->fd, text, n + 1, fd);
 	free(text);
 	if (r < 0) {
 		set_err(err, errlen, "cannot send '%s' to QEMU", cmd);

@@ -515,26 +515,6 @@ void vm_drop_agent(struct vm *vm)
 	vm->reconnect_at = INT64_MAX;
 }
 
-/* The real uid of a running process, from its status. */
-static int proc_uid(pid_t pid, uid_t *uid)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	int r = -ENOENT;
-	while (r < 0 && fgets(line, sizeof(line), f)) {
-		unsigned u;
-		if (sscanf(line, "Uid: %u", &u) == 1) {
-			*uid = u;
-			r = 0;
-		}
-	}
-	fclose(f);
-	return r;
-}
-
 int vm_attach(const char *run_dir, pid_t pid, struct jail *jail, struct vm **out, char *err,
 	      size_t errlen)
 {
@@ -566,7 +546,7 @@ int vm_attach(const char *run_dir, pid_t pid, struct jail *jail, struct vm **out
 	vm->state = VM_RUNNING;
 	/* Its id stays taken while it runs (a QEMU of an unjailed daemon
 	 * runs as root: nothing to hold). */
-	if (jail && proc_uid(pid, &vm->jail_uid) == 0 && jail_hold(jail, vm->jail_uid) == 0) {
+	if (jail && jail_proc_uid(pid, &vm->jail_uid) == 0 && jail_hold(jail, vm->jail_uid) == 0) {
 		vm->jail = jail;
 		cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
 	}

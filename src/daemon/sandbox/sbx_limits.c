@@ -33,6 +33,14 @@ unsigned long long sbx__meminfo_mb(const char *field)
 	return kb / 1024;
 }
 
+/* The guest memory every sandbox and warm VM may hold: the ratio times the
+ * host's RAM; 0 when there is no limit. */
+static unsigned long long allowed_mb(const struct sbx_config *c)
+{
+	return c->overcommit > 0 ? (unsigned long long)(c->overcommit * (double)sbx__meminfo_mb("MemTotal"))
+				 : 0;
+}
+
 int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigned memory_mb,
 		 char *err, size_t errlen)
 {
@@ -41,7 +49,7 @@ int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigne
 	 * the pool will serve is counted beside the warm VM it takes, so
 	 * near the limit it may be refused one VM early: the safe side. */
 	unsigned long long pools = (unsigned long long)sbx__pool_depth(m) * SBX_POOL_MEMORY_MB;
-	unsigned long long host = c->overcommit > 0 ? sbx__meminfo_mb("MemTotal") : 0;
+	unsigned long long allowed = allowed_mb(c);
 	struct store_sbx_sum mine, all;
 	pthread_mutex_lock(&m->mu);
 	int r = store_sbx_sum_running(m->store, account, &mine);
@@ -78,12 +86,11 @@ int sbx__reserve(struct sbx_mgr *m, const char *account, unsigned vcpus, unsigne
 	} else if (c->account_memory_mb && mine.memory_mb + memory_mb > c->account_memory_mb) {
 		snprintf(err, errlen, "account '%s' would hold %llu MB of guest memory, over its %llu MB",
 			 account, mine.memory_mb + memory_mb, c->account_memory_mb);
-	} else if (host && all.memory_mb + pools + memory_mb > (unsigned long long)(c->overcommit * (double)host)) {
+	} else if (allowed && all.memory_mb + pools + memory_mb > allowed) {
 		snprintf(err, errlen,
 			 "the host has no memory for %u MB more: sandboxes hold %llu MB and warm pools "
-			 "%llu MB of the %llu MB allowed (%.2f x %llu MB)",
-			 memory_mb, all.memory_mb, pools,
-			 (unsigned long long)(c->overcommit * (double)host), c->overcommit, host);
+			 "%llu MB of the %llu MB allowed (%.2f x its RAM)",
+			 memory_mb, all.memory_mb, pools, allowed, c->overcommit);
 		r = -EAGAIN;
 	} else {
 		struct sbx_start *s = &m->starting[slot];
@@ -99,14 +106,13 @@ out:
 
 int sbx__host_fits(struct sbx_mgr *m, unsigned long long pools_mb, unsigned long long more_mb)
 {
-	const struct sbx_config *c = &m->cfg;
-	unsigned long long host = c->overcommit > 0 ? sbx__meminfo_mb("MemTotal") : 0;
+	unsigned long long allowed = allowed_mb(&m->cfg);
 	struct store_sbx_sum all;
-	if (!host)
+	if (!allowed)
 		return 1;
 	if (store_sbx_sum_running(m->store, NULL, &all) < 0)
 		return 0;
-	return all.memory_mb + pools_mb + more_mb <= (unsigned long long)(c->overcommit * (double)host);
+	return all.memory_mb + pools_mb + more_mb <= allowed;
 }
 
 void sbx__unreserve(struct sbx_mgr *m, int slot)
