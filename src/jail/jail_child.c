@@ -98,7 +98,17 @@ static int build_root(const struct jail_plan *p)
 			return say(b->dst, -r);
 		if (mount(b->src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
 			return say(b->src, errno);
-		/* A bind takes its flags from a remount of its own. */
+		/* A bind takes its flags from a change of its own: on every
+		 * mount under it too (mount_setattr, Linux 5.12), else by a
+		 * remount of the top one. */
+		struct mount_attr a = {
+			.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+				    (b->ro ? MOUNT_ATTR_RDONLY : 0) | (b->exec ? 0 : MOUNT_ATTR_NOEXEC),
+		};
+		if (mount_setattr(AT_FDCWD, path, AT_RECURSIVE, &a, sizeof(a)) == 0)
+			continue;
+		if (errno != ENOSYS)
+			return say(b->dst, errno);
 		unsigned long fl = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV |
 				   (b->ro ? MS_RDONLY : 0) | (b->exec ? 0 : MS_NOEXEC);
 		if (mount(NULL, path, NULL, fl, NULL) < 0)
