@@ -21,15 +21,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* One line on stderr (QEMU's log, which the runner reads back): which
+ * step failed, and the errno's name (strerror may translate, and so lock). */
 static int say(const char *step, int e)
 {
-	/* The errno's name: strerror may translate, and so lock. */
 	const char *m = strerrorname_np(e);
-	if (!m)
-		m = "unknown error";
-	if (write(2, "cpuos jail: ", 12) < 0 || write(2, step, strlen(step)) < 0 ||
-	    write(2, ": ", 2) < 0 || write(2, m, strlen(m)) < 0 || write(2, "\n", 1) < 0)
-		return -e;
+	const char *parts[] = { "cpuos jail: ", step, ": ", m ? m : "unknown error", "\n" };
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+		if (write(2, parts[i], strlen(parts[i])) < 0)
+			break;
 	return -e;
 }
 
