@@ -17,19 +17,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "e2e"))
-from bench_net import N, Daemon, create_ms, p50  # noqa: E402
+from bench_net import N, Daemon, create_ms, p50, timed_creates  # noqa: E402
 from test_jail import cgroups, qemu_pid, read_cg  # noqa: E402
 
 
 def cold_ms(d):
-    out = []
-    for _ in range(max(3, N // 3)):
-        t0 = time.monotonic()
-        s = d.create()
-        s.exec("true")
-        out.append((time.monotonic() - t0) * 1000)
-        s.kill()
-    return out
+    return timed_creates(d, max(3, N // 3))
 
 
 def peak_mb(pid):

@@ -82,10 +82,15 @@ def ready(d):
         time.sleep(1)
 
 
-def create_ms(d):
+def create_ms(d, n=None):
+    """n creates (default N) timed to their first exec, once the template snapshot is ready."""
     ready(d)
+    return timed_creates(d, n or N)
+
+
+def timed_creates(d, n):
     out = []
-    for _ in range(N):
+    for _ in range(n):
         t0 = time.monotonic()
         s = d.create()
         s.exec("true")

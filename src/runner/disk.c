@@ -104,10 +104,11 @@ static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size
 	snprintf(dir, sizeof(dir), "%s/scratch", cache_dir);
 	if (disk_base_path(cache_dir, size_mb, base, baselen) < 0)
 		return -ENAMETOOLONG;
-	/* An empty filesystem, read by every jailed QEMU that layers on it
-	 * (bases of an earlier cpuos were 0600). */
+	/* An empty filesystem, read by every jailed QEMU that layers on it:
+	 * made 0644 (one of an earlier cpuos, 0600, is made so where a jail
+	 * starts on it, vm.c). */
 	if (access(base, R_OK) == 0)
-		return chmod(base, 0644) < 0 ? -errno : 0;
+		return 0;
 	int r = fs_mkdir_p(dir, 0755, (uid_t)-1, (gid_t)-1);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot create '%s': %s", dir, strerror(-r));
