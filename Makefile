@@ -37,9 +37,11 @@ TEMPLATES := base python node
 COMMON_SRCS := $(wildcard src/common/*.c)
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
-RUNNER_SRCS := $(wildcard src/runner/*.c src/jail/*.c)
+# The runner starts jailed QEMUs through the privileged helper (src/priv),
+# whose network rules are built from policies.
+RUNNER_SRCS := $(wildcard src/runner/*.c src/jail/*.c src/priv/*.c) src/daemon/net/policy.c
 VM_CLI_SRCS := src/cli/cpuos-vm.c
-DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
+DAEMON_SRCS := $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/*.c src/daemon/*/*.c))
 STORE_SRCS := $(wildcard src/daemon/store/*.c)
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
 TEST_LIB := tests/lib/tap.c
@@ -61,8 +63,9 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http
+FUZZ_TARGETS := proto agentc http priv
 FUZZ_SRCS_proto := src/common/proto.c
+FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c $(COMMON_SRCS)
 FUZZ_LIBS_agentc := -ljansson -lpthread
 FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(COMMON_SRCS)
@@ -124,7 +127,7 @@ $(BUILD)/tests/test_policy: $(call obj,tests/unit/test_policy.c $(TEST_LIB) src/
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
-$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(COMMON_SRCS))
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/net/*.c)) $(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
 

@@ -14,8 +14,7 @@
 #include "daemon/ports/ports.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
-#include "jail/cgroup.h"
-#include "jail/jail.h"
+#include "priv/priv.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -36,38 +35,35 @@ static int port_dial(void *arg, const char *id, const char *token, unsigned port
 	return sbx_port_dial(arg, id, token, port, fd, err, errlen);
 }
 
-/* QEMU's jail: ids, a root directory in the state, cgroups when asked. */
-static int open_jail(const struct config *o, struct cgroups **cg, struct jail **jail)
+/* The privileged helper (priv.h), forked while this process has no
+ * thread yet: it holds what networks and QEMU's jail need root for. */
+static int open_priv(const struct config *o, char **argv, struct priv **priv)
 {
-	char err[512], root[PATH_MAX + 8], what[256];
+	if (!o->net && !o->jail)
+		return 0;
 	if (geteuid() != 0) {
-		log_error("--jail on needs root (or run with --jail off)");
+		log_error("%s needs root (or run with %s)", o->jail ? "--jail on" : "--net on",
+			  o->jail ? "--jail off" : "--net off");
 		return -EPERM;
 	}
-	if (o->cgroups && cgroup_open("/sys/fs/cgroup", "/proc/self/cgroup", cg, err,
-				      sizeof(err)) < 0) {
-		log_error("cgroups: %s (or run with --cgroups off)", err);
-		return -EIO;
-	}
+	char root[PATH_MAX + 8], tag[8], err[512];
 	snprintf(root, sizeof(root), "%s/jail", o->state_dir);
-	struct jail_config jc = { .first_id = (unsigned)o->jail_first,
-				  .count = (unsigned)o->jail_count, .root_dir = root,
-				  .lock_dir = "/run/cpuos/jail-ids", .cg = *cg };
-	if (jail_new(&jc, jail, err, sizeof(err)) < 0) {
-		log_error("jail: %s", err);
-		cgroup_close(*cg);
-		*cg = NULL;
+	net_tag(o->state_dir, tag);
+	struct priv_config pc = {
+		.net_range = o->net ? o->net_range : NULL, .net_tag = tag,
+		.jail = o->jail, .cgroups = o->cgroups,
+		.jail_first = (unsigned)o->jail_first, .jail_count = (unsigned)o->jail_count,
+		.jail_root = root, .jail_locks = "/run/cpuos/jail-ids",
+		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .qemu = o->qemu[0] ? o->qemu : NULL,
+		.argv = argv,
+	};
+	if (priv_start(&pc, priv, err, sizeof(err)) < 0) {
+		log_error("%s (or run with %s)", err,
+			  strstr(err, "cgroup") ? "--cgroups off" : o->jail ? "--jail off" : "--net off");
 		return -EIO;
 	}
-	jail_describe(*jail, what, sizeof(what));
-	log_info("QEMU jailed: %s", what);
+	log_info("privileged helper (pid %d): %s", (int)priv_pid(*priv), priv_describe(*priv));
 	return 0;
-}
-
-static void close_jail(struct jail *jail, struct cgroups *cg)
-{
-	jail_free(jail);
-	cgroup_close(cg);
 }
 
 int main(int argc, char **argv)
@@ -114,10 +110,14 @@ int main(int argc, char **argv)
 		if (realpath(dirs[i], real))
 			snprintf(dirs[i], PATH_MAX, "%s", real);
 	}
+	struct priv *priv = NULL;
+	if (open_priv(&o, argv, &priv) < 0)
+		return 1;
 	snprintf(db, sizeof(db), "%s/cpuos.db", o.state_dir);
 	struct store *store;
 	if (store_open(db, &store, err, sizeof(err)) < 0) {
 		log_error("%s", err);
+		priv_close(priv);
 		return 1;
 	}
 	/* The default policy is checked now, not at the first create. */
@@ -128,6 +128,7 @@ int main(int argc, char **argv)
 		log_error("--net-default: %s", nd ? err : je.text);
 		json_decref(nd);
 		store_close(store);
+		priv_close(priv);
 		return 1;
 	}
 	json_decref(nd);
@@ -139,16 +140,11 @@ int main(int argc, char **argv)
 	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", o.cache_dir);
 	if (o.net && net_open(o.net_range, o.state_dir, ca_dir,
 			      o.dns_upstream[0] ? o.dns_upstream : NULL,
-			      o.egress_trust[0] ? o.egress_trust : NULL, &net, err, sizeof(err)) < 0) {
+			      o.egress_trust[0] ? o.egress_trust : NULL, priv, &net, err,
+			      sizeof(err)) < 0) {
 		log_error("networks: %s (or run with --net off)", err);
 		store_close(store);
-		return 1;
-	}
-	struct cgroups *cg = NULL;
-	struct jail *jail = NULL;
-	if (o.jail && open_jail(&o, &cg, &jail) < 0) {
-		net_close(net);
-		store_close(store);
+		priv_close(priv);
 		return 1;
 	}
 	struct sbx_config sc = {
@@ -162,12 +158,12 @@ int main(int argc, char **argv)
 		.template_snapshots = o.template_snapshots,
 		.pool_python = (unsigned)o.pool_python, .pool_other = (unsigned)o.pool_other,
 		.pool_max_mb = (unsigned long long)o.pool_max_mb,
-		.net = net, .net_default = o.net_default, .jail = jail,
+		.net = net, .net_default = o.net_default, .priv = priv_jailed(priv) ? priv : NULL,
 	};
 	struct sbx_mgr *mgr;
 	if (sbx_mgr_new(&sc, store, &mgr) < 0) {
 		log_error("cannot start the sandbox manager");
-		close_jail(jail, cg);
+		priv_close(priv);
 		net_close(net);
 		store_close(store);
 		return 1;
@@ -181,7 +177,7 @@ int main(int argc, char **argv)
 	if (strcmp(o.url_listen, "none") && ports_open(&pc, &ports, err, sizeof(err)) < 0) {
 		log_error("%s (or run with --url-listen none)", err);
 		sbx_mgr_free(mgr);
-		close_jail(jail, cg);
+		priv_close(priv);
 		net_close(net);
 		store_close(store);
 		return 1;
@@ -212,7 +208,7 @@ int main(int argc, char **argv)
 		log_error("%s", err);
 		ports_close(ports);
 		sbx_mgr_free(mgr);
-		close_jail(jail, cg);
+		priv_close(priv);
 		net_close(net);
 		store_close(store);
 		return 1;
@@ -231,7 +227,7 @@ int main(int argc, char **argv)
 	http_stop(http);
 	ports_close(ports); /* after the API, whose answers name port URLs */
 	sbx_mgr_free(mgr);
-	close_jail(jail, cg);
+	priv_close(priv);
 	net_close(net);
 	store_close(store);
 	return 0;

@@ -14,12 +14,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct jail {
@@ -167,6 +170,11 @@ static int in_range(const struct jail *j, uid_t uid)
 	return uid > j->first && uid - j->first < j->count;
 }
 
+int jail_owns(const struct jail *j, uid_t uid)
+{
+	return in_range(j, uid);
+}
+
 static void free_id(struct jail *j, uid_t uid)
 {
 	if (!in_range(j, uid))
@@ -275,24 +283,62 @@ static int add_system(struct jail_plan *p, const struct jail_spec *s)
 	return r;
 }
 
-/* The run directory and the files in it become the uid's: QEMU makes its
- * sockets there and writes its layer and RAM file. */
-static int own_run_dir(const char *dir, uid_t uid, gid_t gid)
+/* path, opened with no symbolic link anywhere on the way: the paths a
+ * plan changes the owner or mode of are the daemon's to name, and a
+ * daemon without root must not get a host file chmod-ed through a link
+ * it planted. A descriptor or -errno. */
+static int open_no_links(int dirfd, const char *path, int flags)
 {
-	if (chown(dir, uid, gid) < 0 || chmod(dir, 0700) < 0)
+	struct open_how how = { .flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	return fd >= 0 ? fd : -errno;
+}
+
+/* A regular file (through fd) becomes the shared group's to read and
+ * write as well. */
+static int share_fd(int fd, gid_t shared)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
 		return -errno;
-	DIR *d = opendir(dir);
-	if (!d)
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	if (fchown(fd, (uid_t)-1, shared) < 0 || fchmod(fd, (st.st_mode & 0770) | 0660) < 0)
 		return -errno;
+	return 0;
+}
+
+/* The run directory and the files in it become the shared group's, set
+ * so what QEMU makes there is too: QEMU makes its sockets there and
+ * writes its layer and RAM file, the daemon (whose group it is, when it
+ * runs without root) reads them and connects. */
+static int share_run_dir(const char *dir, gid_t shared)
+{
+	int dfd = open_no_links(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY);
+	if (dfd < 0)
+		return dfd;
+	if (fchown(dfd, (uid_t)-1, shared) < 0 || fchmod(dfd, 02770) < 0) {
+		close(dfd);
+		return -errno;
+	}
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
 	int r = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
-		if (e->d_name[0] == '.')
+		if (e->d_name[0] == '.' || e->d_type == DT_DIR || e->d_type == DT_LNK)
 			continue;
-		struct stat st;
-		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-		    fchownat(dirfd(d), e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
-			r = -errno;
+		int fd = open_no_links(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK);
+		if (fd >= 0) {
+			int s2 = share_fd(fd, shared);
+			if (s2 < 0 && s2 != -EINVAL) /* not a regular file: left */
+				r = s2;
+			close(fd);
+		}
 	}
 	closedir(d);
 	return r;
@@ -313,14 +359,12 @@ static int readable(const char *path)
  * docs/architecture.md, "Where QEMU 7.2 falls short"). */
 static int share_rw(const char *path, gid_t shared)
 {
-	struct stat st;
-	if (lstat(path, &st) < 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return -EINVAL;
-	if (chown(path, (uid_t)-1, shared) < 0 || chmod(path, (st.st_mode & 0700) | 0060) < 0)
-		return -errno;
-	return 0;
+	int fd = open_no_links(AT_FDCWD, path, O_RDONLY | O_NONBLOCK);
+	if (fd < 0)
+		return fd;
+	int r = share_fd(fd, shared);
+	close(fd);
+	return r;
 }
 
 int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **out, char *err,
@@ -360,7 +404,7 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 	if (r < 0)
 		goto fail;
 	what = s->run_dir;
-	if ((r = own_run_dir(s->run_dir, p->uid, p->gid)) < 0)
+	if ((r = share_run_dir(s->run_dir, j->first)) < 0)
 		goto fail;
 	if (j->cg) {
 		/* RAM, plus QEMU itself: under TCG its translation cache

@@ -74,6 +74,8 @@ void jail_release(struct jail *j, uid_t uid, const char *name);
 /* A QEMU found running (a daemon restarted) holds uid: 0, or -ERANGE when
  * uid is not one of the range's. */
 int jail_hold(struct jail *j, uid_t uid);
+/* uid is one of the ids QEMUs run as. */
+int jail_owns(const struct jail *j, uid_t uid);
 /* The real uid of process pid, from /proc: 0 or -errno. */
 int jail_proc_uid(pid_t pid, uid_t *uid);
 

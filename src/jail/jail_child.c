@@ -209,5 +209,8 @@ int jail_enter(const void *arg)
 		return say("unshare(CLONE_NEWNET)", errno);
 	if ((r = build_root(p)) < 0)
 		return r;
+	/* What QEMU makes in its run directory (sockets, a RAM file) is
+	 * the shared group's to read and write too: the daemon's. */
+	umask(007);
 	return drop(p);
 }

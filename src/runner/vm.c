@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "jail/jail.h"
+#include "priv/priv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -96,11 +97,36 @@ static void finish(struct vm *vm, int st)
 	vm->pid = 0;
 }
 
-/* Reaps QEMU if it exited; waits up to wait_ms for it. 1 if it is gone. */
+/* A jailed QEMU is the helper's child: its pidfd says when it exited,
+ * the helper reaps it. 1 if it is gone. */
+static int reap_jailed(struct vm *vm, int wait_ms)
+{
+	struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
+	int n = poll(&p, 1, wait_ms), st = 0, r = 0;
+	if (n == 1) {
+		r = priv_reap(vm->priv, vm->pid, &st);
+		if (r == 0) /* its exit is seen before the helper can reap it */
+			for (int i = 0; i < 50 && r == 0; i++) {
+				usleep(2000);
+				r = priv_reap(vm->priv, vm->pid, &st);
+			}
+	}
+	if (r == 0)
+		return 0;
+	if (vm->qmp)
+		qmp_poll_events(vm->qmp);
+	close(vm->pidfd);
+	vm->pidfd = -1;
+	finish(vm, r > 0 ? st : 0);
+	return 1;
+}
+
 int vm__reap(struct vm *vm, int wait_ms)
 {
 	if (vm->pid <= 0)
 		return 1;
+	if (vm->pidfd >= 0)
+		return reap_jailed(vm, wait_ms);
 	double deadline = clock_ms_f() + wait_ms;
 	for (;;) {
 		int st;
@@ -111,16 +137,26 @@ int vm__reap(struct vm *vm, int wait_ms)
 			finish(vm, st);
 			return 1;
 		}
-		if (r < 0 && errno == ECHILD) { /* not our child: can only watch */
-			if (kill(vm->pid, 0) < 0) {
-				finish(vm, 0);
-				return 1;
-			}
+		/* Not our child (a daemon restarted): can only watch. A
+		 * jailed one runs as another uid: EPERM is alive. */
+		if (r < 0 && errno == ECHILD && kill(vm->pid, 0) < 0 && errno == ESRCH) {
+			finish(vm, 0);
+			return 1;
 		}
 		if (clock_ms_f() >= deadline)
 			return 0;
 		usleep(2000);
 	}
+}
+
+void vm__kill(struct vm *vm)
+{
+	if (vm->pid <= 0)
+		return;
+	if (vm->priv && vm->jail_uid)
+		priv_kill(vm->priv, vm->pid, SIGKILL);
+	else
+		kill(vm->pid, SIGKILL);
 }
 
 static void notice_cb(void *arg, const struct proto_frame *f)
@@ -145,12 +181,11 @@ static void cgroup_name(const char *run_dir, char *out, size_t len)
 
 /* What QEMU's jail lets it see: the guest's kernel, initramfs and image
  * and the layer's base read-only, the run directory, and the snapshot's
- * RAM file a restore maps. */
-static int jail_plan(struct vm *vm, const struct vm_config *cfg, const struct qemu_config *qc,
-		     struct jail_plan **plan, char *err, size_t errlen)
+ * RAM file a restore maps. base: room for the base's path. */
+static int jail_spec(struct vm *vm, const struct vm_config *cfg, const struct qemu_config *qc,
+		     struct jail_spec *s, char *base, size_t baselen, char *err, size_t errlen)
 {
-	char base[4096];
-	int r = disk_layer_base(cfg->cache_dir, qc->scratch, base, sizeof(base));
+	int r = disk_layer_base(cfg->cache_dir, qc->scratch, base, baselen);
 	if (r < 0) {
 		snprintf(err, errlen, "the layer '%s' is backed by no base of '%s'", qc->scratch,
 			 cfg->cache_dir);
@@ -158,7 +193,7 @@ static int jail_plan(struct vm *vm, const struct vm_config *cfg, const struct qe
 	}
 	chmod(base, 0644); /* the cache's own empty filesystem (older cpuos made them 0600) */
 	cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
-	struct jail_spec s = {
+	*s = (struct jail_spec){
 		.name = vm->cgroup,
 		.vcpus = qc->vcpus,
 		.memory_mb = qc->memory_mb,
@@ -170,18 +205,15 @@ static int jail_plan(struct vm *vm, const struct vm_config *cfg, const struct qe
 	};
 	/* A QEMU of the caller's own (tests, --qemu) outside /usr. */
 	if (strchr(qc->binary, '/') && strncmp(qc->binary, "/usr/", 5))
-		s.binary = qc->binary;
+		s->binary = qc->binary;
 	if (strncmp(qc->mem_path, vm->run_dir, strlen(vm->run_dir)))
-		s.rw[0] = qc->mem_path;
-	if ((r = jail_prepare(cfg->jail, &s, plan, err, errlen)) < 0)
-		return r;
-	vm->jail = cfg->jail;
-	vm->jail_uid = jail_plan_uid(*plan);
+		s->rw[0] = qc->mem_path;
 	return 0;
 }
 
-static int spawn_qemu(struct vm *vm, char **argv, const char *netns,
-		      const struct jail_plan *plan, char *err, size_t errlen)
+/* QEMU, started here, or jailed by the helper when spec is given. */
+static int spawn_qemu(struct vm *vm, char **argv, const struct vm_config *cfg,
+		      const struct jail_spec *spec, char *err, size_t errlen)
 {
 	char log[300];
 	snprintf(log, sizeof(log), "%s/qemu.log", vm->run_dir);
@@ -191,22 +223,34 @@ static int spawn_qemu(struct vm *vm, char **argv, const char *netns,
 		snprintf(err, errlen, "cannot create '%s': %s", log, strerror(-logfd));
 		return logfd;
 	}
+	int r;
+	if (spec) {
+		r = priv_spawn(cfg->priv, spec, cfg->netns ? cfg->net_slot : -1, argv, logfd,
+			       &vm->pid, &vm->jail_uid, &vm->pidfd, err, errlen);
+		close(logfd);
+		if (r == 0)
+			vm->priv = cfg->priv;
+		else if (r != -EPIPE) {
+			char last[200];
+			qemu_log_last_line(vm, last, sizeof(last)); /* the jail's step, if it failed */
+			if (last[0]) {
+				size_t l = strlen(err);
+				snprintf(err + l, errlen - l, ": %s", last);
+			}
+		}
+		return r;
+	}
 	/* Own session: a Ctrl-C meant for the CLI or a daemon restart does
 	 * not reach QEMU. No environment: nothing of the daemon's (its
 	 * configuration, a key in a variable) is QEMU's business, and QEMU
 	 * faces the guest. */
 	static char *const no_env[] = { NULL };
 	struct spawn_opts o = { .argv = argv, .fd = { -1, logfd, logfd }, .new_session = 1,
-				.netns = netns, .envp = no_env, .pre_exec = plan ? jail_enter : NULL,
-				.pre_exec_arg = plan };
-	int r = spawn(&o, &vm->pid);
+				.netns = cfg->netns, .envp = no_env };
+	r = spawn(&o, &vm->pid);
 	close(logfd);
-	if (r < 0) {
-		char last[200];
-		qemu_log_last_line(vm, last, sizeof(last)); /* the jail's step, if it failed */
-		snprintf(err, errlen, "cannot run '%s': %s%s%s", argv[0], strerror(-r),
-			 last[0] ? ": " : "", last);
-	}
+	if (r < 0)
+		snprintf(err, errlen, "cannot run '%s': %s", argv[0], strerror(-r));
 	return r;
 }
 
@@ -275,7 +319,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	struct vm *vm = calloc(1, sizeof(*vm));
 	if (!vm)
 		return -ENOMEM;
-	vm->con.fd = vm->con.log = -1;
+	vm->con.fd = vm->con.log = vm->pidfd = -1;
 	vm->backoff_ms = BACKOFF_MIN_MS;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", cfg->run_dir);
 	char **argv = NULL;
@@ -343,12 +387,13 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		unlink(path);
 	}
 
-	struct jail_plan *plan = NULL;
-	if (cfg->jail && (r = jail_plan(vm, cfg, &qc, &plan, err, errlen)) < 0)
+	struct jail_spec spec;
+	char base[4096];
+	if (cfg->priv &&
+	    (r = jail_spec(vm, cfg, &qc, &spec, base, sizeof(base), err, errlen)) < 0)
 		goto fail;
 	double t0 = clock_ms_f();
-	r = spawn_qemu(vm, argv, cfg->netns, plan, err, errlen);
-	jail_plan_free(plan);
+	r = spawn_qemu(vm, argv, cfg, cfg->priv ? &spec : NULL, err, errlen);
 	if (r < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
@@ -515,17 +560,17 @@ void vm_drop_agent(struct vm *vm)
 	vm->reconnect_at = INT64_MAX;
 }
 
-int vm_attach(const char *run_dir, pid_t pid, struct jail *jail, struct vm **out, char *err,
+int vm_attach(const char *run_dir, pid_t pid, struct priv *priv, struct vm **out, char *err,
 	      size_t errlen)
 {
-	if (pid <= 0 || kill(pid, 0) < 0) {
+	if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH)) {
 		snprintf(err, errlen, "qemu (pid %d) is gone", (int)pid);
 		return -ESRCH;
 	}
 	struct vm *vm = calloc(1, sizeof(*vm));
 	if (!vm)
 		return -ENOMEM;
-	vm->con.fd = vm->con.log = -1;
+	vm->con.fd = vm->con.log = vm->pidfd = -1;
 	vm->backoff_ms = BACKOFF_MIN_MS;
 	vm->pid = pid;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
@@ -546,8 +591,8 @@ int vm_attach(const char *run_dir, pid_t pid, struct jail *jail, struct vm **out
 	vm->state = VM_RUNNING;
 	/* Its id stays taken while it runs (a QEMU of an unjailed daemon
 	 * runs as root: nothing to hold). */
-	if (jail && jail_proc_uid(pid, &vm->jail_uid) == 0 && jail_hold(jail, vm->jail_uid) == 0) {
-		vm->jail = jail;
+	if (priv && priv_hold(priv, pid, &vm->jail_uid) == 0) {
+		vm->priv = priv;
 		cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
 	}
 	*out = vm;
@@ -571,7 +616,7 @@ int vm_pump(struct vm *vm, int timeout_ms)
 	r = vm_handle(vm, p, n);
 	if (r == -ESHUTDOWN && !vm_wait(vm, 3000)) {
 		/* Its QMP socket closed, yet it runs: not a VM we can drive. */
-		kill(vm->pid, SIGKILL);
+		vm__kill(vm);
 		vm__reap(vm, 5000);
 	}
 	return r;
@@ -612,8 +657,7 @@ int vm_stop(struct vm *vm, int grace_ms)
 	if (vm->qmp && qmp_command(vm->qmp, "quit", NULL, 1000, NULL, err, sizeof(err)) == 0 &&
 	    vm__reap(vm, 2000))
 		return 0;
-	if (vm->pid > 0)
-		kill(vm->pid, SIGKILL);
+	vm__kill(vm);
 	vm__reap(vm, 5000);
 	return 0;
 }
@@ -623,12 +667,14 @@ void vm_free(struct vm *vm, int keep)
 	if (!vm)
 		return;
 	if (vm->pid > 0) {
-		kill(vm->pid, SIGKILL);
+		vm__kill(vm);
 		vm__reap(vm, 5000);
 	}
 	/* Its id goes to another QEMU only once this one is gone. */
-	if (vm->jail && vm->pid <= 0)
-		jail_release(vm->jail, vm->jail_uid, vm->cgroup);
+	if (vm->priv && vm->jail_uid && vm->pid <= 0)
+		priv_release(vm->priv, vm->jail_uid, vm->cgroup);
+	if (vm->pidfd >= 0)
+		close(vm->pidfd);
 	agentc_close(vm->agent);
 	qmp_close(vm->qmp);
 	console_close(&vm->con);
@@ -671,7 +717,7 @@ void vm_detach(struct vm *vm)
 	if (!vm)
 		return;
 	vm->pid = 0; /* QEMU lives on, with its id */
-	vm->jail = NULL;
+	vm->priv = NULL;
 	vm_free(vm, 1);
 }
 

@@ -14,7 +14,7 @@
 #include "runner/qemu.h"
 
 struct agentc;
-struct jail;
+struct priv;
 
 struct vm_config {
 	const char *qemu;     /* binary name or path; NULL = qemu-system-x86_64 */
@@ -44,9 +44,11 @@ struct vm_config {
 	 * runs in it and the guest gets a NIC on that TAP. NULL: no NIC. A
 	 * snapshot restores only where it had the same. */
 	const char *netns;
-	/* Where QEMU is jailed (jail.h): its own uid, cgroup and mount
-	 * namespace. NULL: it runs as the caller does. */
-	struct jail *jail;
+	int net_slot;          /* netns's slot (net.h), for priv */
+	/* The privileged helper that starts QEMU in a jail (priv.h, jail.h):
+	 * its own uid, cgroup and mount namespace. NULL: it runs as the
+	 * caller does. */
+	struct priv *priv;
 };
 
 #define VM_TAP "tap0"
@@ -81,10 +83,10 @@ struct vm;
 int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen);
 
 /* Takes over a VM started earlier (by a daemon that has since restarted):
- * QEMU pid running from run_dir, its uid held in jail (if any) until it
- * ends. Connects QMP, console and agent anew.
+ * QEMU pid running from run_dir, its uid held by priv (if jailed) until
+ * it ends. Connects QMP, console and agent anew.
  * 0 or -errno with a reason in err; QEMU is left alone on failure. */
-int vm_attach(const char *run_dir, pid_t pid, struct jail *jail, struct vm **out, char *err,
+int vm_attach(const char *run_dir, pid_t pid, struct priv *priv, struct vm **out, char *err,
 	      size_t errlen);
 
 /* One round of the poll loop over QMP, console and agent, waiting at most

@@ -286,7 +286,7 @@ int vm_pause(struct vm *vm, char *err, size_t errlen)
 	}
 	vm->pausing = 1;
 	if (qmp_command(vm->qmp, "quit", NULL, 2000, NULL, e2, sizeof(e2)) < 0 || !vm__reap(vm, 5000)) {
-		kill(vm->pid, SIGKILL);
+		vm__kill(vm);
 		vm__reap(vm, 5000);
 	}
 	return 0;

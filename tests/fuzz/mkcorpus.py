@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of a fuzz target: mkcorpus.py proto|agentc|http OUTDIR.
+"""Writes the seed corpus of a fuzz target: mkcorpus.py proto|agentc|http|priv OUTDIR.
 
 proto: well-formed frames of each kind and a few broken ones.
 agentc: what an agent sends back to the operations fuzz_agentc starts (ids 1..14,
@@ -7,6 +7,9 @@ agentc: what an agent sends back to the operations fuzz_agentc starts (ids 1..14
 http: raw requests for every route of api_routes (src/daemon/api/api.c), with bad
       query strings, bad JSON, bad durations, huge numbers and NUL escapes; the
       first byte is fuzz_http's flags (1: API key, 2: Unix socket).
+priv: the privileged helper's requests, each kind well-formed and the ones it must
+      refuse (a shell for QEMU, /etc as a run directory, ..); the first byte is the
+      descriptors that came with it.
 """
 import json
 import os
@@ -260,7 +263,67 @@ def http_seeds():
     return {name: bytes([flags]) + data for name, (flags, data) in seeds.items()}
 
 
-TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds}
+# The privileged helper's requests and tags (src/priv/priv_msg.h).
+PR = dict(NS_CREATE=1, NS_POLICY=2, NS_DESTROY=3, NS_OPEN=4, NS_SOCKET=5, NS_RESOLVED=6,
+          NS_COUNTERS=7, SPAWN=8, REAP=9, KILL=10, HOLD=11, RELEASE=12)
+T = dict(SLOT=1, MARK=2, MODE=3, ALLOW=4, DENY=5, KIND=6, ADD=7, ADDRS=8, NAME=9, VCPUS=10,
+         MEMORY=11, KVM=12, RUN_DIR=13, BINARY=14, RO=15, RW=16, TAP=17, ARG=18, PID=19, UID=20,
+         SIGNO=21)
+
+
+def priv_seeds():
+    def req(t, *attrs, fds=0):
+        return bytes([fds]) + frame(PR[t], b"".join(attrs))
+
+    def cidr(fam, prefix, addr):
+        return bytes([fam, prefix]) + addr.ljust(16, b"\x00")
+
+    def spawn(*extra, run=b"/s/vms/sbx_1", argv0=b"qemu-system-x86_64"):
+        return req("SPAWN", s(T["NAME"], "sbx_1-0a0b0c0d"), u32(T["VCPUS"], 2), u32(T["MEMORY"], 512),
+                   s(T["RUN_DIR"], run), s(T["RO"], "/g/bzImage"), s(T["RO"], "/c/layers/x.img"),
+                   s(T["ARG"], argv0), s(T["ARG"], "-machine"), s(T["ARG"], "microvm"), *extra, fds=1)
+
+    slot = u32(T["SLOT"], 3)
+    return {
+        "create": req("NS_CREATE", slot, u32(T["MARK"], 7), u32(T["MODE"], 2),
+                      attr(T["ALLOW"], cidr(4, 8, b"\x0a")), attr(T["DENY"], cidr(6, 16, b"\x20\x01"))),
+        "policy_allow_all": req("NS_POLICY", slot, u32(T["MARK"], 8), u32(T["MODE"], 0)),
+        "destroy": req("NS_DESTROY", slot),
+        "open": req("NS_OPEN", slot),
+        "socket_dns": req("NS_SOCKET", slot, u32(T["KIND"], 1), fds=1),
+        "socket_nofd": req("NS_SOCKET", slot, u32(T["KIND"], 3)),
+        "resolved": req("NS_RESOLVED", slot, u32(T["ADD"], 1),
+                        attr(T["ADDRS"], b"\x01\x02\x03\x04" + struct.pack("<I", 300)), fds=1),
+        "counters": req("NS_COUNTERS", slot),
+        "spawn": spawn(),
+        "spawn_net": spawn(slot, s(T["TAP"], "tap0"), s(T["RW"], "/s/snapshots/fork-1/mem")),
+        "spawn_fork_dir": spawn(run=b"/s/snapshots/fork-ab"),
+        "spawn_sh": spawn(argv0=b"/bin/sh"),
+        "spawn_etc": spawn(run=b"/etc"),
+        "spawn_dotdot": spawn(run=b"/s/vms/../../etc"),
+        "spawn_rw_shadow": spawn(s(T["RW"], "/etc/shadow")),
+        "spawn_binary": spawn(s(T["BINARY"], "/tmp/qemu")),
+        "spawn_tap_nons": spawn(s(T["TAP"], "tap0")),
+        "reap": req("REAP", u32(T["PID"], 4242)),
+        "kill": req("KILL", u32(T["PID"], 4242), u32(T["SIGNO"], 9)),
+        "kill_stop": req("KILL", u32(T["PID"], 4242), u32(T["SIGNO"], 19)),
+        "kill_init": req("KILL", u32(T["PID"], 1), u32(T["SIGNO"], 9)),
+        "hold": req("HOLD", u32(T["PID"], 4242)),
+        "release": req("RELEASE", u32(T["UID"], 1001), s(T["NAME"], "sbx_1-0a0b0c0d")),
+        "release_root": req("RELEASE", u32(T["UID"], 0), s(T["NAME"], "x")),
+        "unknown_type": bytes([0]) + frame(40, b""),
+        "reply_type": bytes([0]) + frame(64, b""),
+        "twice": req("NS_OPEN", slot, slot),
+        "foreign_tag": req("NS_OPEN", slot, u32(T["PID"], 5)),
+        "slot_past": req("NS_OPEN", u32(T["SLOT"], 64)),
+        "short_u32": req("NS_OPEN", attr(T["SLOT"], b"\x01\x00")),
+        "truncated": req("NS_OPEN", slot)[:-1],
+        "trailing": req("NS_OPEN", slot) + b"\x00",
+        "empty": bytes([0]),  # once read as a frame of whatever the stack held
+    }
+
+
+TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in TARGETS:

@@ -5,8 +5,8 @@
 #include "daemon/net/dns.h"
 
 #include "common/log.h"
-#include "daemon/net/net_impl.h"
 #include "daemon/net/policy.h"
+#include "priv/priv.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -52,6 +52,7 @@ struct slot {
 };
 
 struct dns {
+	struct priv *priv; /* what adds to a namespace's "resolved" set */
 	pthread_mutex_t mu;
 	struct slot *slots;
 	int nslots;
@@ -159,33 +160,26 @@ static void remember(struct query *q, const char *name, const uint8_t *addr, uin
  * and are remembered for the proxy. */
 static void allow_addrs(struct query *q, const char *name, const ldns_rr_list *rrs)
 {
-	char add[4096], del[4096];
-	size_t len = 0, dlen = 0;
-	for (size_t i = 0; i < ldns_rr_list_rr_count(rrs); i++) {
+	struct priv_addr addrs[PRIV_MAX_ADDRS];
+	size_t n = 0;
+	for (size_t i = 0; i < ldns_rr_list_rr_count(rrs) && n < PRIV_MAX_ADDRS; i++) {
 		ldns_rr *rr = ldns_rr_list_rr(rrs, i);
 		ldns_rdf *a = ldns_rr_get_type(rr) == LDNS_RR_TYPE_A ? ldns_rr_rdf(rr, 0) : NULL;
-		if (!a || ldns_rdf_size(a) != 4 || len + 128 > sizeof(add))
+		if (!a || ldns_rdf_size(a) != 4)
 			continue;
-		char text[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, ldns_rdf_data(a), text, sizeof(text));
 		uint32_t ttl = ldns_rr_ttl(rr);
 		ttl = ttl < MIN_KEEP_S ? MIN_KEEP_S : ttl > MAX_KEEP_S ? MAX_KEEP_S : ttl;
 		remember(q, name, ldns_rdf_data(a), ttl);
-		len += (size_t)snprintf(add + len, sizeof(add) - len,
-					"add element inet cpuos resolved { %s timeout %us }\n", text,
-					(unsigned)ttl);
-		dlen += (size_t)snprintf(del + dlen, sizeof(del) - dlen,
-					 "delete element inet cpuos resolved { %s }\n", text);
+		memcpy(addrs[n].ip, ldns_rdf_data(a), 4);
+		addrs[n++].ttl_s = ttl;
 	}
-	char err[256], ns[32];
-	snprintf(ns, sizeof(ns), "/proc/self/fd/%d", q->nsfd); /* the child's copy */
-	char *argv[] = { "nft", "-f", "-", NULL };
+	char err[256];
 	pthread_mutex_lock(&q->d->mu);
 	int now = current(q);
 	pthread_mutex_unlock(&q->d->mu);
-	if (!len || !now)
+	if (!n || !now)
 		return;
-	if (net__run(argv, ns, add, err, sizeof(err)) < 0)
+	if (priv_ns_resolved(q->d->priv, q->slot, q->nsfd, 1, addrs, n, err, sizeof(err)) < 0)
 		log_warn("dns: cannot allow the addresses of an answer: %s", err);
 	/* A policy that came meanwhile flushed the set before or after us:
 	 * if before, what we added goes again. */
@@ -193,7 +187,7 @@ static void allow_addrs(struct query *q, const char *name, const ldns_rr_list *r
 	now = current(q);
 	pthread_mutex_unlock(&q->d->mu);
 	if (!now)
-		net__run(argv, ns, del, err, sizeof(err));
+		priv_ns_resolved(q->d->priv, q->slot, q->nsfd, 0, addrs, n, err, sizeof(err));
 }
 
 /* The answer to send: rcode alone (with the question), or the upstream's
@@ -404,11 +398,13 @@ static void wake(struct dns *d)
 	}
 }
 
-int dns_open(const char *upstream, int nslots, struct dns **out, char *err, size_t errlen)
+int dns_open(const char *upstream, int nslots, struct priv *priv, struct dns **out, char *err,
+	     size_t errlen)
 {
 	struct dns *d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
+	d->priv = priv;
 	pthread_mutex_init(&d->mu, NULL);
 	d->nslots = nslots;
 	d->port = 53;
@@ -479,20 +475,13 @@ void dns_close(struct dns *d)
 	free(d);
 }
 
-int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy, char *err,
+int dns_attach(struct dns *d, int slot, int nsfd, int fd, const char *policy, char *err,
 	       size_t errlen)
 {
-	if (slot < 0 || slot >= d->nslots)
-		return -EINVAL;
-	int nsfd = open(ns_path, O_RDONLY | O_CLOEXEC);
-	if (nsfd < 0) {
-		snprintf(err, errlen, "cannot open %s: %s", ns_path, strerror(errno));
-		return -EIO;
-	}
-	int fd = net__socket_in(nsfd, SOCK_DGRAM, 53, err, errlen);
-	if (fd < 0) {
+	if (slot < 0 || slot >= d->nslots) {
+		close(fd);
 		close(nsfd);
-		return fd;
+		return -EINVAL;
 	}
 	char *p = strdup(policy);
 	struct seen *seen = calloc(DNS_SEEN, sizeof(*seen));

@@ -26,12 +26,15 @@ struct dns;
 
 /* upstream: "ADDR" or "ADDR:PORT" (IPv4), or NULL for /etc/resolv.conf's.
  * nslots: the largest slot number + 1. 0 or -errno with a reason. */
-int dns_open(const char *upstream, int nslots, struct dns **out, char *err, size_t errlen);
+struct priv;
+int dns_open(const char *upstream, int nslots, struct priv *priv, struct dns **out, char *err,
+	     size_t errlen);
 void dns_close(struct dns *d);
 
-/* Serves slot, whose namespace is at ns_path, under policy (JSON text as
- * net_policy_json writes it). 0 or -errno. */
-int dns_attach(struct dns *d, int slot, const char *ns_path, const char *policy, char *err,
+/* Serves slot on fd, a UDP socket bound in its namespace nsfd, under
+ * policy (JSON text as net_policy_json writes it); both descriptors are
+ * the resolver's from here on, whatever the outcome. 0 or -errno. */
+int dns_attach(struct dns *d, int slot, int nsfd, int fd, const char *policy, char *err,
 	       size_t errlen);
 void dns_set_policy(struct dns *d, int slot, const char *policy);
 void dns_detach(struct dns *d, int slot);

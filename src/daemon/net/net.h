@@ -22,18 +22,21 @@
 
 struct net_policy;
 struct net;
+struct priv;
 
 #define NET_NO_SLOT (-1)
 
-/* Checks for ip and nft, turns on IPv4 forwarding, installs the host's
- * table (tagged by state_dir), loads or makes the egress CA in ca_dir
- * (ca.h) and starts the guests' resolver (dns.h; dns_upstream NULL: the
+/* The networks of the helper priv (priv.h, started with this range and
+ * state_dir's tag, which set up the host's part): loads or makes the
+ * egress CA in ca_dir (ca.h) and starts the guests' resolver (dns.h; dns_upstream NULL: the
  * host's) and proxy (proxy.h; egress_trust: the roots servers are checked
  * by, NULL: the host's). range: an IPv4 CIDR of /16 to /24 (each slot
  * takes a /30). 0 or -errno with a reason. */
 int net_open(const char *range, const char *state_dir, const char *ca_dir,
-	     const char *dns_upstream, const char *egress_trust, struct net **out, char *err,
-	     size_t errlen);
+	     const char *dns_upstream, const char *egress_trust, struct priv *priv,
+	     struct net **out, char *err, size_t errlen);
+/* The tag of the names a daemon with state_dir gives its networks. */
+void net_tag(const char *state_dir, char out[8]);
 /* Frees n; namespaces and the host table stay for the next daemon
  * (running sandboxes keep their network across a restart). */
 void net_close(struct net *n);
@@ -61,7 +64,7 @@ void net_ns_path(const struct net *n, int slot, char *out, size_t len);
  * a TCP connection to the guest's port from there: a blocking descriptor,
  * or -errno: -ECONNREFUSED nothing listens, -ETIMEDOUT after ms. */
 int net_ns_open(const struct net *n, int slot);
-int net_dial_guest(int nsfd, unsigned port, int ms);
+int net_dial_guest(const struct net *n, int slot, int nsfd, unsigned port, int ms);
 
 /* After a restart: the slots of running sandboxes are taken again, their
  * resolver served under policy p (net_keep, while restoring), then every

@@ -45,6 +45,7 @@ struct lsock {
 struct proxy {
 	struct dns *dns;
 	struct ca *ca;
+	struct priv *priv; /* what makes sockets in the namespaces */
 	SSL_CTX *client; /* toward servers, verifying them */
 	pthread_mutex_t mu;
 	struct lsock *slots;
@@ -326,7 +327,7 @@ static void *conn_main(void *arg)
 			sec = NULL;
 		}
 		if ((swap || raw || (!bad && how)) &&
-		    (out = net__dial(c->nsfd, &dst, CONNECT_MS)) >= 0) {
+		    (out = net__dial(c->p->priv, c->slot, c->nsfd, &dst, CONNECT_MS)) >= 0) {
 			r = swap && tls ? proxy__tls_swap(c->fd, out, name, head, (size_t)len, c->p,
 							  c->slot, c->p->ca, c->p->client)
 					: pass(c->p, c->fd, out, tls, raw, head, (size_t)len, sec, name,
@@ -484,8 +485,8 @@ static SSL_CTX *client_ctx(const char *trust, char *err, size_t errlen)
 	return c;
 }
 
-int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, struct proxy **out,
-	       char *err, size_t errlen)
+int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, struct priv *priv,
+	       struct proxy **out, char *err, size_t errlen)
 {
 	SSL_CTX *client = client_ctx(trust, err, errlen);
 	if (!client)
@@ -497,6 +498,7 @@ int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, st
 	}
 	p->dns = dns;
 	p->ca = ca;
+	p->priv = priv;
 	p->client = client;
 	p->nslots = nslots;
 	pthread_mutex_init(&p->mu, NULL);
@@ -555,19 +557,12 @@ void proxy_close(struct proxy *p)
 	free(p);
 }
 
-int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size_t errlen)
+int proxy_attach(struct proxy *p, int slot, int nsfd, int fd, char *err, size_t errlen)
 {
-	if (slot < 0 || slot >= p->nslots)
-		return -EINVAL;
-	int nsfd = open(ns_path, O_RDONLY | O_CLOEXEC);
-	if (nsfd < 0) {
-		snprintf(err, errlen, "cannot open %s: %s", ns_path, strerror(errno));
-		return -EIO;
-	}
-	int fd = net__socket_in(nsfd, SOCK_STREAM, PROXY_PORT, err, errlen);
-	if (fd < 0) {
+	if (slot < 0 || slot >= p->nslots) {
+		close(fd);
 		close(nsfd);
-		return fd;
+		return -EINVAL;
 	}
 	pthread_mutex_lock(&p->mu);
 	struct lsock *l = &p->slots[slot];

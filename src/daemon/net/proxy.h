@@ -44,10 +44,13 @@ struct secret_set;
 /* The policies and the names' answers are dns's (dns_check); ca signs
  * what the guests see of hosts a secret goes to, whose own certificates
  * are checked against trust (a PEM file; NULL: the host's roots). */
-int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, struct proxy **out,
-	       char *err, size_t errlen);
+struct priv;
+int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, struct priv *priv,
+	       struct proxy **out, char *err, size_t errlen);
 void proxy_close(struct proxy *p);
-int proxy_attach(struct proxy *p, int slot, const char *ns_path, char *err, size_t errlen);
+/* Serves slot on fd, a TCP socket listening in its namespace nsfd (where
+ * its connections go out from); both are the proxy's from here on. */
+int proxy_attach(struct proxy *p, int slot, int nsfd, int fd, char *err, size_t errlen);
 void proxy_detach(struct proxy *p, int slot);
 /* Ends slot's connections now (its policy changed: they are asked again). */
 void proxy_cut(struct proxy *p, int slot);

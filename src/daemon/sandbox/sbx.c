@@ -12,6 +12,7 @@
 #include "daemon/net/net.h"
 #include "runner/agentc.h"
 #include "runner/qemu.h"
+#include "priv/priv.h"
 #include "runner/snap.h"
 #include "runner/vm.h"
 
@@ -621,11 +622,13 @@ void sbx__each_qemu(const char *prefix, void (*fn)(void *arg, int pid, const cha
 		closedir(d);
 }
 
-void sbx__kill_qemu(int pid, const char *run_dir)
+void sbx__kill_qemu(struct sbx_mgr *m, int pid, const char *run_dir)
 {
 	if (!is_our_qemu(pid, run_dir))
 		return;
-	kill(pid, SIGKILL);
+	/* A jailed one runs as a jail id: the helper's to signal. */
+	if (!m->cfg.priv || priv_kill(m->cfg.priv, pid, SIGKILL) < 0)
+		kill(pid, SIGKILL);
 	for (int i = 0; i < 100 && is_our_qemu(pid, run_dir); i++)
 		usleep(50000);
 }
@@ -642,7 +645,7 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 		struct vm *vm = NULL;
 		int r = -ESRCH;
 		if (is_our_qemu(row->qemu_pid, row->run_dir))
-			r = vm_attach(row->run_dir, row->qemu_pid, m->cfg.jail, &vm, err, sizeof(err));
+			r = vm_attach(row->run_dir, row->qemu_pid, m->cfg.priv, &vm, err, sizeof(err));
 		if (r == 0 && sbx__add(m, row, vm) == 0) {
 			sbx__net_keep(m, row);
 			log_info("sandbox %s re-attached (qemu pid %d)", row->id, row->qemu_pid);
@@ -654,7 +657,7 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 			/* Not left to run beside the row: a guest that goes
 			 * on writes to the files of a pause. */
 			log_warn("sandbox %s: killing its QEMU (pid %d): %s", row->id, row->qemu_pid, err);
-			sbx__kill_qemu(row->qemu_pid, row->run_dir);
+			sbx__kill_qemu(m, row->qemu_pid, row->run_dir);
 		}
 		/* Killed between the pause's seal and the row's update: the
 		 * pause is complete if its manifest was written. */

@@ -19,6 +19,8 @@
 #include "runner/qemu.h"
 #include "daemon/store/store.h"
 
+struct priv;
+
 struct sbx_config {
 	const char *state_dir; /* vms/<id>/ run directories live here */
 	const char *guest_dir; /* bzImage, initramfs.cpio, templates/NAME.erofs */
@@ -37,7 +39,7 @@ struct sbx_config {
 	unsigned long long pool_max_mb; /* memory the pools may hold in all */
 	struct net *net;       /* networks (net.h); NULL: no VM gets a NIC */
 	const char *net_default; /* the policy of a sandbox that names none (JSON) */
-	struct jail *jail;     /* where QEMUs are jailed (jail.h); NULL: not */
+	struct priv *priv;     /* the helper that jails QEMUs (priv.h); NULL: not jailed */
 };
 
 struct sbx_params {

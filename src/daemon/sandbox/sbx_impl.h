@@ -168,7 +168,7 @@ void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kerne
 		      char *image, size_t n);
 /* SIGKILLs QEMU pid if it still runs from run_dir, and waits until it is
  * gone (it is not our child when an earlier daemon started it). */
-void sbx__kill_qemu(int pid, const char *run_dir);
+void sbx__kill_qemu(struct sbx_mgr *m, int pid, const char *run_dir);
 /* Calls fn for every QEMU whose run directory is prefix<name>, name being
  * one path component: the VMs an earlier daemon left behind. */
 void sbx__each_qemu(const char *prefix, void (*fn)(void *arg, int pid, const char *name),

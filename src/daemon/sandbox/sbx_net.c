@@ -103,7 +103,8 @@ int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json
 		net_ns_path(m->cfg.net, *slot, ns, sizeof(ns));
 		vc->netns = ns;
 	}
-	vc->jail = m->cfg.jail;
+	vc->priv = m->cfg.priv;
+	vc->net_slot = *slot;
 	int r = vm_start(vc, vm, err, errlen);
 	vc->netns = NULL; /* ns goes with this frame */
 	if (r == 0 && m->cfg.net && !vc->restore && (r = trust_ca(m, *vm)) < 0) {
@@ -248,10 +249,11 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 	/* Opened under the lock: a slot let go and taken by another sandbox
 	 * meanwhile would be that one's network. */
 	pthread_mutex_lock(&s->mu);
-	int nsfd = s->net_slot == NET_NO_SLOT ? -ENETUNREACH : net_ns_open(m->cfg.net, s->net_slot);
+	int slot = s->net_slot;
+	int nsfd = slot == NET_NO_SLOT ? -ENETUNREACH : net_ns_open(m->cfg.net, slot);
 	pthread_mutex_unlock(&s->mu);
 	sbx_put(s);
-	r = nsfd < 0 ? nsfd : net_dial_guest(nsfd, port, 5000);
+	r = nsfd < 0 ? nsfd : net_dial_guest(m->cfg.net, slot, nsfd, port, 5000);
 	if (nsfd >= 0)
 		close(nsfd);
 	if (r == -ECONNREFUSED)

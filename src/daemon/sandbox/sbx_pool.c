@@ -406,12 +406,12 @@ static void pause_again(struct sbx_mgr *m, const char *id, int pid)
 	char run[600], err[256];
 	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
 	struct vm *vm;
-	int r = vm_attach(run, pid, m->cfg.jail, &vm, err, sizeof(err));
+	int r = vm_attach(run, pid, m->cfg.priv, &vm, err, sizeof(err));
 	if (r == 0) {
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);
 	} else {
-		sbx__kill_qemu(pid, run);
+		sbx__kill_qemu(m, pid, run);
 	}
 	log_warn("paused sandbox %s had a QEMU running (a cut-short resume): %s%s", id,
 		 r == 0 ? "paused again" : "killed: ", r == 0 ? "" : err);
@@ -433,7 +433,7 @@ static void orphan(void *arg, int pid, const char *id)
 	char run[600];
 	log_info("killing warm VM %s left by an earlier daemon (qemu pid %d)", id, pid);
 	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
-	sbx__kill_qemu(pid, run);
+	sbx__kill_qemu(m, pid, run);
 	vm_remove_files(run);
 }
 

@@ -434,11 +434,12 @@ int sbx_ckpt_delete(struct sbx_mgr *m, const struct store_ckpt *c)
 
 static void kill_fork_vm(void *arg, int pid, const char *name)
 {
+	struct sbx_mgr *m = arg;
 	char run[600];
 	if (strncmp(name, "fork-", 5))
 		return;
-	snprintf(run, sizeof(run), "%s%s", (const char *)arg, name);
-	sbx__kill_qemu(pid, run);
+	snprintf(run, sizeof(run), "%s/snapshots/%s", m->cfg.state_dir, name);
+	sbx__kill_qemu(m, pid, run);
 }
 
 void sbx__snap_cleanup(struct sbx_mgr *m)
@@ -447,7 +448,7 @@ void sbx__snap_cleanup(struct sbx_mgr *m)
 	 * perhaps the VM that was moving a fork's RAM into its file. */
 	char dir[512], path[800];
 	snprintf(dir, sizeof(dir), "%s/snapshots/", m->cfg.state_dir);
-	sbx__each_qemu(dir, kill_fork_vm, dir);
+	sbx__each_qemu(dir, kill_fork_vm, m);
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	while (d && (e = readdir(d))) {

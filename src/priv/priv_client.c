@@ -1,0 +1,400 @@
+/*
+ * priv_client: the daemon's side of the helper (priv.h): the fork, and
+ * one call per request, each a frame out and a frame back on the
+ * SOCK_SEQPACKET socket, under a mutex.
+ */
+#include "priv/priv_impl.h"
+
+#include "jail/jail.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define REPLY_MAX 2048 /* an answer: a few numbers, or an errno and a line */
+
+struct priv {
+	int sock;
+	pid_t pid;
+	int jail;
+	uint32_t next_id;
+	pthread_mutex_t mu;
+	char what[512];
+};
+
+int priv__send(int sock, const void *p, size_t n, int fd)
+{
+	union {
+		char space[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = { (void *)p, n };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (fd >= 0) {
+		memset(&c, 0, sizeof(c));
+		m.msg_control = c.space;
+		m.msg_controllen = sizeof(c.space);
+		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(h), &fd, sizeof(int));
+	}
+	ssize_t w;
+	while ((w = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return w == (ssize_t)n ? 0 : w < 0 ? -errno : -EIO;
+}
+
+/* One message and the descriptor that came with it (-1: none). */
+static ssize_t recv_one(int sock, void *buf, size_t cap, int *fd)
+{
+	union {
+		char space[CMSG_SPACE(sizeof(int) * 2)];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = { buf, cap };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.space,
+			    .msg_controllen = sizeof(c.space) };
+	ssize_t n;
+	while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	*fd = -1;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+				int got;
+				memcpy(&got, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+				if (*fd < 0)
+					*fd = got;
+				else
+					close(got);
+			}
+	if (n >= 0 && (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+		n = -EMSGSIZE;
+	return n < 0 && n != -EMSGSIZE ? -errno : n;
+}
+
+int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t errlen)
+{
+	struct priv *p = calloc(1, sizeof(*p));
+	int sv[2];
+	if (!p || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		snprintf(err, errlen, "cannot make the helper's socket: %s", strerror(errno));
+		free(p);
+		return -EIO;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		priv__serve(c, sv[1]);
+	}
+	close(sv[1]);
+	p->sock = sv[0];
+	p->pid = pid;
+	p->jail = c->jail;
+	pthread_mutex_init(&p->mu, NULL);
+	int fd;
+	ssize_t n = -1;
+	struct pollfd pf = { .fd = p->sock, .events = POLLIN };
+	if (pid > 0 && poll(&pf, 1, 60000) == 1)
+		n = recv_one(p->sock, p->what, sizeof(p->what) - 1, &fd);
+	p->what[n > 0 ? n : 0] = '\0';
+	if (n <= 0 || p->what[0] != '+') {
+		snprintf(err, errlen, "%s", n > 0 ? p->what + 1 : "the helper did not start");
+		priv_close(p);
+		return -EIO;
+	}
+	memmove(p->what, p->what + 1, strlen(p->what));
+	*out = p;
+	return 0;
+}
+
+void priv_close(struct priv *p)
+{
+	if (!p)
+		return;
+	close(p->sock); /* the helper's loop ends at the EOF */
+	if (p->pid > 0)
+		while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+}
+
+const char *priv_describe(const struct priv *p)
+{
+	return p->what;
+}
+
+pid_t priv_pid(const struct priv *p)
+{
+	return p->pid;
+}
+
+int priv_jailed(const struct priv *p)
+{
+	return p && p->jail;
+}
+
+/* Sends the request in b (begun with id 0) with fd, and waits for its
+ * answer: 0 with the PR_OK frame in reply (and *fd_out if asked for), or
+ * -errno with the helper's line in err. */
+static int call(struct priv *p, struct pbuf *b, int fd, int *fd_out, uint8_t *reply,
+		struct proto_frame *f, char *err, size_t errlen)
+{
+	int got = -1, r = proto_end(b);
+	if (r < 0) {
+		pbuf_release(b);
+		snprintf(err, errlen, "a request too large for the helper");
+		return r;
+	}
+	pthread_mutex_lock(&p->mu);
+	uint32_t id = ++p->next_id ? p->next_id : ++p->next_id;
+	memcpy(b->data + 8, &id, 4); /* little-endian hosts only (proto.h) */
+	r = priv__send(p->sock, b->data, b->len, fd);
+	ssize_t n = r < 0 ? r : recv_one(p->sock, reply, REPLY_MAX, &got);
+	pthread_mutex_unlock(&p->mu);
+	pbuf_release(b);
+	if (n <= 0 || proto_parse(reply, (size_t)n, f) != n || f->id != id ||
+	    proto_check_attrs(f) < 0 || (f->type != PR_OK && f->type != PR_ERROR)) {
+		snprintf(err, errlen, "the privileged helper is gone or broken (%s)",
+			 n < 0 ? strerror((int)-n) : "a bad answer");
+		r = -EPIPE;
+	} else if (f->type == PR_ERROR) {
+		uint32_t e = EIO;
+		proto_get_u32(f, T_ERRNO, &e);
+		if (proto_get_str(f, T_MESSAGE, err, errlen) < 0)
+			snprintf(err, errlen, "%s", strerror((int)e));
+		r = -(int)(e && e < 4096 ? e : EIO);
+	}
+	if (r == 0 && fd_out && got < 0) {
+		snprintf(err, errlen, "the helper sent no descriptor");
+		r = -EPIPE;
+	}
+	if (r == 0 && fd_out)
+		*fd_out = got;
+	else if (got >= 0)
+		close(got);
+	return r;
+}
+
+/* A request of just a slot. */
+static int slot_call(struct priv *p, uint16_t type, int slot, int fd, int *fd_out,
+		     uint8_t *reply, struct proto_frame *f, char *err, size_t errlen)
+{
+	struct pbuf b = { 0 };
+	if (proto_begin(&b, type, 0, 0) < 0 || proto_put_u32(&b, T_SLOT, (uint32_t)slot) < 0) {
+		pbuf_release(&b);
+		return -ENOMEM;
+	}
+	return call(p, &b, fd, fd_out, reply, f, err, errlen);
+}
+
+static int policy_call(struct priv *p, uint16_t type, int slot, const struct net_policy *pol,
+		       unsigned mark, char *err, size_t errlen)
+{
+	struct pbuf b = { 0 };
+	if (proto_begin(&b, type, 0, 0) < 0 || proto_put_u32(&b, T_SLOT, (uint32_t)slot) < 0 ||
+	    proto_put_u32(&b, T_MARK, mark) < 0 || proto_put_u32(&b, T_MODE, pol->mode) < 0 ||
+	    (pol->nallow && priv_put_cidrs(&b, T_ALLOW, pol->allow, pol->nallow) < 0) ||
+	    (pol->ndeny && priv_put_cidrs(&b, T_DENY, pol->deny, pol->ndeny) < 0)) {
+		pbuf_release(&b);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	return call(p, &b, -1, NULL, reply, &f, err, errlen);
+}
+
+int priv_ns_create(struct priv *p, int slot, const struct net_policy *pol, unsigned mark,
+		   char *err, size_t errlen)
+{
+	return policy_call(p, PR_NS_CREATE, slot, pol, mark, err, errlen);
+}
+
+int priv_ns_policy(struct priv *p, int slot, const struct net_policy *pol, unsigned mark,
+		   char *err, size_t errlen)
+{
+	return policy_call(p, PR_NS_POLICY, slot, pol, mark, err, errlen);
+}
+
+int priv_ns_destroy(struct priv *p, int slot, char *err, size_t errlen)
+{
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	return slot_call(p, PR_NS_DESTROY, slot, -1, NULL, reply, &f, err, errlen);
+}
+
+int priv_ns_open(struct priv *p, int slot)
+{
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	char err[256];
+	int fd, r = slot_call(p, PR_NS_OPEN, slot, -1, &fd, reply, &f, err, sizeof(err));
+	return r < 0 ? r : fd;
+}
+
+int priv_ns_socket(struct priv *p, int slot, int nsfd, enum priv_sock kind, char *err,
+		   size_t errlen)
+{
+	struct pbuf b = { 0 };
+	if (proto_begin(&b, PR_NS_SOCKET, 0, 0) < 0 ||
+	    proto_put_u32(&b, T_SLOT, (uint32_t)slot) < 0 || proto_put_u32(&b, T_KIND, kind) < 0) {
+		pbuf_release(&b);
+		return -ENOMEM;
+	}
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	int fd, r = call(p, &b, nsfd, &fd, reply, &f, err, errlen);
+	return r < 0 ? r : fd;
+}
+
+int priv_ns_resolved(struct priv *p, int slot, int nsfd, int add, const struct priv_addr *a,
+		     size_t n, char *err, size_t errlen)
+{
+	uint8_t v[PRIV_MAX_ADDRS * 8];
+	if (n == 0 || n > PRIV_MAX_ADDRS)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(v + i * 8, a[i].ip, 4);
+		memcpy(v + i * 8 + 4, &a[i].ttl_s, 4);
+	}
+	struct pbuf b = { 0 };
+	if (proto_begin(&b, PR_NS_RESOLVED, 0, 0) < 0 ||
+	    proto_put_u32(&b, T_SLOT, (uint32_t)slot) < 0 || proto_put_u32(&b, T_ADD, !!add) < 0 ||
+	    proto_put(&b, T_ADDRS, v, n * 8) < 0) {
+		pbuf_release(&b);
+		return -ENOMEM;
+	}
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	return call(p, &b, nsfd, NULL, reply, &f, err, errlen);
+}
+
+int priv_ns_counters(struct priv *p, int slot, uint64_t *refused, uint64_t *sent)
+{
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	char err[256];
+	int r = slot_call(p, PR_NS_COUNTERS, slot, -1, NULL, reply, &f, err, sizeof(err));
+	if (r == 0 && (proto_get_u64(&f, T_REFUSED, refused) < 0 ||
+		       proto_get_u64(&f, T_SENT, sent) < 0))
+		r = -EPROTO;
+	return r;
+}
+
+static int put_strs(struct pbuf *b, uint16_t tag, const char *const *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] && proto_put_str(b, tag, s[i]) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
+int priv_spawn(struct priv *p, const struct jail_spec *s, int slot, char *const *argv,
+	       int logfd, pid_t *pid, uid_t *uid, int *pidfd, char *err, size_t errlen)
+{
+	size_t argc = 0;
+	while (argv[argc])
+		argc++;
+	struct pbuf b = { 0 };
+	if (proto_begin(&b, PR_SPAWN, 0, 0) < 0 || proto_put_str(&b, T_NAME, s->name) < 0 ||
+	    proto_put_u32(&b, T_VCPUS, s->vcpus) < 0 ||
+	    proto_put_u32(&b, T_MEMORY, s->memory_mb) < 0 ||
+	    proto_put_u32(&b, T_KVM, !!s->kvm) < 0 || proto_put_str(&b, T_RUN_DIR, s->run_dir) < 0 ||
+	    (s->binary && proto_put_str(&b, T_BINARY, s->binary) < 0) ||
+	    (s->tap && proto_put_str(&b, T_TAP, s->tap) < 0) ||
+	    (slot >= 0 && proto_put_u32(&b, T_SLOT, (uint32_t)slot) < 0) ||
+	    put_strs(&b, T_RO, s->ro, JAIL_MAX_PATHS) < 0 ||
+	    put_strs(&b, T_RW, s->rw, JAIL_MAX_PATHS) < 0 ||
+	    put_strs(&b, T_ARG, (const char *const *)argv, argc) < 0) {
+		pbuf_release(&b);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	uint32_t v, u;
+	int r = call(p, &b, logfd, pidfd, reply, &f, err, errlen);
+	if (r == 0 && (proto_get_u32(&f, T_PID, &v) < 0 || proto_get_u32(&f, T_UID, &u) < 0)) {
+		close(*pidfd);
+		snprintf(err, errlen, "the helper's answer lacks the pid");
+		return -EPROTO;
+	}
+	if (r == 0) {
+		*pid = (pid_t)v;
+		*uid = u;
+	}
+	return r;
+}
+
+static int pid_call(struct priv *p, uint16_t type, pid_t pid, int sig, uint8_t *reply,
+		    struct proto_frame *f)
+{
+	struct pbuf b = { 0 };
+	char err[256];
+	if (proto_begin(&b, type, 0, 0) < 0 || proto_put_u32(&b, T_PID, (uint32_t)pid) < 0 ||
+	    (sig && proto_put_u32(&b, T_SIGNO, (uint32_t)sig) < 0)) {
+		pbuf_release(&b);
+		return -ENOMEM;
+	}
+	return call(p, &b, -1, NULL, reply, f, err, sizeof(err));
+}
+
+int priv_reap(struct priv *p, pid_t pid, int *status)
+{
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	uint32_t exited = 0, st = 0;
+	int r = pid_call(p, PR_REAP, pid, 0, reply, &f);
+	if (r == 0 && (proto_get_u32(&f, T_EXITED, &exited) < 0 ||
+		       proto_get_u32(&f, T_STATUS, &st) < 0))
+		r = -EPROTO;
+	if (r < 0)
+		return r;
+	*status = (int)st;
+	return exited ? 1 : 0;
+}
+
+int priv_kill(struct priv *p, pid_t pid, int sig)
+{
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	return pid_call(p, PR_KILL, pid, sig, reply, &f);
+}
+
+int priv_hold(struct priv *p, pid_t pid, uid_t *uid)
+{
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	uint32_t u;
+	int r = pid_call(p, PR_HOLD, pid, 0, reply, &f);
+	if (r == 0 && proto_get_u32(&f, T_UID, &u) < 0)
+		r = -EPROTO;
+	if (r == 0)
+		*uid = u;
+	return r;
+}
+
+int priv_release(struct priv *p, uid_t uid, const char *name)
+{
+	struct pbuf b = { 0 };
+	char err[256];
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	if (proto_begin(&b, PR_RELEASE, 0, 0) < 0 || proto_put_u32(&b, T_UID, uid) < 0 ||
+	    proto_put_str(&b, T_NAME, name) < 0) {
+		pbuf_release(&b);
+		return -ENOMEM;
+	}
+	return call(p, &b, -1, NULL, reply, &f, err, sizeof(err));
+}

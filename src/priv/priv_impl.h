@@ -1,0 +1,47 @@
+/*
+ * priv_impl: the helper's own state and handlers, shared by
+ * priv_server.c (the loop, the jail's requests) and priv_net.c (the
+ * networks'), and the transport priv_client.c shares. Included by
+ * src/priv/ only.
+ */
+#ifndef CPUOS_PRIV_IMPL_H
+#define CPUOS_PRIV_IMPL_H
+
+#include "common/proto.h"
+#include "priv/priv_msg.h"
+
+#include <stdint.h>
+
+struct cgroups;
+struct jail;
+
+struct privd {
+	struct priv_bounds b;
+	char tag[8], range[64]; /* networks: names' tag, the range */
+	uint32_t base;          /* its first address, host order */
+	struct cgroups *cg;
+	struct jail *jail;
+	char dirs[4][4200];     /* what b's paths point to */
+};
+
+/* An answer being built: PR_OK's attributes go into out, a descriptor
+ * to send with it into *fd. */
+struct privd_reply {
+	struct pbuf *out;
+	int fd;
+};
+
+/* The host's part of the networks, at start (forwarding, the host's
+ * table, /run/netns): 0 or -errno with err. */
+int privd_net_open(struct privd *d, const char *range, const char *tag, char *err,
+		   size_t errlen);
+/* A network request (PR_NS_*): 0 or -errno with err. */
+int privd_net(struct privd *d, const struct priv_req *r, int fd, struct privd_reply *out,
+	      char *err, size_t errlen);
+
+/* The helper's side of the socket, in the forked child: never returns. */
+void priv__serve(const struct priv_config *c, int sock) __attribute__((noreturn));
+/* One message with fd (-1: none) on sock: 0 or -errno. */
+int priv__send(int sock, const void *p, size_t n, int fd);
+
+#endif

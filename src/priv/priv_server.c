@@ -1,0 +1,251 @@
+/*
+ * priv_server: the helper's loop and the jail's requests. One request at
+ * a time, in the order they come; nothing in it is believed before
+ * priv_decode has passed it, and a request that fails there is answered
+ * with PR_ERROR and changes nothing.
+ */
+#include "priv/priv_impl.h"
+
+#include "common/log.h"
+#include "common/spawn.h"
+#include "jail/cgroup.h"
+#include "jail/jail.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The run directory as the daemon made it: a directory, no link on the
+ * way (priv_decode saw it is one of vms_dir's, by name). */
+static int real_dir(const char *path)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) || !realpath(path, real) ||
+	    strcmp(real, path))
+		return -EINVAL;
+	return 0;
+}
+
+static int spawn_jailed(struct privd *d, const struct priv_req *r, int logfd,
+			struct privd_reply *out, char *err, size_t errlen)
+{
+	if (real_dir(r->run_dir) < 0) {
+		snprintf(err, errlen, "'%s' is not a directory of its own", r->run_dir);
+		return -EINVAL;
+	}
+	struct jail_spec s = {
+		.name = r->name, .vcpus = r->vcpus, .memory_mb = r->memory_mb, .kvm = (int)r->kvm,
+		.run_dir = r->run_dir, .binary = r->binary, .tap = r->tap, .own_netns = r->slot < 0,
+	};
+	memcpy(s.ro, r->ro, sizeof(s.ro));
+	memcpy(s.rw, r->rw, sizeof(s.rw));
+	struct jail_plan *plan;
+	int rc = jail_prepare(d->jail, &s, &plan, err, errlen);
+	if (rc < 0)
+		return rc;
+	char ns[64];
+	if (r->slot >= 0)
+		priv_ns_path(d->tag, r->slot, ns, sizeof(ns));
+	static char *const no_env[] = { NULL };
+	struct spawn_opts o = { .argv = (char *const *)r->argv, .fd = { -1, logfd, logfd },
+				.new_session = 1, .netns = r->slot >= 0 ? ns : NULL, .envp = no_env,
+				.pre_exec = jail_enter, .pre_exec_arg = plan };
+	pid_t pid;
+	uid_t uid = jail_plan_uid(plan);
+	rc = spawn(&o, &pid);
+	jail_plan_free(plan);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot run '%s': %s", r->argv[0], strerror(-rc));
+		jail_release(d->jail, uid, r->name);
+		return rc;
+	}
+	/* The daemon's way to see it exit: not its child, so no waitpid. */
+	out->fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (out->fd < 0 || proto_put_u32(out->out, T_PID, (uint32_t)pid) < 0 ||
+	    proto_put_u32(out->out, T_UID, uid) < 0) {
+		snprintf(err, errlen, "cannot watch qemu: %s", strerror(errno));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		jail_release(d->jail, uid, r->name);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct privd_reply *out,
+		    char *err, size_t errlen)
+{
+	uid_t uid;
+	int st;
+	pid_t w;
+	if (!d->jail) {
+		snprintf(err, errlen, "no jail here");
+		return -EINVAL;
+	}
+	switch (r->type) {
+	case PR_SPAWN:
+		return spawn_jailed(d, r, fd, out, err, errlen);
+	case PR_REAP:
+		w = waitpid(r->pid, &st, WNOHANG);
+		if (w < 0) {
+			snprintf(err, errlen, "pid %d is not the helper's child", (int)r->pid);
+			return -errno;
+		}
+		if (proto_put_u32(out->out, T_EXITED, w == r->pid) < 0 ||
+		    proto_put_u32(out->out, T_STATUS, w == r->pid ? (uint32_t)st : 0) < 0)
+			return -ENOMEM;
+		return 0;
+	case PR_KILL:
+		/* Only a QEMU: a process that runs as one of the jail's ids. */
+		if (jail_proc_uid(r->pid, &uid) < 0 || !jail_owns(d->jail, uid)) {
+			snprintf(err, errlen, "pid %d does not run as a jail id", (int)r->pid);
+			return -EPERM;
+		}
+		return kill(r->pid, (int)r->signo) < 0 ? -errno : 0;
+	case PR_HOLD:
+		if (jail_proc_uid(r->pid, &uid) < 0 || jail_hold(d->jail, uid) < 0) {
+			snprintf(err, errlen, "pid %d does not run as a jail id", (int)r->pid);
+			return -EPERM;
+		}
+		return proto_put_u32(out->out, T_UID, uid) < 0 ? -ENOMEM : 0;
+	case PR_RELEASE:
+		jail_release(d->jail, r->uid, r->name);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* One request in, one answer out: 0, or -1 once the daemon is gone. */
+static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf)
+{
+	union {
+		char space[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = { buf, PRIV_MAX_MSG + 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.space,
+			    .msg_controllen = sizeof(c.space) };
+	ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+	if (n < 0 && errno == EINTR)
+		return 0;
+	if (n <= 0)
+		return -1;
+	int fds[4], nfds = 0;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < 4; i++)
+				memcpy(&fds[nfds++], CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+	char err[512] = "";
+	struct pbuf out = { 0 };
+	struct privd_reply rep = { .out = &out, .fd = -1 };
+	int rc = (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? -EMSGSIZE
+		 : priv_decode(buf, (size_t)n, nfds, &d->b, r, err, sizeof(err));
+	uint32_t id = rc == -EPROTO || rc == -EMSGSIZE ? 0 : r->id;
+	if (rc == -EMSGSIZE)
+		snprintf(err, sizeof(err), "a request is at most %u bytes", PRIV_MAX_MSG);
+	if (rc == 0 && proto_begin(&out, PR_OK, 0, id) < 0)
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = r->type <= PR_NS_COUNTERS ? privd_net(d, r, nfds ? fds[0] : -1, &rep, err, sizeof(err))
+					       : jail_req(d, r, nfds ? fds[0] : -1, &rep, err, sizeof(err));
+	if (rc < 0) {
+		if (!err[0])
+			snprintf(err, sizeof(err), "%s", strerror(-rc));
+		out.len = 0;
+		if (rep.fd >= 0)
+			close(rep.fd);
+		rep.fd = -1;
+		if (proto_begin(&out, PR_ERROR, 0, id) < 0 ||
+		    proto_put_u32(&out, T_ERRNO, (uint32_t)-rc) < 0 ||
+		    proto_put_str(&out, T_MESSAGE, err) < 0) {
+			pbuf_release(&out);
+			return -1;
+		}
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	int sent = proto_end(&out) == 0 && priv__send(sock, out.data, out.len, rep.fd) == 0;
+	if (rep.fd >= 0)
+		close(rep.fd);
+	pbuf_release(&out);
+	return sent ? 0 : -1;
+}
+
+/* ps shows "cpuosd: priv": the daemon's argv strings, written over. */
+static void set_title(char **argv)
+{
+	prctl(PR_SET_NAME, "cpuosd-priv");
+	if (!argv || !argv[0])
+		return;
+	char *end = argv[0];
+	for (char **a = argv; *a; a++)
+		if (*a == end)
+			end += strlen(*a) + 1;
+	size_t room = (size_t)(end - argv[0]);
+	memset(argv[0], 0, room);
+	snprintf(argv[0], room, "cpuosd: priv");
+}
+
+static int open_all(struct privd *d, const struct priv_config *c, char *err, size_t errlen)
+{
+	snprintf(d->dirs[0], sizeof(d->dirs[0]), "%s/vms", c->state_dir);
+	snprintf(d->dirs[1], sizeof(d->dirs[1]), "%s/snapshots", c->state_dir);
+	snprintf(d->dirs[2], sizeof(d->dirs[2]), "%s/snapshots", c->cache_dir);
+	snprintf(d->dirs[3], sizeof(d->dirs[3]), "%s", c->cache_dir);
+	d->b = (struct priv_bounds){ .jail = c->jail, .jail_first = c->jail_first,
+				     .jail_count = c->jail_count,
+				     .run_parents = { d->dirs[0], d->dirs[1], d->dirs[2] },
+				     .rw_dirs = { d->dirs[3], d->dirs[1] }, .qemu = c->qemu };
+	int r;
+	if (c->net_range && (r = privd_net_open(d, c->net_range, c->net_tag, err, errlen)) < 0)
+		return r;
+	if (!c->jail)
+		return 0;
+	if (c->cgroups &&
+	    (r = cgroup_open("/sys/fs/cgroup", "/proc/self/cgroup", &d->cg, err, errlen)) < 0)
+		return r;
+	struct jail_config jc = { .first_id = c->jail_first, .count = c->jail_count,
+				  .root_dir = c->jail_root, .lock_dir = c->jail_locks, .cg = d->cg };
+	return jail_new(&jc, &d->jail, err, errlen);
+}
+
+void priv__serve(const struct priv_config *c, int sock)
+{
+	set_title(c->argv);
+	log_set_tag("cpuosd-priv");
+	/* If the daemon dies without closing, so does the helper. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	struct privd d = { 0 };
+	char err[512] = "", what[512];
+	int r = open_all(&d, c, err, sizeof(err));
+	/* The ready line: '+' and what it holds, or '-' and why it cannot
+	 * serve. */
+	if (r == 0) {
+		snprintf(what, sizeof(what), "+%s%s%s", c->net_range ? "networks " : "",
+			 c->net_range ? c->net_range : "", c->net_range && d.jail ? ", " : "");
+		if (d.jail) {
+			size_t l = strlen(what);
+			jail_describe(d.jail, what + l, sizeof(what) - l);
+		}
+	} else {
+		snprintf(what, sizeof(what), "-%s", err);
+	}
+	if (priv__send(sock, what, strlen(what) + 1, -1) < 0 || r < 0)
+		_exit(1);
+	static struct priv_req req;
+	static uint8_t buf[PRIV_MAX_MSG + 1];
+	while (serve_one(&d, sock, &req, buf) == 0)
+		;
+	_exit(0);
+}

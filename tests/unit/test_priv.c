@@ -1,0 +1,236 @@
+/*
+ * test_priv: the privileged helper. What its parser refuses (the fuzz
+ * target checks it accepts nothing out of shape; this names what must be
+ * refused), then a real helper forked as cpuosd forks it: a jailed
+ * process spawned, watched, killed and reaped through it, and what it
+ * will not do for the daemon (a shell for QEMU, a run directory outside
+ * the state, a signal to a process that is not a jail's). Needs root.
+ */
+#include "common/proto.h"
+#include "jail/jail.h"
+#include "priv/priv.h"
+#include "priv/priv_msg.h"
+#include "tests/lib/tap.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char **main_argv;
+static struct priv_req req;
+
+static const struct priv_bounds bounds = {
+	.nslots = 4, .jail = 1, .jail_first = 1000, .jail_count = 10,
+	.run_parents = { "/s/vms", "/s/snapshots", "/c/snapshots" },
+	.rw_dirs = { "/c", "/s/snapshots" },
+	.qemu = "/usr/bin/qemu-system-x86_64",
+};
+
+/* A request built as the client builds them; extra: more attributes. */
+static int decode(uint16_t type, int nfds, const char *const *strs, char *err)
+{
+	struct pbuf b = { 0 };
+	proto_begin(&b, type, 0, 1);
+	for (int i = 0; strs[i]; i += 2) {
+		uint16_t tag = (uint16_t)atoi(strs[i]);
+		if (tag == T_SLOT || tag == T_VCPUS || tag == T_MEMORY || tag == T_PID ||
+		    tag == T_UID || tag == T_SIGNO || tag == T_KIND)
+			proto_put_u32(&b, tag, (uint32_t)atoi(strs[i + 1]));
+		else
+			proto_put_str(&b, tag, strs[i + 1]);
+	}
+	proto_end(&b);
+	err[0] = '\0';
+	int r = priv_decode(b.data, b.len, nfds, &bounds, &req, err, 512);
+	pbuf_release(&b);
+	return r;
+}
+
+#define S(x) #x
+#define SPAWN_BASE S(9), "sbx_1-00", S(10), "1", S(11), "512"
+
+static void test_decode_refuses(void)
+{
+	char err[512];
+	const char *ok[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18), "/usr/bin/qemu-system-x86_64",
+			     S(16), "/s/snapshots/fork-1/mem", NULL };
+	CHECK(decode(PR_SPAWN, 1, ok, err) == 0);
+	CHECK(req.argc == 1 && req.argv[1] == NULL && req.nrw == 1);
+	CHECK(decode(PR_SPAWN, 0, ok, err) == -EINVAL); /* no log descriptor */
+	const char *sh[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18), "/bin/sh", NULL };
+	CHECK(decode(PR_SPAWN, 1, sh, err) == -EINVAL && strstr(err, "not the QEMU configured"));
+	const char *etc[] = { SPAWN_BASE, S(13), "/etc", S(18), "/usr/bin/qemu-system-x86_64", NULL };
+	CHECK(decode(PR_SPAWN, 1, etc, err) == -EINVAL && strstr(err, "run directory"));
+	const char *up[] = { SPAWN_BASE, S(13), "/s/vms/..", S(18), "/usr/bin/qemu-system-x86_64",
+			     NULL };
+	CHECK(decode(PR_SPAWN, 1, up, err) == -EINVAL);
+	const char *deep[] = { SPAWN_BASE, S(13), "/s/vms/a/b", S(18),
+			       "/usr/bin/qemu-system-x86_64", NULL };
+	CHECK(decode(PR_SPAWN, 1, deep, err) == -EINVAL);
+	const char *shadow[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
+				 "/usr/bin/qemu-system-x86_64", S(16), "/etc/shadow", NULL };
+	CHECK(decode(PR_SPAWN, 1, shadow, err) == -EINVAL && strstr(err, "/etc/shadow"));
+	const char *climb[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
+				"/usr/bin/qemu-system-x86_64", S(16), "/c/../etc/passwd", NULL };
+	CHECK(decode(PR_SPAWN, 1, climb, err) == -EINVAL);
+	const char *cg[] = { S(9), "../../x", S(10), "1", S(11), "512", S(13), "/s/vms/sbx_1",
+			     S(18), "/usr/bin/qemu-system-x86_64", NULL };
+	CHECK(decode(PR_SPAWN, 1, cg, err) == -EINVAL && strstr(err, "cgroup"));
+	const char *tap[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
+			      "/usr/bin/qemu-system-x86_64", S(17), "eth0", S(1), "2", NULL };
+	CHECK(decode(PR_SPAWN, 1, tap, err) == -EINVAL && strstr(err, "TAP"));
+	/* Signals: SIGKILL and SIGTERM only, never to pid 1. */
+	const char *stop[] = { S(19), "4242", S(21), "19", NULL };
+	CHECK(decode(PR_KILL, 0, stop, err) == -EINVAL);
+	const char *init[] = { S(19), "1", S(21), "9", NULL };
+	CHECK(decode(PR_KILL, 0, init, err) == -EINVAL);
+	const char *kill9[] = { S(19), "4242", S(21), "9", NULL };
+	CHECK(decode(PR_KILL, 0, kill9, err) == 0);
+	/* Ids: only the jail's. */
+	const char *root[] = { S(20), "0", S(9), "x", NULL };
+	CHECK(decode(PR_RELEASE, 0, root, err) == -EINVAL && strstr(err, "jail id"));
+	const char *past[] = { S(20), "1010", S(9), "x", NULL };
+	CHECK(decode(PR_RELEASE, 0, past, err) == -EINVAL);
+	/* Slots: within the range; an attribute the type does not take. */
+	const char *slot9[] = { S(1), "9", NULL };
+	CHECK(decode(PR_NS_OPEN, 0, slot9, err) == -EINVAL && strstr(err, "slot"));
+	const char *extra[] = { S(1), "1", S(19), "5", NULL };
+	CHECK(decode(PR_NS_OPEN, 0, extra, err) == -EINVAL);
+	const char *twice[] = { S(1), "1", S(1), "2", NULL };
+	CHECK(decode(PR_NS_OPEN, 0, twice, err) == -EINVAL && strstr(err, "twice"));
+	const char *none[] = { NULL };
+	CHECK(decode(PR_OK, 0, none, err) == -EINVAL && strstr(err, "unknown"));
+	CHECK(decode(99, 0, none, err) == -EINVAL);
+}
+
+static char dir[64];
+
+static int read_file(const char *path, char *out, size_t cap)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	size_t n = fread(out, 1, cap - 1, f);
+	out[n] = '\0';
+	fclose(f);
+	return (int)n;
+}
+
+static const char *field(const char *status, const char *name)
+{
+	const char *at = strstr(status, name);
+	return at ? at + strlen(name) : "";
+}
+
+static void test_helper(void)
+{
+	if (!CHECK(geteuid() == 0)) {
+		t_note("test_priv: the helper's jail needs root");
+		return;
+	}
+	snprintf(dir, sizeof(dir), "/tmp/cpuos-test-priv-%d", (int)getpid());
+	char state[128], cache[128], run[160], locks[160], root[160];
+	snprintf(state, sizeof(state), "%s/state", dir);
+	snprintf(cache, sizeof(cache), "%s/cache", dir);
+	snprintf(run, sizeof(run), "%s/vms/t1", state);
+	snprintf(locks, sizeof(locks), "%s/locks", dir);
+	snprintf(root, sizeof(root), "%s/jail", state);
+	mkdir(dir, 0755);
+	mkdir(state, 0755);
+	mkdir(cache, 0755);
+	char vms[160];
+	snprintf(vms, sizeof(vms), "%s/vms", state);
+	mkdir(vms, 0700);
+	mkdir(run, 0700);
+	struct priv_config c = {
+		.jail = 1, .jail_first = 1800000000, .jail_count = 16, .jail_root = root,
+		.jail_locks = locks, .state_dir = state, .cache_dir = cache,
+		.qemu = "/usr/bin/sleep", .argv = main_argv,
+	};
+	struct priv *p = NULL;
+	char err[512] = "", buf[4096], path[64];
+	if (!CHECK(priv_start(&c, &p, err, sizeof(err)) == 0)) {
+		t_note("%s", err);
+		return;
+	}
+	pid_t helper = priv_pid(p);
+	/* ps shows what it is. */
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)helper);
+	CHECK(read_file(path, buf, sizeof(buf)) > 0 && !strcmp(buf, "cpuosd: priv"));
+	CHECK(strstr(priv_describe(p), "ids 1800000001-1800000015") != NULL);
+
+	struct jail_spec s = { .name = "t1", .vcpus = 1, .memory_mb = 64, .run_dir = run,
+			       .own_netns = 1 };
+	char *argv[] = { "/usr/bin/sleep", "30", NULL };
+	pid_t pid = 0;
+	uid_t uid = 0;
+	int pidfd = -1, st = 0;
+	CHECK(priv_spawn(p, &s, -1, argv, 2, &pid, &uid, &pidfd, err, sizeof(err)) == 0);
+	if (!CHECK(pid > 0 && pidfd >= 0)) {
+		t_note("%s", err);
+		priv_close(p);
+		return;
+	}
+	CHECK(uid > 1800000000 && uid < 1800000016);
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	for (int i = 0; i < 100; i++) { /* until the exec */
+		read_file(path, buf, sizeof(buf));
+		if (strstr(buf, "Name:\tsleep"))
+			break;
+		usleep(10000);
+	}
+	char want[64];
+	snprintf(want, sizeof(want), "\t%u\t", (unsigned)uid);
+	CHECK(!strncmp(field(buf, "Uid:"), want, strlen(want)));
+	CHECK(!strncmp(field(buf, "CapEff:\t"), "0000000000000000", 16));
+	CHECK(!strncmp(field(buf, "NoNewPrivs:\t"), "1", 1));
+	CHECK(priv_reap(p, pid, &st) == 0); /* running */
+
+	/* Not a jail's process: this one runs as root. */
+	CHECK(priv_kill(p, getpid(), SIGKILL) == -EPERM);
+	CHECK(priv_hold(p, getpid(), &uid) < 0);
+	char *sh[] = { "/bin/sh", "-c", "id", NULL };
+	pid_t p2;
+	uid_t u2;
+	int fd2;
+	CHECK(priv_spawn(p, &s, -1, sh, 2, &p2, &u2, &fd2, err, sizeof(err)) == -EINVAL);
+	CHECK(strstr(err, "not the QEMU configured") != NULL);
+	struct jail_spec etc = s;
+	etc.run_dir = "/etc";
+	CHECK(priv_spawn(p, &etc, -1, argv, 2, &p2, &u2, &fd2, err, sizeof(err)) == -EINVAL);
+	CHECK(priv_ns_open(p, 0) < 0); /* no networks here */
+
+	CHECK(priv_kill(p, pid, SIGKILL) == 0);
+	struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+	CHECK(poll(&pf, 1, 5000) == 1);
+	int reaped = 0;
+	for (int i = 0; i < 100 && (reaped = priv_reap(p, pid, &st)) == 0; i++)
+		usleep(10000);
+	CHECK(reaped == 1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	CHECK(priv_reap(p, pid, &st) == -ECHILD); /* once */
+	CHECK(priv_release(p, uid, "t1") == 0);
+	close(pidfd);
+	priv_close(p);
+	CHECK(kill(helper, 0) < 0 && errno == ESRCH); /* gone with its socket */
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		t_note("could not remove %s", dir);
+}
+
+int main(int argc, char **argv)
+{
+	main_argv = argv;
+	static const struct t_case cases[] = {
+		{ "priv_decode_refuses", test_decode_refuses },
+		{ "priv_helper", test_helper },
+		{ 0, 0 },
+	};
+	return t_main(argc, argv, cases);
+}
