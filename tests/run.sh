@@ -57,6 +57,7 @@ logs=${CPUOS_SANITIZER_LOGS:-}
 if [ -n "$logs" ]; then
 	mkdir -p "$logs"
 	rm -f "$logs"/*
+	chmod 1777 "$logs" # cpuosd writes its reports there after giving up root
 fi
 
 count() { # reads a runner's output, adds its closing line to the totals

@@ -35,6 +35,27 @@ static int port_dial(void *arg, const char *id, const char *token, unsigned port
 	return sbx_port_dial(arg, id, token, port, fd, err, errlen);
 }
 
+/* --egress-trust's certificates, read while the file may be root's
+ * alone: a malloc'd PEM text, or NULL with errno. */
+static char *read_trust(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	enum { MAX = 4 << 20 }; /* a bundle of every public root is 200 KiB */
+	char *text = malloc(MAX + 1);
+	size_t n = text ? fread(text, 1, MAX + 1, f) : 0;
+	int bad = !text || ferror(f) || n > MAX;
+	fclose(f);
+	if (bad) {
+		free(text);
+		errno = text ? EFBIG : ENOMEM;
+		return NULL;
+	}
+	text[n] = '\0';
+	return text;
+}
+
 /* The privileged helper (priv.h), forked while this process has no
  * thread yet: it holds what networks and QEMU's jail need root for. */
 static int open_priv(const struct config *o, char **argv, struct priv **priv)
@@ -53,7 +74,7 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 		.net_range = o->net ? o->net_range : NULL, .net_tag = tag,
 		.jail = o->jail, .cgroups = o->cgroups,
 		.jail_first = (unsigned)o->jail_first, .jail_count = (unsigned)o->jail_count,
-		.jail_root = root, .jail_locks = "/run/cpuos/jail-ids",
+		.jail_root = root, .jail_locks = "/run/cpuos-jail-ids",
 		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .qemu = o->qemu[0] ? o->qemu : NULL,
 		.argv = argv,
 	};
@@ -63,6 +84,45 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 		return -EIO;
 	}
 	log_info("privileged helper (pid %d): %s", (int)priv_pid(*priv), priv_describe(*priv));
+	return 0;
+}
+
+/* With QEMU jailed, this process needs root no more: it becomes the jail
+ * range's first id, the group every jailed QEMU has, so each reads what
+ * the other writes in run directories (see docs/architecture.md, "Who
+ * holds what"). What it writes is made its own first. */
+static int drop_root(const struct config *o)
+{
+	char snaps[PATH_MAX + 16], scratch[PATH_MAX + 16], ca[PATH_MAX + 16], sock[PATH_MAX];
+	snprintf(snaps, sizeof(snaps), "%s/snapshots", o->cache_dir);
+	snprintf(scratch, sizeof(scratch), "%s/scratch", o->cache_dir);
+	snprintf(ca, sizeof(ca), "%s/egress-ca", o->cache_dir);
+	const char *dirs[] = { o->state_dir, snaps, scratch, ca, NULL };
+	for (int i = 1; dirs[i]; i++)
+		fs_mkdir_p(dirs[i], 0755, (uid_t)-1, (gid_t)-1);
+	uid_t uid = (uid_t)o->jail_first;
+	/* The socket's directory, not what else is there (it may be /run
+	 * or a shared one): made, or taken if root's and not sticky. */
+	struct stat st;
+	snprintf(sock, sizeof(sock), "%s", o->socket);
+	const char *sd = dirname(sock);
+	if (strcmp(o->socket, "none") && fs_mkdir_p(sd, 0700, uid, uid) == 0 && stat(sd, &st) == 0 &&
+	    st.st_uid == 0 && !(st.st_mode & S_ISVTX) && chown(sd, uid, uid) < 0)
+		log_warn("cannot give '%s' to uid %u: %s", sd, (unsigned)uid, strerror(errno));
+	char err[512];
+	if (priv_drop(uid, dirs, err, sizeof(err)) < 0) {
+		log_error("%s (or run with --jail off)", err);
+		return -EPERM;
+	}
+	/* A directory above them closed to others would fail every create. */
+	const char *need[] = { o->state_dir, o->cache_dir, o->guest_dir };
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+		if (access(need[i], i ? R_OK | X_OK : R_OK | W_OK | X_OK) < 0) {
+			log_error("uid %u cannot use '%s': %s (a directory above it closed to "
+				  "others?)", (unsigned)uid, need[i], strerror(errno));
+			return -EACCES;
+		}
+	log_info("serving as uid %u with no capabilities", (unsigned)uid);
 	return 0;
 }
 
@@ -110,14 +170,27 @@ int main(int argc, char **argv)
 		if (realpath(dirs[i], real))
 			snprintf(dirs[i], PATH_MAX, "%s", real);
 	}
-	struct priv *priv = NULL;
-	if (open_priv(&o, argv, &priv) < 0)
+	char *trust = NULL;
+	if (o.net && o.egress_trust[0] && !(trust = read_trust(o.egress_trust))) {
+		log_error("--egress-trust '%s': %s", o.egress_trust, strerror(errno));
 		return 1;
+	}
+	struct priv *priv = NULL;
+	if (open_priv(&o, argv, &priv) < 0) {
+		free(trust);
+		return 1;
+	}
+	if (priv_jailed(priv) && drop_root(&o) < 0) {
+		priv_close(priv);
+		free(trust);
+		return 1;
+	}
 	snprintf(db, sizeof(db), "%s/cpuos.db", o.state_dir);
 	struct store *store;
 	if (store_open(db, &store, err, sizeof(err)) < 0) {
 		log_error("%s", err);
 		priv_close(priv);
+		free(trust);
 		return 1;
 	}
 	/* The default policy is checked now, not at the first create. */
@@ -129,6 +202,7 @@ int main(int argc, char **argv)
 		json_decref(nd);
 		store_close(store);
 		priv_close(priv);
+		free(trust);
 		return 1;
 	}
 	json_decref(nd);
@@ -139,14 +213,15 @@ int main(int argc, char **argv)
 	char ca_dir[sizeof(o.cache_dir) + 16];
 	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", o.cache_dir);
 	if (o.net && net_open(o.net_range, o.state_dir, ca_dir,
-			      o.dns_upstream[0] ? o.dns_upstream : NULL,
-			      o.egress_trust[0] ? o.egress_trust : NULL, priv, &net, err,
+			      o.dns_upstream[0] ? o.dns_upstream : NULL, trust, priv, &net, err,
 			      sizeof(err)) < 0) {
+		free(trust);
 		log_error("networks: %s (or run with --net off)", err);
 		store_close(store);
 		priv_close(priv);
 		return 1;
 	}
+	free(trust); /* in the proxy's TLS context now */
 	struct sbx_config sc = {
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
 		.qemu = o.qemu[0] ? o.qemu : NULL, .accel = accel,

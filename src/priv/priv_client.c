@@ -5,6 +5,7 @@
  */
 #include "priv/priv_impl.h"
 
+#include "common/log.h"
 #include "jail/jail.h"
 
 #include <errno.h>
@@ -24,6 +25,7 @@ struct priv {
 	pid_t pid;
 	int jail;
 	uint32_t next_id;
+	int gone; /* said once */
 	pthread_mutex_t mu;
 	char what[512];
 };
@@ -167,6 +169,8 @@ static int call(struct priv *p, struct pbuf *b, int fd, int *fd_out, uint8_t *re
 	    proto_check_attrs(f) < 0 || (f->type != PR_OK && f->type != PR_ERROR)) {
 		snprintf(err, errlen, "the privileged helper is gone or broken (%s)",
 			 n < 0 ? strerror((int)-n) : "a bad answer");
+		if (!__atomic_exchange_n(&p->gone, 1, __ATOMIC_RELAXED))
+			log_error("%s: no sandbox can start until cpuosd is restarted", err);
 		r = -EPIPE;
 	} else if (f->type == PR_ERROR) {
 		uint32_t e = EIO;

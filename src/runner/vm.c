@@ -230,6 +230,9 @@ static int spawn_qemu(struct vm *vm, char **argv, const struct vm_config *cfg,
 		close(logfd);
 		if (r == 0)
 			vm->priv = cfg->priv;
+		else if (r == -ENOENT)
+			snprintf(err, errlen, "cannot find QEMU binary '%s' (apt-get install "
+				 "qemu-system-x86)", argv[0]);
 		else if (r != -EPIPE) {
 			char last[200];
 			qemu_log_last_line(vm, last, sizeof(last)); /* the jail's step, if it failed */
@@ -307,7 +310,9 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 			return -e;
 		}
 	}
-	if (find_in_path(qemu) < 0) {
+	/* A jailed QEMU is the helper's to find: the path may be one only
+	 * root reaches. */
+	if (!cfg->priv && find_in_path(qemu) < 0) {
 		snprintf(err, errlen, "cannot find QEMU binary '%s' (apt-get install qemu-system-x86)", qemu);
 		return -ENOENT;
 	}

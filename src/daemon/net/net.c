@@ -99,7 +99,7 @@ void net_tag(const char *state_dir, char out[8])
 }
 
 int net_open(const char *range, const char *state_dir, const char *ca_dir,
-	     const char *dns_upstream, const char *egress_trust, struct priv *priv,
+	     const char *dns_upstream, const char *trust_pem, struct priv *priv,
 	     struct net **out, char *err, size_t errlen)
 {
 	struct net_cidr c;
@@ -120,7 +120,7 @@ int net_open(const char *range, const char *state_dir, const char *ca_dir,
 		goto fail;
 	if ((r = ca_open(ca_dir, &n->ca, err, errlen)) < 0 ||
 	    (r = dns_open(dns_upstream, n->nslots, priv, &n->dns, err, errlen)) < 0 ||
-	    (r = proxy_open(n->dns, n->nslots, n->ca, egress_trust, priv, &n->proxy, err,
+	    (r = proxy_open(n->dns, n->nslots, n->ca, trust_pem, priv, &n->proxy, err,
 			    errlen)) < 0)
 		goto fail;
 	*out = n;

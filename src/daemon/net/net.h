@@ -29,11 +29,11 @@ struct priv;
 /* The networks of the helper priv (priv.h, started with this range and
  * state_dir's tag, which set up the host's part): loads or makes the
  * egress CA in ca_dir (ca.h) and starts the guests' resolver (dns.h; dns_upstream NULL: the
- * host's) and proxy (proxy.h; egress_trust: the roots servers are checked
+ * host's) and proxy (proxy.h; trust_pem: the roots servers are checked
  * by, NULL: the host's). range: an IPv4 CIDR of /16 to /24 (each slot
  * takes a /30). 0 or -errno with a reason. */
 int net_open(const char *range, const char *state_dir, const char *ca_dir,
-	     const char *dns_upstream, const char *egress_trust, struct priv *priv,
+	     const char *dns_upstream, const char *trust_pem, struct priv *priv,
 	     struct net **out, char *err, size_t errlen);
 /* The tag of the names a daemon with state_dir gives its networks. */
 void net_tag(const char *state_dir, char out[8]);

@@ -21,6 +21,8 @@
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -469,15 +471,30 @@ static void *acceptor_main(void *arg)
 
 /* Toward servers: their certificates checked against trust (a PEM file)
  * or the host's roots, HTTP/1.1 only. */
-static SSL_CTX *client_ctx(const char *trust, char *err, size_t errlen)
+/* The roots in trust_pem (certificates, PEM) into c's store: how many. */
+static int load_roots(SSL_CTX *c, const char *trust_pem)
+{
+	BIO *b = BIO_new_mem_buf(trust_pem, -1);
+	X509_STORE *st = SSL_CTX_get_cert_store(c);
+	X509 *x;
+	int n = 0;
+	while (b && (x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+		n += X509_STORE_add_cert(st, x) == 1;
+		X509_free(x);
+	}
+	ERR_clear_error(); /* the end of the text reads as an error */
+	BIO_free(b);
+	return n;
+}
+
+static SSL_CTX *client_ctx(const char *trust_pem, char *err, size_t errlen)
 {
 	SSL_CTX *c = SSL_CTX_new(TLS_client_method());
 	if (!c || !SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) ||
 	    SSL_CTX_set_alpn_protos(c, (const unsigned char *)"\x08http/1.1", 9) != 0 ||
-	    (trust ? SSL_CTX_load_verify_locations(c, trust, NULL)
-		   : SSL_CTX_set_default_verify_paths(c)) != 1) {
-		snprintf(err, errlen, "cannot load the roots to check servers by%s%s",
-			 trust ? ": " : "", trust ? trust : "");
+	    (trust_pem ? load_roots(c, trust_pem) < 1 : SSL_CTX_set_default_verify_paths(c) != 1)) {
+		snprintf(err, errlen, "cannot load the roots to check servers by%s",
+			 trust_pem ? ": no certificate in --egress-trust" : "");
 		SSL_CTX_free(c);
 		return NULL;
 	}
@@ -485,10 +502,10 @@ static SSL_CTX *client_ctx(const char *trust, char *err, size_t errlen)
 	return c;
 }
 
-int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, struct priv *priv,
-	       struct proxy **out, char *err, size_t errlen)
+int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust_pem,
+	       struct priv *priv, struct proxy **out, char *err, size_t errlen)
 {
-	SSL_CTX *client = client_ctx(trust, err, errlen);
+	SSL_CTX *client = client_ctx(trust_pem, err, errlen);
 	if (!client)
 		return -EINVAL;
 	struct proxy *p = calloc(1, sizeof(*p));

@@ -43,10 +43,11 @@ struct secret_set;
 
 /* The policies and the names' answers are dns's (dns_check); ca signs
  * what the guests see of hosts a secret goes to, whose own certificates
- * are checked against trust (a PEM file; NULL: the host's roots). */
+ * are checked against trust_pem (certificates, PEM text, read before the
+ * daemon gave up root; NULL: the host's roots). */
 struct priv;
-int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust, struct priv *priv,
-	       struct proxy **out, char *err, size_t errlen);
+int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust_pem,
+	       struct priv *priv, struct proxy **out, char *err, size_t errlen);
 void proxy_close(struct proxy *p);
 /* Serves slot on fd, a TCP socket listening in its namespace nsfd (where
  * its connections go out from); both are the proxy's from here on. */

@@ -1,0 +1,118 @@
+"""Privilege separation, seen from the host: the daemon that parses HTTP and JSON runs as the
+jail range's first id with no capabilities; its helper ("cpuosd: priv" in ps) is root and
+holds the rest; run directories are the daemon's group's, so each side reads what the other
+writes; jailed QEMUs outlive a daemon restart and are still signalled through the helper."""
+
+import os
+import stat
+import subprocess
+
+import cpuos
+from conftest import started_daemon
+
+T = 60
+DAEMON_ID = 1900000000  # the default --jail-ids range's first id
+
+
+def status(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def helper_of(pid):
+    """The daemon's helper: its child whose command line ps shows as "cpuosd: priv"."""
+    out = subprocess.run(["ps", "-o", "pid=,ppid=,uid=,args=", "-e"], capture_output=True,
+                         text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        p, pp, uid, args = line.split(None, 3)
+        if int(pp) == pid and args == "cpuosd: priv":
+            found.append((int(p), int(uid)))
+    assert len(found) == 1, f"helpers of {pid} in ps: {found}\n{out}"
+    return found[0]
+
+
+def qemu_of(sbx):
+    want = f"/vms/{sbx.id}/".encode()
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if cmd.startswith(b"qemu-system") and want in cmd:
+            return int(p)
+    return None
+
+
+def no_caps(s):
+    return all(int(s[c], 16) == 0 for c in ("CapInh", "CapPrm", "CapEff", "CapAmb"))
+
+
+def test_http_process_has_no_root_and_the_helper_has(daemon):
+    s = status(daemon.proc.pid)
+    assert s["Uid"].split() == [str(DAEMON_ID)] * 4, s["Uid"]
+    assert s["Gid"].split() == [str(DAEMON_ID)] * 4, s["Gid"]
+    assert s["Groups"].strip() == "", s["Groups"]
+    assert no_caps(s), {c: s[c] for c in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
+    assert s["NoNewPrivs"] == "1"
+    hpid, huid = helper_of(daemon.proc.pid)
+    assert huid == 0
+    assert int(status(hpid)["CapEff"], 16) != 0
+    # what the daemon writes is its own: the store, the state directory
+    for p in (daemon.state_dir, os.path.join(daemon.state_dir, "cpuos.db")):
+        assert os.stat(p).st_uid == DAEMON_ID, p
+
+
+def test_run_directory_is_shared_with_the_jail(daemon, make_sandbox):
+    sbx = make_sandbox(template="base")
+    run = os.path.join(daemon.state_dir, "vms", sbx.id)
+    st = os.stat(run)
+    assert (st.st_uid, st.st_gid) == (DAEMON_ID, DAEMON_ID)
+    assert stat.S_IMODE(st.st_mode) == 0o2770
+    qemu = qemu_of(sbx)
+    quid = int(status(qemu)["Uid"].split()[0])
+    assert quid not in (0, DAEMON_ID)
+    # QEMU's sockets are its own, and the daemon's group's: it connects to them
+    for name in os.listdir(run):
+        p = os.path.join(run, name)
+        if stat.S_ISSOCK(os.lstat(p).st_mode):
+            sst = os.lstat(p)
+            assert sst.st_uid == quid and sst.st_gid == DAEMON_ID, name
+            assert sst.st_mode & 0o060 == 0o060, (name, oct(sst.st_mode))
+    assert sbx.exec("echo ok", timeout=T).stdout == "ok\n"
+
+
+def test_restart_keeps_sandboxes_and_their_qemu_is_still_killed():
+    gen = started_daemon("--template-snapshots", "off")
+    d = next(gen)
+    try:
+        sbx = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a, api_url=d.url)
+        qemu = qemu_of(sbx)
+        old_helper, _ = helper_of(d.proc.pid)
+        d.restart(kill=False)
+        new_helper, _ = helper_of(d.proc.pid)
+        assert new_helper != old_helper
+        assert not os.path.exists(f"/proc/{old_helper}")  # ended with its daemon
+        sbx = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+        assert sbx.exec("echo again", timeout=T).stdout == "again\n"
+        # not the new helper's child, and another uid's: the helper signals it
+        assert int(status(qemu)["PPid"]) != new_helper
+        sbx.kill()
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{qemu}") or status(qemu).get("State", "").startswith("Z"):
+                break
+            subprocess.run(["sleep", "0.05"])
+        assert not os.path.exists(f"/proc/{qemu}") or status(qemu)["State"].startswith("Z")
+    finally:
+        gen.close()
+
+
+def test_jail_off_keeps_root():
+    """Unjailed QEMUs need root to join their namespaces and open /dev/kvm: the daemon keeps it."""
+    gen = started_daemon("--jail", "off", "--template-snapshots", "off")
+    d = next(gen)
+    try:
+        assert status(d.proc.pid)["Uid"].split()[0] == "0"
+    finally:
+        gen.close()
