@@ -38,12 +38,13 @@ GUEST_DIR = os.environ.get("CPUOS_GUEST_DIR", os.path.join(ROOT, "build", "guest
 class Daemon:
     def __init__(self, *args):
         self.dir = tempfile.mkdtemp(prefix="cpuos-bench-net-")
+        os.chmod(self.dir, 0o711)  # for cpuosd, which gives up root, to reach its state
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         self.port = s.getsockname()[1]
         s.close()
         self.url = f"http://127.0.0.1:{self.port}"
-        sock = os.path.join(self.dir, "d.sock")
+        sock = os.path.join(self.dir, "run", "d.sock")  # made, so owned, by cpuosd
         self.proc = subprocess.Popen(
             [os.path.join(ROOT, "build", "bin", "cpuosd"), "--state-dir", os.path.join(self.dir, "s"),
              "--socket", sock, "--listen", f"127.0.0.1:{self.port}", "--guest-dir", GUEST_DIR,

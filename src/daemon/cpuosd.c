@@ -16,6 +16,7 @@
 #include "daemon/store/store.h"
 #include "priv/priv.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -75,7 +76,7 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 		.jail = o->jail, .cgroups = o->cgroups,
 		.jail_first = (unsigned)o->jail_first, .jail_count = (unsigned)o->jail_count,
 		.jail_root = root, .jail_locks = "/run/cpuos-jail-ids",
-		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .qemu = o->qemu[0] ? o->qemu : NULL,
+		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .guest_dir = o->guest_dir, .qemu = o->qemu[0] ? o->qemu : NULL,
 		.argv = argv,
 	};
 	if (priv_start(&pc, priv, err, sizeof(err)) < 0) {
@@ -84,6 +85,39 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 		return -EIO;
 	}
 	log_info("privileged helper (pid %d): %s", (int)priv_pid(*priv), priv_describe(*priv));
+	return 0;
+}
+
+/* The API socket's directory becomes the daemon's: made so, or taken
+ * when root's and holding only what is cpuosd's (sockets, an older
+ * cpuosd's id locks, its state or cache directory), never a directory of
+ * other things such as /run. */
+static int own_socket_dir(const struct config *o, const char *dir, uid_t uid)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	if (fs_mkdir_p(dir, 0700, uid, uid) < 0 || !realpath(dir, real) || lstat(real, &st) < 0) {
+		log_error("cannot make the socket's directory '%s': %s", dir, strerror(errno));
+		return -EIO;
+	}
+	if (st.st_uid == uid || !strcmp(real, o->state_dir)) /* the state's: taken below */
+		return 0;
+	DIR *d = opendir(real);
+	struct dirent *e;
+	int ours = d && st.st_uid == 0;
+	while (ours && (e = readdir(d))) {
+		char path[PATH_MAX + 256];
+		snprintf(path, sizeof(path), "%s/%s", real, e->d_name);
+		ours = e->d_name[0] == '.' || e->d_type == DT_SOCK || !strcmp(e->d_name, "jail-ids") ||
+		       !strcmp(path, o->state_dir) || !strcmp(path, o->cache_dir);
+	}
+	if (d)
+		closedir(d);
+	if (!ours || lchown(real, uid, uid) < 0) {
+		log_error("the socket's directory '%s' is not cpuosd's to take: use --socket in a "
+			  "directory of its own", real);
+		return -EPERM;
+	}
 	return 0;
 }
 
@@ -101,14 +135,13 @@ static int drop_root(const struct config *o)
 	for (int i = 1; dirs[i]; i++)
 		fs_mkdir_p(dirs[i], 0755, (uid_t)-1, (gid_t)-1);
 	uid_t uid = (uid_t)o->jail_first;
-	/* The socket's directory, not what else is there (it may be /run
-	 * or a shared one): made, or taken if root's and not sticky. */
-	struct stat st;
-	snprintf(sock, sizeof(sock), "%s", o->socket);
-	const char *sd = dirname(sock);
-	if (strcmp(o->socket, "none") && fs_mkdir_p(sd, 0700, uid, uid) == 0 && stat(sd, &st) == 0 &&
-	    st.st_uid == 0 && !(st.st_mode & S_ISVTX) && chown(sd, uid, uid) < 0)
-		log_warn("cannot give '%s' to uid %u: %s", sd, (unsigned)uid, strerror(errno));
+	const char *sd = NULL;
+	if (strcmp(o->socket, "none")) {
+		snprintf(sock, sizeof(sock), "%s", o->socket);
+		sd = dirname(sock);
+	}
+	if (sd && own_socket_dir(o, sd, uid) < 0)
+		return -EPERM;
 	char err[512];
 	if (priv_drop(uid, dirs, err, sizeof(err)) < 0) {
 		log_error("%s (or run with --jail off)", err);
@@ -170,6 +203,9 @@ int main(int argc, char **argv)
 		if (realpath(dirs[i], real))
 			snprintf(dirs[i], PATH_MAX, "%s", real);
 	}
+	/* Found while /dev/kvm (0660 root:kvm on most hosts) still opens. */
+	if (accel == QEMU_ACCEL_AUTO)
+		accel = qemu_accel_probe();
 	char *trust = NULL;
 	if (o.net && o.egress_trust[0] && !(trust = read_trust(o.egress_trust))) {
 		log_error("--egress-trust '%s': %s", o.egress_trust, strerror(errno));
@@ -289,7 +325,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_info("serving on %s%s%s (guest %s, accel %s)", no_tcp ? "" : o.listen,
-		 !no_tcp && !no_sock ? " and " : "", no_sock ? "" : o.socket, o.guest_dir, o.accel);
+		 !no_tcp && !no_sock ? " and " : "", no_sock ? "" : o.socket, o.guest_dir,
+		 qemu_accel_name(accel));
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	struct signalfd_siginfo si;
 	while (sfd >= 0 && read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)

@@ -1,8 +1,8 @@
 /*
  * jail: the id range and the plans. Everything a plan needs is written
- * into it here, in the parent, so that jail_enter (jail_child.c, in a
- * child forked from a threaded daemon) makes no call that could take a
- * lock another thread held at the fork: no malloc, no stdio.
+ * into it here, in the parent (the privileged helper, priv_server.c), so
+ * that jail_enter (jail_child.c, in the child) makes no call that could
+ * take a lock held at the fork: no malloc, no stdio.
  */
 #include "jail/jail.h"
 
@@ -296,14 +296,18 @@ static int open_no_links(int dirfd, const char *path, int flags)
 }
 
 /* A regular file (through fd) becomes the shared group's to read and
- * write as well. */
-static int share_fd(int fd, gid_t shared)
+ * write as well: one of the daemon's (the shared id's) or a QEMU's, never
+ * a file of anyone else's linked in (a hard link is not a symlink). */
+static int share_fd(const struct jail *j, int fd)
 {
+	gid_t shared = j->first;
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
+	if (st.st_uid != shared && !in_range(j, st.st_uid))
+		return -EPERM;
 	if (fchown(fd, (uid_t)-1, shared) < 0 || fchmod(fd, (st.st_mode & 0770) | 0660) < 0)
 		return -errno;
 	return 0;
@@ -313,8 +317,9 @@ static int share_fd(int fd, gid_t shared)
  * so what QEMU makes there is too: QEMU makes its sockets there and
  * writes its layer and RAM file, the daemon (whose group it is, when it
  * runs without root) reads them and connects. */
-static int share_run_dir(const char *dir, gid_t shared)
+static int share_run_dir(const struct jail *j, const char *dir)
 {
+	gid_t shared = j->first;
 	int dfd = open_no_links(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY);
 	if (dfd < 0)
 		return dfd;
@@ -334,7 +339,7 @@ static int share_run_dir(const char *dir, gid_t shared)
 			continue;
 		int fd = open_no_links(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK);
 		if (fd >= 0) {
-			int s2 = share_fd(fd, shared);
+			int s2 = share_fd(j, fd);
 			if (s2 < 0 && s2 != -EINVAL) /* not a regular file: left */
 				r = s2;
 			close(fd);
@@ -357,12 +362,12 @@ static int readable(const char *path)
 /* A snapshot's RAM file, which QEMU 7.2 opens for writing even to map it
  * copy-on-write: the shared group's, which every jail has (see
  * docs/architecture.md, "Where QEMU 7.2 falls short"). */
-static int share_rw(const char *path, gid_t shared)
+static int share_rw(const struct jail *j, const char *path)
 {
 	int fd = open_no_links(AT_FDCWD, path, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
 		return fd;
-	int r = share_fd(fd, shared);
+	int r = share_fd(j, fd);
 	close(fd);
 	return r;
 }
@@ -398,13 +403,13 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 	for (int i = 0; r == 0 && i < JAIL_MAX_PATHS; i++) {
 		if (s->ro[i] && (r = readable(what = s->ro[i])) == 0)
 			r = add_bind(p, p->cwd, s->ro[i], RO);
-		if (r == 0 && s->rw[i] && (r = share_rw(what = s->rw[i], j->first)) == 0)
+		if (r == 0 && s->rw[i] && (r = share_rw(j, what = s->rw[i])) == 0)
 			r = add_bind(p, p->cwd, s->rw[i], RW);
 	}
 	if (r < 0)
 		goto fail;
 	what = s->run_dir;
-	if ((r = share_run_dir(s->run_dir, j->first)) < 0)
+	if ((r = share_run_dir(j, s->run_dir)) < 0)
 		goto fail;
 	if (j->cg) {
 		/* RAM, plus QEMU itself: under TCG its translation cache

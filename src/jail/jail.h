@@ -41,7 +41,7 @@ struct jail_spec {
 	const char *name;     /* its cgroup leaf: one path component */
 	unsigned vcpus, memory_mb;
 	int kvm;              /* it opens /dev/kvm */
-	const char *run_dir;  /* read-write, and made its own */
+	const char *run_dir;  /* read-write, and made the shared group's */
 	const char *binary;   /* a QEMU outside /usr (tests, --qemu), or NULL */
 	/* Files or directories it reads (kernel, initramfs, image, layer
 	 * base: readable by others, or refused) and files it writes (a
@@ -58,7 +58,7 @@ struct jail_spec {
 struct jail_plan;
 
 /* Takes a free id, makes the cgroup and the plan; the run directory and
- * what is in it become the id's. 0 or -errno with a reason in err (-EAGAIN:
+ * what is in it become the shared group's (first_id). 0 or -errno with a reason in err (-EAGAIN:
  * every id is in use). */
 int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **out, char *err,
 		 size_t errlen);

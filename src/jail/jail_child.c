@@ -195,7 +195,7 @@ int jail_enter(const void *arg)
 {
 	const struct jail_plan *p = arg;
 	int r;
-	umask(022); /* the daemon's own (0177 while it serves) is not the jail's */
+	umask(022); /* its root's directories: for QEMU's uid to walk */
 	for (int i = 0; i < p->join.n; i++)
 		if ((r = write_str(p->join.procs[i], "0")) < 0)
 			return say(p->join.procs[i], -r);

@@ -34,9 +34,10 @@ struct priv_config {
 	const char *jail_root, *jail_locks;
 	/* Where the paths a spawn names may be: run directories are in
 	 * state_dir's vms/ and snapshots/ or cache_dir's snapshots/; what
-	 * QEMU writes besides (a snapshot's RAM file) in cache_dir or
-	 * state_dir's snapshots/; the binary is qemu (NULL: one in PATH). */
-	const char *state_dir, *cache_dir, *qemu;
+	 * QEMU writes besides (a snapshot's RAM file) in the snapshots/ of
+	 * either; what it reads in those three; the binary is qemu (NULL:
+	 * one in PATH). */
+	const char *state_dir, *cache_dir, *guest_dir, *qemu;
 	char **argv; /* the daemon's: the helper writes its ps title there */
 };
 

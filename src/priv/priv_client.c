@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,12 @@
 #include <unistd.h>
 
 #define REPLY_MAX 2048 /* an answer: a few numbers, or an errno and a line */
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
 
 struct priv {
 	int sock;
@@ -158,9 +165,15 @@ static int call(struct priv *p, struct pbuf *b, int fd, int *fd_out, uint8_t *re
 		snprintf(err, errlen, "a request too large for the helper");
 		return r;
 	}
+	if (b->len > PRIV_MAX_MSG) {
+		pbuf_release(b);
+		snprintf(err, errlen, "a request of %zu bytes, over the helper's %u", b->len,
+			 PRIV_MAX_MSG);
+		return -E2BIG;
+	}
 	pthread_mutex_lock(&p->mu);
 	uint32_t id = ++p->next_id ? p->next_id : ++p->next_id;
-	memcpy(b->data + 8, &id, 4); /* little-endian hosts only (proto.h) */
+	put_le32(b->data + 8, id);
 	r = priv__send(p->sock, b->data, b->len, fd);
 	ssize_t n = r < 0 ? r : recv_one(p->sock, reply, REPLY_MAX, &got);
 	pthread_mutex_unlock(&p->mu);
@@ -169,8 +182,12 @@ static int call(struct priv *p, struct pbuf *b, int fd, int *fd_out, uint8_t *re
 	    proto_check_attrs(f) < 0 || (f->type != PR_OK && f->type != PR_ERROR)) {
 		snprintf(err, errlen, "the privileged helper is gone or broken (%s)",
 			 n < 0 ? strerror((int)-n) : "a bad answer");
-		if (!__atomic_exchange_n(&p->gone, 1, __ATOMIC_RELAXED))
-			log_error("%s: no sandbox can start until cpuosd is restarted", err);
+		/* Without it nothing can start or stop: the daemon ends (its
+		 * VMs run on) for its supervisor to start it anew. */
+		if (!__atomic_exchange_n(&p->gone, 1, __ATOMIC_RELAXED)) {
+			log_error("%s: shutting down", err);
+			kill(getpid(), SIGTERM);
+		}
 		r = -EPIPE;
 	} else if (f->type == PR_ERROR) {
 		uint32_t e = EIO;
@@ -270,7 +287,7 @@ int priv_ns_resolved(struct priv *p, int slot, int nsfd, int add, const struct p
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		memcpy(v + i * 8, a[i].ip, 4);
-		memcpy(v + i * 8 + 4, &a[i].ttl_s, 4);
+		put_le32(v + i * 8 + 4, a[i].ttl_s);
 	}
 	struct pbuf b = { 0 };
 	if (proto_begin(&b, PR_NS_RESOLVED, 0, 0) < 0 ||

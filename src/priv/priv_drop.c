@@ -6,7 +6,8 @@
 #include "priv/priv.h"
 
 #include <errno.h>
-#include <ftw.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <stdio.h>
@@ -16,16 +17,58 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static uid_t owner;
-
-/* Root's entries become the daemon's; a QEMU's (a jail id's) stay its. */
-static int own(const char *path, const struct stat *st, int flag, struct FTW *f)
+/* One entry, open as fd: root's becomes the daemon's, another's (a
+ * jail id's, left by a cpuos that gave run directories to QEMU's uid)
+ * the daemon's group's to use too. A root file with a second link is
+ * left alone: it may be a host file linked in by a jail. */
+static int fix(int fd, uid_t uid)
 {
-	(void)flag;
-	(void)f;
-	if (st->st_uid == 0 && lchown(path, owner, owner) < 0 && errno != ENOENT)
-		return errno; /* ends the walk */
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (st.st_uid == 0 && (S_ISDIR(st.st_mode) || st.st_nlink == 1))
+		return fchown(fd, uid, uid) < 0 ? -errno : 0;
+	if (st.st_uid != uid && st.st_uid != 0 && (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) &&
+	    (fchown(fd, (uid_t)-1, uid) < 0 ||
+	     fchmod(fd, (st.st_mode & 07777) | (S_ISDIR(st.st_mode) ? 02070 : 0060)) < 0))
+		return -errno;
 	return 0;
+}
+
+/* The tree under dfd (taken), walked through descriptors only: a jail
+ * can rename and link inside its run directory while this runs as root,
+ * so no path is followed twice and no link at all. */
+static int walk(int dfd, uid_t uid, int depth)
+{
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	int r = 0;
+	struct dirent *e;
+	while (r == 0 && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		int fd = openat(dirfd(d), e->d_name,
+				O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+		if (fd < 0) { /* a link, a socket: only its own owner changes */
+			struct stat st;
+			if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    st.st_uid == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+				fchownat(dirfd(d), e->d_name, uid, uid, AT_SYMLINK_NOFOLLOW);
+			continue;
+		}
+		struct stat st;
+		r = fix(fd, uid);
+		if (r == 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && depth < 16) {
+			r = walk(fd, uid, depth + 1);
+			continue;
+		}
+		close(fd);
+	}
+	closedir(d);
+	return r;
 }
 
 static int no_caps(void)
@@ -42,12 +85,15 @@ static int no_caps(void)
 
 int priv_drop(uid_t uid, const char *const *dirs, char *err, size_t errlen)
 {
-	owner = uid;
 	for (int i = 0; dirs[i]; i++) {
-		int r = nftw(dirs[i], own, 16, FTW_PHYS | FTW_MOUNT);
-		if (r != 0) {
+		int fd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = fd < 0 ? -errno : 0;
+		if (r == 0 && (r = fix(fd, uid)) < 0)
+			close(fd);
+		if (r == 0)
+			r = walk(fd, uid, 0);
+		if (r < 0) {
 			snprintf(err, errlen, "cannot give '%s' to uid %u: %s", dirs[i], (unsigned)uid,
-				 strerror(r > 0 ? r : errno));
+				 strerror(-r));
 			return -EPERM;
 		}
 	}

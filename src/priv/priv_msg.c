@@ -200,8 +200,9 @@ static int check_spawn(const struct priv_req *r, const struct priv_bounds *b, ch
 	if (!in_one_of(r->run_dir, b->run_parents, 3, 1))
 		return bad(err, errlen, "'%s' is not a run directory of this daemon's", r->run_dir);
 	for (int i = 0; i < r->nro; i++)
-		if (!is_clean_path(r->ro[i]))
-			return bad(err, errlen, "bad path '%s'", r->ro[i]);
+		if (!in_one_of(r->ro[i], b->ro_dirs, 3, 0))
+			return bad(err, errlen, "'%s' is not the guest's, the cache's or the state's",
+				   r->ro[i]);
 	for (int i = 0; i < r->nrw; i++)
 		if (!in_one_of(r->rw[i], b->rw_dirs, 2, 0) && !is_under(r->rw[i], r->run_dir))
 			return bad(err, errlen, "'%s' is neither a snapshot's nor the run directory's",
@@ -225,12 +226,12 @@ int priv_decode(const uint8_t *buf, size_t n, int nfds, const struct priv_bounds
 		snprintf(err, errlen, "not a frame");
 		return -EPROTO;
 	}
-	if (f.type == 0 || f.type >= PR_NTYPES)
-		return bad(err, errlen, "unknown request %u", f.type);
 	memset(r, 0, offsetof(struct priv_req, strs));
 	r->type = f.type;
 	r->id = f.id;
 	r->slot = -1;
+	if (f.type == 0 || f.type >= PR_NTYPES)
+		return bad(err, errlen, "unknown request %u", f.type);
 	if (nfds != shape[f.type].fds)
 		return bad(err, errlen, "request %u takes %d descriptors, not %d", f.type,
 			   shape[f.type].fds, nfds);

@@ -82,6 +82,7 @@ struct priv_bounds {
 	unsigned jail_first, jail_count;
 	const char *run_parents[3]; /* where run directories are made */
 	const char *rw_dirs[2];     /* what else a QEMU may write is under */
+	const char *ro_dirs[3];     /* what it may read is under */
 	const char *qemu;
 };
 

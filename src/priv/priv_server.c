@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 /* The run directory as the daemon made it: a directory, no link on the
- * way (priv_decode saw it is one of vms_dir's, by name). */
+ * way (priv_decode saw it is a name in one of the daemon's directories). */
 static int real_dir(const char *path)
 {
 	char real[PATH_MAX];
@@ -83,6 +83,22 @@ static int spawn_jailed(struct privd *d, const struct priv_req *r, int logfd,
 	return 0;
 }
 
+/* Only a QEMU: a process that runs as one of the jail's ids, checked
+ * and signalled through a pidfd, so a pid used again meanwhile is not
+ * the one signalled. */
+static int kill_jailed(struct privd *d, const struct priv_req *r, char *err, size_t errlen)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, r->pid, 0), rc = -EPERM;
+	uid_t uid;
+	if (pfd >= 0 && jail_proc_uid(r->pid, &uid) == 0 && jail_owns(d->jail, uid))
+		rc = syscall(SYS_pidfd_send_signal, pfd, (int)r->signo, NULL, 0) < 0 ? -errno : 0;
+	else
+		snprintf(err, errlen, "pid %d does not run as a jail id", (int)r->pid);
+	if (pfd >= 0)
+		close(pfd);
+	return rc;
+}
+
 static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct privd_reply *out,
 		    char *err, size_t errlen)
 {
@@ -107,12 +123,7 @@ static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct pr
 			return -ENOMEM;
 		return 0;
 	case PR_KILL:
-		/* Only a QEMU: a process that runs as one of the jail's ids. */
-		if (jail_proc_uid(r->pid, &uid) < 0 || !jail_owns(d->jail, uid)) {
-			snprintf(err, errlen, "pid %d does not run as a jail id", (int)r->pid);
-			return -EPERM;
-		}
-		return kill(r->pid, (int)r->signo) < 0 ? -errno : 0;
+		return kill_jailed(d, r, err, errlen);
 	case PR_HOLD:
 		if (jail_proc_uid(r->pid, &uid) < 0 || jail_hold(d->jail, uid) < 0) {
 			snprintf(err, errlen, "pid %d does not run as a jail id", (int)r->pid);
@@ -151,7 +162,14 @@ static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf
 	struct privd_reply rep = { .out = &out, .fd = -1 };
 	int rc = (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? -EMSGSIZE
 		 : priv_decode(buf, (size_t)n, nfds, &d->b, r, err, sizeof(err));
-	uint32_t id = rc == -EPROTO || rc == -EMSGSIZE ? 0 : r->id;
+	/* The id an answer carries: the request's, even from a frame that
+	 * was refused, so the daemon can tell which call it ends. */
+	uint32_t id = 0;
+	if (rc == 0 || rc == -EINVAL)
+		id = r->id;
+	else if (n >= PROTO_HDR_SIZE)
+		id = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 |
+		     (uint32_t)buf[11] << 24;
 	if (rc == -EMSGSIZE)
 		snprintf(err, sizeof(err), "a request is at most %u bytes", PRIV_MAX_MSG);
 	if (rc == 0 && proto_begin(&out, PR_OK, 0, id) < 0)
@@ -202,11 +220,12 @@ static int open_all(struct privd *d, const struct priv_config *c, char *err, siz
 	snprintf(d->dirs[0], sizeof(d->dirs[0]), "%s/vms", c->state_dir);
 	snprintf(d->dirs[1], sizeof(d->dirs[1]), "%s/snapshots", c->state_dir);
 	snprintf(d->dirs[2], sizeof(d->dirs[2]), "%s/snapshots", c->cache_dir);
-	snprintf(d->dirs[3], sizeof(d->dirs[3]), "%s", c->cache_dir);
 	d->b = (struct priv_bounds){ .jail = c->jail, .jail_first = c->jail_first,
 				     .jail_count = c->jail_count,
 				     .run_parents = { d->dirs[0], d->dirs[1], d->dirs[2] },
-				     .rw_dirs = { d->dirs[3], d->dirs[1] }, .qemu = c->qemu };
+				     .rw_dirs = { d->dirs[2], d->dirs[1] },
+				     .ro_dirs = { c->guest_dir, c->cache_dir, c->state_dir },
+				     .qemu = c->qemu };
 	int r;
 	if (c->net_range && (r = privd_net_open(d, c->net_range, c->net_tag, err, errlen)) < 0)
 		return r;

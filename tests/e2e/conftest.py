@@ -94,8 +94,10 @@ class Daemon:
             self.extra_args += ["--url-listen", f"127.0.0.1:{self.url_port}"]
         _DAEMONS.append(self)
         self.dir = tempfile.mkdtemp(prefix="cpuosd-", dir="/tmp")
+        os.chmod(self.dir, 0o711)  # for cpuosd, which gives up root, to reach its state
         self.state_dir = os.path.join(self.dir, "state")
-        self.socket = os.path.join(self.dir, "cpuosd.sock")
+        # a directory the daemon makes, and so owns once it gives up root
+        self.socket = os.path.join(self.dir, "run", "cpuosd.sock")
         self.log_path = os.path.join(self.dir, "cpuosd.log")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

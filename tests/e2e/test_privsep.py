@@ -8,7 +8,7 @@ import stat
 import subprocess
 
 import cpuos
-from conftest import started_daemon
+from conftest import DAEMON_BIN, GUEST_DIR, started_daemon
 
 T = 60
 DAEMON_ID = 1900000000  # the default --jail-ids range's first id
@@ -116,3 +116,17 @@ def test_jail_off_keeps_root():
         assert status(d.proc.pid)["Uid"].split()[0] == "0"
     finally:
         gen.close()
+
+
+def test_a_shared_directory_is_not_taken_for_the_socket(tmp_path):
+    """--socket in /run: the daemon would have to own /run to make its socket there; it refuses
+    with one line and /run stays root's."""
+    before = os.stat("/run")
+    r = subprocess.run([str(DAEMON_BIN), "--state-dir", str(tmp_path / "state"), "--socket",
+                        "/run/cpuos-privsep-test.sock", "--listen", "none", "--net", "off",
+                        "--guest-dir", str(GUEST_DIR)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "is not cpuosd's to take" in r.stderr, r.stderr
+    after = os.stat("/run")
+    assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid,
+                                                           before.st_mode)

@@ -33,7 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const struct priv_bounds bounds = {
 	.nslots = 64, .jail = 1, .jail_first = 1000, .jail_count = 100,
 	.run_parents = { "/s/vms", "/s/snapshots", "/c/snapshots" },
-	.rw_dirs = { "/c", "/s/snapshots" },
+	.rw_dirs = { "/c/snapshots", "/s/snapshots" },
+	.ro_dirs = { "/g", "/c", "/s" },
 	.qemu = NULL,
 };
 
@@ -70,11 +71,11 @@ static void check_spawn(void)
 	if (!ok)
 		BUG("run directory '%s' accepted", req.run_dir);
 	for (int i = 0; i < req.nrw; i++)
-		if (!under(req.rw[i], "/c") && !under(req.rw[i], "/s/snapshots") &&
+		if (!under(req.rw[i], "/c/snapshots") && !under(req.rw[i], "/s/snapshots") &&
 		    !under(req.rw[i], req.run_dir))
 			BUG("rw '%s' accepted", req.rw[i]);
 	for (int i = 0; i < req.nro; i++)
-		if (req.ro[i][0] != '/' || strstr(req.ro[i], "/../"))
+		if ((!under(req.ro[i], "/g") && !under(req.ro[i], "/c") && !under(req.ro[i], "/s")))
 			BUG("ro '%s' accepted", req.ro[i]);
 	if (req.tap && (req.slot < 0 || strcmp(req.tap, VM_TAP)))
 		BUG("tap '%s' accepted", req.tap);

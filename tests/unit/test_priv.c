@@ -28,7 +28,8 @@ static struct priv_req req;
 static const struct priv_bounds bounds = {
 	.nslots = 4, .jail = 1, .jail_first = 1000, .jail_count = 10,
 	.run_parents = { "/s/vms", "/s/snapshots", "/c/snapshots" },
-	.rw_dirs = { "/c", "/s/snapshots" },
+	.rw_dirs = { "/c/snapshots", "/s/snapshots" },
+	.ro_dirs = { "/g", "/c", "/s" },
 	.qemu = "/usr/bin/qemu-system-x86_64",
 };
 

@@ -469,8 +469,6 @@ static void *acceptor_main(void *arg)
 	return NULL;
 }
 
-/* Toward servers: their certificates checked against trust (a PEM file)
- * or the host's roots, HTTP/1.1 only. */
 /* The roots in trust_pem (certificates, PEM) into c's store: how many. */
 static int load_roots(SSL_CTX *c, const char *trust_pem)
 {
@@ -487,6 +485,8 @@ static int load_roots(SSL_CTX *c, const char *trust_pem)
 	return n;
 }
 
+/* Toward servers: their certificates checked against trust_pem or the
+ * host's roots, HTTP/1.1 only. */
 static SSL_CTX *client_ctx(const char *trust_pem, char *err, size_t errlen)
 {
 	SSL_CTX *c = SSL_CTX_new(TLS_client_method());
