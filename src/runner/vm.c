@@ -103,14 +103,8 @@ static int reap_jailed(struct vm *vm, int wait_ms)
 {
 	struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
 	int n = poll(&p, 1, wait_ms), st = 0, r = 0;
-	if (n == 1) {
+	if (n == 1) /* readable once it is a zombie, for its parent to reap */
 		r = priv_reap(vm->priv, vm->pid, &st);
-		if (r == 0) /* its exit is seen before the helper can reap it */
-			for (int i = 0; i < 50 && r == 0; i++) {
-				usleep(2000);
-				r = priv_reap(vm->priv, vm->pid, &st);
-			}
-	}
 	if (r == 0)
 		return 0;
 	if (vm->qmp)
