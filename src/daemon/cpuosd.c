@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "daemon/api/api.h"
 #include "daemon/config.h"
+#include "daemon/unroot.h"
 #include "daemon/http/http.h"
 #include "daemon/net/net.h"
 #include "daemon/net/policy.h"
@@ -88,77 +89,6 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 	return 0;
 }
 
-/* The API socket's directory becomes the daemon's: made so, or taken
- * when root's and holding only what is cpuosd's (sockets, an older
- * cpuosd's id locks, its state or cache directory), never a directory of
- * other things such as /run. */
-static int own_socket_dir(const struct config *o, const char *dir, uid_t uid)
-{
-	char real[PATH_MAX];
-	struct stat st;
-	if (fs_mkdir_p(dir, 0700, uid, uid) < 0 || !realpath(dir, real) || lstat(real, &st) < 0) {
-		log_error("cannot make the socket's directory '%s': %s", dir, strerror(errno));
-		return -EIO;
-	}
-	if (st.st_uid == uid || !strcmp(real, o->state_dir)) /* the state's: taken below */
-		return 0;
-	DIR *d = opendir(real);
-	struct dirent *e;
-	int ours = d && st.st_uid == 0;
-	while (ours && (e = readdir(d))) {
-		char path[PATH_MAX + 256];
-		snprintf(path, sizeof(path), "%s/%s", real, e->d_name);
-		ours = e->d_name[0] == '.' || e->d_type == DT_SOCK || !strcmp(e->d_name, "jail-ids") ||
-		       !strcmp(path, o->state_dir) || !strcmp(path, o->cache_dir);
-	}
-	if (d)
-		closedir(d);
-	if (!ours || lchown(real, uid, uid) < 0) {
-		log_error("the socket's directory '%s' is not cpuosd's to take: use --socket in a "
-			  "directory of its own", real);
-		return -EPERM;
-	}
-	return 0;
-}
-
-/* With QEMU jailed, this process needs root no more: it becomes the jail
- * range's first id, the group every jailed QEMU has, so each reads what
- * the other writes in run directories (see docs/architecture.md, "Who
- * holds what"). What it writes is made its own first. */
-static int drop_root(const struct config *o)
-{
-	char snaps[PATH_MAX + 16], scratch[PATH_MAX + 16], ca[PATH_MAX + 16], sock[PATH_MAX];
-	snprintf(snaps, sizeof(snaps), "%s/snapshots", o->cache_dir);
-	snprintf(scratch, sizeof(scratch), "%s/scratch", o->cache_dir);
-	snprintf(ca, sizeof(ca), "%s/egress-ca", o->cache_dir);
-	const char *dirs[] = { o->state_dir, snaps, scratch, ca, NULL };
-	for (int i = 1; dirs[i]; i++)
-		fs_mkdir_p(dirs[i], 0755, (uid_t)-1, (gid_t)-1);
-	uid_t uid = (uid_t)o->jail_first;
-	const char *sd = NULL;
-	if (strcmp(o->socket, "none")) {
-		snprintf(sock, sizeof(sock), "%s", o->socket);
-		sd = dirname(sock);
-	}
-	if (sd && own_socket_dir(o, sd, uid) < 0)
-		return -EPERM;
-	char err[512];
-	if (priv_drop(uid, dirs, err, sizeof(err)) < 0) {
-		log_error("%s (or run with --jail off)", err);
-		return -EPERM;
-	}
-	/* A directory above them closed to others would fail every create. */
-	const char *need[] = { o->state_dir, o->cache_dir, o->guest_dir };
-	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
-		if (access(need[i], i ? R_OK | X_OK : R_OK | W_OK | X_OK) < 0) {
-			log_error("uid %u cannot use '%s': %s (a directory above it closed to "
-				  "others?)", (unsigned)uid, need[i], strerror(errno));
-			return -EACCES;
-		}
-	log_info("serving as uid %u with no capabilities", (unsigned)uid);
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	struct config o;
@@ -216,7 +146,7 @@ int main(int argc, char **argv)
 		free(trust);
 		return 1;
 	}
-	if (priv_jailed(priv) && drop_root(&o) < 0) {
+	if (priv_jailed(priv) && unroot(&o) < 0) {
 		priv_close(priv);
 		free(trust);
 		return 1;

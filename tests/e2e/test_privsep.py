@@ -4,6 +4,7 @@ holds the rest; run directories are the daemon's group's, so each side reads wha
 writes; jailed QEMUs outlive a daemon restart and are still signalled through the helper."""
 
 import os
+import shutil
 import stat
 import subprocess
 
@@ -130,3 +131,31 @@ def test_a_shared_directory_is_not_taken_for_the_socket(tmp_path):
     after = os.stat("/run")
     assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid,
                                                            before.st_mode)
+
+
+def test_a_guest_directory_closed_to_others_is_staged(tmp_path):
+    """A clone under /root (0700): the daemon without root cannot read the guest's files there, so
+    they are staged in the cache first, and a sandbox boots from the copy."""
+    guest = tmp_path / "closed" / "guest"
+    (guest / "templates").mkdir(parents=True)
+    os.chmod(tmp_path / "closed", 0o700)
+    for name in ("bzImage", "initramfs.cpio"):
+        shutil.copy2(GUEST_DIR / name, guest / name)
+    os.symlink(os.path.realpath(GUEST_DIR / "templates" / "base.erofs"),
+               guest / "templates" / "base.erofs")
+    gen = started_daemon("--guest-dir", str(guest), "--template-snapshots", "off", "--net", "off")
+    d = next(gen)
+    staged = None
+    try:
+        log = d.log_tail(200)
+        assert "staged in '" in log, log
+        staged = log.split("staged in '", 1)[1].split("'", 1)[0]
+        sbx = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a, api_url=d.url)
+        assert sbx.exec("echo staged", timeout=T).stdout == "staged\n"
+        cmd = open(f"/proc/{qemu_of(sbx)}/cmdline", "rb").read()
+        assert staged.encode() in cmd and str(guest).encode() not in cmd
+        sbx.kill()
+    finally:
+        gen.close()
+        if staged:
+            shutil.rmtree(staged, ignore_errors=True)

@@ -1,0 +1,189 @@
+/*
+ * unroot: cpuosd giving up root once its helper runs (priv.h): what it
+ * writes made its own, the guest's files put where it can read them, then
+ * priv_drop. See docs/architecture.md, "Who holds what".
+ */
+#include "daemon/unroot.h"
+
+#include "common/fs.h"
+#include "common/log.h"
+#include "priv/priv.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The API socket's directory becomes the daemon's: made so, or taken
+ * when root's and holding only what is cpuosd's (sockets, an older
+ * cpuosd's id locks, its state or cache directory), never a directory of
+ * other things such as /run. */
+static int own_socket_dir(const struct config *o, const char *dir, uid_t uid)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	if (fs_mkdir_p(dir, 0700, uid, uid) < 0 || !realpath(dir, real) || lstat(real, &st) < 0) {
+		log_error("cannot make the socket's directory '%s': %s", dir, strerror(errno));
+		return -EIO;
+	}
+	if (st.st_uid == uid || !strcmp(real, o->state_dir)) /* the state's: taken below */
+		return 0;
+	DIR *d = opendir(real);
+	struct dirent *e;
+	int ours = d && st.st_uid == 0;
+	while (ours && (e = readdir(d))) {
+		char path[PATH_MAX + 256];
+		snprintf(path, sizeof(path), "%s/%s", real, e->d_name);
+		ours = e->d_name[0] == '.' || e->d_type == DT_SOCK || !strcmp(e->d_name, "jail-ids") ||
+		       !strcmp(path, o->state_dir) || !strcmp(path, o->cache_dir);
+	}
+	if (d)
+		closedir(d);
+	if (!ours || lchown(real, uid, uid) < 0) {
+		log_error("the socket's directory '%s' is not cpuosd's to take: use --socket in a "
+			  "directory of its own", real);
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* With QEMU jailed, this process needs root no more: it becomes the jail
+ * range's first id, the group every jailed QEMU has, so each reads what
+ * the other writes in run directories (see docs/architecture.md, "Who
+ * holds what"). What it writes is made its own first. */
+/* path and every directory on its way are open to others: what a uid of
+ * no group reaches (each directory o+x, path o+r too). */
+static int open_to_others(const char *path)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s", path);
+	if (stat(p, &st) < 0 || !(st.st_mode & S_IROTH))
+		return 0;
+	for (char *slash; (slash = strrchr(p, '/')) && slash != p;) {
+		*slash = '\0';
+		if (stat(p, &st) < 0 || !(st.st_mode & S_IXOTH))
+			return 0;
+	}
+	return 1;
+}
+
+/* src copied to dst (0644) unless dst has its size and time already. */
+static int copy_file(const char *src, const char *dst)
+{
+	struct stat a, b;
+	if (stat(src, &a) < 0)
+		return -errno;
+	if (stat(dst, &b) == 0 && a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+	    a.st_mtim.tv_nsec == b.st_mtim.tv_nsec)
+		return 0;
+	char tmp[2 * PATH_MAX + 320], buf[1 << 16];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", dst);
+	int in = open(src, O_RDONLY | O_CLOEXEC), r = 0;
+	int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	ssize_t n = 0;
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			n = -1;
+	struct timespec t[2] = { a.st_atim, a.st_mtim };
+	if (in < 0 || out < 0 || n < 0 || fchmod(out, 0644) < 0 || futimens(out, t) < 0)
+		r = errno ? -errno : -EIO;
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && close(out) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, dst) < 0)
+		r = -errno;
+	if (r < 0)
+		unlink(tmp);
+	return r;
+}
+
+/* A guest directory the daemon's id cannot reach (a clone under /root,
+ * 0700) is staged in the cache: the kernel and initramfs copied, each
+ * template linked where it really is. o->guest_dir names the copy. */
+static int stage_guest(struct config *o)
+{
+	if (open_to_others(o->guest_dir))
+		return 0;
+	uint32_t h = 2166136261u; /* FNV-1a: one copy per guest directory */
+	for (const char *c = o->guest_dir; *c; c++)
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	char dst[PATH_MAX + 32], tpl[PATH_MAX + 48], a[2 * PATH_MAX + 300], b[2 * PATH_MAX + 300];
+	snprintf(dst, sizeof(dst), "%s/guest/%08x", o->cache_dir, h);
+	snprintf(tpl, sizeof(tpl), "%s/templates", dst);
+	int r = fs_mkdir_p(tpl, 0755, (uid_t)-1, (gid_t)-1);
+	const char *files[] = { "bzImage", "initramfs.cpio" };
+	for (int i = 0; r == 0 && i < 2; i++) {
+		snprintf(a, sizeof(a), "%s/%s", o->guest_dir, files[i]);
+		snprintf(b, sizeof(b), "%s/%s", dst, files[i]);
+		r = copy_file(a, b);
+	}
+	snprintf(a, sizeof(a), "%s/templates", o->guest_dir);
+	DIR *d = r == 0 ? opendir(a) : NULL;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char real[PATH_MAX];
+		snprintf(a, sizeof(a), "%s/templates/%s", o->guest_dir, e->d_name);
+		snprintf(b, sizeof(b), "%s/%s", tpl, e->d_name);
+		if (e->d_name[0] == '.' || !realpath(a, real))
+			continue;
+		unlink(b);
+		if (!open_to_others(real) || symlink(real, b) < 0)
+			log_warn("template '%s' is out of reach of cpuosd without root: left out", a);
+	}
+	if (d)
+		closedir(d);
+	if (r < 0) {
+		log_error("cannot stage the guest's files of '%s' in '%s': %s", o->guest_dir, dst,
+			  strerror(-r));
+		return r;
+	}
+	log_info("guest files of '%s' (closed to others) staged in '%s'", o->guest_dir, dst);
+	if (strlen(dst) >= sizeof(o->guest_dir))
+		return -ENAMETOOLONG;
+	memcpy(o->guest_dir, dst, strlen(dst) + 1);
+	return 0;
+}
+
+int unroot(struct config *o)
+{
+	char snaps[PATH_MAX + 16], scratch[PATH_MAX + 16], ca[PATH_MAX + 16], sock[PATH_MAX];
+	snprintf(snaps, sizeof(snaps), "%s/snapshots", o->cache_dir);
+	snprintf(scratch, sizeof(scratch), "%s/scratch", o->cache_dir);
+	snprintf(ca, sizeof(ca), "%s/egress-ca", o->cache_dir);
+	const char *dirs[] = { o->state_dir, snaps, scratch, ca, NULL };
+	for (int i = 1; dirs[i]; i++)
+		fs_mkdir_p(dirs[i], 0755, (uid_t)-1, (gid_t)-1);
+	uid_t uid = (uid_t)o->jail_first;
+	const char *sd = NULL;
+	if (strcmp(o->socket, "none")) {
+		snprintf(sock, sizeof(sock), "%s", o->socket);
+		sd = dirname(sock);
+	}
+	if ((sd && own_socket_dir(o, sd, uid) < 0) || stage_guest(o) < 0)
+		return -EPERM;
+	char err[512];
+	if (priv_drop(uid, dirs, err, sizeof(err)) < 0) {
+		log_error("%s (or run with --jail off)", err);
+		return -EPERM;
+	}
+	/* A directory above them closed to others would fail every create. */
+	const char *need[] = { o->state_dir, o->cache_dir, o->guest_dir };
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+		if (access(need[i], i ? R_OK | X_OK : R_OK | W_OK | X_OK) < 0) {
+			log_error("uid %u cannot use '%s': %s (a directory above it closed to "
+				  "others?)", (unsigned)uid, need[i], strerror(errno));
+			return -EACCES;
+		}
+	log_info("serving as uid %u with no capabilities", (unsigned)uid);
+	return 0;
+}
+
