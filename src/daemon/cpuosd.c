@@ -8,16 +8,15 @@
 #include "common/log.h"
 #include "daemon/api/api.h"
 #include "daemon/config.h"
-#include "daemon/unroot.h"
 #include "daemon/http/http.h"
 #include "daemon/net/net.h"
 #include "daemon/net/policy.h"
 #include "daemon/ports/ports.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
+#include "daemon/unroot.h"
 #include "priv/priv.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>

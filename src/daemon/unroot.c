@@ -21,11 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The API socket's directory becomes the daemon's: made so, or taken
- * when root's and holding only what is cpuosd's (sockets, an older
- * cpuosd's id locks, its state or cache directory), never a directory of
- * other things such as /run. */
-static int own_socket_dir(const struct config *o, const char *dir, uid_t uid)
+/* The API socket's directory becomes the daemon's: made so, the state
+ * directory, or taken when root's and holding nothing but cpuosd's (its
+ * socket, an older cpuosd's id locks): never a directory of other
+ * things such as /run, /root or the state's parent. */
+static int own_socket_dir(const struct config *o, const char *dir, const char *sock, uid_t uid)
 {
 	char real[PATH_MAX];
 	struct stat st;
@@ -38,12 +38,10 @@ static int own_socket_dir(const struct config *o, const char *dir, uid_t uid)
 	DIR *d = opendir(real);
 	struct dirent *e;
 	int ours = d && st.st_uid == 0;
-	while (ours && (e = readdir(d))) {
-		char path[PATH_MAX + 256];
-		snprintf(path, sizeof(path), "%s/%s", real, e->d_name);
-		ours = e->d_name[0] == '.' || e->d_type == DT_SOCK || !strcmp(e->d_name, "jail-ids") ||
-		       !strcmp(path, o->state_dir) || !strcmp(path, o->cache_dir);
-	}
+	while (ours && (e = readdir(d)))
+		ours = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		       (e->d_type == DT_SOCK && !strcmp(e->d_name, sock)) ||
+		       (e->d_type == DT_DIR && !strcmp(e->d_name, "jail-ids"));
 	if (d)
 		closedir(d);
 	if (!ours || lchown(real, uid, uid) < 0) {
@@ -54,10 +52,6 @@ static int own_socket_dir(const struct config *o, const char *dir, uid_t uid)
 	return 0;
 }
 
-/* With QEMU jailed, this process needs root no more: it becomes the jail
- * range's first id, the group every jailed QEMU has, so each reads what
- * the other writes in run directories (see docs/architecture.md, "Who
- * holds what"). What it writes is made its own first. */
 /* path and every directory on its way are open to others: what a uid of
  * no group reaches (each directory o+x, path o+r too). */
 static int open_to_others(const char *path)
@@ -86,15 +80,16 @@ static int copy_file(const char *src, const char *dst)
 		return 0;
 	char tmp[2 * PATH_MAX + 320], buf[1 << 16];
 	snprintf(tmp, sizeof(tmp), "%s.tmp", dst);
+	unlink(tmp);
 	int in = open(src, O_RDONLY | O_CLOEXEC), r = 0;
-	int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	ssize_t n = 0;
 	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
 		if (write(out, buf, (size_t)n) != n)
 			n = -1;
 	struct timespec t[2] = { a.st_atim, a.st_mtim };
 	if (in < 0 || out < 0 || n < 0 || fchmod(out, 0644) < 0 || futimens(out, t) < 0)
-		r = errno ? -errno : -EIO;
+		r = n < 0 || in < 0 || out < 0 ? -errno : -EIO;
 	if (in >= 0)
 		close(in);
 	if (out >= 0 && close(out) < 0 && r == 0)
@@ -111,7 +106,10 @@ static int copy_file(const char *src, const char *dst)
  * template linked where it really is. o->guest_dir names the copy. */
 static int stage_guest(struct config *o)
 {
-	if (open_to_others(o->guest_dir))
+	char kernel[PATH_MAX + 32], initrd[PATH_MAX + 32];
+	snprintf(kernel, sizeof(kernel), "%s/bzImage", o->guest_dir);
+	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", o->guest_dir);
+	if (open_to_others(o->guest_dir) && open_to_others(kernel) && open_to_others(initrd))
 		return 0;
 	uint32_t h = 2166136261u; /* FNV-1a: one copy per guest directory */
 	for (const char *c = o->guest_dir; *c; c++)
@@ -120,6 +118,14 @@ static int stage_guest(struct config *o)
 	snprintf(dst, sizeof(dst), "%s/guest/%08x", o->cache_dir, h);
 	snprintf(tpl, sizeof(tpl), "%s/templates", dst);
 	int r = fs_mkdir_p(tpl, 0755, (uid_t)-1, (gid_t)-1);
+	/* Root's alone, as the cache is: root writes there. */
+	struct stat st;
+	snprintf(a, sizeof(a), "%s/guest", o->cache_dir);
+	const char *mine[] = { a, dst, tpl };
+	for (int n = 0; r == 0 && n < 3; n++)
+		if (lstat(mine[n], &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+		    (st.st_mode & 022) || chmod(mine[n], 0755) < 0)
+			r = -EPERM;
 	const char *files[] = { "bzImage", "initramfs.cpio" };
 	for (int i = 0; r == 0 && i < 2; i++) {
 		snprintf(a, sizeof(a), "%s/%s", o->guest_dir, files[i]);
@@ -153,6 +159,10 @@ static int stage_guest(struct config *o)
 	return 0;
 }
 
+/* With QEMU jailed, this process needs root no more: it becomes the jail
+ * range's first id, the group every jailed QEMU has, so each reads what
+ * the other writes in run directories. What it writes is made its own
+ * first. */
 int unroot(struct config *o)
 {
 	char snaps[PATH_MAX + 16], scratch[PATH_MAX + 16], ca[PATH_MAX + 16], sock[PATH_MAX];
@@ -163,15 +173,15 @@ int unroot(struct config *o)
 	for (int i = 1; dirs[i]; i++)
 		fs_mkdir_p(dirs[i], 0755, (uid_t)-1, (gid_t)-1);
 	uid_t uid = (uid_t)o->jail_first;
-	const char *sd = NULL;
+	const char *sd = NULL, *base = strrchr(o->socket, '/');
 	if (strcmp(o->socket, "none")) {
 		snprintf(sock, sizeof(sock), "%s", o->socket);
 		sd = dirname(sock);
 	}
-	if ((sd && own_socket_dir(o, sd, uid) < 0) || stage_guest(o) < 0)
+	if ((sd && own_socket_dir(o, sd, base ? base + 1 : o->socket, uid) < 0) || stage_guest(o) < 0)
 		return -EPERM;
 	char err[512];
-	if (priv_drop(uid, dirs, err, sizeof(err)) < 0) {
+	if (priv_drop(uid, (unsigned)o->jail_count, dirs, err, sizeof(err)) < 0) {
 		log_error("%s (or run with --jail off)", err);
 		return -EPERM;
 	}

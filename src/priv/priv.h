@@ -54,10 +54,12 @@ pid_t priv_pid(const struct priv *p);
 int priv_jailed(const struct priv *p);
 
 /* The daemon's side, once the helper runs and before any thread: what
- * root made in dirs (NULL-terminated) becomes uid's, then the process
- * becomes uid and gid uid, with no supplementary groups, no capabilities
- * and umask 007. 0 or -EPERM with a reason. */
-int priv_drop(uid_t uid, const char *const *dirs, char *err, size_t errlen);
+ * root made in dirs (NULL-terminated) becomes uid's, and what the jail
+ * ids (uid+1 .. uid+jail_count-1) made there uid's group's; then the
+ * process becomes uid and gid uid, with no supplementary groups, no
+ * capabilities and umask 007. 0 or -EPERM with a reason. */
+int priv_drop(uid_t uid, unsigned jail_count, const char *const *dirs, char *err,
+	      size_t errlen);
 
 /* Networks. A namespace per slot (net.h names them), made with its TAP,
  * veth and the table of policy pol under mark. */

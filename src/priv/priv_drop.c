@@ -5,8 +5,8 @@
  */
 #include "priv/priv.h"
 
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
@@ -17,20 +17,28 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* One entry, open as fd: root's becomes the daemon's, another's (a
- * jail id's, left by a cpuos that gave run directories to QEMU's uid)
- * the daemon's group's to use too. A root file with a second link is
- * left alone: it may be a host file linked in by a jail. */
-static int fix(int fd, uid_t uid)
+struct walk {
+	uid_t uid;      /* the daemon's, and the jails' shared group */
+	unsigned count; /* the jail ids: uid+1 .. uid+count-1 */
+	dev_t dev;      /* the tree's filesystem: no other is entered */
+};
+
+/* One entry, open as fd: root's becomes the daemon's, a jail id's (left
+ * by a cpuos that gave run directories to QEMU's uid) the daemon's
+ * group's to use too. A file with a second link is left alone: it may be
+ * a host file linked in. */
+static int fix(const struct walk *w, int fd, const struct stat *st)
 {
-	struct stat st;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (st.st_uid == 0 && (S_ISDIR(st.st_mode) || st.st_nlink == 1))
-		return fchown(fd, uid, uid) < 0 ? -errno : 0;
-	if (st.st_uid != uid && st.st_uid != 0 && (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) &&
-	    (fchown(fd, (uid_t)-1, uid) < 0 ||
-	     fchmod(fd, (st.st_mode & 07777) | (S_ISDIR(st.st_mode) ? 02070 : 0060)) < 0))
+	int dir = S_ISDIR(st->st_mode);
+	if (!dir && !S_ISREG(st->st_mode))
+		return 0;
+	if (!dir && st->st_nlink != 1)
+		return 0;
+	if (st->st_uid == 0)
+		return fchown(fd, w->uid, w->uid) < 0 ? -errno : 0;
+	if (st->st_uid > w->uid && st->st_uid - w->uid < w->count &&
+	    (fchown(fd, (uid_t)-1, w->uid) < 0 ||
+	     fchmod(fd, (st->st_mode & 0777) | (dir ? 02070 : 0060)) < 0))
 		return -errno;
 	return 0;
 }
@@ -38,7 +46,7 @@ static int fix(int fd, uid_t uid)
 /* The tree under dfd (taken), walked through descriptors only: a jail
  * can rename and link inside its run directory while this runs as root,
  * so no path is followed twice and no link at all. */
-static int walk(int dfd, uid_t uid, int depth)
+static int walk(const struct walk *w, int dfd, int depth)
 {
 	DIR *d = fdopendir(dfd);
 	if (!d) {
@@ -50,22 +58,38 @@ static int walk(int dfd, uid_t uid, int depth)
 	while (r == 0 && (e = readdir(d))) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		int fd = openat(dirfd(d), e->d_name,
-				O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-		if (fd < 0) { /* a link, a socket: only its own owner changes */
-			struct stat st;
-			if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    st.st_uid == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-				fchownat(dirfd(d), e->d_name, uid, uid, AT_SYMLINK_NOFOLLOW);
-			continue;
-		}
+		/* O_PATH first: nothing is opened for reading (a FIFO, a
+		 * device) before it is known to be a file or directory. */
+		int fd = openat(dirfd(d), e->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC), rd = -1;
 		struct stat st;
-		r = fix(fd, uid);
-		if (r == 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && depth < 16) {
-			r = walk(fd, uid, depth + 1);
+		if (fd < 0 || fstat(fd, &st) < 0 || st.st_dev != w->dev) {
+			if (fd >= 0)
+				close(fd);
 			continue;
 		}
+		if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) { /* a link, a socket */
+			if (st.st_uid == 0)
+				fchownat(fd, "", w->uid, w->uid, AT_EMPTY_PATH);
+			close(fd);
+			continue;
+		}
+		/* The same inode, opened for fchmod and readdir. */
+		char self[32];
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+		rd = open(self, (S_ISDIR(st.st_mode) ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
 		close(fd);
+		struct stat st2;
+		if (rd < 0 || fstat(rd, &st2) < 0 || st2.st_ino != st.st_ino || st2.st_dev != st.st_dev) {
+			if (rd >= 0)
+				close(rd);
+			continue;
+		}
+		r = fix(w, rd, &st2);
+		if (r == 0 && S_ISDIR(st2.st_mode) && depth < 16) {
+			r = walk(w, rd, depth + 1);
+			continue;
+		}
+		close(rd);
 	}
 	closedir(d);
 	return r;
@@ -83,14 +107,22 @@ static int no_caps(void)
 	return 0;
 }
 
-int priv_drop(uid_t uid, const char *const *dirs, char *err, size_t errlen)
+int priv_drop(uid_t uid, unsigned jail_count, const char *const *dirs, char *err, size_t errlen)
 {
 	for (int i = 0; dirs[i]; i++) {
-		int fd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = fd < 0 ? -errno : 0;
-		if (r == 0 && (r = fix(fd, uid)) < 0)
-			close(fd);
+		struct stat st;
+		struct walk w = { .uid = uid, .count = jail_count };
+		int fd = open(dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), r = 0;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			r = -errno;
+		} else {
+			w.dev = st.st_dev;
+			r = fix(&w, fd, &st);
+		}
 		if (r == 0)
-			r = walk(fd, uid, 0);
+			r = walk(&w, fd, 0); /* takes fd */
+		else if (fd >= 0)
+			close(fd);
 		if (r < 0) {
 			snprintf(err, errlen, "cannot give '%s' to uid %u: %s", dirs[i], (unsigned)uid,
 				 strerror(-r));

@@ -4,7 +4,8 @@
  * refused), then a real helper forked as cpuosd forks it: a jailed
  * process spawned, watched, killed and reaped through it, and what it
  * will not do for the daemon (a shell for QEMU, a run directory outside
- * the state, a signal to a process that is not a jail's). Needs root.
+ * the state, a signal to a process that is not a jail's), and the walk
+ * that makes the daemon's tree its own at the drop. Needs root.
  */
 #include "common/proto.h"
 #include "jail/jail.h"
@@ -225,12 +226,73 @@ static void test_helper(void)
 		t_note("could not remove %s", dir);
 }
 
+/* The daemon's own tree becomes its own at the drop, but nothing a jail
+ * could link into it does: a symlink and a hard link to a root file
+ * outside stay root's; a jail id's file becomes the group's. */
+static void test_drop_walk(void)
+{
+	if (!CHECK(geteuid() == 0)) {
+		t_note("test_priv: the drop needs root");
+		return;
+	}
+	char top[64], state[96], path[160], outside[96];
+	snprintf(top, sizeof(top), "/tmp/cpuos-test-drop-%d", (int)getpid());
+	snprintf(state, sizeof(state), "%s/state", top);
+	snprintf(outside, sizeof(outside), "%s/outside", top);
+	mkdir(top, 0755);
+	mkdir(state, 0755);
+	snprintf(path, sizeof(path), "%s/sub", state);
+	mkdir(path, 0755);
+	const uid_t uid = 1800000000;
+	const char *files[] = { "a", "sub/b", "jail" };
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", state, files[i]);
+		FILE *f = fopen(path, "w");
+		if (f)
+			fclose(f);
+	}
+	snprintf(path, sizeof(path), "%s/jail", state);
+	CHECK(chown(path, uid + 3, uid + 3) == 0 && chmod(path, 0600) == 0);
+	FILE *f = fopen(outside, "w");
+	if (f)
+		fclose(f);
+	snprintf(path, sizeof(path), "%s/sym", state);
+	CHECK(symlink(outside, path) == 0);
+	snprintf(path, sizeof(path), "%s/hard", state);
+	CHECK(link(outside, path) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		const char *dirs[] = { state, NULL };
+		char err[256];
+		_exit(priv_drop(uid, 16, dirs, err, sizeof(err)) == 0 && getuid() == uid &&
+		      geteuid() == uid && getgid() == uid ? 0 : 1);
+	}
+	int st = -1;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct stat s1;
+	CHECK(stat(state, &s1) == 0 && s1.st_uid == uid);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", state, files[i]);
+		CHECK(stat(path, &s1) == 0 && s1.st_uid == uid && s1.st_gid == uid);
+	}
+	snprintf(path, sizeof(path), "%s/jail", state);
+	CHECK(stat(path, &s1) == 0 && s1.st_uid == uid + 3 && s1.st_gid == uid &&
+	      (s1.st_mode & 0777) == 0660);
+	CHECK(stat(outside, &s1) == 0 && s1.st_uid == 0 && s1.st_gid == 0); /* through neither link */
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+	if (system(cmd) != 0)
+		t_note("could not remove %s", top);
+}
+
 int main(int argc, char **argv)
 {
 	main_argv = argv;
 	static const struct t_case cases[] = {
 		{ "priv_decode_refuses", test_decode_refuses },
 		{ "priv_helper", test_helper },
+		{ "priv_drop_walk", test_drop_walk },
 		{ 0, 0 },
 	};
 	return t_main(argc, argv, cases);
