@@ -76,7 +76,8 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 		.jail = o->jail, .cgroups = o->cgroups,
 		.jail_first = (unsigned)o->jail_first, .jail_count = (unsigned)o->jail_count,
 		.jail_root = root, .jail_locks = "/run/cpuos-jail-ids",
-		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .guest_dir = o->guest_dir, .qemu = o->qemu[0] ? o->qemu : NULL,
+		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .guest_dir = o->guest_dir,
+		.qemu = o->qemu[0] ? o->qemu : NULL,
 		.argv = argv,
 	};
 	if (priv_start(&pc, priv, err, sizeof(err)) < 0) {

@@ -45,7 +45,8 @@ static const struct {
 	[PR_RELEASE] = { BIT(T_UID) | BIT(T_NAME), BIT(T_UID) | BIT(T_NAME), 0 },
 };
 
-static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 {
