@@ -61,11 +61,10 @@ int priv__send(int sock, const void *p, size_t n, int fd)
 	return w == (ssize_t)n ? 0 : w < 0 ? -errno : -EIO;
 }
 
-/* One message and the descriptor that came with it (-1: none). */
-static ssize_t recv_one(int sock, void *buf, size_t cap, int *fd)
+ssize_t priv__recv(int sock, void *buf, size_t cap, int *fds, int max, int *nfds)
 {
 	union {
-		char space[CMSG_SPACE(sizeof(int) * 2)];
+		char space[CMSG_SPACE(sizeof(int) * 4)];
 		struct cmsghdr align;
 	} c;
 	struct iovec iov = { buf, cap };
@@ -74,20 +73,30 @@ static ssize_t recv_one(int sock, void *buf, size_t cap, int *fd)
 	ssize_t n;
 	while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
 		;
-	*fd = -1;
-	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+	*nfds = 0;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); n >= 0 && h; h = CMSG_NXTHDR(&m, h))
 		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
 			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
 				int got;
 				memcpy(&got, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
-				if (*fd < 0)
-					*fd = got;
+				if (*nfds < max)
+					fds[(*nfds)++] = got;
 				else
 					close(got);
 			}
-	if (n >= 0 && (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-		n = -EMSGSIZE;
-	return n < 0 && n != -EMSGSIZE ? -errno : n;
+	if (n < 0)
+		return -errno;
+	return m.msg_flags & (MSG_TRUNC | MSG_CTRUNC) ? -EMSGSIZE : n;
+}
+
+/* One message and the descriptor that came with it (-1: none). */
+static ssize_t recv_one(int sock, void *buf, size_t cap, int *fd)
+{
+	int nfds;
+	ssize_t n = priv__recv(sock, buf, cap, fd, 1, &nfds);
+	if (!nfds)
+		*fd = -1;
+	return n;
 }
 
 int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t errlen)

@@ -11,6 +11,7 @@
 #include "priv/priv_msg.h"
 
 #include <stdint.h>
+#include <sys/types.h>
 
 struct cgroups;
 struct jail;
@@ -43,5 +44,10 @@ int privd_net(struct privd *d, const struct priv_req *r, int fd, struct privd_re
 void priv__serve(const struct priv_config *c, int sock) __attribute__((noreturn));
 /* One message with fd (-1: none) on sock: 0 or -errno. */
 int priv__send(int sock, const void *p, size_t n, int fd);
+/* One message from sock into buf[cap] and the descriptors that came with
+ * it, up to max into fds (*nfds of them; the rest closed): its size, 0 at
+ * the end, -EMSGSIZE when it was cut short (buf and fds hold what came),
+ * or -errno. */
+ssize_t priv__recv(int sock, void *buf, size_t cap, int *fds, int max, int *nfds);
 
 #endif

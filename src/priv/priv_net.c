@@ -49,7 +49,10 @@ static int script_fd(const char *text)
 	return fd;
 }
 
-static int run(char *const *argv, const char *netns, const char *script, char *err, size_t errlen)
+/* argv in netns (NULL: ours) with script on stdin (NULL: none); what it
+ * printed into text (NULL: not wanted). 0, or -EIO with its first line. */
+static int run_out(char *const *argv, const char *netns, const char *script, char *text,
+		   size_t textlen, char *err, size_t errlen)
 {
 	int in = script ? script_fd(script) : -1;
 	int out = memfd_create("cpuos-net-err", MFD_CLOEXEC);
@@ -77,12 +80,20 @@ static int run(char *const *argv, const char *netns, const char *script, char *e
 		msg[strcspn(msg, "\n")] = '\0';
 		snprintf(err, errlen, "%s failed: %s", argv[0], msg[0] ? msg : "no reason given");
 		r = -EIO;
+	} else if (text) {
+		ssize_t n = pread(out, text, textlen - 1, 0);
+		text[n > 0 ? n : 0] = '\0';
 	}
 out:
 	if (in >= 0)
 		close(in);
 	close(out);
 	return r;
+}
+
+static int run(char *const *argv, const char *netns, const char *script, char *err, size_t errlen)
+{
+	return run_out(argv, netns, script, NULL, 0, err, errlen);
 }
 
 struct in_ns {
@@ -441,28 +452,16 @@ static uint64_t packets_of(const char *listing, const char *name)
 	return at ? strtoull(at + 8, NULL, 10) : 0;
 }
 
-static int counters(const struct privd *d, int slot, struct pbuf *out)
+static int counters(const struct privd *d, int slot, struct pbuf *out, char *err,
+		    size_t errlen)
 {
 	char path[64], text[4096];
 	priv_ns_path(d->tag, slot, path, sizeof(path));
-	int fd = memfd_create("cpuos-net-counters", MFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
 	char *argv[] = { "nft", "list", "counters", "table", "inet", "cpuos", NULL };
-	struct spawn_opts o = { .argv = argv, .fd = { -1, fd, -1 }, .netns = path };
-	pid_t pid;
-	int r = spawn(&o, &pid), st = 0;
-	if (r == 0) {
-		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-			;
-		ssize_t got = pread(fd, text, sizeof(text) - 1, 0);
-		text[got > 0 ? got : 0] = '\0';
-		r = WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : -EIO;
-		if (r == 0 && (proto_put_u64(out, T_REFUSED, packets_of(text, REFUSED)) < 0 ||
-			       proto_put_u64(out, T_SENT, packets_of(text, SENT)) < 0))
-			r = -ENOMEM;
-	}
-	close(fd);
+	int r = run_out(argv, path, NULL, text, sizeof(text), err, errlen);
+	if (r == 0 && (proto_put_u64(out, T_REFUSED, packets_of(text, REFUSED)) < 0 ||
+		       proto_put_u64(out, T_SENT, packets_of(text, SENT)) < 0))
+		r = -ENOMEM;
 	return r;
 }
 
@@ -534,7 +533,7 @@ int privd_net(struct privd *d, const struct priv_req *r, int fd, struct privd_re
 			break;
 		return resolved(r, fd, err, errlen);
 	case PR_NS_COUNTERS:
-		return counters(d, r->slot, out->out);
+		return counters(d, r->slot, out->out, err, errlen);
 	}
 	snprintf(err, errlen, "that is not the namespace of network %d", r->slot);
 	return -EINVAL;

@@ -25,25 +25,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* The run directory as the daemon made it: a directory, no link on the
- * way (priv_decode saw it is a name in one of the daemon's directories). */
-static int real_dir(const char *path)
-{
-	char real[PATH_MAX];
-	struct stat st;
-	if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) || !realpath(path, real) ||
-	    strcmp(real, path))
-		return -EINVAL;
-	return 0;
-}
-
 static int spawn_jailed(struct privd *d, const struct priv_req *r, int logfd,
 			struct privd_reply *out, char *err, size_t errlen)
 {
-	if (real_dir(r->run_dir) < 0) {
-		snprintf(err, errlen, "'%s' is not a directory of its own", r->run_dir);
-		return -EINVAL;
-	}
+	/* jail_prepare opens the run directory with no link on the way. */
 	struct jail_spec s = {
 		.name = r->name, .vcpus = r->vcpus, .memory_mb = r->memory_mb, .kvm = (int)r->kvm,
 		.run_dir = r->run_dir, .binary = r->binary, .tap = r->tap, .own_netns = r->slot < 0,
@@ -140,27 +125,16 @@ static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct pr
 /* One request in, one answer out: 0, or -1 once the daemon is gone. */
 static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf)
 {
-	union {
-		char space[CMSG_SPACE(sizeof(int) * 4)];
-		struct cmsghdr align;
-	} c;
-	struct iovec iov = { buf, PRIV_MAX_MSG + 1 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.space,
-			    .msg_controllen = sizeof(c.space) };
-	ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
-	if (n < 0 && errno == EINTR)
-		return 0;
-	if (n <= 0)
+	int fds[4], nfds;
+	ssize_t n = priv__recv(sock, buf, PRIV_MAX_MSG + 1, fds, 4, &nfds);
+	if (n == -EMSGSIZE)
+		n = PRIV_MAX_MSG + 1;
+	else if (n <= 0)
 		return -1;
-	int fds[4], nfds = 0;
-	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
-		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
-			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < 4; i++)
-				memcpy(&fds[nfds++], CMSG_DATA(h) + i * sizeof(int), sizeof(int));
 	char err[512] = "";
 	struct pbuf out = { 0 };
 	struct privd_reply rep = { .out = &out, .fd = -1 };
-	int rc = (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? -EMSGSIZE
+	int rc = n > PRIV_MAX_MSG ? -EMSGSIZE
 		 : priv_decode(buf, (size_t)n, nfds, &d->b, r, err, sizeof(err));
 	/* The id an answer carries: the request's, even from a frame that
 	 * was refused, so the daemon can tell which call it ends. */

@@ -34,7 +34,7 @@ static const struct priv_bounds bounds = {
 	.qemu = "/usr/bin/qemu-system-x86_64",
 };
 
-/* A request built as the client builds them; extra: more attributes. */
+/* A request of (tag, value) pairs, built as the client builds them. */
 static int decode(uint16_t type, int nfds, const char *const *strs, char *err)
 {
 	struct pbuf b = { 0 };
