@@ -22,7 +22,7 @@ struct privd {
 	uint32_t base;          /* its first address, host order */
 	struct cgroups *cg;
 	struct jail *jail;
-	char dirs[3][4200];     /* what b's paths point to */
+	char dirs[4][4200];     /* what b's paths point to */
 };
 
 /* An answer being built: PR_OK's attributes go into out, a descriptor

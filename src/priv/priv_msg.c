@@ -205,9 +205,9 @@ static int check_spawn(const struct priv_req *r, const struct priv_bounds *b, ch
 			return bad(err, errlen, "'%s' is not the guest's, the cache's or the state's",
 				   r->ro[i]);
 	for (int i = 0; i < r->nrw; i++)
-		if (!in_one_of(r->rw[i], b->rw_dirs, 2, 0) && !is_under(r->rw[i], r->run_dir))
-			return bad(err, errlen, "'%s' is neither a snapshot's nor the run directory's",
-				   r->rw[i]);
+		if (!in_one_of(r->rw[i], b->rw_dirs, 3, 0) && !is_under(r->rw[i], r->run_dir))
+			return bad(err, errlen, "'%s' is not a snapshot's, a checkpoint's or "
+				   "the run directory's", r->rw[i]);
 	const char *qemu = b->qemu ? b->qemu : "qemu-system-x86_64";
 	if (strcmp(r->argv[0], qemu))
 		return bad(err, errlen, "'%s' is not the QEMU configured", r->argv[0]);

@@ -81,7 +81,7 @@ struct priv_bounds {
 	int jail;
 	unsigned jail_first, jail_count;
 	const char *run_parents[3]; /* where run directories are made */
-	const char *rw_dirs[2];     /* what else a QEMU may write is under */
+	const char *rw_dirs[3];     /* snapshot RAM files a QEMU may open for writing */
 	const char *ro_dirs[3];     /* what it may read is under */
 	const char *qemu;
 };

@@ -194,10 +194,11 @@ static int open_all(struct privd *d, const struct priv_config *c, char *err, siz
 	snprintf(d->dirs[0], sizeof(d->dirs[0]), "%s/vms", c->state_dir);
 	snprintf(d->dirs[1], sizeof(d->dirs[1]), "%s/snapshots", c->state_dir);
 	snprintf(d->dirs[2], sizeof(d->dirs[2]), "%s/snapshots", c->cache_dir);
+	snprintf(d->dirs[3], sizeof(d->dirs[3]), "%s/checkpoints", c->state_dir);
 	d->b = (struct priv_bounds){ .jail = c->jail, .jail_first = c->jail_first,
 				     .jail_count = c->jail_count,
 				     .run_parents = { d->dirs[0], d->dirs[1], d->dirs[2] },
-				     .rw_dirs = { d->dirs[2], d->dirs[1] },
+				     .rw_dirs = { d->dirs[2], d->dirs[1], d->dirs[3] },
 				     .ro_dirs = { c->guest_dir, c->cache_dir, c->state_dir },
 				     .qemu = c->qemu };
 	int r;

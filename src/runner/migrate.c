@@ -28,13 +28,18 @@ static int set_caps(struct qmp *q, int ignore_shared, char *err, size_t errlen)
 }
 
 /* Polls query-migrate until the migration completed or failed. The
- * state of a microVM is tens of KB: this takes milliseconds. */
+ * state of a microVM is tens of KB when its RAM is a file of its own,
+ * the whole RAM when it is not. A load reads a file, which never makes
+ * QEMU's loading coroutine wait, so QEMU answers no monitor command
+ * until the load is over: each poll may take up to the whole deadline. */
 static int wait_done(struct qmp *q, int timeout_ms, char *err, size_t errlen)
 {
 	int64_t deadline = clock_ms() + timeout_ms;
 	for (unsigned spin = 0;; spin++) {
 		json_t *ret = NULL;
-		int r = qmp_command(q, "query-migrate", NULL, 2000, &ret, err, errlen);
+		int64_t left = deadline - clock_ms();
+		int r = qmp_command(q, "query-migrate", NULL, left > 2000 ? (int)left : 2000, &ret,
+				    err, errlen);
 		if (r < 0)
 			return r;
 		const char *st = json_string_value(json_object_get(ret, "status"));

@@ -109,6 +109,23 @@ def test_restart_keeps_sandboxes_and_their_qemu_is_still_killed():
         gen.close()
 
 
+def test_a_booted_sandboxs_checkpoint_starts_a_jailed_qemu():
+    """A booted VM's RAM is a file of its own, so its checkpoint keeps RAM in `mem`, which a
+    sandbox made from it maps and QEMU 7.2 opens for writing: the helper lets a jail have it."""
+    gen = started_daemon("--template-snapshots", "off")
+    d = next(gen)
+    try:
+        sbx = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a, api_url=d.url)
+        sbx.files.write("/work/k", "kept\n")
+        ckp = sbx.checkpoint("booted")
+        assert os.path.getsize(os.path.join(d.state_dir, "checkpoints", ckp.id, "mem")) > 0
+        child = cpuos.Sandbox.create(checkpoint=ckp, timeout="5m", api_key=d.key_a,
+                                     api_url=d.url)
+        assert child.exec("cat /work/k", timeout=T).stdout == "kept\n"
+    finally:
+        gen.close()
+
+
 def test_jail_off_keeps_root():
     """Unjailed QEMUs need root to join their namespaces and open /dev/kvm: the daemon keeps it."""
     gen = started_daemon("--jail", "off", "--template-snapshots", "off")

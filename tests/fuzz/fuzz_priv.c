@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const struct priv_bounds bounds = {
 	.nslots = 64, .jail = 1, .jail_first = 1000, .jail_count = 100,
 	.run_parents = { "/s/vms", "/s/snapshots", "/c/snapshots" },
-	.rw_dirs = { "/c/snapshots", "/s/snapshots" },
+	.rw_dirs = { "/c/snapshots", "/s/snapshots", "/s/checkpoints" },
 	.ro_dirs = { "/g", "/c", "/s" },
 	.qemu = NULL,
 };

@@ -29,7 +29,7 @@ static struct priv_req req;
 static const struct priv_bounds bounds = {
 	.nslots = 4, .jail = 1, .jail_first = 1000, .jail_count = 10,
 	.run_parents = { "/s/vms", "/s/snapshots", "/c/snapshots" },
-	.rw_dirs = { "/c/snapshots", "/s/snapshots" },
+	.rw_dirs = { "/c/snapshots", "/s/snapshots", "/s/checkpoints" },
 	.ro_dirs = { "/g", "/c", "/s" },
 	.qemu = "/usr/bin/qemu-system-x86_64",
 };
@@ -64,6 +64,9 @@ static void test_decode_refuses(void)
 			     S(16), "/s/snapshots/fork-1/mem", NULL };
 	CHECK(decode(PR_SPAWN, 1, ok, err) == 0);
 	CHECK(req.argc == 1 && req.argv[1] == NULL && req.nrw == 1);
+	const char *ckp[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18), "/usr/bin/qemu-system-x86_64",
+			      S(16), "/s/checkpoints/ckp_1/mem", NULL };
+	CHECK(decode(PR_SPAWN, 1, ckp, err) == 0);
 	CHECK(decode(PR_SPAWN, 0, ok, err) == -EINVAL); /* no log descriptor */
 	const char *sh[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18), "/bin/sh", NULL };
 	CHECK(decode(PR_SPAWN, 1, sh, err) == -EINVAL && strstr(err, "not the QEMU configured"));
