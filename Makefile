@@ -73,7 +73,20 @@ FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
 FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
-all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH)
+# The TypeScript SDK is built in its own tree (sdk/typescript/dist), where
+# npm consumers and its tests import it from.
+TS_SDK := sdk/typescript/dist/index.js
+
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
+	$(TS_SDK)
+
+# npm ci only when the lock's tools are not installed yet; tsc rewrites dist.
+$(TS_SDK): $(wildcard sdk/typescript/src/*.ts) sdk/typescript/package.json \
+	   sdk/typescript/package-lock.json sdk/typescript/tsconfig.json
+	$(if $(Q),@echo "  TSC     sdk/typescript")
+	$(Q)cd sdk/typescript && { [ -x node_modules/.bin/tsc ] || \
+	  npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; } && node_modules/.bin/tsc -p tsconfig.json
+	$(Q)touch $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -258,7 +271,7 @@ format:
 	clang-format -i $$(git ls-files 'src/*.[ch]' 'tests/*.[ch]' 'bench/*.[ch]')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) sdk/typescript/dist
 
 .PHONY: all kernel templates guest run test test-asan test-tsan bench fuzz fuzz-build fuzz-merge format clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -13,6 +13,15 @@ pkgs=(
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
 	python3 python3-pytest procps curl openssl  # tests, benchmarks
 )
+# Node.js for the TypeScript SDK (AbortSignal.any: 20.3 or later). Debian 12
+# has 18: its npm then installs npm's node@22, a build of Node with its own
+# binary, which /usr/local/bin puts first on PATH.
+node_ok() {
+	command -v node >/dev/null &&
+		node -e 'const [a, b] = process.versions.node.split(".").map(Number);
+			process.exit(a > 20 || (a === 20 && b >= 3) ? 0 : 1)'
+}
+node_ok || command -v npm >/dev/null || pkgs+=(nodejs npm)
 # Python packages the end-to-end tests use (seed 003 runs on the real
 # openai client). Debian's python3 refuses a plain pip install (PEP 668).
 pip_install() {
@@ -39,3 +48,9 @@ fi
 pip_install openai
 pip_install dnslib  # the stand-in internet's DNS server (tests/e2e/internet.py)
 pip_install mypy    # the SDK's types are checked (tests/e2e/test_sdk_unit.py)
+if ! node_ok; then
+	echo "deps: installing Node.js 22 from npm (node@22)"
+	npm install --global --no-audit --no-fund --loglevel=error node@22
+	hash -r
+	node_ok || { echo "deps: node $(node --version 2>&1) is still older than 20.3" >&2; exit 1; }
+fi

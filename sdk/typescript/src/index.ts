@@ -1,0 +1,14 @@
+/**
+ * @cpuos/sdk: cpuos sandboxes from TypeScript. A sandbox is a microVM of
+ * its own; the API is docs/api.md of the cpuos repository.
+ */
+export { Client, DEFAULT_API_URL, type CallOptions, type ConnectionOptions, type Duration } from "./client.js";
+export {
+  AuthenticationError, BadRequestError, ConflictError, CpuosError, NotFoundError, QuotaError, SandboxError,
+  TimeoutError,
+} from "./errors.js";
+export { type Entry, type FileData, Files, type WriteOptions } from "./files.js";
+export { type ExecResult, type OutputEvent, Process } from "./process.js";
+export {
+  Checkpoint, type Command, type ExecOptions, type NetworkPolicy, Sandbox, type SandboxCreateOptions,
+} from "./sandbox.js";
