@@ -238,6 +238,33 @@ describe("networks and ports", () => {
   });
 });
 
+describe("the node template", () => {
+  test("seed 000's preview flow: pnpm dev --port 3000 in the background, then sbx.url(3000)", async () => {
+    const sbx = await make({ template: "node" });
+    const v = await sbx.exec("node --version; pnpm --version; npm config get cache; pnpm store path");
+    const [node, pnpm, npmCache, store] = v.stdout.trim().split("\n");
+    assert.match(node, /^v22\./, v.stderr);
+    assert.match(pnpm, /^10\./);
+    assert.equal(npmCache, "/home/user/.npm");
+    assert.match(store, /^\/home\/user\/\.local\/share\/pnpm\/store/);
+    assert.equal((await sbx.exec("test -w /home/user/.npm && test -w /home/user/.local/share/pnpm/store")).exitCode, 0);
+    await sbx.files.write("/work/app/package.json", JSON.stringify({ name: "app", private: true,
+                                                                     scripts: { dev: "node server.js" } }));
+    await sbx.files.write("/work/app/server.js", `
+      const port = Number(process.argv[process.argv.indexOf("--port") + 1]);
+      require("http").createServer((q, r) => r.end("preview on " + port + "\\n")).listen(port, "0.0.0.0");`);
+    const dev = await sbx.exec("pnpm dev --port 3000", { background: true, cwd: "/work/app" });
+    const [bare] = sbx.url(3000).split("?");
+    let body = "";
+    for (let i = 0; i < 200 && !body; i++) {
+      const r = await fetch(bare, { headers: { "cpuos-traffic-token": sbx.trafficToken } }).catch(() => null);
+      if (r?.status === 200) body = await r.text();
+      else await new Promise((res) => setTimeout(res, 300));
+    }
+    assert.equal(body, "preview on 3000\n", (await dev.info()).state);
+  });
+});
+
 describe("errors", () => {
   test("typed errors with the API's status and code", async () => {
     const nf = await Sandbox.connect("sbx_0000000000000000").catch((e) => e);

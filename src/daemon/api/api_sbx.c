@@ -199,7 +199,7 @@ static const char *describe(const char *name)
 	static const char *const known[][2] = {
 		{ "base", "Debian 13: bash, coreutils, curl, git, procps" },
 		{ "python", "Debian 13 with CPython 3.13, numpy, pandas, matplotlib, pip, venv and uv" },
-		{ "node", "Debian 13 with Node.js and npm" },
+		{ "node", "Debian 13 with Node.js 22, npm and pnpm" },
 	};
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if (!strcmp(known[i][0], name))
