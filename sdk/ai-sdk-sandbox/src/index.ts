@@ -57,13 +57,24 @@ async function session(sbx: Sandbox, settings: CpuosSandboxSettings, abortSignal
   return new CpuosNetworkSandboxSession(sbx, dir, { ports: settings.ports });
 }
 
+/** The session of a sandbox just made; one whose setup failed is not left behind. */
+async function fresh<T>(sbx: Sandbox, setup: () => Promise<T>): Promise<T> {
+  try {
+    return await setup();
+  } catch (e) {
+    await sbx.kill().catch(() => {});
+    throw e;
+  }
+}
+
 function createOptions(settings: CpuosSandboxSettings, extra: Partial<SandboxCreateOptions> = {}): SandboxCreateOptions {
   return {
     apiKey: settings.apiKey, apiUrl: settings.apiUrl, template: settings.template ?? "node",
     timeout: settings.timeout ?? "30m", vcpus: settings.vcpus, memoryMb: settings.memoryMb, diskMb: settings.diskMb,
-    env: settings.env, metadata: { ...settings.metadata, ...extra.metadata },
+    env: settings.env,
     network: settings.networkPolicy ? toCpuosPolicy(settings.networkPolicy) : undefined,
     public: settings.public, secrets: settings.secrets, ...extra,
+    metadata: { ...settings.metadata, ...extra.metadata },
   };
 }
 
@@ -73,7 +84,7 @@ export async function createCpuosNetworkSandboxSession(
 ): Promise<CpuosNetworkSandboxSession> {
   try {
     const sbx = await Sandbox.create({ ...createOptions(settings), signal: settings.abortSignal });
-    return await session(sbx, settings, settings.abortSignal);
+    return await fresh(sbx, () => session(sbx, settings, settings.abortSignal));
   } catch (e) {
     throw authFailure(e);
   }
@@ -148,15 +159,17 @@ export function createCpuosSandbox(settings: CpuosSandboxSettings = {}): Harness
         if (ckp) {
           const sbx = await Sandbox.create({ ...createOptions(settings, { metadata }), template: undefined,
                                              checkpoint: ckp, signal: abortSignal });
-          return await session(sbx, settings, abortSignal);
+          return await fresh(sbx, () => session(sbx, settings, abortSignal));
         }
         const first = await createCpuosNetworkSandboxSession({ ...settings, metadata: { ...settings.metadata, ...metadata },
                                                                abortSignal });
-        await onFirstCreate(first.restricted(), { abortSignal });
-        await first.sandbox.checkpoint(name, { signal: abortSignal }).catch((e) => {
-          if (!(e instanceof ConflictError)) throw e; // another session of the identity saved it first
+        return await fresh(first.sandbox, async () => {
+          await onFirstCreate(first.restricted(), { abortSignal });
+          await first.sandbox.checkpoint(name, { signal: abortSignal }).catch((e) => {
+            if (!(e instanceof ConflictError)) throw e; // another session of the identity saved it first
+          });
+          return first;
         });
-        return first;
       } catch (e) {
         throw authFailure(e);
       }

@@ -136,9 +136,14 @@ export class CpuosSandboxSession implements SandboxSession {
 
   readonly spawn = (async (o: SpawnOptions): Promise<SandboxProcess | WritableSandboxProcess> => {
     o.abortSignal?.throwIfAborted();
+    // The start is not cancelled midway: a process the daemon started
+    // would be left running. An abort meanwhile kills it (in spawned).
     const proc = await this.sbx.exec(["bash", "-c", o.command], {
-      background: true, cwd: this.resolve(o.workingDirectory ?? "."), env: o.env, signal: o.abortSignal,
+      background: true, cwd: this.resolve(o.workingDirectory ?? "."), env: o.env,
     });
+    // A background process's stdin stays open for writes: closed at once
+    // unless asked for, so that a command reading it ends instead of waiting.
+    if (o.stdin !== true) await proc.closeStdin();
     return spawned(proc, o.abortSignal, o.stdin === true);
   }) as SandboxSession["spawn"];
 }
@@ -153,16 +158,14 @@ function spawned(proc: Process, abortSignal: AbortSignal | undefined, stdin: boo
   const onAbort = () => void kill().catch(() => {});
   abortSignal?.addEventListener("abort", onAbort, { once: true });
   if (abortSignal?.aborted) onAbort();
+  void exited.finally(() => abortSignal?.removeEventListener("abort", onAbort)).catch(() => {});
   const wait = async () => {
-    try {
-      const r = await exited;
-      if (abortSignal?.aborted) throw abortSignal.reason;
-      return { exitCode: exitStatus(r.exitCode, r.signal) };
-    } finally {
-      abortSignal?.removeEventListener("abort", onAbort);
-    }
+    const r = await exited;
+    if (abortSignal?.aborted) throw abortSignal.reason;
+    return { exitCode: exitStatus(r.exitCode, r.signal) };
   };
-  const base = { pid: proc.pid, stdout, stderr, wait, kill };
+  // the guest kernel's pid, which a command in the sandbox can signal
+  const base = { pid: proc.osPid ?? undefined, stdout, stderr, wait, kill };
   return stdin ? { ...base, stdin: proc.stdinStream() } : base;
 }
 

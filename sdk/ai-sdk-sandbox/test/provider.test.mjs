@@ -131,6 +131,12 @@ describe("the tool-facing session", () => {
     assert.deepEqual([rest, err, done], ["", "b\n", { exitCode: 3 }]);
   });
 
+  test("spawn without stdin: a command that reads it gets end of file, not a wait", async () => {
+    const p = await sbx.spawn({ command: "cat; echo read-eof" });
+    assert.deepEqual([await text(p.stdout), await p.wait()], ["read-eof\n", { exitCode: 0 }]);
+    assert.ok(Number.isInteger(p.pid) && p.pid > 1, String(p.pid));
+  });
+
   test("spawn with stdin: close() is end of file, the process goes on", async () => {
     const p = await sbx.spawn({ command: "cat; echo after-eof", stdin: true });
     const w = p.stdin.getWriter();

@@ -202,6 +202,7 @@ const UNITS: Record<string, number> = { s: 1, m: 60, h: 3600 };
 /** A duration in seconds, or undefined for one the daemon will judge (and refuse with a 422). */
 export function seconds(d: Duration): number | undefined {
   if (typeof d === "number") return Number.isInteger(d) && d >= 1 ? d : undefined;
+  if (/^\d+$/.test(d)) return Number(d) >= 1 ? Number(d) : undefined;
   const parts = [...d.matchAll(/(\d+)([smh])/g)];
   if (!parts.length || parts.map((p) => p[0]).join("") !== d) return undefined;
   return parts.reduce((sum, p) => sum + Number(p[1]) * UNITS[p[2]], 0);

@@ -3,7 +3,7 @@
  * async iterable or two byte streams, its stdin, signals and wait.
  */
 import { type CallOptions, type Client, type Duration, ndjson, seconds } from "./client.js";
-import { NotFoundError, TimeoutError } from "./errors.js";
+import { CpuosError, NotFoundError, TimeoutError } from "./errors.js";
 
 /** What a command ended with. `exitCode` is null when a signal (or its timeout) ended it. */
 export interface ExecResult {
@@ -127,6 +127,8 @@ export class Process {
         return;
       }
     }
+    throw new CpuosError(`the output stream of process ${this.pid} ended without its exit ` +
+                         "(the sandbox died or broke the protocol)");
   }
 
   /**
@@ -224,7 +226,11 @@ export class Process {
 
   /** Close its stdin: it reads end of file. */
   async closeStdin(options: CallOptions = {}): Promise<void> {
-    await this.sendStdin(new Uint8Array(0), { ...options, eof: true });
+    try {
+      await this.sendStdin(new Uint8Array(0), { ...options, eof: true });
+    } catch (e) {
+      if (!(e instanceof NotFoundError)) throw e; // it exited: its stdin is closed already
+    }
   }
 
   /** Its stdin as a stream: each chunk written is sent in turn, and `close()` is end of file. */

@@ -14,6 +14,7 @@ import {
 for (const v of ["CPUOS_API_URL", "CPUOS_API_KEY", "CPUOS_TEST_KEY_B"])
   if (!process.env[v]) throw new Error(`${v} is not set: run this through tests/e2e/test_typescript.py`);
 
+const RUN = `ts-${process.pid}-${Date.now()}`; // this run's sandboxes, apart from any left over
 const made = [];
 async function make(options = {}) {
   const sbx = await Sandbox.create({ template: "base", timeout: "10m", ...options });
@@ -27,14 +28,14 @@ after(async () => {
 describe("a python sandbox", () => {
   let sbx;
   before(async () => {
-    sbx = await make({ template: "python", metadata: { suite: "ts" } });
+    sbx = await make({ template: "python", metadata: { suite: RUN } });
   });
 
   test("create reads the key and URL from the environment and returns a running sandbox", () => {
     assert.match(sbx.id, /^sbx_[0-9a-f]{16}$/);
     assert.equal(sbx.state, "running");
     assert.equal(sbx.template, "python");
-    assert.deepEqual(sbx.metadata, { suite: "ts" });
+    assert.deepEqual(sbx.metadata, { suite: RUN });
   });
 
   test("seed 000's tool body: files.write then exec", async () => {
@@ -162,7 +163,7 @@ describe("a python sandbox", () => {
   });
 
   test("list and connect", async () => {
-    const listed = await Sandbox.list({ metadata: { suite: "ts" }, state: "running" });
+    const listed = await Sandbox.list({ metadata: { suite: RUN }, state: "running" });
     assert.deepEqual(listed.map((s) => s.id), [sbx.id]);
     const again = await Sandbox.connect(sbx.id);
     assert.equal(again.sessionId, sbx.sessionId);
