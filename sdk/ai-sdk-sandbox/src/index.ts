@@ -8,7 +8,7 @@ import { HarnessCapabilityUnsupportedError, HarnessSandboxAuthenticationError } 
 import type { HarnessV1NetworkPolicy, HarnessV1SandboxProvider } from "@ai-sdk/harness";
 import type { Experimental_SandboxSession as SandboxSession } from "@ai-sdk/provider-utils";
 import {
-  AuthenticationError, Checkpoint, ConflictError, type Duration, NotFoundError, Sandbox, type SandboxCreateOptions,
+  AuthenticationError, Checkpoint, ConflictError, NotFoundError, Sandbox, type SandboxCreateOptions,
 } from "@cpuos/sdk";
 import { createHash } from "node:crypto";
 
@@ -16,30 +16,15 @@ import { CpuosNetworkSandboxSession, PROVIDER_ID, toCpuosPolicy } from "./sessio
 
 export { CpuosNetworkSandboxSession, CpuosSandboxSession, PROVIDER_ID } from "./session.js";
 
-export interface CpuosSandboxSettings {
-  /** The API key; default $CPUOS_API_KEY. */
-  apiKey?: string;
-  /** The daemon; default $CPUOS_API_URL, else http://127.0.0.1:7070. */
-  apiUrl?: string;
-  /** "node" (the default), "python" or "base". */
-  template?: string;
-  /** How long the sandbox lives with no call ("30m", the default). */
-  timeout?: Duration;
-  vcpus?: number;
-  memoryMb?: number;
-  diskMb?: number;
-  /** Environment variables of every command. */
-  env?: Record<string, string>;
-  metadata?: Record<string, string>;
+/** What a session's sandbox is created with, as @cpuos/sdk spells it (template default "node",
+ * timeout "30m"), plus the AI SDK's network policy and the ports the session exposes. */
+export type CpuosSandboxSettings = Pick<SandboxCreateOptions, "apiKey" | "apiUrl" | "template" | "timeout" | "vcpus" |
+  "memoryMb" | "diskMb" | "env" | "metadata" | "public" | "secrets"> & {
   /** Its egress, enforced on the host (default: the daemon's --net-default). */
   networkPolicy?: HarnessV1NetworkPolicy;
   /** Ports getPortEndpoint hands out (cpuos serves every port; this says which the session exposes). */
   ports?: readonly number[];
-  /** Port URLs that need no token. */
-  public?: boolean;
-  /** Names of the account's egress secrets (placeholders in env; the values added outside the VM). */
-  secrets?: string[];
-}
+};
 
 const SESSION_KEY = "ai-sdk-session";
 
