@@ -114,9 +114,15 @@ $(BUILD)/agent-obj/%.o: %.c
 	$(if $(Q),@echo "  CC      $< (agent)")
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc -I. -Os -g $(if $(WERROR),-Werror) -c -o $@ $<
 
-$(AGENT): $(call agent_obj,$(AGENT_SRCS))
+$(AGENT): $(call agent_obj,$(AGENT_SRCS) $(BUILD)/gen/interp.c)
 	@mkdir -p $(@D)
 	$(Q)$(CC) -static -o $@ $^
+
+# The code kernels' scripts are compiled into the agent (code.c writes them
+# out in the guest), so a new kernel needs no image rebuild either.
+$(BUILD)/gen/interp.c: src/agent/interp/python.py src/agent/interp/bash.sh
+	@mkdir -p $(@D)
+	$(Q)python3 -c 'import json,sys; [print("const char interp_%s[] = %s;" % (n, json.dumps(open(f).read()))) for n, f in zip(("python", "bash"), sys.argv[1:]) if open(f).read().isascii() or sys.exit(f + ": not ASCII")]' $^ >$@.tmp && mv $@.tmp $@
 
 # The agent reaches the guest in an initramfs, not in the template images, so
 # a new agent needs no image rebuild.
