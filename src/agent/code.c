@@ -39,7 +39,7 @@ static const struct lang {
 	const char *name, *prog, *script, *text;
 	const char *flags[3]; /* between the program and the script */
 } langs[] = {
-	{"python", "python3", "kernel.py", interp_python, {"-u"}},
+	{"python", "python3", "kernel.py", interp_python, {"-q"}},
 	{"bash", "bash", "kernel.sh", interp_bash, {"--noprofile", "--norc"}},
 };
 
@@ -339,10 +339,23 @@ static struct ctx *ctx_new(struct conn *c, uint32_t id, const struct ctx *tmpl)
 	return x;
 }
 
-static void put_kernel(struct conn *c, uint16_t type, uint32_t id, const struct ctx *x)
+/* A context as a frame of type: A_CONTEXT, A_LANGUAGE, A_USER, A_CWD, A_STATE, and the
+ * kernel's A_PROC and A_PID while it runs (a P_CTX_LIST entry, a create's or restart's P_OK). */
+static void put_ctx(struct conn *c, uint16_t type, uint32_t id, const struct ctx *x)
 {
 	struct proc *p = kernel_of(x);
+	uint32_t state = !p ? CS_EXITED : x->busy ? CS_BUSY : CS_IDLE;
 	int r = conn_out_begin(c, type, 0, id);
+	if (r == 0)
+		r = proto_put_str(&c->out, A_CONTEXT, x->name);
+	if (r == 0)
+		r = proto_put_str(&c->out, A_LANGUAGE, x->lang->name);
+	if (r == 0)
+		r = proto_put_str(&c->out, A_USER, x->user);
+	if (r == 0)
+		r = proto_put_str(&c->out, A_CWD, x->cwd);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_STATE, state);
 	if (r == 0 && p)
 		r = proto_put_u32(&c->out, A_PROC, p->id);
 	if (r == 0 && p)
@@ -364,34 +377,14 @@ void code_ctx_create(struct conn *c, const struct proto_frame *f)
 	}
 	struct ctx *x = ctx_new(c, f->id, &tmpl);
 	if (x)
-		put_kernel(c, P_OK, f->id, x);
+		put_ctx(c, P_OK, f->id, x);
 }
 
 void code_ctx_list(struct conn *c, const struct proto_frame *f)
 {
-	for (int i = 0; i < MAX_CTX && !c->broken; i++) {
-		const struct ctx *x = &ctxs[i];
-		if (!x->name[0])
-			continue;
-		struct proc *p = kernel_of(x);
-		uint32_t state = !p ? CS_EXITED : x->busy ? CS_BUSY : CS_IDLE;
-		int r = conn_out_begin(c, P_ENTRY, 0, f->id);
-		if (r == 0)
-			r = proto_put_str(&c->out, A_CONTEXT, x->name);
-		if (r == 0)
-			r = proto_put_str(&c->out, A_LANGUAGE, x->lang->name);
-		if (r == 0)
-			r = proto_put_str(&c->out, A_USER, x->user);
-		if (r == 0)
-			r = proto_put_str(&c->out, A_CWD, x->cwd);
-		if (r == 0)
-			r = proto_put_u32(&c->out, A_STATE, state);
-		if (r == 0 && p)
-			r = proto_put_u32(&c->out, A_PROC, p->id);
-		if (r == 0 && p)
-			r = proto_put_u32(&c->out, A_PID, (uint32_t)p->pid);
-		conn_out_end(c, r);
-	}
+	for (int i = 0; i < MAX_CTX && !c->broken; i++)
+		if (ctxs[i].name[0])
+			put_ctx(c, P_ENTRY, f->id, &ctxs[i]);
 	conn_send_ok(c, f->id);
 }
 
@@ -422,7 +415,7 @@ void code_ctx_restart(struct conn *c, const struct proto_frame *f)
 	if (r < 0)
 		start_error(c, f->id, r, err);
 	else
-		put_kernel(c, P_OK, f->id, x);
+		put_ctx(c, P_OK, f->id, x);
 }
 
 void code_ctx_delete(struct conn *c, const struct proto_frame *f)
@@ -575,6 +568,8 @@ void code_run(struct conn *c, const struct proto_frame *f)
 		r = proto_put_u32(&c->out, A_PROC, p->id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_PID, (uint32_t)p->pid);
+	if (r == 0)
+		r = proto_put_str(&c->out, A_LANGUAGE, x->lang->name);
 	if (r == 0 && restarted && x->died[0])
 		r = proto_put_u32(&c->out, A_RESTARTED, 1);
 	if (r == 0 && restarted && x->died[0])

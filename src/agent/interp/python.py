@@ -370,6 +370,9 @@ class PyplotHook:
 def main():
     for fd in (REQ_FD, EV_FD):
         os.set_inheritable(fd, False)  # the code's child processes do not get them
+    # Output goes out line by line as the code prints it (and whole at the end of a call).
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
     # The script's directory is ours; the code's modules come from its working directory.
     sys.path[0] = ""
     # Headless: a matplotlib without a pinned backend must not look for a display.
