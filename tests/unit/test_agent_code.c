@@ -176,8 +176,12 @@ static void test_python_state_and_results(void)
 	CHECK(ok_with(k, "\"name\": \"ValueError\", \"value\": \"bad\""));
 	CHECK(ok_with(k, "<cell 3>") && !strstr(k->events, "kernel.py"));
 	CHECK(ok_with(code(&c, "py", NULL, "display(x, 'y')", 0), "\"is_main_result\": false, \"text\": \"'y'\""));
+	/* Notebook lines, when the cell is not Python as it is; a string keeps its own. */
+	k = code(&c, "py", NULL, "%matplotlib inline\n!echo from $0\ns = '''\n!text\n'''\n_exit_code", 0);
+	CHECK(ok_with(k, "\"text\": \"0\"") && !strcmp(k->out, "from /bin/sh\n"));
+	CHECK(ok_with(code(&c, "py", NULL, "s", 0), "!text"));
 	/* Each call ends its events with the execution count. */
-	CHECK(ok_with(code(&c, "py", NULL, "x", 0), "\"execution_count\": 5}"));
+	CHECK(ok_with(code(&c, "py", NULL, "x", 0), "\"execution_count\": 7}"));
 out:
 	cl_close(&c);
 }
