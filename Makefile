@@ -148,7 +148,7 @@ $(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS)) $(BUILD)/obj
 
 $(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -pthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -lcrypto -pthread
 
 $(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
