@@ -219,7 +219,8 @@ class Kernel:
         for fmt in self.formats:
             buf = io.BytesIO()
             try:
-                fig.savefig(buf, format=fmt, bbox_inches="tight")
+                # Not bbox_inches="tight": that draws the figure twice, a second under TCG.
+                fig.savefig(buf, format=fmt)
             except Exception as e:
                 print(f"cannot render the figure as {fmt}: {e}", file=sys.stderr)
                 continue
