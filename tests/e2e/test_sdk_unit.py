@@ -20,6 +20,7 @@ import pytest
 import cpuos
 from cpuos import _client, process
 from cpuos.errors import error_from_response
+from fake_openai import FakeOpenAI
 
 
 def test_durations():
@@ -899,7 +900,8 @@ def test_usage_errors(fake):
 
 
 # run_code and its contexts: the requests the SDK sends, whole and streamed answers, the order of
-# the callbacks, base64 results, cut streams and error statuses, against the fake.
+# the callbacks, base64 results, cut streams and error statuses, against the fake; and
+# CodeInterpreter's mode "run_code" between the fake and a scripted model.
 
 CODE = "/v1/sandboxes/sbx_1/code"
 CONTEXTS = CODE + "/contexts"
@@ -1116,6 +1118,34 @@ def test_result_save(tmp_path):
     assert not (tmp_path / "a.jpg").exists() and not (tmp_path / "b.png").exists()
 
 
+def test_code_interpreter_run_code_mode(fake):
+    calls = []
+
+    def answer(h, q, b):
+        calls.append(b)
+        h.send_json(200, dict(EXECUTION, stdout=f"GREW_MOST 2025-07 {len(calls)}.00\n",
+                              error={"name": "Warning", "value": "v", "traceback": "t" * 5000}))
+
+    fake.routes[("POST", CODE)] = answer
+    with FakeOpenAI(code="df = load()", loop=True) as model:
+        ci = cpuos.CodeInterpreter(sandbox=_sandbox(fake), base_url=model.base_url, api_key="k",
+                                   mode="run_code", context="analysis", max_steps=2,
+                                   exec_timeout="30s")
+        answer = ci.ask("which month?")
+    assert calls == [{"code": "df = load()", "context": "analysis", "timeout": "30s"}] * 2
+    assert answer.charts == [PNG, PNG]  # the figure of each call, in order
+    assert [s.exit_code for s in answer.steps] == [None, None]
+    assert answer.steps[1].stdout == "GREW_MOST 2025-07 2.00\n" and answer.steps[1].error.name == "Warning"
+    assert [r.is_main_result for r in answer.steps[0].results] == [False, True]
+    tool = json.loads(model.tool_messages()[0]["content"])
+    assert tool == {"stdout": "GREW_MOST 2025-07 1.00\n", "stderr": "", "result": "   a\n0  1",
+                    "error": {"name": "Warning", "value": "v", "traceback": "t" * 2000}}
+    assert all("iVBOR" not in m["content"] for m in model.tool_messages())  # no image data
+    assert "notebook cell" in model.requests[0][1]["tools"][0]["function"]["description"]
+    with pytest.raises(ValueError, match="mode"):
+        cpuos.CodeInterpreter(sandbox=_sandbox(fake), base_url=model.base_url, mode="jupyter")
+
+
 # mypy --strict over the SDK, and over a program that uses `resume` both ways: one name that is a
 # classmethod on the class and a method on a handle must type-check as each.
 
@@ -1158,7 +1188,7 @@ def turn(sbx: Sandbox) -> None:
 CODE_PROGRAM = '''
 from typing import List, Optional
 
-from cpuos import CodeContext, Execution, ExecutionError, Sandbox
+from cpuos import CodeContext, CodeInterpreter, Execution, ExecutionError, Sandbox
 
 
 def cell(sbx: Sandbox) -> None:
@@ -1172,15 +1202,16 @@ def cell(sbx: Sandbox) -> None:
     contexts: List[CodeContext] = sbx.list_code_contexts()
     sbx.restart_code_context(ctx.id)
     sbx.remove_code_context(ctx)
+    charts: List[bytes] = CodeInterpreter(sandbox=sbx, mode="run_code").ask("q").charts
 '''
 
 CODE_MISUSE = '''
-from cpuos import Sandbox
+from cpuos import CodeInterpreter, Sandbox
 
 
 def cell(sbx: Sandbox) -> None:
     png: str = sbx.run_code("1").results[0].png
-    sbx.run_code("1", figure_formats=3)
+    CodeInterpreter(sandbox=sbx, mode="jupyter")
 '''
 
 
@@ -1218,4 +1249,4 @@ def test_run_code_types_for_callers(tmp_path, monkeypatch):
     assert status == 0, out + err
     out, err, status = _mypy(str(bad))
     assert status == 1 and out.count("error:") == 2, out + err
-    assert '"bytes | None"' in out and "figure_formats" in out, out
+    assert '"bytes | None"' in out and "'jupyter'" in out, out
