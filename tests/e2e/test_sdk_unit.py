@@ -1096,6 +1096,7 @@ def test_code_contexts(fake):
     assert fake.requests[-1][:2] == ("DELETE", CONTEXTS + "/ctx_0a1b2c3d")
     with pytest.raises(cpuos.NotFoundError):  # a context id is one path segment, whatever it holds
         sbx.remove_code_context("a/b")
+    assert fake.requests[-1][:2] == ("DELETE", CONTEXTS + "/a%2Fb")
     with pytest.raises(ValueError):
         sbx.restart_code_context("")
     fake.routes[("POST", CONTEXTS)] = lambda h, q, b: _error(h, 409, "conflict", "'sh' is taken")
