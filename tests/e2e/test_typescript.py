@@ -51,6 +51,10 @@ def test_typescript_sdk_suite(daemon):
     run_suite(daemon, TS, "test/sdk.test.mjs")
 
 
+def test_typescript_code_suite(daemon):
+    run_suite(daemon, TS, "test/code.test.mjs")
+
+
 def test_typescript_sdk_unit_suite():
     run_suite(None, TS, "test/unit.test.mjs")
 
