@@ -35,6 +35,8 @@ def test_a_figure_comes_back_as_png_bytes(sandbox, tmp_path):
     both = sandbox.run_code("plt.plot([1, 2]);", figure_formats=["png", "svg"])
     [fig] = both.results  # shown at the end of the call, since nothing showed it
     assert "<svg" in fig.svg and png_size(fig.png)[0] > 0 and fig.formats() == ["text", "svg", "png"]
+    mixed = sandbox.run_code("plt.plot([2, 1]);\n{'k': 2}")  # a figure and a value: in any order
+    assert mixed.text == "{'k': 2}" and [r.png is not None for r in mixed.results].count(True) == 1
 
 
 def test_a_dataframe_comes_back_as_html(sandbox):

@@ -166,8 +166,8 @@ class Execution:
     neither is raised.
 
     Attributes:
-        results: the rich results in the order they came (figures, `display` calls, and last
-            the main result).
+        results: the rich results in the order they came: figures, `display` calls, the main
+            result (`is_main_result`; `text` is its text).
         logs: the output (each stream's last 1 MiB).
         error: the exception the code raised, else None.
         context: the id of the context it ran in.

@@ -117,7 +117,7 @@ export class Result {
 
 /** What `runCode` did. An exception in the code is `error`, a timeout `timedOut`: neither is thrown. */
 export class Execution {
-  /** The rich results in the order they came (figures, `display` calls, and last the main result). */
+  /** The rich results in the order they came: figures, `display` calls, the main result. */
   results: Result[] = [];
   /** The output (each stream's last 1 MiB). */
   logs: Logs = { stdout: [], stderr: [] };

@@ -45,7 +45,7 @@ describe("runCode in a python sandbox", () => {
     assert.ok(width > 100 && height > 100, `${width}x${height}`);
     assert.match(fig.results[0].text, /^<Figure/);
     const df = await sbx.runCode("import pandas as pd\npd.DataFrame({'city': ['Oslo', 'Lima']})");
-    assert.match(df.results.at(-1).html, /<table[\s\S]*Lima/);
+    assert.match(df.results.find((r) => r.isMainResult).html, /<table[\s\S]*Lima/);
     assert.match(df.text, /Oslo/);
   });
 
