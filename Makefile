@@ -174,6 +174,12 @@ $(BUILD)/tests/test_ports: $(call obj,tests/unit/test_ports.c $(TEST_LIB) src/da
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
+# The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
+RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code
+$(RAWAGENT_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/%.c tests/lib/rawagent.c $(TEST_LIB) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
