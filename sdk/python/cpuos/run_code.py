@@ -166,8 +166,9 @@ class Execution:
     neither is raised.
 
     Attributes:
-        results: the rich results in the order they came: figures, `display` calls, the main
-            result (`is_main_result`; `text` is its text).
+        results: the rich results in the order they came: what `display` was given and the
+            figures `plt.show()` showed, then the main result (`is_main_result`; `text` is its
+            text), then the figures still open.
         logs: the output (each stream's last 1 MiB).
         error: the exception the code raised, else None.
         context: the id of the context it ran in.

@@ -117,7 +117,11 @@ export class Result {
 
 /** What `runCode` did. An exception in the code is `error`, a timeout `timedOut`: neither is thrown. */
 export class Execution {
-  /** The rich results in the order they came: figures, `display` calls, the main result. */
+  /**
+   * The rich results in the order they came: what `display` was given and
+   * the figures `plt.show()` showed, then the main result, then the figures
+   * still open.
+   */
   results: Result[] = [];
   /** The output (each stream's last 1 MiB). */
   logs: Logs = { stdout: [], stderr: [] };
