@@ -123,7 +123,7 @@ def test_a_busy_context_is_a_conflict(sandbox):
     got = {}
 
     def slow():
-        got["ex"] = sandbox.run_code("import time\ntime.sleep(8)\n'slept'", context=ctx)
+        got["ex"] = sandbox.run_code("import time\ntime.sleep(4)\n'slept'", context=ctx)
 
     thread = threading.Thread(target=slow)
     thread.start()
