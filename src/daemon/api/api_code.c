@@ -248,9 +248,11 @@ int api_code_ctx_list(struct req *r)
 	struct sop *op = ctx_request(r, s, P_CTX_LIST, NULL, NULL, NULL, NULL, &st);
 	if (op) {
 		json_t *a = json_loads(sop_items(op), 0, NULL);
-		reply_json(r, 200, json_pack("{s:o}", "contexts", json_is_array(a) ? a : json_array()));
-		if (!json_is_array(a))
+		if (!json_is_array(a)) {
 			json_decref(a);
+			a = json_array();
+		}
+		reply_json(r, 200, json_pack("{s:o}", "contexts", a));
 	}
 	sop_free(s, op);
 	sbx_put(s);
