@@ -159,3 +159,16 @@ void tcp_relay_one(int client, int server, long long body, int upgrade, int idle
 	if (ws)
 		tcp_relay(client, server, idle_ms);
 }
+
+int tcp_peer_gone(int fd)
+{
+	if (fd < 0)
+		return 0;
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP))
+		return 1;
+	char c;
+	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}

@@ -6,13 +6,13 @@
 #include "daemon/http/http.h"
 
 #include "common/log.h"
+#include "common/tcp.h"
 #include "daemon/store/store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,16 +112,7 @@ int req_fd(struct req *r)
 
 int http_fd_gone(int fd)
 {
-	if (fd < 0)
-		return 0;
-	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
-	if (poll(&p, 1, 0) <= 0)
-		return 0;
-	if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP))
-		return 1;
-	/* Readable: a pipelined request is no sign of leaving, EOF is. */
-	char c;
-	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+	return tcp_peer_gone(fd);
 }
 
 int req_client_gone(struct req *r)
