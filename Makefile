@@ -44,6 +44,9 @@ VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/*.c src/daemon/*/*.c))
 STORE_SRCS := $(wildcard src/daemon/store/*.c)
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
+# The gateway talks to cpuosd through the CLI's client of its API.
+GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
+GATEWAY_LIBS := -lmicrohttpd -lcurl -ljansson -lsqlite3 -lcrypto -lpthread
 TEST_LIB := tests/lib/tap.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -57,6 +60,7 @@ KERNEL := $(BUILD)/guest/bzImage
 VM_CLI := $(BUILD)/bin/cpuos-vm
 DAEMON := $(BUILD)/bin/cpuosd
 CLI := $(BUILD)/bin/cpuos
+GATEWAY := $(BUILD)/bin/cpuos-gateway
 BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api $(BUILD)/bench/bench_snap
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
@@ -84,7 +88,7 @@ AI_EXAMPLES := examples/ai-sdk/node_modules/.typechecked
 npm_ready = cd $(1) && { [ node_modules/.package-lock.json -nt package-lock.json ] || \
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; }
 
-all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(GATEWAY) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
 	$(TS_SDK) $(AI_SDK) $(AI_EXAMPLES)
 
 $(TS_SDK): $(wildcard sdk/typescript/src/*.ts) $(wildcard sdk/typescript/*.json)
@@ -143,6 +147,20 @@ $(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS)) $(BUILD)/obj
 $(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -pthread
+
+$(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+
+# The gateway's pure parts: event streams, turns, tool output.
+$(BUILD)/tests/test_gateway: $(call obj,tests/unit/test_gateway.c $(TEST_LIB) src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
+
+# Its store and its conversations' locks.
+$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
 $(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

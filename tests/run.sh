@@ -31,7 +31,8 @@ export CPUOS_CLI_BIN=${CPUOS_CLI_BIN:-$PWD/$BUILD_DIR/bin/cpuos}
 mkdir -p "$CPUOS_RUN_DIR"
 
 # What each suite must find built; keep in step with the Makefile.
-UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret)
+UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret
+	test_gateway test_gateway_store)
 VM_TESTS=(test_vm test_snap)
 FUZZ_TARGETS=(proto agentc http priv)
 
