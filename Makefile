@@ -70,7 +70,7 @@ VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.
 FUZZ_TARGETS := proto agentc http priv
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
-FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c $(COMMON_SRCS)
+FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
 FUZZ_LIBS_agentc := -ljansson -lpthread
 FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
@@ -118,9 +118,15 @@ $(BUILD)/agent-obj/%.o: %.c
 	$(if $(Q),@echo "  CC      $< (agent)")
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc -I. -Os -g $(if $(WERROR),-Werror) -c -o $@ $<
 
-$(AGENT): $(call agent_obj,$(AGENT_SRCS))
+$(AGENT): $(call agent_obj,$(AGENT_SRCS) $(BUILD)/gen/interp.c)
 	@mkdir -p $(@D)
 	$(Q)$(CC) -static -o $@ $^
+
+# The code kernels' scripts are compiled into the agent (code.c writes them
+# out in the guest), so a new kernel needs no image rebuild either.
+$(BUILD)/gen/interp.c: src/agent/interp/python.py src/agent/interp/bash.sh
+	@mkdir -p $(@D)
+	$(Q)python3 -c 'import json,sys; [print("const char interp_%s[] = %s;" % (n, json.dumps(open(f).read()))) for n, f in zip(("python", "bash"), sys.argv[1:]) if open(f).read().isascii() or sys.exit(f + ": not ASCII")]' $^ >$@.tmp && mv $@.tmp $@
 
 # The agent reaches the guest in an initramfs, not in the template images, so
 # a new agent needs no image rebuild.

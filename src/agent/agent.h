@@ -19,6 +19,8 @@ struct agent {
 	bool pid1;
 	uint64_t boot_ns, ready_ns; /* CLOCK_BOOTTIME at start and when serving */
 	enum agent_shut shutdown;   /* set to stop the loop */
+	const char *run_dir;	    /* ours to write: /run/cpuos, or beside --listen's socket */
+	uint32_t restores;	    /* P_RESTORED seen: a new value means restored memory */
 	struct conn conn;
 };
 /* The one agent, set up by main before the loop; every module reads it. */

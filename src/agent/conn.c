@@ -6,6 +6,7 @@
 #include "agent/conn.h"
 
 #include "agent/agent.h"
+#include "agent/code.h"
 #include "agent/exec.h"
 #include "agent/files.h"
 #include "agent/proc.h"
@@ -147,6 +148,10 @@ void conn_op_close(struct conn *c, struct conn_op *op)
 		break;
 	case OP_WAIT:
 		proc_unsubscribe(op->proc, false);
+		break;
+	case OP_CODE:
+		proc_unsubscribe(op->proc, true);
+		code_op_closed(op);
 		break;
 	case OP_FWRITE:
 		xfer_fwrite_release(op);
@@ -333,6 +338,8 @@ static void req_cancel(struct conn *c, const struct proto_frame *f)
 	}
 	struct conn_op *op = target ? conn_op_find(c, target) : NULL;
 	if (op) {
+		if (op->kind == OP_CODE)
+			code_cancel(op);
 		conn_send_error(c, op->id, ECANCELED, "operation cancelled");
 		conn_op_close(c, op);
 	}
@@ -349,7 +356,9 @@ static req_fn *const requests[] = {
     [P_STAT] = files_stat,     [P_LIST] = files_list,	    [P_MKDIR] = files_mkdir,
     [P_REMOVE] = files_remove, [P_RENAME] = files_rename,   [P_SETTIME] = sys_settime,
     [P_ENTROPY] = sys_entropy, [P_POWEROFF] = sys_poweroff, [P_CANCEL] = req_cancel,
-    [P_RESTORED] = sys_restored,
+    [P_RESTORED] = sys_restored, [P_CODE] = code_run,	    [P_CTX_CREATE] = code_ctx_create,
+    [P_CTX_LIST] = code_ctx_list, [P_CTX_RESTART] = code_ctx_restart,
+    [P_CTX_DELETE] = code_ctx_delete,
 };
 
 static void on_data(struct conn *c, const struct proto_frame *f)

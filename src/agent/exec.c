@@ -5,6 +5,7 @@
 #include "agent/exec.h"
 
 #include "agent/agent.h"
+#include "agent/code.h"
 #include "agent/conn.h"
 #include "agent/proc.h"
 #include "agent/user.h"
@@ -59,6 +60,12 @@ static void put_output(struct conn *c, struct conn_op *op, int stream, const uin
 	}
 }
 
+/* Does op receive its process's output? (A code call gets its kernel's.) */
+static bool streams(const struct conn_op *op)
+{
+	return op->kind == OP_EXEC || op->kind == OP_ATTACH || op->kind == OP_CODE;
+}
+
 bool exec_can_send(const struct proc *p)
 {
 	const struct conn *c = &agent.conn;
@@ -66,7 +73,7 @@ bool exec_can_send(const struct proc *p)
 		return true;
 	for (int i = 0; i < c->nops; i++) {
 		const struct conn_op *op = c->ops[i];
-		if (op->proc == p && (op->kind == OP_EXEC || op->kind == OP_ATTACH) && op->credit <= 0)
+		if (op->proc == p && streams(op) && op->credit <= 0)
 			return false;
 	}
 	return true;
@@ -79,7 +86,7 @@ void exec_output(struct proc *p, int stream, const uint8_t *buf, size_t n)
 		return;
 	for (int i = 0; i < c->nops; i++) {
 		struct conn_op *op = c->ops[i];
-		if (op->proc == p && (op->kind == OP_EXEC || op->kind == OP_ATTACH))
+		if (op->proc == p && streams(op))
 			put_output(c, op, stream, buf, n);
 	}
 }
@@ -104,6 +111,7 @@ void exec_ended(struct proc *p)
 	 * and ps, until newer exits evict it. */
 	if (told && !p->background)
 		proc_collect(p);
+	code_proc_ended(c, p);
 }
 
 /* Replays the kept output of p to op (the host gives a window it fits in). */
@@ -120,6 +128,20 @@ static void replay(struct conn *c, struct conn_op *op, const struct proc *p)
 
 /* --- EXEC --- */
 
+const char *exec_base_path(void)
+{
+	return BASE_PATH + 5;
+}
+
+void exec_base_env(struct exec_env *e, const struct user *u)
+{
+	snprintf(e->home, sizeof(e->home), "HOME=%s", u->home);
+	snprintf(e->user, sizeof(e->user), "USER=%s", u->name);
+	snprintf(e->logname, sizeof(e->logname), "LOGNAME=%s", u->name);
+	char *v[] = {BASE_PATH, e->home, e->user, e->logname, "LANG=C.UTF-8", "TERM=xterm", NULL};
+	memcpy(e->v, v, sizeof(v));
+}
+
 struct exec_req {
 	char *argv[MAX_ARGS + 4];
 	int argc;
@@ -128,8 +150,7 @@ struct exec_req {
 	char cmd[CMD_MAX + 1];
 	struct user user;
 	char cwd[PROTO_MAX_STR + 1];
-	char home_env[PROTO_MAX_STR + 8];
-	char user_env[300], logname_env[300];
+	struct exec_env base;
 };
 
 /* Copies a validated string attribute: NULL when out of memory. */
@@ -308,13 +329,9 @@ void exec_run(struct conn *c, const struct proto_frame *f)
 		goto out;
 	}
 
-	snprintf(x->home_env, sizeof(x->home_env), "HOME=%s", x->user.home);
-	snprintf(x->user_env, sizeof(x->user_env), "USER=%s", x->user.name);
-	snprintf(x->logname_env, sizeof(x->logname_env), "LOGNAME=%s", x->user.name);
-	char *base[] = {BASE_PATH,	x->home_env,	x->user_env,
-			x->logname_env, "LANG=C.UTF-8", "TERM=xterm"};
-	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
-		env_set(x, base[i]);
+	exec_base_env(&x->base, &x->user);
+	for (char **v = x->base.v; *v; v++)
+		env_set(x, *v);
 	size_t off = 0;
 	struct proto_attr a;
 	int k = 0;

@@ -10,13 +10,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/proto.h"
+
 struct conn;
 struct proc;
 struct proto_frame;
+struct user;
 
 /* Caps on what a (hostile) host can make us hold. */
 #define MAX_ARGS 1024 /* A_ARG, and A_ENV separately */
 #define CMD_MAX	 4096 /* A_CMD */
+
+/* The environment every process starts from (docs/agent-protocol.md): PATH,
+ * HOME, USER, LOGNAME, LANG, TERM for user u, NULL-terminated in v. */
+struct exec_env {
+	char home[PROTO_MAX_STR + 8], user[300], logname[300];
+	char *v[7];
+};
+void exec_base_env(struct exec_env *e, const struct user *u);
+/* The directories of that PATH, ':'-separated. */
+const char *exec_base_path(void);
 
 /* Request handlers: each sends a terminal frame or opens an operation. */
 void exec_run(struct conn *c, const struct proto_frame *f);

@@ -5,6 +5,7 @@
  */
 #include "agent/agent.h"
 
+#include "agent/code.h"
 #include "agent/conn.h"
 #include "agent/init.h"
 #include "agent/proc.h"
@@ -28,13 +29,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_POLL (3 * MAX_PROCS + 8)
+#define MAX_POLL (3 * MAX_PROCS + 2 * MAX_CTX + 8)
 #define TICK_MS	 50 /* reconnect probe of the virtio port */
 
 struct agent agent;
 
 static struct pollfd pfd[MAX_POLL];
 static struct proc_tag ptag[MAX_POLL];
+static struct code_tag ctag[MAX_POLL];
 
 static int usage(void)
 {
@@ -109,6 +111,7 @@ static void loop(int sfd, int lfd)
 	while (agent.shutdown == SHUT_NONE) {
 		if (c->up && !c->throttled)
 			xfer_fread_pump(c);
+		code_pump(c);
 		if (c->up && conn_pending(c))
 			conn_flush(c);
 
@@ -126,8 +129,12 @@ static void loop(int sfd, int lfd)
 		}
 		int first_proc = n;
 		n += proc_poll_fill(pfd + n, ptag + n, MAX_POLL - n, c->throttled);
+		int first_code = n;
+		n += code_poll_fill(pfd + n, ctag + n, MAX_POLL - n, c->throttled);
 
-		int64_t now = clock_ms(), wake = proc_next_timer();
+		int64_t now = clock_ms(), wake = proc_next_timer(), code_wake = code_next_timer();
+		if (code_wake && (!wake || code_wake < wake))
+			wake = code_wake;
 		/* The virtio port reports POLLHUP for as long as no host is
 		 * connected: probe it on a tick instead of polling it. */
 		if (!c->up && c->fd >= 0 && (!wake || next_probe < wake))
@@ -166,10 +173,14 @@ static void loop(int sfd, int lfd)
 			if (fd >= 0)
 				conn_open(c, fd);
 		}
-		for (int i = first_proc; i < n; i++)
+		for (int i = first_proc; i < first_code; i++)
 			if (pfd[i].revents)
 				proc_poll_event(&ptag[i], pfd[i].revents);
+		for (int i = first_code; i < n; i++)
+			if (pfd[i].revents)
+				code_poll_event(&ctag[i], pfd[i].revents);
 		proc_timers(clock_ms(), c->throttled);
+		code_timers(clock_ms());
 
 		if (c->broken) {
 			conn_drop(c);
@@ -234,6 +245,7 @@ int main(int argc, char **argv)
 			init_shutdown(&agent.conn, 0);
 		}
 		agent.conn.fd = fd; /* up once a host is seen (loop probe) */
+		agent.run_dir = "/run/cpuos"; /* made by init_boot */
 		agent.ready_ns = boottime_ns();
 		sys_log("ready");
 	} else {
@@ -247,6 +259,14 @@ int main(int argc, char **argv)
 		lfd = listen_on(listen_path);
 		if (lfd < 0)
 			return 1;
+		/* Kernel scripts (code.c) go beside the socket. */
+		static char run_dir[4200];
+		snprintf(run_dir, sizeof(run_dir), "%s.d", listen_path);
+		if (mkdir(run_dir, 0755) < 0 && errno != EEXIST) {
+			fprintf(stderr, "cpuos-agent: cannot make '%s': %s\n", run_dir, strerror(errno));
+			return 1;
+		}
+		agent.run_dir = run_dir;
 	}
 
 	loop(sfd, lfd);

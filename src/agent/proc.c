@@ -406,6 +406,10 @@ static __attribute__((noreturn)) void child(const struct proc_spawn_args *s, int
 	/* The agent ignores SIGPIPE and blocks its signalfd signals; exec keeps
 	 * both, and a shell pipeline would misbehave with them. */
 	signal(SIGPIPE, SIG_DFL);
+	/* An agent started in the background of a shell (--listen) ignores
+	 * these: a kernel's interrupt (code.c) needs SIGINT. */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGQUIT, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
 	/* Join the cgroup before exec, so every descendant is inside it. A
@@ -430,7 +434,13 @@ static __attribute__((noreturn)) void child(const struct proc_spawn_args *s, int
 	for (int i = 0; i < 3; i++)
 		if (dup2(fds[i], i) < 0)
 			_exit(127);
-	close_range(3, ~0u, 0);
+	if (s->has_ctl) {
+		/* Out of the way of 3 and 4 first: either may be the other's number. */
+		int req = fcntl(s->ctl[0], F_DUPFD_CLOEXEC, 5), ev = fcntl(s->ctl[1], F_DUPFD_CLOEXEC, 5);
+		if (req < 0 || ev < 0 || dup2(req, 3) < 0 || dup2(ev, 4) < 0)
+			_exit(127);
+	}
+	close_range(s->has_ctl ? 5 : 3, ~0u, 0);
 	const char *err = NULL;
 	if (s->setids) {
 		const struct user *u = s->user;
@@ -644,6 +654,22 @@ void proc_poll_event(const struct proc_tag *t, short revents)
 		return;
 	read_pipe(p, t->what);
 	check_end(p);
+}
+
+int proc_drain(struct proc *p, bool throttled)
+{
+	for (int i = 0; i < 2; i++) {
+		for (int k = 0; p->out_fd[i] >= 0; k++) {
+			if (k == 16)
+				return 0;
+			if ((throttled && p->nstream > 0) || !exec_can_send(p))
+				return -1;
+			if (read_pipe(p, i) < 0)
+				break; /* empty */
+		}
+	}
+	check_end(p);
+	return 1;
 }
 
 bool proc_reap(void)

@@ -58,6 +58,10 @@ struct proc_spawn_args {
 	bool want_stdin;
 	uint64_t timeout_ms;
 	const char *cmd; /* for listings */
+	/* A code kernel's channels (code.c): the child gets ctl[0] as its fd 3 and
+	 * ctl[1] as its fd 4 (its stdin stays /dev/null). */
+	bool has_ctl;
+	int ctl[2];
 };
 
 /* Starts a process (own session, process group and cgroup): 0 with *out, or
@@ -79,6 +83,11 @@ void proc_unsubscribe(struct proc *p, bool stream);
 void proc_stdin(struct proc *p, const void *buf, size_t n, bool eof);
 /* Whether a process has over STDIN_CAP stdin bytes queued. */
 bool proc_stdin_full(void);
+/* Reads what p's output pipes hold now, as far as its receivers' credit and
+ * the out queue allow: 1 once both are empty or closed, 0 when there was more
+ * than one turn's worth, -1 when held back (call again later). p may end in it
+ * (exec_ended). */
+int proc_drain(struct proc *p, bool throttled);
 /* Returns the buffered bytes of a stream as up to two spans. */
 void proc_ring_spans(const struct proc_ring *r, const uint8_t *span[2], size_t len[2]);
 

@@ -295,6 +295,8 @@ void sys_restored(struct conn *c, const struct proto_frame *f)
 	/* Outside PID 1 nothing here is ours to change. */
 	if (agent.pid1 && restored_apply(c, f->id, &q, start + RESTORED_MAX_MS) < 0)
 		return;
+	/* Code kernels reseed their generators at their next call (code.c). */
+	agent.restores++;
 	int r = conn_out_begin(c, P_OK, 0, f->id);
 	if (r == 0 && q.has_generation)
 		r = proto_put_u32(&c->out, A_GENERATION, q.generation);

@@ -49,6 +49,12 @@ enum proto_type {
 	P_POWEROFF = 17,
 	P_CANCEL = 18,
 	P_RESTORED = 19, /* the VM was restored or forked: fix the guest up */
+	/* code contexts: long-lived interpreters (docs/agent-protocol.md, "Code") */
+	P_CODE = 20,        /* run code in a context, starting its kernel if need be */
+	P_CTX_CREATE = 21,  /* a new context, its kernel started now */
+	P_CTX_LIST = 22,    /* one P_ENTRY per context */
+	P_CTX_RESTART = 23, /* a new kernel for a context, its state gone */
+	P_CTX_DELETE = 24,  /* the context and its kernel gone */
 	/* both ways, inside an operation: raw bytes (stdin, file content) */
 	P_DATA = 32,
 	/* both ways, inside an operation: A_CREDIT more bytes may be sent */
@@ -62,6 +68,7 @@ enum proto_type {
 	P_EXIT = 69,    /* ends exec/attach/wait: A_EXIT_CODE or A_SIGNAL, A_TIMED_OUT */
 	P_ENTRY = 70,   /* one item of a listing (file or process) */
 	P_NOTICE = 71,  /* id 0, unsolicited: A_NOTICE */
+	P_EVENT = 72,   /* code: raw bytes of the kernel's JSON lines (results, error) */
 };
 
 /* Frame flags. */
@@ -113,9 +120,17 @@ enum proto_tag {
 	A_HOSTNAME = 41,   /* str: P_RESTORED: a new hostname (a new sandbox) */
 	A_MACHINE_ID = 42, /* str: P_RESTORED: 32 hex digits for /etc/machine-id */
 	A_GENERATION = 43, /* u32: P_RESTORED: how many restores this sandbox had */
+	A_CONTEXT = 44,    /* str: a code context's id */
+	A_LANGUAGE = 45,   /* str: a code context's language ("python", "bash") */
+	A_CODE = 46,       /* raw: the code of P_CODE, UTF-8 without NUL */
+	A_FORMATS = 47,    /* str: figure formats, "png" or "png,svg" */
+	A_RESTARTED = 48,  /* u32 bool: P_STARTED of P_CODE: the kernel had died, this is a new one */
+	A_DIED = 49,       /* u32 bool: P_OK of P_CODE: the kernel died during the call */
 };
 
 enum proto_proc_state { PS_RUNNING = 1, PS_EXITED = 2 };
+/* A_STATE of a code context in P_CTX_LIST. */
+enum proto_ctx_state { CS_IDLE = 1, CS_BUSY = 2, CS_EXITED = 3 };
 enum proto_notice { PN_POWEROFF = 1, PN_REBOOT = 2 };
 
 /* A growable byte buffer, used for frames being built and bytes being read. */

@@ -95,7 +95,8 @@ static void dispatch(struct agentc *c, const struct proto_frame *f)
 		return; /* a late frame for a cancelled operation */
 	agentc_cb cb = o->cb;
 	void *arg = o->arg;
-	if (!o->manual && (f->type == P_STDOUT || f->type == P_STDERR || f->type == P_DATA)) {
+	if (!o->manual && (f->type == P_STDOUT || f->type == P_STDERR || f->type == P_DATA ||
+			   f->type == P_EVENT)) {
 		o->unacked += proto_cost(f->len);
 		if (o->unacked >= AUTO_CREDIT_STEP && agentc_credit(c, o->id, o->unacked) == 0)
 			o->unacked = 0;

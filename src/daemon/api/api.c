@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/duration.h"
+#include "common/utf8.h"
 #include "daemon/ports/ports.h"
 
 const struct route api_routes[] = {
@@ -50,6 +51,11 @@ const struct route api_routes[] = {
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", NULL, api_proc_stdin, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/signal", api_proc_signal, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/wait", api_proc_wait, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/code", api_code_run, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/code/contexts", api_code_ctx_create, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/code/contexts", api_code_ctx_list, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/code/contexts/{ctx}/restart", api_code_ctx_restart, NULL, 0, 0 },
+	{ "DELETE", "/v1/sandboxes/{id}/code/contexts/{ctx}", api_code_ctx_delete, NULL, 0, 0 },
 	{ "PUT", "/v1/sandboxes/{id}/files", NULL, api_file_put, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/files", api_file_get, NULL, 0, 0 },
 	{ "DELETE", "/v1/sandboxes/{id}/files", api_file_delete, NULL, 0, 0 },
@@ -281,6 +287,39 @@ const char *api_query_path(struct req *r, const char *name)
 		return NULL;
 	}
 	return api_check_path(r, name, p) < 0 ? NULL : p;
+}
+
+int api_put_env(struct pbuf *b, const char *json)
+{
+	json_t *o = json ? json_loads(json, 0, NULL) : NULL;
+	const char *k;
+	json_t *v;
+	int r = 0;
+	json_object_foreach(o, k, v) {
+		char kv[PROTO_MAX_STR + 1];
+		if (snprintf(kv, sizeof(kv), "%s=%s", k, json_string_value(v)) >= (int)sizeof(kv))
+			continue;
+		if ((r = proto_put_str(b, A_ENV, kv)) < 0)
+			break;
+	}
+	json_decref(o);
+	return r;
+}
+
+json_t *api_text(const struct pbuf *b, int cut)
+{
+	const uint8_t *p = b->data;
+	size_t n = b->len;
+	/* Cut at the front: do not start inside a character. */
+	while (cut && n && (*p & 0xc0) == 0x80)
+		p++, n--;
+	char *s = malloc(3 * n + 1);
+	if (!s)
+		return json_string("");
+	size_t len = utf8_sanitize(p, n, s);
+	json_t *j = json_stringn(s, len);
+	free(s);
+	return j ? j : json_string("");
 }
 
 int api_agent_error(struct req *r, const struct sop_state *st)

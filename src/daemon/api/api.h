@@ -2,7 +2,8 @@
  * api: the /v1 handlers (docs/api.md) and the helpers they share: finding
  * the caller's sandbox, validating JSON fields and paths, mapping agent
  * errors to HTTP. Handlers live in api_sbx.c (sandboxes, templates, keys,
- * service), api_exec.c (commands, processes) and api_files.c (files).
+ * service), api_exec.c (commands, processes), api_code.c (code contexts)
+ * and api_files.c (files), and the files named below.
  */
 #ifndef CPUOS_API_H
 #define CPUOS_API_H
@@ -58,6 +59,12 @@ int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *cont
 
 /* Answers an operation that ended in P_ERROR with the matching status. */
 int api_agent_error(struct req *r, const struct sop_state *st);
+/* Puts A_ENV NAME=value for every pair of a JSON object text (NULL: none):
+ * 0 or -errno. */
+int api_put_env(struct pbuf *b, const char *json);
+/* Kept output as a JSON string: UTF-8, invalid bytes as U+FFFD, not
+ * starting inside a character when cut (its front was dropped). */
+json_t *api_text(const struct pbuf *b, int cut);
 
 int api_sbx_create(struct req *r);
 int api_sbx_list(struct req *r);
@@ -96,6 +103,13 @@ int api_proc_stdin(struct req *r, enum up_phase phase, const char *data, size_t 
 int api_proc_signal(struct req *r);
 int api_proc_wait(struct req *r);
 int api_proc_kill(struct req *r);
+
+/* Code (api_code.c). */
+int api_code_run(struct req *r);
+int api_code_ctx_create(struct req *r);
+int api_code_ctx_list(struct req *r);
+int api_code_ctx_restart(struct req *r);
+int api_code_ctx_delete(struct req *r);
 
 int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n);
 int api_file_get(struct req *r);

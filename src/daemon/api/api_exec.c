@@ -21,40 +21,6 @@
 #define MAX_STDIN (1 << 20)
 #define STDIN_WAIT_MS 30000 /* for the process to take stdin within its credit */
 
-/* Puts A_ENV for every pair of a JSON object text. */
-static int put_env(struct pbuf *b, const char *json)
-{
-	json_t *o = json ? json_loads(json, 0, NULL) : NULL;
-	const char *k;
-	json_t *v;
-	int r = 0;
-	json_object_foreach(o, k, v) {
-		char kv[PROTO_MAX_STR + 1];
-		if (snprintf(kv, sizeof(kv), "%s=%s", k, json_string_value(v)) >= (int)sizeof(kv))
-			continue;
-		if ((r = proto_put_str(b, A_ENV, kv)) < 0)
-			break;
-	}
-	json_decref(o);
-	return r;
-}
-
-static json_t *text(const struct pbuf *b, int cut)
-{
-	const uint8_t *p = b->data;
-	size_t n = b->len;
-	/* Cut at the front: do not start inside a character. */
-	while (cut && n && (*p & 0xc0) == 0x80)
-		p++, n--;
-	char *s = malloc(3 * n + 1);
-	if (!s)
-		return json_string("");
-	size_t len = utf8_sanitize(p, n, s);
-	json_t *j = json_stringn(s, len);
-	free(s);
-	return j ? j : json_string("");
-}
-
 static json_t *result_json(struct sop *op, const struct sop_state *st, int64_t ms)
 {
 	int cut[2];
@@ -63,8 +29,8 @@ static json_t *result_json(struct sop *op, const struct sop_state *st, int64_t m
 	json_object_set_new(o, "exit_code", st->exit_code >= 0 ? json_integer(st->exit_code) : json_null());
 	json_object_set_new(o, "signal", st->signal >= 0 ? json_integer(st->signal) : json_null());
 	json_object_set_new(o, "timed_out", json_boolean(st->timed_out > 0));
-	json_object_set_new(o, "stdout", text(out, cut[0]));
-	json_object_set_new(o, "stderr", text(err, cut[1]));
+	json_object_set_new(o, "stdout", api_text(out, cut[0]));
+	json_object_set_new(o, "stderr", api_text(err, cut[1]));
 	json_object_set_new(o, "stdout_truncated", json_boolean(cut[0]));
 	json_object_set_new(o, "stderr_truncated", json_boolean(cut[1]));
 	json_object_set_new(o, "duration_ms", json_integer(ms));
@@ -168,9 +134,9 @@ static int send_exec(struct req *r, struct sbx *s, struct sop *op, const struct 
 		e = proto_put_str(b, A_ARG, json_string_value(json_array_get(x->argv, i)));
 	/* The sandbox's env first: the command's own wins in the agent. */
 	if (!e)
-		e = put_env(b, sbx_env_json(s));
+		e = api_put_env(b, sbx_env_json(s));
 	if (!e)
-		e = put_env(b, x->env);
+		e = api_put_env(b, x->env);
 	if (!e && x->cwd)
 		e = proto_put_str(b, A_CWD, x->cwd);
 	if (!e)

@@ -140,7 +140,7 @@ const char *sbx_env_json(const struct sbx *s);
 enum sop_mode {
 	SOP_COLLECT, /* keep the tail of stdout/stderr (foreground exec) */
 	SOP_QUEUE,   /* queue P_DATA bytes for a reader (file download) */
-	SOP_NDJSON,  /* queue output and exit as NDJSON lines (process stream) */
+	SOP_NDJSON,  /* queue output and exit as NDJSON lines (process stream, code) */
 	SOP_DISCARD, /* keep nothing but the end (a process's stdin channel) */
 };
 
@@ -216,5 +216,13 @@ const struct pbuf *sop_output(struct sop *op, int stream, int *cut);
 /* The listed directory, for P_LIST items' absolute paths: set before
  * sbx_end. */
 int sop_set_base(struct sop *op, const char *path);
+
+/* Code calls (sbx_code.c, docs/api.md "Code"). Before sbx_end of a P_CODE:
+ * the call's context and language, which its answer names; 0 or -ENOMEM.
+ * Once it ended: the execution as the API answers it, without stdout and
+ * stderr (sop_output has those), a new reference; NULL before. */
+#define CTX_ID_MAX 64
+int sop_code_begin(struct sop *op, const char *context, const char *language);
+json_t *sop_code_result(struct sop *op);
 
 #endif

@@ -67,6 +67,7 @@ struct sop {
 	int64_t t0;        /* when it began (clock_ms), for an exec's duration */
 	struct sbx *owner;
 	int abandoned;     /* its owner left: the pump frees it when it ends */
+	struct sop_code *code; /* a code call's results (sbx_code.c), else NULL */
 };
 
 struct sbx {
@@ -233,6 +234,18 @@ int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm);
 int sbx__template_snapshot(struct sbx_mgr *m, const struct store_sbx *row, char *dir, size_t n);
 void sbx__template_bad(struct sbx_mgr *m, const char *dir);
 unsigned sbx__pool_depth(struct sbx_mgr *m);
+
+/* sbx_code.c, in the pump with the sandbox locked: a code call's P_EVENT
+ * bytes; the attributes of its P_STARTED and P_OK; the lines that close its
+ * NDJSON stream (an array: the error of a kernel that died, the end line),
+ * once, NULL after; and freeing it all with its sop. */
+void sbx__code_event(struct sop *op, const uint8_t *p, size_t n);
+void sbx__code_attrs(struct sop *op, const struct proto_frame *f);
+json_t *sbx__code_tail(struct sop *op);
+void sbx__code_free(struct sop_code *c);
+/* sbx_op.c: queues one whole NDJSON line (text ending in a newline) on a
+ * SOP_NDJSON operation. */
+void sbx__queue_line(struct sop *op, const char *text, size_t n);
 
 /* Wakes the sandbox's pump thread (it polls an eventfd). */
 static inline void wake(struct sbx *s)

@@ -24,6 +24,7 @@
 
 #define NO_REC SIZE_MAX
 #define REC_HDR 5 /* SOP_NDJSON record: u8 stream, u32 length */
+#define REC_LINE 2 /* a record's "stream" for whole NDJSON lines (code results) */
 
 struct sop *sop_new(enum sop_mode mode, size_t cap)
 {
@@ -46,6 +47,7 @@ static void sop_destroy(struct sop *op)
 	pbuf_release(&op->items);
 	json_decref(op->entry);
 	free(op->base);
+	sbx__code_free(op->code);
 	free(op);
 }
 
@@ -222,10 +224,34 @@ static json_t *process_json(const struct proto_frame *f)
 	return p;
 }
 
+/* A code context (a P_CTX_LIST item, a create's or restart's P_OK) as an
+ * API context object. */
+static json_t *context_json(const struct proto_frame *f)
+{
+	char id[CTX_ID_MAX + 1] = "", lang[32] = "", user[256] = "", cwd[PROTO_MAX_STR + 1] = "";
+	uint32_t state = 0, proc = 0;
+	proto_get_str(f, A_CONTEXT, id, sizeof(id));
+	proto_get_str(f, A_LANGUAGE, lang, sizeof(lang));
+	proto_get_str(f, A_USER, user, sizeof(user));
+	proto_get_str(f, A_CWD, cwd, sizeof(cwd));
+	proto_get_u32(f, A_STATE, &state);
+	char safe[4][3 * sizeof(cwd) + 1];
+	const char *in[4] = { id, lang, user, cwd };
+	for (int i = 0; i < 4; i++)
+		utf8_sanitize((const uint8_t *)in[i], strlen(in[i]), safe[i]);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "id", safe[0], "language", safe[1], "cwd", safe[3],
+			      "user", safe[2], "state",
+			      state == CS_IDLE ? "idle" : state == CS_BUSY ? "busy" : "exited");
+	json_object_set_new(o, "pid", proto_get_u32(f, A_PROC, &proc) == 0 ? json_integer(proc) : json_null());
+	return o;
+}
+
 /* One P_ENTRY into the items text: 0, or -E2BIG past the byte cap. */
 static int add_item(struct sop *op, const struct proto_frame *f)
 {
-	json_t *e = op->type == P_PS ? process_json(f) : entry_json(f, op->base);
+	json_t *e = op->type == P_PS ? process_json(f)
+		    : op->type == P_CTX_LIST ? context_json(f)
+					     : entry_json(f, op->base);
 	char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
 	json_decref(e);
 	if (!text)
@@ -276,6 +302,11 @@ static void queue_record(struct sop *op, int stream, const uint8_t *p, size_t n)
 		q->len = at;
 }
 
+void sbx__queue_line(struct sop *op, const char *text, size_t n)
+{
+	queue_record(op, REC_LINE, (const uint8_t *)text, n);
+}
+
 /* Output or file bytes: charged against the window, then kept per mode. */
 static void on_bytes(struct sbx *s, struct sop *op, const struct proto_frame *f)
 {
@@ -283,6 +314,12 @@ static void on_bytes(struct sbx *s, struct sop *op, const struct proto_frame *f)
 	op->received += cost;
 	if (op->received > op->granted + PROTO_DATA_CHUNK) {
 		fail_local(s, op, EPROTO, "the agent sent past its credit window");
+		return;
+	}
+	if (f->type == P_EVENT) {
+		/* Taken at once: what is kept of it is capped in sbx_code.c. */
+		sbx__code_event(op, f->payload, f->len);
+		refund(s, op, cost);
 		return;
 	}
 	if (f->type == P_DATA) {
@@ -332,10 +369,12 @@ static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 		st->started = 1;
 		if (op->kill_on_start && st->proc && agent_of(s))
 			kill_proc(agent_of(s), st->proc);
-		if (f->type == P_OK && op->type == P_STAT) {
+		if (f->type == P_OK && (op->type == P_STAT || op->type == P_CTX_CREATE ||
+					op->type == P_CTX_RESTART)) {
 			json_decref(op->entry);
-			op->entry = entry_json(f, NULL);
+			op->entry = op->type == P_STAT ? entry_json(f, NULL) : context_json(f);
 		}
+		sbx__code_attrs(op, f);
 		break;
 	case P_EXIT:
 		if (proto_get_u32(f, A_EXIT_CODE, &v) == 0)
@@ -360,10 +399,12 @@ static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 
 /* How many frames a request may get: unbounded for streams (credit bounds
  * them), the listing cap for listings, a few for the rest. */
+#define CTX_LIST_FRAMES 64 /* the agent has at most 16 contexts */
 static uint64_t max_frames(uint16_t type)
 {
 	switch (type) {
-	case P_EXEC: case P_ATTACH: case P_FREAD: case P_FWRITE: return UINT64_MAX;
+	case P_EXEC: case P_ATTACH: case P_FREAD: case P_FWRITE: case P_CODE: return UINT64_MAX;
+	case P_CTX_LIST: return CTX_LIST_FRAMES;
 	case P_LIST: return PROTO_MAX_LIST + SBX_MAX_SMALL_FRAMES;
 	case P_PS: return 4 * SBX_MAX_OPS + SBX_MAX_SMALL_FRAMES;
 	default: return SBX_MAX_SMALL_FRAMES;
@@ -378,7 +419,7 @@ static void sop_cb(void *arg, const struct proto_frame *f)
 	struct sbx *s = op->owner;
 	if (++op->frames > max_frames(op->type))
 		fail_local(s, op, EPROTO, "the agent sent too many frames");
-	else if (f->type == P_STDOUT || f->type == P_STDERR || f->type == P_DATA)
+	else if (f->type == P_STDOUT || f->type == P_STDERR || f->type == P_DATA || f->type == P_EVENT)
 		on_bytes(s, op, f);
 	else
 		on_attrs(s, op, f);
@@ -399,8 +440,8 @@ struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err)
 		: 0;
 	struct pbuf *b = e ? NULL : agentc_begin(a, type, sop_cb, op, &op->id);
 	uint32_t window = type == P_ATTACH ? SBX_ATTACH_WINDOW : SBX_WINDOW;
-	if (b && (type == P_EXEC || type == P_ATTACH || type == P_FREAD) &&
-	    proto_put_u32(b, A_WINDOW, window) < 0) {
+	int streams = type == P_EXEC || type == P_ATTACH || type == P_FREAD || type == P_CODE;
+	if (b && streams && proto_put_u32(b, A_WINDOW, window) < 0) {
 		agentc_abort(a);
 		b = NULL;
 	}
@@ -411,7 +452,7 @@ struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err)
 		return NULL;
 	}
 	agentc_manual_credit(a, op->id);
-	op->window = (type == P_EXEC || type == P_ATTACH || type == P_FREAD) ? window : 0;
+	op->window = streams ? window : 0;
 	op->granted = op->window;
 	op->owner = s;
 	op->type = type;
@@ -559,17 +600,63 @@ static size_t ndjson_output(struct sbx *s, struct sop *op, char *buf, size_t roo
 	return n;
 }
 
+/* With the sandbox locked: as much of the first record, whole NDJSON lines
+ * already (REC_LINE), as fits in room. Their credit went back on arrival. */
+static size_t line_output(struct sop *op, char *buf, size_t room)
+{
+	struct pbuf *q = &op->out[0];
+	uint32_t len;
+	memcpy(&len, q->data + 1, 4);
+	size_t take = len < room ? len : room;
+	memcpy(buf, q->data + REC_HDR, take);
+	if (take == len) {
+		pbuf_consume(q, REC_HDR + len);
+		op->last_rec = op->last_rec == 0 ? NO_REC
+			       : op->last_rec == NO_REC ? NO_REC : op->last_rec - REC_HDR - len;
+	} else {
+		len -= (uint32_t)take;
+		memcpy(q->data + 1, &len, 4);
+		memmove(q->data + REC_HDR, q->data + REC_HDR + take, q->len - REC_HDR - take);
+		q->len -= take;
+		if (op->last_rec != NO_REC && op->last_rec > 0)
+			op->last_rec -= take;
+	}
+	return take;
+}
+
+/* With the sandbox locked: the lines that close a code call's stream, once
+ * it ended well and its queue is empty. */
+static size_t code_tail(struct sop *op, char *buf, size_t n)
+{
+	json_t *lines = sbx__code_tail(op);
+	json_t *line;
+	size_t i, used = 0;
+	json_array_foreach(lines, i, line)
+		used += put_line(buf + used, n - used, json_incref(line));
+	json_decref(lines);
+	op->exit_sent = 1;
+	return used;
+}
+
 /* With the sandbox locked: what the reader gets of a SOP_NDJSON queue. */
 static size_t ndjson_read(struct sbx *s, struct sop *op, char *buf, size_t n)
 {
 	size_t used = 0;
 	/* Each raw byte can become six (a \u00XX escape); a line adds ~40. */
 	while (op->out[0].len && n - used > 256) {
+		if (op->out[0].data[0] == REC_LINE) {
+			used += line_output(op, buf + used, n - used);
+			continue;
+		}
 		size_t budget = (n - used - 128) / 6;
 		if (budget > 16384)
 			budget = 16384;
 		used += ndjson_output(s, op, buf + used, n - used, budget);
 	}
+	/* The end line and a dead kernel's error: a few hundred bytes. */
+	if (!op->out[0].len && op->done && !op->exit_sent && op->type == P_CODE &&
+	    op->st.end == P_OK && n - used > 2048)
+		used += code_tail(op, buf + used, n - used);
 	if (!op->out[0].len && op->done && !op->exit_sent && op->st.end == P_EXIT && n - used > 256) {
 		struct sop_state *st = &op->st;
 		json_t *line = json_pack("{s:s,s:o,s:o,s:b}", "type", "exit", "exit_code",
@@ -590,8 +677,9 @@ ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout
 	clock_deadline(&ts, timeout_ms);
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		int more = op->out[0].len > 0 || (op->mode == SOP_NDJSON && op->done && !op->exit_sent &&
-						  op->st.end == P_EXIT);
+		int more = op->out[0].len > 0 ||
+			   (op->mode == SOP_NDJSON && op->done && !op->exit_sent &&
+			    (op->st.end == P_EXIT || (op->type == P_CODE && op->st.end == P_OK)));
 		if (more || op->done)
 			break;
 		if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {

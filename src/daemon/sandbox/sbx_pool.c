@@ -1,7 +1,7 @@
 /*
  * sbx_pool: template snapshots and warm pools. A template is booted once
- * per machine size, warmed (python imports numpy, pandas and matplotlib, so
- * their pages and font cache are in its memory) and snapshotted, sealed,
+ * per machine size, warmed (python's default code context imports numpy,
+ * pandas and matplotlib, so a new sandbox's kernel has them) and snapshotted, sealed,
  * under the cache directory; creates of that size restore it. A pool keeps
  * VMs already restored from it, so a create of the default size only
  * claims one. One worker thread builds and fills, never past the pools'
@@ -64,13 +64,58 @@ struct sbx_pools {
 
 static const char *warm_command(const char *template)
 {
-	/* As the default user, so matplotlib's font cache lands in its home
-	 * (on the snapshot's disk) as well as the imports in memory. */
-	if (!strcmp(template, "python"))
-		return "python3 -c 'import numpy, pandas, matplotlib, matplotlib.pyplot'";
 	if (!strcmp(template, "node"))
 		return "node -e 0";
 	return "true";
+}
+
+/* What the python template's snapshot holds: its default code context (api_code.c) with the
+ * imports a data analysis starts with already done, so a new sandbox's first call pays none. */
+#define WARM_CODE "import numpy, pandas, matplotlib, matplotlib.pyplot"
+
+struct code_wait {
+	int done, failed;
+	char tail[256]; /* the last event bytes: an error's, if it failed */
+};
+
+static void code_cb(void *arg, const struct proto_frame *f)
+{
+	struct code_wait *w = arg;
+	if (f->type == P_EVENT) {
+		size_t n = f->len < sizeof(w->tail) - 1 ? f->len : sizeof(w->tail) - 1;
+		memcpy(w->tail, f->payload + f->len - n, n);
+		w->tail[n] = '\0';
+		w->failed |= strstr(w->tail, "\"type\": \"error\"") != NULL;
+	}
+	if (f->type == P_OK || f->type == P_ERROR || f->type == P_EXIT) {
+		w->done = 1;
+		w->failed |= f->type != P_OK;
+	}
+}
+
+/* Runs WARM_CODE in the default context of vm as the default user: 0 or -errno (-EIO when
+ * the code failed, its last words in err). */
+static int warm_code(struct vm *vm, int timeout_ms, char *err, size_t errlen)
+{
+	struct code_wait w = { 0 };
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_CODE, code_cb, &w, NULL);
+	if (!b)
+		return -ENOTCONN;
+	if (proto_put_str(b, A_CONTEXT, "default") < 0 || proto_put_str(b, A_LANGUAGE, "python") < 0 ||
+	    proto_put(b, A_CODE, WARM_CODE, strlen(WARM_CODE)) < 0 || proto_put_str(b, A_USER, "user") < 0) {
+		agentc_abort(vm_agent(vm));
+		return -ENOMEM;
+	}
+	int r = agentc_end(vm_agent(vm));
+	if (r == 0)
+		r = vm_run(vm, &w.done, timeout_ms);
+	if (r == 0 && w.failed) {
+		snprintf(err, errlen, "warming the python kernel failed: %s", w.tail);
+		r = -EIO;
+	} else if (r < 0) {
+		snprintf(err, errlen, "warming the python kernel failed (%s)", strerror(-r));
+	}
+	return r;
 }
 
 static unsigned pool_size(const struct sbx_mgr *m, const char *template)
@@ -155,7 +200,11 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	if (r < 0)
 		return r;
 	double t0 = clock_ms_f();
-	if ((r = sbx__run(vm, warm_command(t->template), "user", NULL, 600000)) < 0)
+	/* As the default user, so matplotlib's font cache lands in its home
+	 * (on the snapshot's disk) as well as the imports in memory. */
+	if (!strcmp(t->template, "python"))
+		r = warm_code(vm, 600000, err, errlen);
+	else if ((r = sbx__run(vm, warm_command(t->template), "user", NULL, 600000)) < 0)
 		snprintf(err, errlen, "warming '%s' failed (%s)", warm_command(t->template), strerror(-r));
 	if (r == 0 && (r = vm_snapshot(vm, tmp, 1, err, errlen)) == 0 && rename(tmp, t->dir) < 0) {
 		r = -errno;
