@@ -272,7 +272,7 @@ test:
 # tests/run.sh prints and counts as failures (CPUOS_SANITIZER_LOGS); the
 # guest agent stays unsanitized and static. test-asan: ASan+UBSan over the
 # unit tests, the fuzz replays and the end-to-end suite. test-tsan: TSan
-# over cpuosd under the end-to-end suite; tests/tsan.supp silences races
+# over cpuosd and cpuos-gateway under the end-to-end suite; tests/tsan.supp silences races
 # inside third-party libraries only.
 # (gcc's UBSan runtime beside ASan's ignores log_path and reports on stderr:
 # fatal all the same, and shown in the test's output or, for cpuosd, in the
@@ -297,7 +297,7 @@ test-asan:
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
-	  $(TSAN_BUILD)/bin/cpuos-vm guest
+	  $(TSAN_BUILD)/bin/cpuos-vm $(TSAN_BUILD)/bin/cpuos-gateway guest
 	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_SANITIZER=thread CPUOS_PAUSE_CYCLES=20 CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
 	  TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp):log_path=$(TSAN_LOGS)/tsan \
 	  tests/run.sh

@@ -131,6 +131,7 @@ static json_t *run_call(struct run *r, json_t *call)
 	char why[600];
 	char *out;
 	if (tool_code(call, &args, &code, why, sizeof(why)) < 0) {
+		code = "";
 		out = tool_error_output("InvalidArguments", why);
 	} else {
 		int rc = sbxc_run(r->sbx, code, &exec, why, sizeof(why));
