@@ -150,17 +150,20 @@ static int read_head(struct gw_req *r, int fd, struct head *h, char *buf)
 	return 0;
 }
 
+/* Starts the worker, which takes over q->body: jansson's values are not
+ * to be shared between threads, its reference counts included. */
 static int stream(struct gw_req *r, const struct chat_req *q)
 {
 	int fds[2];
 	struct worker *w = malloc(sizeof(*w));
 	if (!w || pipe2(fds, O_CLOEXEC) < 0) {
+		int e = errno;
 		free(w);
+		json_decref(q->body);
 		return gw_reply_error(r, 500, "server_error", "internal", "cannot start a stream: %s",
-				      strerror(errno));
+				      strerror(e));
 	}
 	*w = (struct worker){ .g = r->g, .q = *q, .fd = fds[1] };
-	json_incref(w->q.body);
 	pthread_t t;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -229,18 +232,14 @@ static int h_chat(struct gw_req *r)
 				      GW_CONV_MAX);
 	}
 	snprintf(q.conv, sizeof(q.conv), "%s", conv ? conv : "");
-	int rc;
-	if (q.stream) {
-		rc = stream(r, &q);
-	} else {
-		unsigned status;
-		json_t *answer;
-		struct chat_io io = { .gone = client_gone, .arg = r };
-		chat_run(r->g, &q, &io, &status, &answer);
-		rc = gw_reply_json(r, status, answer);
-	}
+	if (q.stream)
+		return stream(r, &q);
+	unsigned status;
+	json_t *answer;
+	struct chat_io io = { .gone = client_gone, .arg = r };
+	chat_run(r->g, &q, &io, &status, &answer);
 	json_decref(body);
-	return rc;
+	return gw_reply_json(r, status, answer);
 }
 
 static int h_models(struct gw_req *r)
