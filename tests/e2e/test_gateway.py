@@ -8,12 +8,15 @@ sandbox use a conversation-less request or a tool call that never reaches one.""
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 
 import openai
 import pytest
 
-from conftest import SLOW, Gateway, free_port
+from conftest import ROOT, SLOW, Gateway, free_port
 from fake_openai import grew_most, png_size, sales_csv
 from fake_upstream import FakeUpstream, last_tool_result, loop, run_then_answer, seed003, text
 
@@ -343,3 +346,40 @@ def test_keys(gw):
         client(gw, key).models.list()
     assert gw.run("keys", "delete", carol).returncode == 1
     assert gw.run("keys", "create").returncode == 2  # no --name
+
+
+def test_a_sandbox_gone_is_replaced(first, daemon, gw, fake):
+    sid = ext(first[1])["sandbox_id"]
+    wait_state(daemon, sid, "paused")
+    assert daemon.http("DELETE", f"/v1/sandboxes/{sid}", unix=True).status == 204
+    fake.script = run_then_answer("import os\nprint(os.path.exists('/work/sales.csv'))")
+    x = ext(ask(gw, "still there?"))
+    assert x["sandbox_id"] not in (None, sid)
+    assert output(x["steps"][0])["stdout"] == "False\n"  # a new sandbox, empty
+
+
+def test_deleted_key_takes_its_sandboxes(daemon, gw, fake):
+    key = gw.create_key("dave")
+    r = gw.http("PUT", "/v1/conversations/d/files?path=/work/x.txt", body=b"x", key=key)
+    assert r.status == 201, r
+    [sbx] = [s for s in gw.sandboxes() if s["metadata"]["cpuos-gateway-conversation"] == "d"]
+    dave = [line.split("\t")[0] for line in gw.run("keys", "list").stdout.splitlines()
+            if line.split("\t")[1] == "dave"]
+    assert sbx["metadata"]["cpuos-gateway-key"] == dave[0]
+    assert gw.run("keys", "delete", dave[0]).returncode == 0
+    wait_state(daemon, sbx["id"], "stopped")
+
+
+def test_example(gw, fake, tmp_path):
+    fake.script = seed003
+    env = dict(os.environ, GATEWAY_URL=gw.url, GATEWAY_API_KEY=gw.key_a)
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "gateway.py")], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    month = grew_most((tmp_path / "sales.csv").read_bytes())
+    assert f"grew the most in {month}" in r.stdout, r.stdout
+    assert png_size((tmp_path / "figure-1.png").read_bytes())[0] > 0
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "gateway.py")], cwd=tmp_path,
+                       env={k: v for k, v in env.items() if k != "GATEWAY_API_KEY"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "GATEWAY_API_KEY" in r.stderr
