@@ -490,6 +490,7 @@ void chat_run(struct gw *g, const struct chat_req *q, const struct chat_io *io,
 	char finish[32] = "stop";
 	int stopped = 0;
 	json_t *final = NULL;
+	*status = 500; /* a client that left gets this, and nobody reads it */
 	*answer = NULL;
 	new_id(r.id, sizeof(r.id));
 	if (!r.steps || !r.arts.list) {
@@ -516,7 +517,8 @@ void chat_run(struct gw *g, const struct chat_req *q, const struct chat_io *io,
 		set_fail(&r, 500, "server_error", "internal", "out of memory");
 done:
 	if (r.gone) {
-		/* nobody to answer */
+		if (!q->stream)
+			*answer = gw_error("server_error", "client_gone", "the client went away");
 	} else if (q->stream) {
 		if (final)
 			end_stream(&r, final, finish, stopped);

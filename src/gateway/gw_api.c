@@ -264,9 +264,11 @@ static int h_files(struct gw_req *r)
 				      "a conversation id is 1 to %d bytes without control characters",
 				      GW_CONV_MAX);
 	int e = conv_take(r->g->locks, r->key_id, r->param, CHAT_CONV_WAIT_MS);
-	if (e)
-		return gw_reply_error(r, e == -EBUSY ? 409 : 503, "conflict", "conversation_busy",
+	if (e == -EBUSY)
+		return gw_reply_error(r, 409, "conflict", "conversation_busy",
 				      "conversation '%s' is busy with another request", r->param);
+	if (e)
+		return gw_reply_error(r, 503, "server_error", "busy", "too many conversations at once");
 	struct sbxc *s = NULL;
 	char err[600];
 	int rc = sbxc_new(&r->g->sbx, r->g->store, r->key_id, r->param, &s);

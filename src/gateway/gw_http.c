@@ -10,16 +10,13 @@
 #include "gateway/gateway.h"
 #include "gateway/gw_config.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* Each connection is a thread: at most this many, idle ones closed after
@@ -326,37 +323,6 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
 	*con_cls = NULL;
 }
 
-static int listen_on(const char *addr, char *err, size_t errlen)
-{
-	char host[64];
-	const char *colon = strrchr(addr, ':');
-	char *end;
-	long port = colon ? strtol(colon + 1, &end, 10) : -1;
-	if (!colon || (size_t)(colon - addr) >= sizeof(host) || port < 0 || port > 65535 || *end) {
-		snprintf(err, errlen, "invalid listen address '%s' (HOST:PORT)", addr);
-		return -EINVAL;
-	}
-	memcpy(host, addr, (size_t)(colon - addr));
-	host[colon - addr] = '\0';
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-		snprintf(err, errlen, "invalid listen address '%s' (IPv4 HOST:PORT)", addr);
-		return -EINVAL;
-	}
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int on = 1;
-	if (fd >= 0)
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(e));
-		if (fd >= 0)
-			close(fd);
-		return -e;
-	}
-	return fd;
-}
-
 int gw_http_start(struct gw *g, const char *listen, struct gw_http **out, char *err,
 		  size_t errlen)
 {
@@ -364,7 +330,7 @@ int gw_http_start(struct gw *g, const char *listen, struct gw_http **out, char *
 	if (!h)
 		return -ENOMEM;
 	h->g = g;
-	int fd = listen_on(listen, err, errlen);
+	int fd = tcp_listen(listen, err, errlen);
 	if (fd < 0) {
 		free(h);
 		return fd;

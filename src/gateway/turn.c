@@ -63,20 +63,6 @@ static void set_why(char *why, size_t whylen, const char *msg)
 	snprintf(why, whylen, "%s", msg);
 }
 
-/* Copies the answer's id, model and created, whichever it has. */
-static void take_ids(struct turn *t, json_t *o)
-{
-	const char *id = json_string_value(json_object_get(o, "id"));
-	const char *model = json_string_value(json_object_get(o, "model"));
-	json_t *created = json_object_get(o, "created");
-	if (id && !t->id[0])
-		snprintf(t->id, sizeof(t->id), "%s", id);
-	if (model && !t->model[0])
-		snprintf(t->model, sizeof(t->model), "%s", model);
-	if (json_is_integer(created) && !t->created)
-		t->created = json_integer_value(created);
-}
-
 /* Tool calls as the API has them: an array of at most TURN_MAX_CALLS
  * objects with a string id and a function with a string name and string
  * arguments. A call without an id gets one, so its result can name it. */
@@ -149,7 +135,6 @@ int turn_from_completion(struct turn *t, json_t *answer, char *why, size_t whyle
 	json_t *usage = json_object_get(answer, "usage");
 	if (json_is_object(usage))
 		t->usage = json_incref(usage);
-	take_ids(t, answer);
 	return 0;
 }
 
@@ -225,7 +210,6 @@ int turn_add_chunk(struct turn *t, json_t *chunk, const char **text, size_t *tex
 		set_why(why, whylen, "a stream chunk that is not a chat.completion.chunk");
 		return -EPROTO;
 	}
-	take_ids(t, chunk);
 	json_t *usage = json_object_get(chunk, "usage");
 	if (json_is_object(usage)) {
 		json_decref(t->usage);

@@ -22,8 +22,6 @@ struct turn {
 	int ncalls;
 	char finish_reason[32];
 	json_t *usage;    /* the answer's usage object, or NULL */
-	char id[128], model[256];
-	long long created;
 	int last_index;   /* the index the last tool-call delta without one went to */
 };
 

@@ -142,7 +142,7 @@ static void test_turn_stream_text(void)
 	CHECK(turn_finish(&t) == 0);
 	CHECK(!strcmp(json_string_value(json_object_get(t.message, "content")), "Hello"));
 	CHECK(!turn_tool_calls(&t));
-	CHECK(!strcmp(t.finish_reason, "stop") && !strcmp(t.id, "c1") && t.created == 5);
+	CHECK(!strcmp(t.finish_reason, "stop"));
 	CHECK(json_integer_value(json_object_get(t.usage, "total_tokens")) == 5);
 	turn_release(&t);
 }
