@@ -67,7 +67,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http priv
+FUZZ_TARGETS := proto agentc http priv gateway
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
@@ -75,6 +75,8 @@ FUZZ_LIBS_agentc := -ljansson -lpthread
 FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
+FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c
+FUZZ_LIBS_gateway := -ljansson
 FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
 # The TypeScript packages are built in their own trees (dist/), where npm

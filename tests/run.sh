@@ -35,7 +35,7 @@ mkdir -p "$CPUOS_RUN_DIR"
 UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret
 	test_gateway test_gateway_store)
 VM_TESTS=(test_vm test_snap)
-FUZZ_TARGETS=(proto agentc http priv)
+FUZZ_TARGETS=(proto agentc http priv gateway)
 
 passed=0 failed=0
 # A test source that none of the lists above names would never run.
