@@ -9,6 +9,7 @@ sandbox use a conversation-less request or a tool call that never reaches one.""
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -383,3 +384,22 @@ def test_example(gw, fake, tmp_path):
                        env={k: v for k, v in env.items() if k != "GATEWAY_API_KEY"},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "GATEWAY_API_KEY" in r.stderr
+
+
+def test_a_client_that_leaves_frees_its_conversation(start_gateway):
+    with FakeUpstream(text("hello"), delay=1) as fake:
+        g = start_gateway(fake.base_url)
+        for stream in (True, False):
+            body = json.dumps({"model": MODEL, "stream": stream,
+                               "messages": [{"role": "user", "content": "hi"}]}).encode()
+            with socket.create_connection(("127.0.0.1", g.port)) as s:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Authorization: Bearer " + g.key_a.encode() + b"\r\n"
+                          b"X-Conversation-Id: left\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                time.sleep(0.2)  # the request is under way, waiting for the model
+            start = time.monotonic()
+            resp = ask(g, "again", conv="left")  # the conversation is free again
+            assert resp.choices[0].message.content == "hello"
+            assert time.monotonic() - start < 30
+        assert g.proc.poll() is None
