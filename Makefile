@@ -154,7 +154,7 @@ $(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS)) $(BUILD)/obj
 
 $(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -pthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -lcrypto -pthread
 
 $(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
@@ -193,6 +193,12 @@ $(BUILD)/tests/test_secret: $(call obj,tests/unit/test_secret.c $(TEST_LIB) src/
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
+
+# The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
+RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code
+$(RAWAGENT_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/%.c tests/lib/rawagent.c $(TEST_LIB) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

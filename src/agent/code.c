@@ -13,7 +13,6 @@
 #include "agent/conn.h"
 #include "agent/exec.h"
 #include "agent/proc.h"
-#include "agent/sys.h"
 #include "agent/user.h"
 #include "common/clock.h"
 #include "common/proto.h"
@@ -39,7 +38,7 @@ static const struct lang {
 	const char *name, *prog, *script, *text;
 	const char *flags[3]; /* between the program and the script */
 } langs[] = {
-	{"python", "python3", "kernel.py", interp_python, {"-q"}},
+	{"python", "python3", "kernel.py", interp_python, {NULL}},
 	{"bash", "bash", "kernel.sh", interp_bash, {"--noprofile", "--norc"}},
 };
 
@@ -256,12 +255,6 @@ fail:
 	return r;
 }
 
-/* Sends P_ERROR for a failed ctx_start. */
-static void start_error(struct conn *c, uint32_t id, int r, const char *err)
-{
-	conn_send_error(c, id, -r, "%s", err);
-}
-
 /* The attributes that name and describe a context: A_CONTEXT (required), A_LANGUAGE,
  * A_USER, A_CWD into x (the slot is not taken): 0, or -1 after P_ERROR. */
 static int parse_ctx(struct conn *c, const struct proto_frame *f, struct ctx *x, bool *lang_given)
@@ -333,7 +326,7 @@ static struct ctx *ctx_new(struct conn *c, uint32_t id, const struct ctx *tmpl)
 	int r = ctx_start(x, err, sizeof(err));
 	if (r < 0) {
 		memset(x, 0, sizeof(*x));
-		start_error(c, id, r, err);
+		conn_send_error(c, id, -r, "%s", err);
 		return NULL;
 	}
 	return x;
@@ -413,7 +406,7 @@ void code_ctx_restart(struct conn *c, const struct proto_frame *f)
 	char err[PROTO_MAX_STR];
 	int r = ctx_start(x, err, sizeof(err));
 	if (r < 0)
-		start_error(c, f->id, r, err);
+		conn_send_error(c, f->id, -r, "%s", err);
 	else
 		put_ctx(c, P_OK, f->id, x);
 }
@@ -543,7 +536,7 @@ void code_run(struct conn *c, const struct proto_frame *f)
 		x->proc = 0;
 		int r = ctx_start(x, err, sizeof(err));
 		if (r < 0) {
-			start_error(c, f->id, r, err);
+			conn_send_error(c, f->id, -r, "%s", err);
 			return;
 		}
 		restarted = true;

@@ -52,6 +52,29 @@ def test_exec_stdin(daemon, sbx):
     assert r.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
 
 
+def test_code_keeps_state_and_fails_with_the_code(daemon, sbx):
+    r = cpuos(daemon, "code", sbx, "-l", "bash", "KEPT=5; cd /tmp", key=daemon.key_a)
+    assert (r.returncode, r.stdout, r.stderr) == (0, b"", b""), r
+    r = cpuos(daemon, "code", sbx, "-c", "bash", "-", stdin=b"echo $KEPT $(pwd); false", key=daemon.key_a)
+    assert (r.returncode, r.stdout) == (1, b"5 /tmp\n") and b"ExitStatus: 1" in r.stderr, r
+    r = cpuos(daemon, "code", sbx, "print(1)", key=daemon.key_a)  # no python in the base template
+    assert r.returncode == 1 and r.stderr.count(b"\n") == 1 and b"python3" in r.stderr, r
+
+
+def test_code_prints_values_and_saves_figures(daemon, tmp_path):
+    r = cpuos(daemon, "create", "-T", "python", key=daemon.key_a)
+    sid = r.stdout.decode().strip()
+    try:
+        r = cpuos(daemon, "code", sid, "--save", str(tmp_path),
+                  "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nprint('drawn')\n6 * 7", key=daemon.key_a)
+        assert r.returncode == 0 and r.stdout == b"drawn\n42\n", r
+        assert (tmp_path / "figure-1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        r = cpuos(daemon, "code", sid, "--json", "1 / 0", key=daemon.key_a)
+        assert r.returncode == 1 and json.loads(r.stdout)["error"]["name"] == "ZeroDivisionError"
+    finally:
+        cpuos(daemon, "kill", sid)
+
+
 def test_cp_both_ways(daemon, sbx, tmp_path):
     src, back = tmp_path / "up.bin", tmp_path / "down.bin"
     src.write_bytes(os.urandom(3 << 20))

@@ -160,7 +160,7 @@ static void check_host_output(struct pbuf *seen, int final)
 	ssize_t n;
 	while ((n = proto_parse(seen->data + off, seen->len - off, &f)) > 0) {
 		if (f.id == 0 ||
-		    (f.type > P_CANCEL && f.type != P_DATA && f.type != 33 /* P_CREDIT */))
+		    (f.type > P_CANCEL && f.type != P_CODE && f.type != P_DATA && f.type != P_CREDIT))
 			BUG("host sent frame type %u id %u", f.type, f.id);
 		if (f.type != P_DATA && proto_check_attrs(&f) < 0)
 			BUG("host sent a malformed attribute list (type %u)", f.type);
@@ -226,7 +226,7 @@ static void fake_sbx(struct sbx *s)
 static struct sop *start_sop(struct sbx *s, enum sop_mode mode, uint16_t type)
 {
 	struct sop *op = sop_new(mode, 64);
-	if (!op)
+	if (!op || (type == P_CODE && sop_code_begin(op, "default", "python") < 0))
 		BUG("out of memory");
 	int err = 0;
 	struct pbuf *b = sbx_begin(s, type, op, &err);
@@ -269,6 +269,10 @@ static void check_results(struct sop *op)
 	json_t *e = sop_entry(op);
 	if (e && !json_is_object(e))
 		BUG("op %u: the stat entry is not an object", op->id);
+	json_t *x = sop_code_result(op);
+	if (op->type == P_CODE && op->done && (!json_is_object(x) || !json_is_array(json_object_get(x, "results"))))
+		BUG("op %u: a code call's execution is not an object with results", op->id);
+	json_decref(x);
 	for (int stream = 0; stream < 2; stream++) {
 		int cut = 0;
 		const struct pbuf *b = sop_output(op, stream, &cut);
@@ -294,18 +298,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Operation ids are handed out in order, so the seeds can name them:
 	 * 1 plain exec, 2 spawning exec, 3 cancelling stat (cancels 1),
 	 * 4 aborting list, 5..10 sandbox operations, 11 fire-and-forget,
-	 * 12 an operation abandoned at once, 13 its P_CANCEL. */
+	 * 12 an operation abandoned at once, 13 its P_CANCEL, 14 and 15 code
+	 * calls (below). */
 	start_rec(R_PLAIN, P_EXEC);
 	start_rec(R_SPAWN, P_EXEC);
 	g.cancel_target = g.recs[0].id;
 	start_rec(R_CANCEL, P_STAT);
 	start_rec(R_ABORT, P_LIST);
-	struct sop *sops[6] = {
+	struct sop *sops[8] = {
 	    start_sop(&s, SOP_COLLECT, P_EXEC),	 start_sop(&s, SOP_QUEUE, P_FREAD),
 	    start_sop(&s, SOP_NDJSON, P_ATTACH), start_sop(&s, SOP_DISCARD, P_STAT),
 	    start_sop(&s, SOP_DISCARD, P_LIST),	 start_sop(&s, SOP_DISCARD, P_PS),
 	};
-	int nsops = 6;
+	int nsops = 8;
 	struct pbuf *b = agentc_begin(g.c, P_SETTIME, NULL, NULL, NULL);
 	if (!b || proto_put_u64(b, A_TIME_NS, 1) < 0 || agentc_end(g.c) < 0)
 		BUG("cannot queue a fire-and-forget request");
@@ -313,6 +318,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Stdin for the attach: raw bytes on a live operation. */
 	if (sbx_data(&s, sops[2], PF_EOF, "input\n", 6, 0) < 0)
 		BUG("sbx_data on a live operation failed");
+	/* 14 and 15: code calls, answered whole and streamed. */
+	sops[6] = start_sop(&s, SOP_COLLECT, P_CODE);
+	sops[7] = start_sop(&s, SOP_NDJSON, P_CODE);
 
 	/* Odd-sized inputs end with the agent closing its end (EOF); even ones
 	 * with the host closing the connection while operations are pending. */

@@ -14,6 +14,7 @@ gateway: an upstream's streamed and whole answers (text, tool calls in pieces, e
       events) and cpuosd's execution objects (figures, errors, hostile images); the first
       byte is how many bytes fuzz_gateway feeds the event parser at a time, less one.
 """
+import base64
 import json
 import os
 import struct
@@ -22,12 +23,14 @@ import sys
 # Frame types and attribute tags (src/common/proto.h).
 P_HELLO, P_PING, P_EXEC, P_ATTACH, P_WAIT, P_SIGNAL, P_PS = 1, 2, 3, 4, 5, 6, 7
 P_FWRITE, P_FREAD, P_STAT, P_LIST, P_MKDIR, P_CANCEL = 8, 9, 10, 11, 12, 18
+P_CODE = 20
 P_DATA, P_CREDIT = 32, 33
-P_OK, P_ERROR, P_STARTED, P_STDOUT, P_STDERR, P_EXIT, P_ENTRY, P_NOTICE = 64, 65, 66, 67, 68, 69, 70, 71
+P_OK, P_ERROR, P_STARTED, P_STDOUT, P_STDERR, P_EXIT, P_ENTRY, P_NOTICE, P_EVENT = 64, 65, 66, 67, 68, 69, 70, 71, 72
 A_VERSION, A_AGENT, A_ARG, A_ENV, A_TIMEOUT_MS = 1, 2, 3, 5, 8
 A_PROC, A_PID, A_PATH, A_MODE, A_ERRNO, A_MESSAGE = 11, 12, 14, 16, 21, 22
 A_EXIT_CODE, A_SIGNAL, A_TIMED_OUT, A_SIZE, A_MTIME_NS, A_UID, A_GID = 23, 24, 25, 26, 27, 28, 29
 A_LINK, A_STATE, A_CMD, A_NOTICE, A_TARGET, A_CREDIT = 30, 31, 32, 33, 35, 40
+A_LANGUAGE, A_RESTARTED, A_DIED = 45, 48, 49
 PF_EOF = 1
 
 
@@ -71,8 +74,10 @@ def agentc_seeds():
     # The operations fuzz_agentc starts, by id.
     PLAIN, SPAWN, CANCELS, ABORTS = 1, 2, 3, 4
     COLLECT, QUEUE, NDJSON, STAT, LIST, PS = 5, 6, 7, 8, 9, 10
-    SETTIME, ABANDONED, CANCEL1, CANCEL2 = 11, 12, 13, 14
-    SPAWNED = 15  # the first operation a callback starts
+    SETTIME, ABANDONED, CANCEL1 = 11, 12, 13
+    CODE, CODE_STREAM = 14, 15
+    CANCEL2 = 16  # the P_CANCEL of the reader that leaves halfway
+    SPAWNED = 17  # the first operation a callback starts
 
     def started(op, proc=1, pid=100):
         return frame(P_STARTED, u32(A_PROC, proc) + u32(A_PID, pid), op=op)
@@ -100,7 +105,7 @@ def agentc_seeds():
 
     exec_flow = started(PLAIN) + frame(P_STDOUT, b"hello\n", op=PLAIN) + frame(P_STDERR, b"warn\n", op=PLAIN) + exit_(PLAIN)
     spawn_flow = started(SPAWN) + exit_(SPAWN) + started(SPAWNED) + exit_(SPAWNED, 3)
-    cancel_flow = frame(P_ENTRY, s(A_PATH, "/x"), op=CANCELS) + err(PLAIN, 125, b"cancelled") + ok(CANCELS) + ok(16)
+    cancel_flow = frame(P_ENTRY, s(A_PATH, "/x"), op=CANCELS) + err(PLAIN, 125, b"cancelled") + ok(CANCELS) + ok(18)
     abort_flow = entry(ABORTS, "a", 0o100644) + ok(ABORTS)
     collect = started(COLLECT, 2, 101) + frame(P_STDOUT, b"x" * 200, op=COLLECT) + frame(P_STDERR, b"\xff\xfe", op=COLLECT) + exit_(COLLECT, 1)
     queue = frame(P_DATA, b"file content", op=QUEUE) + frame(P_DATA, b"", flags=PF_EOF, op=QUEUE) + ok(QUEUE, u64(A_SIZE, 12))
@@ -111,7 +116,26 @@ def agentc_seeds():
     ps = ps_entry(PS, 1, 1, "python3 -c 'print(1)'") + ps_entry(PS, 2, 2, b"\xff\xfebad utf8") + ok(PS)
     tail = ok(SETTIME) + err(ABANDONED, 125, b"cancelled") + ok(CANCEL1) + ok(CANCEL2)
     notice = frame(P_NOTICE, u32(A_NOTICE, 1), op=0)
-    everything = exec_flow + spawn_flow + cancel_flow + abort_flow + collect + queue + ndjson + stat + listing + ps + notice + tail
+
+    def event(op, *lines):
+        return frame(P_EVENT, b"".join(l + b"\n" for l in lines), op=op)
+
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode()
+    code_flow = (frame(P_STARTED, u32(A_PROC, 4) + u32(A_PID, 104) + s(A_LANGUAGE, "python"), op=CODE)
+                 + frame(P_STDOUT, b"hi\n", op=CODE)
+                 + event(CODE, json.dumps({"type": "result", "is_main_result": True, "text": "42", "html": "<b>42</b>"}).encode(),
+                         json.dumps({"type": "result", "png": png, "json": {"a": [1]}}).encode())
+                 + frame(P_EVENT, json.dumps({"type": "error", "name": "E", "value": "v", "traceback": "t"}).encode()[:20], op=CODE)
+                 + frame(P_EVENT, json.dumps({"type": "error", "name": "E", "value": "v", "traceback": "t"}).encode()[20:] + b"\n", op=CODE)
+                 + event(CODE, b'{"type": "end", "execution_count": 3}')
+                 + frame(P_OK, u32(A_TIMED_OUT, 1), op=CODE))
+    code_stream = (frame(P_STARTED, u32(A_PROC, 5) + u32(A_PID, 105) + u32(A_RESTARTED, 1) + s(A_MESSAGE, "the kernel had been killed by signal 9"), op=CODE_STREAM)
+                   + event(CODE_STREAM, b"not json", b'{"type": "result", "png": "!!"}', b'[1]', b'{"type": "result", "text": 5}',
+                           json.dumps({"type": "result", "text": "caf\u00e9 " * 300}).encode())
+                   + frame(P_STDERR, b"\xff", op=CODE_STREAM)
+                   + frame(P_OK, u32(A_DIED, 1) + s(A_MESSAGE, b"the kernel was killed by signal 9\xff"), op=CODE_STREAM))
+    everything = (exec_flow + spawn_flow + cancel_flow + abort_flow + collect + queue + ndjson + stat + listing + ps + notice
+                  + code_flow + code_stream + tail)
 
     return {
         "exec": exec_flow,
@@ -121,6 +145,10 @@ def agentc_seeds():
         "collect": collect,
         "queue": queue,
         "ndjson": ndjson,
+        "code": code_flow,
+        "code_stream": code_stream,
+        "code_long_line": frame(P_STARTED, b"", op=CODE) + b"".join(frame(P_EVENT, b"x" * 60000, op=CODE) for _ in range(3))
+        + event(CODE, b'{"type": "result", "text": "after"}') + frame(P_OK, b"", op=CODE),
         "stat": stat,
         "list": listing,
         "ps": ps,
@@ -219,6 +247,14 @@ def http_seeds():
                                                                  "env": {"A": "1"}, "cwd": "/work", "background": False})),
         "exec_shell": (key, req("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "echo hi", "stdin": "data\n", "user": "root"})),
         "exec_bad": (key, req("POST", f"/v1/sandboxes/{sid}/exec", {"argv": [], "cmd": "x", "timeout": 1e300, "stdin": 5, "env": {"": "x"}})),
+        "code": (key, req("POST", f"/v1/sandboxes/{sid}/code", {"code": "df.head()", "context": "default", "language": "python",
+                                                                 "timeout": "2m", "stream": True, "figure_formats": ["png", "svg"]})),
+        "code_bad": (key, req("POST", f"/v1/sandboxes/{sid}/code", {"code": "a\u0000b", "context": "../x", "language": "cobol",
+                                                                     "figure_formats": ["gif", 1], "timeout": 0})),
+        "code_ctx_create": (key, req("POST", f"/v1/sandboxes/{sid}/code/contexts", {"id": "ctx.a-1", "cwd": "/work", "user": "root"})),
+        "code_ctx_list": (key, req("GET", f"/v1/sandboxes/{sid}/code/contexts")),
+        "code_ctx_restart": (key, req("POST", f"/v1/sandboxes/{sid}/code/contexts/{'c' * 70}/restart")),
+        "code_ctx_delete": (key, req("DELETE", f"/v1/sandboxes/{sid}/code/contexts/%2e%2e")),
         "procs": (key, req("GET", f"/v1/sandboxes/{sid}/processes")),
         "proc_get": (key, req("GET", f"/v1/sandboxes/{sid}/processes/1")),
         "proc_get_badpid": (key, req("GET", f"/v1/sandboxes/{sid}/processes/99999999999999999999")),

@@ -19,6 +19,7 @@ import linecache
 import os
 import random
 import signal
+import subprocess
 import sys
 import tokenize
 import traceback
@@ -65,6 +66,7 @@ class Kernel:
         sys.modules["__main__"] = main
         self.ns = main.__dict__
         builtins.display = self.display
+        builtins._cpuos_shell = shell
 
     # --- requests ---
 
@@ -160,7 +162,18 @@ class Kernel:
         """The cell as a code object for all but its last line, and one for that line when it
         is an expression (its value is the main result)."""
         flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        tree = compile(code, name, "exec", ast.PyCF_ONLY_AST | flags)
+        try:
+            tree = compile(code, name, "exec", ast.PyCF_ONLY_AST | flags)
+        except SyntaxError as e:
+            # Models write notebook lines too (`!pip install x`, `%matplotlib inline`), but a
+            # string may hold such a line: read as those only when the cell is not Python.
+            shell = notebook_lines(code)
+            if shell == code:
+                raise
+            try:
+                tree = compile(shell, name, "exec", ast.PyCF_ONLY_AST | flags)
+            except SyntaxError:
+                raise e from None
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             expr = ast.Expression(tree.body.pop().value)
@@ -206,7 +219,8 @@ class Kernel:
         for fmt in self.formats:
             buf = io.BytesIO()
             try:
-                fig.savefig(buf, format=fmt, bbox_inches="tight")
+                # Not bbox_inches="tight": that draws the figure twice, a second under TCG.
+                fig.savefig(buf, format=fmt)
             except Exception as e:
                 print(f"cannot render the figure as {fmt}: {e}", file=sys.stderr)
                 continue
@@ -316,6 +330,37 @@ def error_event(e):
     except Exception:
         value = "<str failed>"
     return {"type": "error", "name": type(e).__name__, "value": cut(value), "traceback": cut("".join(lines))}
+
+
+def notebook_lines(code):
+    """The cell with its notebook lines made Python: `!cmd` and `%pip`/`%conda` run in a shell,
+    `%cd DIR` changes directory, other `%magics` are dropped."""
+    out, quote = [], None
+    for line in code.splitlines():
+        body = line.lstrip()
+        indent = line[:len(line) - len(body)]
+        if quote:
+            pass  # inside a triple-quoted string: text, not a command
+        elif body.startswith("!"):
+            line = f"{indent}_cpuos_shell({body[1:]!r})"
+        elif body.startswith(("%pip ", "%conda ")):
+            line = f"{indent}_cpuos_shell({body[1:]!r})"
+        elif body.startswith("%cd "):
+            line = f"{indent}__import__('os').chdir({body[4:].strip()!r})"
+        elif body.startswith("%"):
+            line = f"{indent}pass"
+        for i in range(len(line) - 2):  # where triple-quoted strings open and close
+            if line[i:i + 3] in ('"""', "'''") and (quote is None or quote == line[i:i + 3]):
+                quote = None if quote else line[i:i + 3]
+        out.append(line)
+    return "\n".join(out)
+
+
+def shell(cmd):
+    """A notebook's `!cmd`: run by /bin/sh, its output the cell's, its status in `_exit_code`."""
+    flush_std()
+    status = subprocess.run(cmd, shell=True).returncode
+    sys.modules["__main__"].__dict__["_exit_code"] = status
 
 
 def ends_with_semicolon(code):

@@ -5,6 +5,7 @@
  */
 #include "cli/cpuos/cli.h"
 #include "cli/cpuos/cmd_admin.h"
+#include "cli/cpuos/cmd_code.h"
 #include "cli/cpuos/cmd_files.h"
 #include "cli/cpuos/cmd_net.h"
 #include "cli/cpuos/cmd_secret.h"
@@ -26,6 +27,7 @@ static const char usage[] =
     "  up                      start cpuosd unless it is running\n"
     "  create                  create a sandbox, print its id\n"
     "  exec SANDBOX -- CMD     run a command in a sandbox, streaming its output\n"
+    "  code SANDBOX [CODE]     run code in the sandbox's stateful interpreter\n"
     "  cp SRC DST              copy a file into or out of a sandbox (SANDBOX:/PATH)\n"
     "  ls [SANDBOX:/PATH]      list sandboxes, or files in a sandbox\n"
     "  kill SANDBOX...         stop sandboxes\n"
@@ -76,7 +78,7 @@ static const struct command {
 	int (*fn)(struct cli *c, int argc, char **argv);
 } commands[] = {
     {"up", cmd_up},	      {"create", cmd_create},
-    {"exec", cmd_exec},	      {"cp", cmd_cp},
+    {"exec", cmd_exec},	      {"code", cmd_code},	{"cp", cmd_cp},
     {"ls", cmd_ls},	      {"kill", cmd_kill},
     {"keys", cmd_keys},	      {"templates", cmd_templates},
     {"pause", cmd_pause},     {"resume", cmd_resume},
