@@ -16,7 +16,6 @@
 #include "gateway/upstream.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,13 +239,13 @@ static int all_ours(struct run *r, json_t *calls)
  * r->fail (or r->gone) otherwise. */
 static json_t *loop(struct run *r, char *finish, size_t finishlen, int *stopped)
 {
-	char why[256] = "out of memory";
+	char why[256];
 	json_t *messages = json_deep_copy(json_object_get(r->q->body, "messages"));
 	json_t *tools = tool_list(json_object_get(r->q->body, "tools"), r->g->cfg->tool_name, why,
-				  sizeof(why));
+				  sizeof(why)); /* checked by chat_check: NULL is no memory */
 	json_t *final = NULL;
 	if (!messages || !tools) {
-		set_fail(r, 400, "invalid_request_error", "invalid_tools", "%s", why);
+		set_fail(r, 500, "server_error", "internal", "out of memory");
 		goto out;
 	}
 	if (run_pending(r, messages) < 0)
@@ -393,14 +392,11 @@ struct later {
 	int locked;
 };
 
-static void *finish_later(void *arg)
+static void finish_later(void *arg)
 {
 	struct later *l = arg;
-	log_set_tag("gateway");
 	finish_run(l->g, &l->q, l->sbx, l->locked);
-	atomic_fetch_sub(&l->g->background, 1);
 	free(l);
-	return NULL;
 }
 
 /* Pauses the sandbox in a thread of its own, so a whole answer need not
@@ -408,19 +404,11 @@ static void *finish_later(void *arg)
 static void finish_soon(struct run *r)
 {
 	struct later *l = r->sbx && sbxc_id(r->sbx)[0] ? malloc(sizeof(*l)) : NULL;
-	pthread_t t;
-	pthread_attr_t attr;
 	if (l) {
 		*l = (struct later){ .g = r->g, .q = *r->q, .sbx = r->sbx, .locked = r->locked };
 		l->q.body = NULL;
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		atomic_fetch_add(&r->g->background, 1);
-		int e = pthread_create(&t, &attr, finish_later, l);
-		pthread_attr_destroy(&attr);
-		if (e == 0)
+		if (gw_spawn(r->g, finish_later, l) == 0)
 			return;
-		atomic_fetch_sub(&r->g->background, 1);
 		free(l);
 	}
 	finish_run(r->g, r->q, r->sbx, r->locked);

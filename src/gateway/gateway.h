@@ -32,6 +32,10 @@ struct gw {
 json_t *gw_error(const char *type, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* Runs fn(arg) in a detached thread counted in g->background (which the
+ * stop waits for): 0, or -errno with fn never called. */
+int gw_spawn(struct gw *g, void (*fn)(void *arg), void *arg);
+
 /* An upstream call's failure as the caller sees it: *status and the error
  * body. Errors of the request itself keep their status (a bad model name
  * is a 404 whoever says it, a rate limit a 429 so clients back off); the

@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,9 @@ int gw_conv_ok(const char *s, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
 			return 0;
-	return 1;
+	json_t *utf8 = json_stringn(s, n); /* it goes into JSON: answers, metadata */
+	json_decref(utf8);
+	return utf8 != NULL;
 }
 
 static json_t *parse_body(struct gw_req *r)
@@ -106,19 +107,16 @@ static void w_end(void *arg)
 	w->fd = -1;
 }
 
-static void *worker_main(void *arg)
+static void worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct chat_io io = { .head = w_head, .data = w_data, .end = w_end, .arg = w };
 	unsigned status;
 	json_t *answer;
-	log_set_tag("gateway");
 	chat_run(w->g, &w->q, &io, &status, &answer);
 	w_end(w);
 	json_decref(w->q.body);
-	atomic_fetch_sub(&w->g->background, 1);
 	free(w);
-	return NULL;
 }
 
 /* Reads the head: its status, with body (an error answer) in buf. 0, or
@@ -164,21 +162,14 @@ static int stream(struct gw_req *r, const struct chat_req *q)
 				      strerror(e));
 	}
 	*w = (struct worker){ .g = r->g, .q = *q, .fd = fds[1] };
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	atomic_fetch_add(&r->g->background, 1);
-	int e = pthread_create(&t, &attr, worker_main, w);
-	pthread_attr_destroy(&attr);
+	int e = gw_spawn(r->g, worker_main, w);
 	if (e) {
-		atomic_fetch_sub(&r->g->background, 1);
 		json_decref(w->q.body);
 		free(w);
 		close(fds[0]);
 		close(fds[1]);
 		return gw_reply_error(r, 503, "server_error", "busy", "cannot start a stream: %s",
-				      strerror(e));
+				      strerror(-e));
 	}
 	struct head h;
 	char *buf = malloc(MAX_HEAD_BODY);

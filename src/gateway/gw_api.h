@@ -11,8 +11,8 @@
 #include <stddef.h>
 
 /* A conversation id as the gateway takes it (the X-Conversation-Id header,
- * the request's "user", or the files route's path): 1..GW_CONV_MAX bytes,
- * none of them a control character. 1 if s[0..n) is one. */
+ * the request's "user", or the files route's path): 1..GW_CONV_MAX bytes of
+ * UTF-8 without control characters. 1 if s[0..n) is one. */
 int gw_conv_ok(const char *s, size_t n);
 
 #endif

@@ -120,13 +120,12 @@ static int gone(struct sbxc *c)
 	return g;
 }
 
-/* What a failed call means: -EINVAL for the model (cpuosd refused it),
- * -EIO for the caller (cpuosd failed, is overloaded or unreachable). */
-static int refusal(struct sbxc *c, const char *what, char *err, size_t errlen)
+/* What a call that failed with r (api_*'s code) and status st means:
+ * -EINVAL for the model (cpuosd refused the call), -EIO for the caller
+ * (cpuosd failed, is overloaded or cannot be reached). */
+static int refusal(int r, long st)
 {
-	long st = api_status(c->api);
-	snprintf(err, errlen, "%s: %s", what, api_error(c->api));
-	return st >= 400 && st < 500 && st != 429 && st != 408 ? -EINVAL : -EIO;
+	return r == -EPROTO && st >= 400 && st < 500 && st != 429 && st != 408 ? -EINVAL : -EIO;
 }
 
 /* Runs one call on the sandbox (made first if there is none), replacing a
@@ -145,13 +144,14 @@ static int with_sandbox(struct sbxc *c, int (*call)(struct sbxc *c, void *arg), 
 			c->used = 1;
 			return 0;
 		}
+		long st = api_status(c->api);
+		snprintf(err, errlen, "%s: %s", what, api_error(c->api)); /* before gone() asks */
 		if (r == -EPROTO && !fresh && attempt == 0 && gone(c)) {
 			log_info("sandbox %s is gone: a new one for its conversation", c->id);
 			c->id[0] = '\0';
 			continue;
 		}
-		return r == -EPROTO ? refusal(c, what, err, errlen)
-				    : (snprintf(err, errlen, "%s: %s", what, api_error(c->api)), -EIO);
+		return refusal(r, st);
 	}
 }
 
@@ -185,7 +185,7 @@ static int run_call(struct sbxc *c, void *arg)
 int sbxc_run(struct sbxc *c, const char *code, json_t **exec, char *err, size_t errlen)
 {
 	struct run_arg a = { .code = code };
-	int r = with_sandbox(c, run_call, &a, "the sandbox refused the code", err, errlen);
+	int r = with_sandbox(c, run_call, &a, "cannot run the code", err, errlen);
 	*exec = a.exec;
 	return r;
 }

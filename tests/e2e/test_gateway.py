@@ -325,6 +325,8 @@ def test_bad_requests(gw):
     assert status == 400 and err["code"] == "invalid_conversation"
     status, err = post({**ok, "user": "x" * 257})
     assert status == 400 and err["code"] == "invalid_conversation"
+    status, err = post(ok, headers={"X-Conversation-Id": "caf\xe9"})  # Latin-1, not UTF-8
+    assert status == 400 and err["code"] == "invalid_conversation"
     status, err = post(b"x" * (9 << 20))
     assert (status, err["code"]) == (413, "payload_too_large")
     r = gw.http("GET", "/v1/nope", key=gw.key_a)
