@@ -49,11 +49,10 @@ def by_exec(sbx):
 
 def by_code(sbx):
     t0 = time.monotonic()
-    x = sbx._client.request("POST", f"/v1/sandboxes/{sbx.id}/code",
-                            json_body={"code": ANALYSIS_CODE, "timeout": "5m"})
+    x = sbx.run_code(ANALYSIS_CODE, timeout="5m")
     ms = (time.monotonic() - t0) * 1000
-    assert x["error"] is None and "GREW_MOST" in x["stdout"], x["error"]
-    assert any("png" in r for r in x["results"]), "no chart among the results"
+    assert x.error is None and "GREW_MOST" in "".join(x.logs.stdout), x.error
+    assert any(r.png for r in x.results), "no chart among the results"
     return ms
 
 

@@ -102,6 +102,11 @@ def test_an_error_has_name_value_traceback_and_the_next_call_works(daemon, sbx):
     assert main_text(run(daemon, sbx, "value + 1")) == "8"
 
 
+def test_notebook_lines_run_in_a_shell(daemon, sbx):
+    x = run(daemon, sbx, "%matplotlib inline\n!echo from $0 as $(id -un)\n_exit_code")
+    assert x["stdout"] == "from /bin/sh as user\n" and main_text(x) == "0", x
+
+
 def test_a_timeout_interrupts_and_the_context_survives(daemon, sbx):
     run(daemon, sbx, "kept = 'still here'")
     t0 = time.monotonic()

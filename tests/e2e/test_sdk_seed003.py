@@ -167,3 +167,44 @@ def test_code_interpreter_step_cap(daemon, sandbox):
     assert [s.stdout for s in answer.steps] == ["again\n"] * 3
     assert len(fake.requests) == 3
     assert sandbox.info().state == "running"  # not the interpreter's to kill
+
+
+QUESTION = ("Load /work/sales.csv, plot revenue per month to /work/chart.png "
+            "and tell me which month grew the most.")
+
+
+def test_code_interpreter_run_code_mode(daemon):
+    data = sales_csv(seed=5)
+    expected = grew_most(data)
+    with FakeOpenAI() as fake, cpuos.CodeInterpreter(base_url=fake.base_url, api_key="k",
+                                                     mode="run_code") as ci:
+        ci.sandbox.files.write("/work/sales.csv", data)
+        answer = ci.ask(QUESTION)
+        later = ci.sandbox.run_code("str(best)")  # the model's variables live on in the kernel
+    assert expected in answer.text, answer
+    assert len(answer.charts) == 1 and png_size(answer.charts[0])[0] > 0, answer.charts
+    assert sorted(answer.files) == ["/work/chart.png"]  # the code saved it as well
+    [step] = answer.steps
+    assert (step.exit_code, step.error) == (None, None) and f"GREW_MOST {expected}" in step.stdout
+    assert [r.png for r in step.results] == answer.charts
+    content = fake.tool_messages()[0]["content"]
+    tool = json.loads(content)
+    assert sorted(tool) == ["error", "result", "stderr", "stdout"] and tool["error"] is None, tool
+    assert "iVBOR" not in content and len(content) < 8000  # no image data for the model
+    assert "notebook cell" in fake.requests[0][1]["tools"][0]["function"]["description"]
+    assert later.text == repr(expected)
+
+
+def test_code_interpreter_run_code_mode_keeps_state_in_its_context(daemon, sandbox):
+    ctx = sandbox.create_code_context()
+    code = "calls = globals().get('calls', 0) + 1\nprint('call', calls)"
+    try:
+        with FakeOpenAI(code=code, loop=True) as fake:
+            ci = cpuos.CodeInterpreter(sandbox=sandbox, base_url=fake.base_url, api_key="k",
+                                       max_steps=3, mode="run_code", context=ctx)
+            answer = ci.ask("count")
+            ci.close()
+        assert [s.stdout for s in answer.steps] == ["call 1\n", "call 2\n", "call 3\n"]
+        assert answer.charts == [] and sandbox.run_code("'calls' in globals()").text == "False"
+    finally:
+        sandbox.remove_code_context(ctx)

@@ -20,6 +20,7 @@ import pytest
 import cpuos
 from cpuos import _client, process
 from cpuos.errors import error_from_response
+from fake_openai import FakeOpenAI
 
 
 def test_durations():
@@ -521,6 +522,10 @@ def test_tail_keeps_the_end():
     short = process.Tail(cap=10)
     short.add("abc")
     assert (short.text(), short.truncated) == ("abc", False)
+    chunks = process.Tail(cap=10)
+    for piece in ("abcd", "efgh", "ijkl", "mnop", "qrst", "uvwx"):
+        chunks.add(piece)
+    assert (chunks.chunks(), chunks.truncated) == (["op", "qrst", "uvwx"], True)
 
 
 def test_package_ships_py_typed():
@@ -894,6 +899,254 @@ def test_usage_errors(fake):
         cpuos.usage(from_=12, **kw)
 
 
+# run_code and its contexts: the requests the SDK sends, whole and streamed answers, the order of
+# the callbacks, base64 results, cut streams and error statuses, against the fake; and
+# CodeInterpreter's mode "run_code" between the fake and a scripted model.
+
+CODE = "/v1/sandboxes/sbx_1/code"
+CONTEXTS = CODE + "/contexts"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))  # the exact bytes matter, not the image
+EXECUTION = {
+    "context": "default", "language": "python", "execution_count": 3,
+    "results": [{"is_main_result": False, "text": "<Figure size 640x480 with 1 Axes>",
+                 "png": base64.b64encode(PNG).decode()},
+                {"is_main_result": True, "text": "   a\n0  1", "html": "<table border=\"1\">",
+                 "json": {"a": [1]}, "application/vnd.future": "x"}],
+    "stdout": "loaded 1096 rows\n", "stderr": "", "stdout_truncated": False,
+    "stderr_truncated": True, "error": None, "timed_out": False, "kernel_restarted": False,
+    "restart_reason": None, "results_truncated": False, "duration_ms": 41}
+END = {"type": "end", "context": "default", "language": "python", "execution_count": 4,
+       "timed_out": False, "kernel_restarted": False, "restart_reason": None,
+       "results_truncated": False, "duration_ms": 12}
+CTX = {"id": "analysis", "language": "python", "cwd": "/work", "user": "user", "state": "idle",
+       "pid": 7}
+
+
+def test_run_code_whole_answer(fake):
+    fake.routes[("POST", CODE)] = lambda h, q, b: h.send_json(200, EXECUTION)
+    ex = _sandbox(fake).run_code("df.describe()")
+    assert isinstance(ex, cpuos.Execution)
+    assert fake.bodies("POST", CODE) == [{"code": "df.describe()", "timeout": "5m"}]
+    fig, main = ex.results
+    assert (fig.png, fig.text, fig.is_main_result, fig.formats()) == (
+        PNG, "<Figure size 640x480 with 1 Axes>", False, ["text", "png"])
+    assert (main.html, main.json, main.is_main_result, main.extra) == (
+        "<table border=\"1\">", {"a": [1]}, True, {"application/vnd.future": "x"})
+    assert main.formats() == ["text", "html", "json", "application/vnd.future"]
+    assert ex.text == "   a\n0  1"
+    assert (ex.logs.stdout, ex.logs.stderr, ex.error) == (["loaded 1096 rows\n"], [], None)
+    assert (ex.context, ex.language, ex.execution_count, ex.duration_ms) == ("default", "python", 3, 41)
+    assert (ex.stdout_truncated, ex.stderr_truncated, ex.timed_out, ex.kernel_restarted) == (
+        False, True, False, False)
+    shown = repr(ex)
+    assert f"png=<{len(PNG)} bytes>" in shown and "iVBOR" not in shown and "execution_count=3" in shown
+    fake.routes[("POST", CODE)] = lambda h, q, b: h.send_json(200, dict(EXECUTION, results=[]))
+    assert _sandbox(fake).run_code("x = 1").text is None  # no main result
+
+
+def test_run_code_request_bodies(fake):
+    fake.routes[("POST", CODE)] = lambda h, q, b: h.send_json(200, EXECUTION)
+    sbx = _sandbox(fake)
+    sbx.run_code("echo hi", language="bash", context="sh1", timeout=90)
+    sbx.run_code("x", context=cpuos.CodeContext.from_json(CTX), timeout=None,
+                 figure_formats=("png", "svg"))
+    assert fake.bodies("POST", CODE) == [
+        {"code": "echo hi", "language": "bash", "context": "sh1", "timeout": 90},
+        {"code": "x", "context": "analysis", "figure_formats": ["png", "svg"]}]
+    with pytest.raises(TypeError, match="code is a str"):
+        sbx.run_code(b"print(1)")
+    with pytest.raises(TypeError, match="figure_formats"):
+        sbx.run_code("x", figure_formats="svg")
+    with pytest.raises(TypeError, match="context"):
+        sbx.run_code("x", context=3)
+    assert len(fake.bodies("POST", CODE)) == 2  # refused before a request
+
+
+def test_run_code_callbacks_come_in_order_as_lines_arrive(fake):
+    arrived = threading.Event()
+    waited = []
+    traceback = "Traceback (most recent call last):\n  File \"<cell 4>\", line 3\nValueError: bad"
+
+    def answer(h, q, b):
+        h.send_ndjson([
+            {"type": "stdout", "data": "one\n"},
+            # The rest only after the client has called back for the first line (or 5 s).
+            lambda: waited.append(arrived.wait(5)),
+            {"type": "result", "is_main_result": False, "text": "<Figure>",
+             "png": base64.b64encode(PNG).decode()},
+            {"type": "stderr", "data": "warn\n"},
+            {"type": "stdout", "data": "two\n"},
+            {"type": "progress", "data": "a later line type"},
+            {"type": "error", "name": "ValueError", "value": "bad", "traceback": traceback},
+            END,
+        ])
+
+    fake.routes[("POST", CODE)] = answer
+    seen = []
+
+    def on_stdout(text):
+        seen.append(("stdout", text))
+        arrived.set()
+
+    ex = _sandbox(fake).run_code("x", on_stdout=on_stdout,
+                                 on_stderr=lambda t: seen.append(("stderr", t)),
+                                 on_result=lambda r: seen.append(("result", r.png)),
+                                 on_error=lambda e: seen.append(("error", str(e))))
+    assert waited == [True]
+    assert seen == [("stdout", "one\n"), ("result", PNG), ("stderr", "warn\n"), ("stdout", "two\n"),
+                    ("error", "ValueError: bad")]
+    assert (ex.logs.stdout, ex.logs.stderr) == (["one\n", "two\n"], ["warn\n"])
+    assert [r.png for r in ex.results] == [PNG] and ex.text is None
+    assert (ex.error.name, ex.error.value, ex.error.traceback) == ("ValueError", "bad", traceback)
+    assert (ex.execution_count, ex.duration_ms, ex.context) == (4, 12, "default")
+    assert fake.bodies("POST", CODE) == [{"code": "x", "timeout": "5m", "stream": True}]
+    # One callback is enough to stream; the stream was read to its end, so its connection is reused.
+    assert _sandbox(fake).run_code("x", on_error=print).error.name == "ValueError"
+    assert fake.connections == 1
+
+
+def test_run_code_stream_without_its_end_is_an_error(fake):
+    fake.routes[("POST", CODE)] = lambda h, q, b: h.send_ndjson([
+        {"type": "stdout", "data": "half"}, {"type": "result", "text": "1"}])
+    got = []
+    with pytest.raises(cpuos.CpuosError, match="without its end line"):
+        _sandbox(fake).run_code("x", on_stdout=got.append, on_result=got.append)
+    assert got[0] == "half" and got[1].text == "1"
+
+
+def test_run_code_refuses_bad_results(fake):
+    answers = iter([dict(EXECUTION, results=[{"png": "not base64!"}]),
+                    dict(EXECUTION, results=[{"png": "iVBORw0KGgo"}]),  # a length not of 4
+                    dict(EXECUTION, results=[{"jpeg": 12}]),
+                    dict(EXECUTION, results=[{"html": ["<b>"]}]),
+                    dict(EXECUTION, results={"text": "1"}),
+                    dict(EXECUTION, results=[{"pdf": "JVBE\nRi0x\n"}])])  # line breaks are fine
+    fake.routes[("POST", CODE)] = lambda h, q, b: h.send_json(200, next(answers))
+    sbx = _sandbox(fake)
+    for match in ("png is not valid base64", "png is not valid base64", "jpeg is a int",
+                  "html is a list", "not a list"):
+        with pytest.raises(cpuos.CpuosError, match=match):
+            sbx.run_code("x")
+    assert sbx.run_code("x").results[0].pdf == b"%PDF-1"
+
+
+def test_run_code_error_statuses(fake):
+    answers = iter([(409, "conflict", "context 'default' is busy"),
+                    (422, "invalid_argument", "language 'cobol' is not known"),
+                    (404, "not_found", "no sandbox 'sbx_1'"),
+                    (429, "quota_exceeded", "too many operations"),
+                    (503, "unavailable", "the VM died"),
+                    (409, "conflict", "context 'default' is busy")])
+    fake.routes[("POST", CODE)] = lambda h, q, b: _error(h, *next(answers))
+    sbx = _sandbox(fake)
+    for cls in (cpuos.ConflictError, cpuos.BadRequestError, cpuos.NotFoundError, cpuos.QuotaError,
+                cpuos.SandboxError):
+        with pytest.raises(cls):
+            sbx.run_code("x")
+    called = []
+    with pytest.raises(cpuos.ConflictError, match="busy") as e:  # streamed: before any line
+        sbx.run_code("x", on_stdout=called.append)
+    assert (e.value.status, e.value.code, called) == (409, "conflict", [])
+
+
+def test_run_code_returns_timeouts_and_restarts(fake):
+    fake.routes[("POST", CODE)] = lambda h, q, b: h.send_json(200, dict(
+        EXECUTION, results=[], timed_out=True, kernel_restarted=True,
+        restart_reason="the python kernel exited (signal 9)",
+        error={"name": "KeyboardInterrupt", "value": "", "traceback": "..."}))
+    ex = _sandbox(fake).run_code("while True: pass", timeout="1s")
+    assert (ex.timed_out, ex.kernel_restarted, str(ex.error)) == (True, True, "KeyboardInterrupt")
+    assert ex.restart_reason == "the python kernel exited (signal 9)"
+    assert "timed_out=True" in repr(ex) and "kernel_restarted=True" in repr(ex)
+
+
+def test_run_code_callbacks_with_an_answer_that_is_not_streamed(fake):
+    fake.routes[("POST", CODE)] = lambda h, q, b: h.send_json(200, dict(
+        EXECUTION, stderr="w\n", error={"name": "E", "value": "v"}))
+    seen = []
+    ex = _sandbox(fake).run_code("x", on_stdout=lambda t: seen.append(("out", t)),
+                                 on_stderr=lambda t: seen.append(("err", t)),
+                                 on_result=lambda r: seen.append(("result", r.is_main_result)),
+                                 on_error=lambda e: seen.append(("error", e.name)))
+    assert seen == [("out", "loaded 1096 rows\n"), ("err", "w\n"), ("result", False),
+                    ("result", True), ("error", "E")]
+    assert ex.error.traceback == ""
+
+
+def test_code_contexts(fake):
+    made = dict(CTX, id="ctx_0a1b2c3d")
+    fake.routes[("POST", CONTEXTS)] = lambda h, q, b: h.send_json(201, dict(made, **b))
+    fake.routes[("GET", CONTEXTS)] = lambda h, q, b: h.send_json(200, {"contexts": [CTX, made]})
+    fake.routes[("POST", CONTEXTS + "/analysis/restart")] = lambda h, q, b: h.send_json(
+        200, dict(CTX, pid=9))
+    fake.routes[("DELETE", CONTEXTS + "/ctx_0a1b2c3d")] = lambda h, q, b: h.send_empty(204)
+    fake.routes[("DELETE", CONTEXTS + "/a%2Fb")] = lambda h, q, b: _error(
+        h, 404, "not_found", "no context 'a/b'")
+    sbx = _sandbox(fake)
+    ctx = sbx.create_code_context()
+    assert isinstance(ctx, cpuos.CodeContext)
+    assert (ctx.id, ctx.language, ctx.cwd, ctx.user, ctx.state, ctx.pid) == (
+        "ctx_0a1b2c3d", "python", "/work", "user", "idle", 7)
+    sbx.create_code_context("bash", cwd="/tmp", id="sh", user="root")
+    assert fake.bodies("POST", CONTEXTS) == [
+        {"language": "python"}, {"language": "bash", "cwd": "/tmp", "id": "sh", "user": "root"}]
+    assert [c.id for c in sbx.list_code_contexts()] == ["analysis", "ctx_0a1b2c3d"]
+    assert sbx.restart_code_context("analysis").pid == 9
+    sbx.remove_code_context(ctx)
+    assert fake.requests[-1][:2] == ("DELETE", CONTEXTS + "/ctx_0a1b2c3d")
+    with pytest.raises(cpuos.NotFoundError):  # a context id is one path segment, whatever it holds
+        sbx.remove_code_context("a/b")
+    assert fake.requests[-1][:2] == ("DELETE", CONTEXTS + "/a%2Fb")
+    with pytest.raises(ValueError):
+        sbx.restart_code_context("")
+    fake.routes[("POST", CONTEXTS)] = lambda h, q, b: _error(h, 409, "conflict", "'sh' is taken")
+    with pytest.raises(cpuos.ConflictError):
+        sbx.create_code_context(id="sh")
+    fake.routes[("GET", CONTEXTS)] = lambda h, q, b: h.send_json(200, {"contexts": [{"pid": 1}]})
+    with pytest.raises(cpuos.CpuosError, match="without an id"):
+        sbx.list_code_contexts()
+
+
+def test_result_save(tmp_path):
+    fig = cpuos.Result.from_json({"png": base64.b64encode(PNG).decode(), "svg": "<svg/>"})
+    assert fig.save(tmp_path / "a.png") == "png" and (tmp_path / "a.png").read_bytes() == PNG
+    assert fig.save(str(tmp_path / "a.svg")) == "svg" and (tmp_path / "a.svg").read_text() == "<svg/>"
+    assert fig.save(tmp_path / "a.image") == "png"  # no suffix it knows: its first image
+    with pytest.raises(ValueError, match="no jpeg"):
+        fig.save(tmp_path / "a.jpg")
+    with pytest.raises(ValueError, match="no image"):
+        cpuos.Result(text="1").save(tmp_path / "b.png")
+    assert not (tmp_path / "a.jpg").exists() and not (tmp_path / "b.png").exists()
+
+
+def test_code_interpreter_run_code_mode(fake):
+    calls = []
+
+    def answer(h, q, b):
+        calls.append(b)
+        h.send_json(200, dict(EXECUTION, stdout=f"GREW_MOST 2025-07 {len(calls)}.00\n",
+                              error={"name": "Warning", "value": "v", "traceback": "t" * 5000}))
+
+    fake.routes[("POST", CODE)] = answer
+    with FakeOpenAI(code="df = load()", loop=True) as model:
+        ci = cpuos.CodeInterpreter(sandbox=_sandbox(fake), base_url=model.base_url, api_key="k",
+                                   mode="run_code", context="analysis", max_steps=2,
+                                   exec_timeout="30s")
+        answer = ci.ask("which month?")
+    assert calls == [{"code": "df = load()", "context": "analysis", "timeout": "30s"}] * 2
+    assert answer.charts == [PNG, PNG]  # the figure of each call, in order
+    assert [s.exit_code for s in answer.steps] == [None, None]
+    assert answer.steps[1].stdout == "GREW_MOST 2025-07 2.00\n" and answer.steps[1].error.name == "Warning"
+    assert [r.is_main_result for r in answer.steps[0].results] == [False, True]
+    tool = json.loads(model.tool_messages()[0]["content"])
+    assert tool == {"stdout": "GREW_MOST 2025-07 1.00\n", "stderr": "", "result": "   a\n0  1",
+                    "error": {"name": "Warning", "value": "v", "traceback": "t" * 2000}}
+    assert all("iVBOR" not in m["content"] for m in model.tool_messages())  # no image data
+    assert "notebook cell" in model.requests[0][1]["tools"][0]["function"]["description"]
+    with pytest.raises(ValueError, match="mode"):
+        cpuos.CodeInterpreter(sandbox=_sandbox(fake), base_url=model.base_url, mode="jupyter")
+
+
 # mypy --strict over the SDK, and over a program that uses `resume` both ways: one name that is a
 # classmethod on the class and a method on a handle must type-check as each.
 
@@ -933,6 +1186,36 @@ def turn(sbx: Sandbox) -> None:
 '''
 
 
+CODE_PROGRAM = '''
+from typing import List, Optional
+
+from cpuos import CodeContext, CodeInterpreter, Execution, ExecutionError, Sandbox
+
+
+def cell(sbx: Sandbox) -> None:
+    ctx: CodeContext = sbx.create_code_context(cwd="/work")
+    ex: Execution = sbx.run_code("1 + 1", context=ctx, on_result=lambda r: r.save("fig.png"),
+                                 on_error=lambda e: print(e.traceback), figure_formats=["svg"])
+    text: Optional[str] = ex.text
+    png: Optional[bytes] = ex.results[0].png
+    out: List[str] = ex.logs.stdout
+    err: Optional[ExecutionError] = ex.error
+    contexts: List[CodeContext] = sbx.list_code_contexts()
+    sbx.restart_code_context(ctx.id)
+    sbx.remove_code_context(ctx)
+    charts: List[bytes] = CodeInterpreter(sandbox=sbx, mode="run_code").ask("q").charts
+'''
+
+CODE_MISUSE = '''
+from cpuos import CodeInterpreter, Sandbox
+
+
+def cell(sbx: Sandbox) -> None:
+    png: str = sbx.run_code("1").results[0].png
+    CodeInterpreter(sandbox=sbx, mode="jupyter")
+'''
+
+
 def _mypy(*args):
     try:
         from mypy import api
@@ -956,3 +1239,15 @@ def test_resume_types_both_ways(tmp_path, monkeypatch):
     out, err, status = _mypy(str(bad))
     assert status == 1 and out.count("error:") == 2, out + err
     assert "Too many arguments" in out and "session_or_id" in out, out
+
+
+def test_run_code_types_for_callers(tmp_path, monkeypatch):
+    monkeypatch.setenv("MYPYPATH", os.path.dirname(os.path.dirname(cpuos.__file__)))
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text(CODE_PROGRAM)
+    bad.write_text(CODE_MISUSE)
+    out, err, status = _mypy(str(good))
+    assert status == 0, out + err
+    out, err, status = _mypy(str(bad))
+    assert status == 1 and out.count("error:") == 2, out + err
+    assert '"bytes | None"' in out and "'jupyter'" in out, out

@@ -8,6 +8,7 @@ from .errors import (AuthenticationError, BadRequestError, ConflictError, CpuosE
 from .files import Entry, Files
 from .interpreter import Answer, CodeInterpreter, ModelError, Step
 from .process import ExecResult, Process
+from .run_code import CodeContext, Execution, ExecutionError, Logs, Result
 from .secret import Secret
 from .sandbox import Sandbox, SandboxPaginator
 
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "SandboxPaginator", "Client", "PoolStats", "Files", "Entry", "Process", "ExecResult",
     "Checkpoint", "Secret", "Usage", "Price", "usage",
+    "Execution", "Result", "Logs", "ExecutionError", "CodeContext",
     "CodeInterpreter", "Answer", "Step",
     "CpuosError", "AuthenticationError", "NotFoundError", "BadRequestError", "ConflictError",
     "QuotaError", "SandboxError", "TimeoutError", "ModelError",

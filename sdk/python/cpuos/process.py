@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import signal as _signal
@@ -84,12 +85,12 @@ def events(resp: Response, what: str) -> Iterator[dict[str, Any]]:
 
 
 class Tail:
-    """The last `cap` characters of a stream of text chunks, without joining on every chunk."""
+    """The last `cap` characters of a stream of text chunks, kept as the chunks they came in."""
 
     def __init__(self, cap: int = OUTPUT_TAIL) -> None:
         self.cap = cap
         self.truncated = False
-        self._chunks: list[str] = []
+        self._chunks: collections.deque[str] = collections.deque()
         self._size = 0
 
     def add(self, text: str) -> None:
@@ -97,16 +98,26 @@ class Tail:
         self._chunks.append(text)
         self._size += len(text)
         if self._size > 2 * self.cap:
-            self._chunks = [self.text()]
-            self._size = len(self._chunks[0])
+            self._trim()
+
+    def _trim(self) -> None:
+        while self._size - len(self._chunks[0]) >= self.cap:
+            self._size -= len(self._chunks.popleft())
+        if self._size > self.cap:
+            self._chunks[0] = self._chunks[0][self._size - self.cap:]
+            self._size = self.cap
+        self.truncated = True
+
+    def chunks(self) -> list[str]:
+        """The kept chunks: all of them, or those of the last `cap` characters (the first one
+        cut; then `truncated` is set)."""
+        if self._size > self.cap:
+            self._trim()
+        return list(self._chunks)
 
     def text(self) -> str:
         """The kept text: everything, or its last `cap` characters (then `truncated` is set)."""
-        whole = "".join(self._chunks)
-        if len(whole) > self.cap:
-            self.truncated = True
-            whole = whole[-self.cap:]
-        return whole
+        return "".join(self.chunks())
 
 
 class Process:

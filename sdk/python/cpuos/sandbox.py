@@ -1,5 +1,5 @@
 """Sandboxes: create, connect, list, exec, kill; pause, resume, fork and checkpoint; their
-network policy."""
+network policy; run_code and its contexts (from run_code.CodeMethods)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from .checkpoint import Checkpoint
 from .errors import CpuosError, TimeoutError
 from .files import Files
 from .process import ExecResult, Process, Tail, events
+from .run_code import CodeMethods
 
 _CREATE_TIMEOUT = 600.0  # a cold boot under TCG can take a while; so can saving a VM's memory
 
@@ -73,12 +74,13 @@ class _Resume:
         return owner._resume_session
 
 
-class Sandbox:
+class Sandbox(CodeMethods):
     """A cpuos sandbox (a microVM). Use `Sandbox.create`, `Sandbox.connect`, `Sandbox.resume` or
     `Sandbox.list`.
 
     `Sandbox(id, api_key=..., api_url=...)` makes a handle without asking the daemon. As a context
-    manager it kills the sandbox at the end of the block.
+    manager it kills the sandbox at the end of the block. Its code interpreter: `run_code`,
+    `create_code_context`, `list_code_contexts`, `restart_code_context`, `remove_code_context`.
 
     Args:
         sandbox_id: the sandbox's id, e.g. "sbx_3f9a0c1d2e4b5a69".

@@ -2,6 +2,9 @@
  * @cpuos/sdk: cpuos sandboxes from TypeScript. A sandbox is a microVM of
  * its own; the API is docs/api.md of the cpuos repository.
  */
+export {
+  type CodeContext, type CodeContextOptions, Execution, type ExecutionError, type Logs, Result, type RunCodeOptions,
+} from "./code.js";
 export { Client, DEFAULT_API_URL, type CallOptions, type ConnectionOptions, type Duration } from "./client.js";
 export {
   AuthenticationError, BadRequestError, ConflictError, CpuosError, NotFoundError, QuotaError, SandboxError,

@@ -48,30 +48,39 @@ export function resultFromJson(d: Record<string, unknown>): ExecResult {
   };
 }
 
-/** The last `cap` characters of a stream of text chunks. */
+/** The last `cap` characters of a stream of text chunks, kept as the chunks they came in. */
 export class Tail {
-  private chunks: string[] = [];
+  private kept: string[] = [];
   private size = 0;
   truncated = false;
 
   constructor(private readonly cap = 1 << 20) {}
 
   add(text: string): void {
-    this.chunks.push(text);
+    this.kept.push(text);
     this.size += text.length;
-    if (this.size > 2 * this.cap) {
-      this.chunks = [this.text()];
-      this.size = this.chunks[0].length;
+    if (this.size > 2 * this.cap) this.trim();
+  }
+
+  private trim(): void {
+    let drop = 0;
+    while (this.size - this.kept[drop].length >= this.cap) this.size -= this.kept[drop++].length;
+    this.kept.splice(0, drop);
+    if (this.size > this.cap) {
+      this.kept[0] = this.kept[0].slice(this.size - this.cap);
+      this.size = this.cap;
     }
+    this.truncated = true;
+  }
+
+  /** The kept chunks: all, or those of the last `cap` characters (the first one cut). */
+  chunks(): string[] {
+    if (this.size > this.cap) this.trim();
+    return [...this.kept];
   }
 
   text(): string {
-    let whole = this.chunks.join("");
-    if (whole.length > this.cap) {
-      this.truncated = true;
-      whole = whole.slice(-this.cap);
-    }
-    return whole;
+    return this.chunks().join("");
   }
 }
 

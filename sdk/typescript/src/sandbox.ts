@@ -1,8 +1,12 @@
 /**
  * Sandboxes: create, connect, list, pause and resume, fork, checkpoints,
- * commands, port URLs and egress network policies.
+ * commands, code in a kernel (runCode, see code.ts), port URLs and egress
+ * network policies.
  */
 import { type CallOptions, Client, type ConnectionOptions, type Duration, ndjson, seconds } from "./client.js";
+import {
+  type CodeContext, type CodeContextOptions, type Execution, type RunCodeOptions, codeContext, contextSegment, runCode,
+} from "./code.js";
 import { CpuosError, TimeoutError } from "./errors.js";
 import { Files } from "./files.js";
 import { type ExecResult, Process, type ProcessData, Tail, resultFromJson } from "./process.js";
@@ -357,6 +361,44 @@ export class Sandbox {
     if (result.timedOut)
       throw new TimeoutError(`the command timed out after ${options.timeout}: ${JSON.stringify(cmd)}`, { result });
     return result;
+  }
+
+  /**
+   * Run code in a context's kernel, like a notebook cell: its variables,
+   * imports and working directory persist for the next call there. With
+   * any callback the answer is streamed and they are called as its lines
+   * come; the whole Execution is returned either way. An exception in the
+   * code is `error`, a timeout `timedOut`: neither is thrown. A call while
+   * another runs in the context is a ConflictError; aborting the signal
+   * interrupts the code.
+   */
+  async runCode(code: string, options: RunCodeOptions = {}): Promise<Execution> {
+    return runCode(this.client, this.path, code, options);
+  }
+
+  /** A context: a kernel of its own, started now, for `runCode(code, { context })`. */
+  async createCodeContext(options: CodeContextOptions = {}): Promise<CodeContext> {
+    const { language, cwd, id, user } = options;
+    return codeContext(await this.client.json("POST", this.path + "/code/contexts", {
+      json: { language, cwd, id, user }, signal: options.signal,
+    }));
+  }
+
+  /** Its contexts (those started so far, the default ones included). */
+  async listCodeContexts(options: CallOptions = {}): Promise<CodeContext[]> {
+    const d = await this.client.json<{ contexts?: unknown[] }>("GET", this.path + "/code/contexts", options);
+    return (d?.contexts ?? []).map(codeContext);
+  }
+
+  /** A new kernel for a context: its state is gone (a call running in it ends as a dead kernel's). */
+  async restartCodeContext(ctx: string | CodeContext, options: CallOptions = {}): Promise<CodeContext> {
+    return codeContext(await this.client.json("POST", `${this.path}/code/contexts/${contextSegment(ctx)}/restart`,
+                                              options));
+  }
+
+  /** Kill a context's kernel and forget the context. */
+  async removeCodeContext(ctx: string | CodeContext, options: CallOptions = {}): Promise<void> {
+    await this.client.json("DELETE", `${this.path}/code/contexts/${contextSegment(ctx)}`, options);
   }
 
   /** Its background processes (running, and the last ones that exited). */

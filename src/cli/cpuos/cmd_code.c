@@ -20,7 +20,7 @@
 
 static const char code_usage[] =
     "usage: cpuos code SANDBOX [-c CONTEXT] [-l python|bash] [-t TIMEOUT] [--save DIR] [--json]\n"
-    "                  [CODE | -]\n"
+    "                  [--] [CODE | -]\n"
     "Runs CODE (or stdin) in the sandbox's stateful interpreter: variables, imports and the\n"
     "working directory stay for the next call in the same context (default: python's\n"
     "\"default\", bash's \"bash\"). Prints stdout and stderr, then the value of the last line;\n"
@@ -129,8 +129,8 @@ int cmd_code(struct cli *c, int argc, char **argv)
 	const char *save = NULL;
 	int json = 0, o, ret = EXIT_USAGE;
 	char *code = NULL;
-	optind = 1;
-	while ((o = getopt_long(argc, argv, "+c:l:t:h", opts, NULL)) != -1) {
+	optind = 0; /* 0: GNU getopt starts afresh (main parsed with "+") */
+	while ((o = getopt_long(argc, argv, "c:l:t:h", opts, NULL)) != -1) {
 		if (o == 'c')
 			json_object_set_new(body, "context", json_string(optarg));
 		else if (o == 'l')
