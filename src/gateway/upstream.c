@@ -82,11 +82,6 @@ void up_free(struct upstream *u)
 	free(u);
 }
 
-const char *up_url(const struct upstream *u)
-{
-	return u->base;
-}
-
 static CURL *take(struct upstream *u)
 {
 	CURL *h = NULL;

@@ -53,7 +53,4 @@ int up_chat(struct upstream *u, json_t *body, up_text_fn text, void *arg, struct
 /* GET {base}{path}: 0 with *out the parsed JSON answer, or -1 with e. */
 int up_get(struct upstream *u, const char *path, json_t **out, struct up_err *e);
 
-/* The base URL, for messages. */
-const char *up_url(const struct upstream *u);
-
 #endif
