@@ -44,6 +44,9 @@ VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/*.c src/daemon/*/*.c))
 STORE_SRCS := $(wildcard src/daemon/store/*.c)
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
+# The gateway talks to cpuosd through the CLI's client of its API.
+GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
+GATEWAY_LIBS := -lmicrohttpd -lcurl -ljansson -lsqlite3 -lcrypto -lpthread
 TEST_LIB := tests/lib/tap.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -57,13 +60,14 @@ KERNEL := $(BUILD)/guest/bzImage
 VM_CLI := $(BUILD)/bin/cpuos-vm
 DAEMON := $(BUILD)/bin/cpuosd
 CLI := $(BUILD)/bin/cpuos
+GATEWAY := $(BUILD)/bin/cpuos-gateway
 BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api $(BUILD)/bench/bench_snap
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http priv
+FUZZ_TARGETS := proto agentc http priv gateway
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
@@ -71,6 +75,8 @@ FUZZ_LIBS_agentc := -ljansson -lpthread
 FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
+FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c
+FUZZ_LIBS_gateway := -ljansson
 FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
 # The TypeScript packages are built in their own trees (dist/), where npm
@@ -84,7 +90,7 @@ AI_EXAMPLES := examples/ai-sdk/node_modules/.typechecked
 npm_ready = cd $(1) && { [ node_modules/.package-lock.json -nt package-lock.json ] || \
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; }
 
-all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(GATEWAY) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
 	$(TS_SDK) $(AI_SDK) $(AI_EXAMPLES)
 
 $(TS_SDK): $(wildcard sdk/typescript/src/*.ts) $(wildcard sdk/typescript/*.json)
@@ -149,6 +155,20 @@ $(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS)) $(BUILD)/obj
 $(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -lcrypto -pthread
+
+$(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+
+# The gateway's pure parts: event streams, turns, tool output.
+$(BUILD)/tests/test_gateway: $(call obj,tests/unit/test_gateway.c $(TEST_LIB) src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
+
+# Its store and its conversations' locks.
+$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
 $(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
@@ -260,7 +280,7 @@ test:
 # tests/run.sh prints and counts as failures (CPUOS_SANITIZER_LOGS); the
 # guest agent stays unsanitized and static. test-asan: ASan+UBSan over the
 # unit tests, the fuzz replays and the end-to-end suite. test-tsan: TSan
-# over cpuosd under the end-to-end suite; tests/tsan.supp silences races
+# over cpuosd and cpuos-gateway under the end-to-end suite; tests/tsan.supp silences races
 # inside third-party libraries only.
 # (gcc's UBSan runtime beside ASan's ignores log_path and reports on stderr:
 # fatal all the same, and shown in the test's output or, for cpuosd, in the
@@ -285,7 +305,7 @@ test-asan:
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
-	  $(TSAN_BUILD)/bin/cpuos-vm guest
+	  $(TSAN_BUILD)/bin/cpuos-vm $(TSAN_BUILD)/bin/cpuos-gateway guest
 	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_SANITIZER=thread CPUOS_PAUSE_CYCLES=20 CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
 	  TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp):log_path=$(TSAN_LOGS)/tsan \
 	  tests/run.sh

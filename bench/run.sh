@@ -18,3 +18,4 @@ build/bench/bench_snap
 python3 bench/bench_net.py 10
 python3 bench/bench_jail.py 10
 python3 bench/bench_code.py 5
+python3 bench/bench_gateway.py 500

@@ -13,8 +13,8 @@
 #                  emptied first, and every report found there at the end
 #                  is printed and counted as a failure (gcc's UBSan beside
 #                  ASan reports on stderr instead: fatal all the same)
-#   CPUOSD_BIN, CPUOS_VM_BIN, CPUOS_CLI_BIN  the binaries the end-to-end
-#                  tests drive (default: those of BUILD_DIR)
+#   CPUOSD_BIN, CPUOS_VM_BIN, CPUOS_CLI_BIN, CPUOS_GATEWAY_BIN  the binaries
+#                  the end-to-end tests drive (default: those of BUILD_DIR)
 # A test source under tests/unit, tests/vm or tests/fuzz that the lists
 # below do not name fails too, so no new test is silently left out.
 set -u
@@ -28,12 +28,14 @@ export CPUOS_AGENT=${CPUOS_AGENT:-$PWD/$BUILD_DIR/guest/cpuos-agent}
 export CPUOSD_BIN=${CPUOSD_BIN:-$PWD/$BUILD_DIR/bin/cpuosd}
 export CPUOS_VM_BIN=${CPUOS_VM_BIN:-$PWD/$BUILD_DIR/bin/cpuos-vm}
 export CPUOS_CLI_BIN=${CPUOS_CLI_BIN:-$PWD/$BUILD_DIR/bin/cpuos}
+export CPUOS_GATEWAY_BIN=${CPUOS_GATEWAY_BIN:-$PWD/$BUILD_DIR/bin/cpuos-gateway}
 mkdir -p "$CPUOS_RUN_DIR"
 
 # What each suite must find built; keep in step with the Makefile.
-UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_agent_code test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret)
+UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_agent_code test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret
+	test_gateway test_gateway_store)
 VM_TESTS=(test_vm test_snap)
-FUZZ_TARGETS=(proto agentc http priv)
+FUZZ_TARGETS=(proto agentc http priv gateway)
 
 passed=0 failed=0
 # A test source that none of the lists above names would never run.

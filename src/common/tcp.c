@@ -3,8 +3,11 @@
 
 #include "common/clock.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -158,4 +161,49 @@ void tcp_relay_one(int client, int server, long long body, int upgrade, int idle
 	free(buf);
 	if (ws)
 		tcp_relay(client, server, idle_ms);
+}
+
+int tcp_peer_gone(int fd)
+{
+	if (fd < 0)
+		return 0;
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP))
+		return 1;
+	char c;
+	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+int tcp_listen(const char *addr, char *err, size_t errlen)
+{
+	char host[64];
+	const char *colon = strrchr(addr, ':');
+	char *end = NULL;
+	long port = colon ? strtol(colon + 1, &end, 10) : -1;
+	if (!colon || (size_t)(colon - addr) >= sizeof(host) || port < 0 || port > 65535 || *end ||
+	    end == colon + 1) {
+		snprintf(err, errlen, "invalid listen address '%s' (HOST:PORT)", addr);
+		return -EINVAL;
+	}
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = '\0';
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+		snprintf(err, errlen, "invalid listen address '%s' (IPv4 HOST:PORT)", addr);
+		return -EINVAL;
+	}
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int on = 1;
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	return fd;
 }

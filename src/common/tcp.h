@@ -35,5 +35,14 @@ void tcp_relay_one(int client, int server, long long body, int upgrade, int idle
 void tcp_send_timeout(int fd, int seconds);
 /* Closes fd with a reset: the peer sees a refusal at once, not an end. */
 void tcp_reset(int fd);
+/* A listening TCP socket on addr ("HOST:PORT", IPv4; port 0 picks one),
+ * close-on-exec, SO_REUSEADDR: its descriptor, or -errno with a reason in
+ * err. The HTTP servers' listeners (cpuosd, cpuos-gateway). */
+int tcp_listen(const char *addr, char *err, size_t errlen);
+/* 1 when the peer of the connected socket fd closed or reset it, else 0
+ * (also for fd < 0). Never blocks; bytes waiting to be read, such as a
+ * pipelined request, are no sign of leaving. How an HTTP server that
+ * waits on slow work tells that its client gave up. */
+int tcp_peer_gone(int fd);
 
 #endif

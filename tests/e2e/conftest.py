@@ -1,6 +1,8 @@
-"""End-to-end fixtures: a real cpuosd (build/bin/cpuosd) with real microVMs, two API keys.
+"""End-to-end fixtures: a real cpuosd (build/bin/cpuosd) with real microVMs, two API keys; and
+cpuos-gateway processes in front of it (start_gateway).
 
-Set CPUOSD_BIN to test another daemon binary, CPUOS_KEEP_STATE=1 to keep its state directory."""
+Set CPUOSD_BIN (CPUOS_GATEWAY_BIN) to test another daemon (gateway) binary, CPUOS_KEEP_STATE=1 to
+keep their state directories."""
 
 import hashlib
 import http.client
@@ -25,6 +27,7 @@ sys.path.insert(0, str(ROOT / "sdk" / "python"))  # test the SDK of this tree
 import cpuos  # noqa: E402
 
 DAEMON_BIN = Path(os.environ.get("CPUOSD_BIN", ROOT / "build" / "bin" / "cpuosd"))
+GATEWAY_BIN = Path(os.environ.get("CPUOS_GATEWAY_BIN", ROOT / "build" / "bin" / "cpuos-gateway"))
 GUEST_DIR = Path(os.environ.get("CPUOS_GUEST_DIR", ROOT / "build" / "guest"))
 READY_TIMEOUT = 120
 # Set by make test-asan / test-tsan: a sanitized daemon is slower and holds
@@ -283,6 +286,137 @@ def make_sandbox(daemon):
     yield from sandbox_factory(daemon)
 
 
+_GATEWAYS = []
+
+
+class Gateway:
+    """A cpuos-gateway process in front of `upstream_url` (an OpenAI-compatible /v1 URL), running
+    tool calls in sandboxes of daemon `d` with alice's cpuos key: `url` (its /v1 base URL), `key_a`
+    and `key_b` (two gateway keys), `upstream_key` (what it sends upstream)."""
+
+    def __init__(self, d, upstream_url, *args, cpuos_url=None):
+        self.d = d
+        self.dir = tempfile.mkdtemp(prefix="cpuos-gateway-", dir="/tmp")
+        self.state_dir = os.path.join(self.dir, "state")
+        self.log_path = os.path.join(self.dir, "gateway.log")
+        self.cpuos_key_file = os.path.join(self.dir, "cpuos.key")
+        with open(self.cpuos_key_file, "w") as f:
+            f.write(d.key_a + "\n")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.upstream_key = "upstream-secret-" + os.urandom(4).hex()
+        self.args = ["--listen", f"127.0.0.1:{self.port}", "--upstream-url", upstream_url,
+                     "--cpuos-url", cpuos_url or d.url, *args]
+        self.proc = None
+        self.key_a = self.key_b = None
+        _GATEWAYS.append(self)
+
+    def run(self, *args, timeout=60):
+        """cpuos-gateway ARGS on this gateway's state (the keys subcommand)."""
+        return subprocess.run([str(GATEWAY_BIN), *args, "--state-dir", self.state_dir,
+                               "--cpuos-url", self.d.url, "--cpuos-key-file", self.cpuos_key_file],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def create_key(self, name):
+        r = self.run("keys", "create", "--name", name)
+        assert r.returncode == 0 and r.stdout.startswith("cgw_"), r
+        return r.stdout.strip()
+
+    def start(self):
+        if not GATEWAY_BIN.exists():
+            pytest.fail(f"{GATEWAY_BIN} does not exist: build it first (make all)", pytrace=False)
+        self.key_a, self.key_b = self.create_key("alice"), self.create_key("bob")
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(GATEWAY_BIN), *self.args, "--state-dir", self.state_dir,
+             "--cpuos-key-file", self.cpuos_key_file],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "UPSTREAM_API_KEY": self.upstream_key})
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"cpuos-gateway exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if self.http("GET", "/health", timeout=5).status == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        pytest.fail(f"cpuos-gateway did not answer GET /health within 30s:\n{self.log_tail()}")
+
+    def http(self, method, path, body=None, key=None, headers=None, timeout=300):
+        """One raw request to the gateway (path from the root: /v1/...); a Response."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        hdrs = dict(headers or {})
+        if key:
+            hdrs["Authorization"] = f"Bearer {key}"
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        try:
+            try:
+                conn.request(method, path, body=body, headers=hdrs)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # it may answer before reading the whole body
+            resp = conn.getresponse()
+            return Response(resp.status, dict(resp.getheaders()), resp.read())
+        finally:
+            conn.close()
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def sandboxes(self):
+        """The daemon's sandboxes this gateway made (by the key ids in their metadata)."""
+        ids = [line.split("\t")[0] for line in self.run("keys", "list").stdout.splitlines()]
+        found = []
+        for key_id in ids:
+            for state in ("running", "paused"):
+                r = self.d.http("GET", f"/v1/sandboxes?state={state}&limit=100"
+                                f"&metadata.cpuos-gateway-key={key_id}", unix=True)
+                found += r.json().get("sandboxes", []) if r.status == 200 else []
+        return found
+
+    def close(self):
+        """Stops it (SIGTERM), kills the sandboxes it made, removes its directory."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(90)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            for s in self.sandboxes():
+                self.d.http("DELETE", f"/v1/sandboxes/{s['id']}", unix=True)
+        except OSError:
+            pass
+        _GATEWAYS.remove(self)
+        if not os.environ.get("CPUOS_KEEP_STATE"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def start_gateway(daemon):
+    """start_gateway(upstream_url, *args, cpuos_url=None): a started Gateway on the session's
+    daemon; each is stopped after the test, its sandboxes killed."""
+    made = []
+
+    def start(upstream_url, *args, cpuos_url=None):
+        g = Gateway(daemon, upstream_url, *args, cpuos_url=cpuos_url)
+        made.append(g)
+        return g.start()
+
+    yield start
+    for g in made:
+        g.close()
+
+
 def remove_networks(d):
     """What cpuosd leaves for its next start: namespaces and its host table."""
     tag = net_tag(d.state_dir)
@@ -305,3 +439,5 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed and _DAEMON is not None:
         report.sections.append(("cpuosd log (last lines)", _DAEMON.log_tail(40)))
+    for g in _GATEWAYS if report.failed else ():
+        report.sections.append((f"cpuos-gateway log {g.url} (last lines)", g.log_tail(40)))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of a fuzz target: mkcorpus.py proto|agentc|http|priv OUTDIR.
+"""Writes the seed corpus of a fuzz target: mkcorpus.py proto|agentc|http|priv|gateway OUTDIR.
 
 proto: well-formed frames of each kind and a few broken ones.
 agentc: what an agent sends back to the operations fuzz_agentc starts (ids 1..14,
@@ -10,6 +10,9 @@ http: raw requests for every route of api_routes (src/daemon/api/api.c), with ba
 priv: the privileged helper's requests, each kind well-formed and the ones it must
       refuse (a shell for QEMU, /etc as a run directory, ..); the first byte is the
       descriptors that came with it.
+gateway: an upstream's streamed and whole answers (text, tool calls in pieces, errors, broken
+      events) and cpuosd's execution objects (figures, errors, hostile images); the first
+      byte is how many bytes fuzz_gateway feeds the event parser at a time, less one.
 """
 import base64
 import json
@@ -359,7 +362,53 @@ def priv_seeds():
     }
 
 
-TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds}
+def gateway_seeds():
+    def events(*objs, done=True, sep="\n\n"):
+        text = "".join(f"data: {json.dumps(o) if not isinstance(o, str) else o}{sep}" for o in objs)
+        return (text + (f"data: [DONE]{sep}" if done else "")).encode()
+
+    def chunk(delta, finish=None):
+        return {"id": "c", "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    def call(i, name=None, args="", cid=None):
+        fn = {"arguments": args} if name is None else {"name": name, "arguments": args}
+        return {"index": i, **({"id": cid} if cid else {}), "function": fn}
+
+    code = json.dumps({"code": "print(6 * 7)"})
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    seeds = {
+        "stream_text": events(chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}),
+                              chunk({"content": "lo"}), chunk({}, "stop"),
+                              {"choices": [], "usage": {"prompt_tokens": 3, "total_tokens": 5}}),
+        "stream_calls": events(chunk({"tool_calls": [call(0, "run_python", "", "a")]}),
+                               chunk({"tool_calls": [call(1, "f", "{}", "b")]}),
+                               *[chunk({"tool_calls": [call(0, args=code[i:i + 5])]})
+                                 for i in range(0, len(code), 5)], chunk({}, "tool_calls")),
+        "stream_no_index": events(chunk({"tool_calls": [{"id": "x", "function": {"name": "run_python",
+                                                                                 "arguments": code}}]}),
+                                  chunk({"tool_calls": [{"id": "y", "function": {"name": "g"}}]})),
+        "stream_crlf_comments": events(": ping", chunk({"content": "a"}), sep="\r\n\r\n"),
+        "stream_error": events({"error": {"message": "boom"}}),
+        "stream_cut": events(chunk({"content": "a"}), done=False)[:-3],
+        "stream_bad": events("{not json", chunk({"tool_calls": [call(99, "f")]}),
+                             chunk({"tool_calls": [{"index": -1}]}), chunk({"tool_calls": "x"})),
+        "completion": json.dumps({"choices": [{"message": {"role": "assistant", "content": None,
+                                                           "tool_calls": [{"function": {
+                                                               "name": "run_python", "arguments": code}}]},
+                                               "finish_reason": "tool_calls"}]}).encode(),
+        "completion_bad": json.dumps({"choices": [{"message": {"tool_calls": [{"function": {}}]}}]}).encode(),
+        "execution": json.dumps({"stdout": "x" * 5000, "stderr": "é" * 3000, "error": {
+            "name": "ValueError", "value": "bad", "traceback": "T" * 3000}, "timed_out": True,
+            "results": [{"text": "<Figure>", "png": png}, {"is_main_result": True, "text": "42"},
+                        {"text": "evil", "png": "not base64!"}, {"jpeg": png}, 7]}).encode(),
+        "execution_odd": json.dumps({"stdout": 5, "error": "x", "results": {"png": 1}}).encode(),
+    }
+    return {name: bytes([i % 16]) + data for i, (name, data) in enumerate(seeds.items())}
+
+
+TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
+           "gateway": gateway_seeds}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in TARGETS:

@@ -6,13 +6,11 @@
 #include "daemon/http/http.h"
 
 #include "common/log.h"
+#include "common/tcp.h"
 #include "daemon/store/store.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,16 +110,7 @@ int req_fd(struct req *r)
 
 int http_fd_gone(int fd)
 {
-	if (fd < 0)
-		return 0;
-	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
-	if (poll(&p, 1, 0) <= 0)
-		return 0;
-	if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP))
-		return 1;
-	/* Readable: a pipelined request is no sign of leaving, EOF is. */
-	char c;
-	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+	return tcp_peer_gone(fd);
 }
 
 int req_client_gone(struct req *r)
@@ -411,34 +400,6 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
 
 /* ---- listeners ---- */
 
-static int listen_tcp(const char *addr, char *err, size_t errlen)
-{
-	char host[64];
-	const char *colon = strrchr(addr, ':');
-	if (!colon || (size_t)(colon - addr) >= sizeof(host)) {
-		snprintf(err, errlen, "invalid listen address '%s' (HOST:PORT)", addr);
-		return -EINVAL;
-	}
-	memcpy(host, addr, (size_t)(colon - addr));
-	host[colon - addr] = '\0';
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
-	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-		snprintf(err, errlen, "invalid listen address '%s' (IPv4 HOST:PORT)", addr);
-		return -EINVAL;
-	}
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int on = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(e));
-		if (fd >= 0)
-			close(fd);
-		return -e;
-	}
-	return fd;
-}
-
 static int listen_unix(const char *path, char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -490,7 +451,7 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 	h->api = api;
 	int r = 0;
 	if (tcp) {
-		int fd = listen_tcp(tcp, err, errlen);
+		int fd = tcp_listen(tcp, err, errlen);
 		if (fd < 0 || !(h->tcp = start_mhd(h, fd, 1))) {
 			r = fd < 0 ? fd : -EIO;
 			if (fd >= 0) {
