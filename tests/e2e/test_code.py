@@ -88,6 +88,19 @@ def test_figures_come_as_png_and_svg(daemon, sbx):
     assert "<svg" in fig["svg"] and png_size(base64.b64decode(fig["png"]))[0] > 100
 
 
+def test_a_saved_figure_is_given_as_the_image_it_saved(daemon, sbx):
+    def saved():
+        return daemon.http("GET", f"/v1/sandboxes/{sbx}/files?path=/work/saved.png", key=daemon.key_a).body
+
+    x = run(daemon, sbx, "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.savefig('/work/saved.png', dpi=60)")
+    [fig] = x["results"]
+    assert base64.b64decode(fig["png"]) == saved() and png_size(saved())[0] < 640 * 60 / 100 + 1
+    # Changed after it was saved: drawn anew, as it is now.
+    x = run(daemon, sbx, "plt.plot([1, 2])\nplt.savefig('/work/saved.png')\nplt.title('later');")
+    png = base64.b64decode(x["results"][0]["png"])
+    assert png_size(png) == png_size(saved()) and png != saved()
+
+
 def test_an_error_has_name_value_traceback_and_the_next_call_works(daemon, sbx):
     x = run(daemon, sbx, "def f(d):\n    return 1 / d\nvalue = 7\nf(0)")
     e = x["error"]

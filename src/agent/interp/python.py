@@ -24,6 +24,7 @@ import sys
 import tokenize
 import traceback
 import types
+import weakref
 
 REQ_FD, EV_FD = 3, 4
 EOT = b"\x04"
@@ -59,6 +60,7 @@ class Kernel:
         self.executing = False
         self.loop = None
         self.pending = b""
+        self.saved = weakref.WeakKeyDictionary()  # figure -> the PNG a savefig wrote of it
         # The cell namespace is a module of its own, __main__ for pickle and for
         # `if __name__ == "__main__"`; the kernel keeps its own globals apart.
         main = types.ModuleType("__main__")
@@ -217,6 +219,10 @@ class Kernel:
     def emit_figure(self, fig, main=False):
         data = {"text": cut(repr(fig))}
         for fmt in self.formats:
+            kept = self.saved.get(fig) if fmt == "png" and not fig.stale else None
+            if kept is not None:
+                data["png"] = base64.b64encode(kept).decode()
+                continue
             buf = io.BytesIO()
             try:
                 # Not bbox_inches="tight": that draws the figure twice, a second under TCG.
@@ -384,6 +390,28 @@ def flush_std():
             pass
 
 
+def keep_png(saved, savefig):
+    """Figure.savefig, keeping what a save to a .png file wrote (in saved, by figure), so that a
+    figure saved and not changed since is given as that image instead of being drawn again."""
+
+    def save(fig, fname, *args, **kwargs):
+        saved.pop(fig, None)
+        if args or not isinstance(fname, (str, os.PathLike)) or kwargs.get("format") not in (None, "png") \
+                or not os.fspath(fname).lower().endswith(".png"):
+            return savefig(fig, fname, *args, **kwargs)
+        buf = io.BytesIO()
+        savefig(fig, buf, **dict(kwargs, format="png"))
+        with open(fname, "wb") as f:
+            f.write(buf.getvalue())
+        # savefig sets and restores the figure's colours, which leaves it stale: the image is
+        # of the figure as it is, and a change from now on makes it stale again.
+        fig.stale = False
+        saved[fig] = buf.getvalue()
+        return None
+
+    return save
+
+
 class PyplotHook:
     """Before matplotlib.pyplot is first imported, points its Agg backend at one whose show()
     hands the figures to the kernel. A backend the code chose itself (other than Agg) stays."""
@@ -402,11 +430,17 @@ class PyplotHook:
             backend = dict.__getitem__(matplotlib.rcParams, "backend")
             if isinstance(backend, str) and backend.lower() == "agg":
                 mod = types.ModuleType("cpuos_inline")
-                mod.FigureCanvas = backend_agg.FigureCanvasAgg
+                mod.FigureCanvas = type("FigureCanvas", (backend_agg.FigureCanvasAgg,), {
+                    # Nothing is on a screen: a figure is drawn when it is saved or shown, not
+                    # again after each plt.savefig, which asks for a redraw this way.
+                    "draw_idle": lambda self, *args, **kwargs: None})
                 mod.FigureManager = backend_agg.FigureManagerBase
                 mod.show = self.kernel.show
                 sys.modules["cpuos_inline"] = mod
                 matplotlib.use("module://cpuos_inline")
+            import matplotlib.figure
+            figure = matplotlib.figure.Figure
+            figure.savefig = keep_png(self.kernel.saved, figure.savefig)
         except Exception as e:
             print(f"cpuos kernel: matplotlib's show() will not show figures: {e}", file=sys.stderr)
         return None
