@@ -3,6 +3,8 @@
  */
 #include "daemon/config.h"
 
+#include "common/conffile.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -260,41 +262,14 @@ static int apply(struct config *o, int c, const char *v)
 	}
 }
 
+static int apply_line(void *o, int val, const char *value)
+{
+	return apply(o, val, value);
+}
+
 static int read_config(struct config *o, const char *path)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "cpuosd: cannot open config '%s': %s\n", path, strerror(errno));
-		return -1;
-	}
-	char line[4096];
-	int lineno = 0, r = 0;
-	while (r == 0 && fgets(line, sizeof(line), f)) {
-		lineno++;
-		line[strcspn(line, "#\r\n")] = '\0';
-		char name[64], value[4000];
-		if (sscanf(line, " %63[a-z-] = %3999[^\n]", name, value) != 2) {
-			if (strspn(line, " \t") != strlen(line)) {
-				fprintf(stderr, "cpuosd: %s:%d: expected 'name = value'\n", path, lineno);
-				r = -1;
-			}
-			continue;
-		}
-		size_t n = strlen(value);
-		while (n && (value[n - 1] == ' ' || value[n - 1] == '\t'))
-			value[--n] = '\0';
-		const struct option *opt = longopts;
-		while (opt->name && strcmp(opt->name, name))
-			opt++;
-		if (!opt->name || opt->val == 'c' || opt->val == 'h') {
-			fprintf(stderr, "cpuosd: %s:%d: unknown option '%s'\n", path, lineno, name);
-			r = -1;
-		} else {
-			r = apply(o, opt->val, value);
-		}
-	}
-	fclose(f);
-	return r;
+	return conf_read("cpuosd", path, longopts, apply_line, o);
 }
 
 static void defaults(struct config *o)

@@ -1,6 +1,7 @@
 /* gw_config: defaults, the config file and the command line of cpuos-gateway. */
 #include "gateway/gw_config.h"
 
+#include "common/conffile.h"
 #include "common/duration.h"
 
 #include <errno.h>
@@ -142,44 +143,14 @@ static int apply(struct gw_config *o, int c, const char *v)
 	}
 }
 
+static int apply_line(void *o, int val, const char *value)
+{
+	return apply(o, val, value);
+}
+
 static int read_config(struct gw_config *o, const char *path)
 {
-	FILE *f = fopen(path, "re");
-	if (!f) {
-		fprintf(stderr, "cpuos-gateway: cannot open config '%s': %s\n", path,
-			strerror(errno));
-		return -1;
-	}
-	char line[4096];
-	int lineno = 0, r = 0;
-	while (r == 0 && fgets(line, sizeof(line), f)) {
-		lineno++;
-		line[strcspn(line, "#\r\n")] = '\0';
-		char name[64], value[2048];
-		if (sscanf(line, " %63[a-z-] = %2047[^\n]", name, value) != 2) {
-			if (strspn(line, " \t") != strlen(line)) {
-				fprintf(stderr, "cpuos-gateway: %s:%d: expected 'name = value'\n",
-					path, lineno);
-				r = -1;
-			}
-			continue;
-		}
-		size_t n = strlen(value);
-		while (n && (value[n - 1] == ' ' || value[n - 1] == '\t'))
-			value[--n] = '\0';
-		const struct option *opt = longopts;
-		while (opt->name && strcmp(opt->name, name))
-			opt++;
-		if (!opt->name || opt->val == 'c' || opt->val == 'h') {
-			fprintf(stderr, "cpuos-gateway: %s:%d: unknown option '%s'\n", path, lineno,
-				name);
-			r = -1;
-		} else {
-			r = apply(o, opt->val, value);
-		}
-	}
-	fclose(f);
-	return r;
+	return conf_read("cpuos-gateway", path, longopts, apply_line, o);
 }
 
 static void defaults(struct gw_config *o)

@@ -561,6 +561,27 @@ static size_t put_line(char *buf, size_t room, json_t *line)
 	return n + 1;
 }
 
+/* Consumes take bytes of the first record of a SOP_NDJSON queue: the whole
+ * record, or its head. */
+static void take_record(struct sop *op, size_t take)
+{
+	struct pbuf *q = &op->out[0];
+	uint32_t len;
+	memcpy(&len, q->data + 1, 4);
+	if (take == len) {
+		pbuf_consume(q, REC_HDR + len);
+		op->last_rec = op->last_rec == 0 ? NO_REC
+			       : op->last_rec == NO_REC ? NO_REC : op->last_rec - REC_HDR - len;
+	} else {
+		len -= (uint32_t)take;
+		memcpy(q->data + 1, &len, 4);
+		memmove(q->data + REC_HDR, q->data + REC_HDR + take, q->len - REC_HDR - take);
+		q->len -= take;
+		if (op->last_rec != NO_REC && op->last_rec > 0)
+			op->last_rec -= take;
+	}
+}
+
 /* With the sandbox locked: one output line from the first record, at most
  * budget raw bytes of it. Returns the line's length. */
 static size_t ndjson_output(struct sbx *s, struct sop *op, char *buf, size_t room, size_t budget)
@@ -583,19 +604,7 @@ static size_t ndjson_output(struct sbx *s, struct sop *op, char *buf, size_t roo
 	size_t tlen = utf8_sanitize(joined, total - keep, text);
 	size_t n = put_line(buf, room,
 			    json_pack("{s:s,s:s%}", "type", stream ? "stderr" : "stdout", "data", text, tlen));
-	/* Consume what was taken: the whole record, or its head. */
-	if (take == len) {
-		pbuf_consume(q, REC_HDR + len);
-		op->last_rec = op->last_rec == 0 ? NO_REC
-			       : op->last_rec == NO_REC ? NO_REC : op->last_rec - REC_HDR - len;
-	} else {
-		len -= (uint32_t)take;
-		memcpy(q->data + 1, &len, 4);
-		memmove(q->data + REC_HDR, q->data + REC_HDR + take, q->len - REC_HDR - take);
-		q->len -= take;
-		if (op->last_rec != NO_REC && op->last_rec > 0)
-			op->last_rec -= take;
-	}
+	take_record(op, take);
 	refund(s, op, take);
 	return n;
 }
@@ -609,18 +618,7 @@ static size_t line_output(struct sop *op, char *buf, size_t room)
 	memcpy(&len, q->data + 1, 4);
 	size_t take = len < room ? len : room;
 	memcpy(buf, q->data + REC_HDR, take);
-	if (take == len) {
-		pbuf_consume(q, REC_HDR + len);
-		op->last_rec = op->last_rec == 0 ? NO_REC
-			       : op->last_rec == NO_REC ? NO_REC : op->last_rec - REC_HDR - len;
-	} else {
-		len -= (uint32_t)take;
-		memcpy(q->data + 1, &len, 4);
-		memmove(q->data + REC_HDR, q->data + REC_HDR + take, q->len - REC_HDR - take);
-		q->len -= take;
-		if (op->last_rec != NO_REC && op->last_rec > 0)
-			op->last_rec -= take;
-	}
+	take_record(op, take);
 	return take;
 }
 
