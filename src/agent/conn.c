@@ -1,7 +1,8 @@
 /*
  * conn: the channel to the host. Reads and parses frames, dispatches requests
  * through a table, keeps the live operations of the connection and the out
- * queue with its watermarks, and ends everything silently on disconnect.
+ * queue with its watermarks. P_HELLO starts a session and ends the old one's
+ * operations silently; a hangup of the port only pauses it (conn_hangup).
  */
 #include "agent/conn.h"
 
@@ -37,6 +38,8 @@ void conn_open(struct conn *c, int fd)
 	c->up = true;
 	c->broken = false;
 	c->throttled = false;
+	c->hup = false;
+	c->in_cut = 0;
 }
 
 size_t conn_pending(const struct conn *c)
@@ -55,7 +58,7 @@ static void update_throttle(struct conn *c)
 
 bool conn_want_read(const struct conn *c)
 {
-	return c->up && !c->broken && conn_pending(c) < OUT_HARD && !proc_stdin_full();
+	return c->up && !c->broken && !c->hup && conn_pending(c) < OUT_HARD && !proc_stdin_full();
 }
 
 struct conn_op *conn_op_find(struct conn *c, uint32_t id)
@@ -183,6 +186,8 @@ void conn_drop(struct conn *c)
 	c->up = false;
 	c->broken = false;
 	c->throttled = false;
+	c->hup = false;
+	c->in_cut = 0;
 	if (c->is_socket && c->fd >= 0) {
 		close(c->fd);
 		c->fd = -1;
@@ -256,7 +261,7 @@ void conn_send_attr_error(struct conn *c, uint32_t id, int r, const char *what)
 
 void conn_flush(struct conn *c)
 {
-	while (c->up && !c->broken && conn_pending(c) > 0) {
+	while (c->up && !c->broken && !c->hup && conn_pending(c) > 0) {
 		ssize_t n = write(c->fd, c->out.data + c->out_head, conn_pending(c));
 		if (n < 0) {
 			if (errno == EINTR)
@@ -311,6 +316,10 @@ static void req_hello(struct conn *c, const struct proto_frame *f)
 	 * have gone and come back within one reconnect tick) ends silently. */
 	for (int i = c->nops - 1; i >= 0; i--)
 		conn_op_close(c, c->ops[i]);
+	/* So does what it queued and this host never asked for, a half-written
+	 * frame included: the host skips what comes before this answer. */
+	c->out.len = c->out.mark = c->out_head = 0;
+	c->throttled = false;
 	r = conn_out_begin(c, P_OK, 0, f->id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_VERSION, PROTO_VERSION);
@@ -426,6 +435,34 @@ static void dispatch(struct conn *c, const struct proto_frame *f)
 	fn(c, f);
 }
 
+/* The virtio port's hangup is not ordered with its data: the guest learns of
+ * it from the control queue, while the new host's first frames come in on the
+ * port's own queue, before the news or after it. So a hangup of the port only
+ * pauses the channel, and P_HELLO alone ends a session; what was half read
+ * when the host left is settled by the bytes after it (cut_settle). */
+void conn_hangup(struct conn *c)
+{
+	if (c->is_socket) {
+		c->broken = true;
+		return;
+	}
+	c->hup = true;
+	c->in_cut = c->in.len;
+}
+
+/* The first bytes after a hangup that left a frame half read. A new host
+ * starts with P_HELLO: the half frame was the old host's, and goes. Anything
+ * else (fewer bytes than a header too) is the rest of a frame the new host
+ * began before the news of the hangup came. */
+static void cut_settle(struct conn *c)
+{
+	const uint8_t *h = c->in.data + c->in_cut; /* len u32, type u16, flags u16, id u32 */
+	if (c->in.len - c->in_cut >= PROTO_HDR_SIZE && h[4] == P_HELLO && !(h[5] | h[6] | h[7]) &&
+	    !(h[2] | h[3]) && (h[0] | h[1] << 8) <= 256)
+		pbuf_consume(&c->in, c->in_cut);
+	c->in_cut = 0;
+}
+
 void conn_read(struct conn *c)
 {
 	/* A bounded turn (4 MiB), so a long upload does not starve the pipes. */
@@ -443,10 +480,12 @@ void conn_read(struct conn *c)
 			return;
 		}
 		if (n == 0) {
-			c->broken = true;
+			conn_hangup(c);
 			return;
 		}
 		c->in.len += (size_t)n;
+		if (c->in_cut)
+			cut_settle(c);
 		size_t off = 0;
 		while (c->up && !c->broken) {
 			struct proto_frame f;

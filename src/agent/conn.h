@@ -51,6 +51,9 @@ struct conn {
 	bool broken;	/* drop the connection at the end of this loop turn */
 	bool throttled; /* out queue went over OUT_HIGH, not yet under OUT_LOW */
 	bool is_socket; /* --listen: close the fd on disconnect */
+	bool hup;	/* the port has no host: no reading or writing until it has
+			 * one again; the session lives on (conn_hangup) */
+	size_t in_cut;	/* with hup: bytes of a frame half read when the host left */
 	struct pbuf in;
 	struct pbuf out;
 	size_t out_head; /* bytes of out already written */
@@ -65,6 +68,9 @@ void conn_open(struct conn *c, int fd);
 /* Ends the connection: buffers cleared, every operation ended silently
  * (processes live on). Closes the fd only for sockets. */
 void conn_drop(struct conn *c);
+/* The channel says no host is connected (EOF, POLLHUP): a socket's is final,
+ * the port's only pauses the channel. */
+void conn_hangup(struct conn *c);
 /* Reads what the channel has and runs the complete frames. */
 void conn_read(struct conn *c);
 /* Writes what the channel takes without blocking. */

@@ -117,7 +117,7 @@ static void loop(int sfd, int lfd)
 
 		int n = 0, chan = -1, lis = -1;
 		pfd[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
-		if (c->up && !c->broken) {
+		if (c->up && !c->broken && !c->hup) {
 			short ev = conn_want_read(c) ? POLLIN : 0;
 			if (conn_pending(c))
 				ev |= POLLOUT;
@@ -137,7 +137,7 @@ static void loop(int sfd, int lfd)
 			wake = code_wake;
 		/* The virtio port reports POLLHUP for as long as no host is
 		 * connected: probe it on a tick instead of polling it. */
-		if (!c->up && c->fd >= 0 && (!wake || next_probe < wake))
+		if ((!c->up || c->hup) && c->fd >= 0 && (!wake || next_probe < wake))
 			wake = next_probe;
 		int timeout = -1;
 		if (wake)
@@ -166,7 +166,7 @@ static void loop(int sfd, int lfd)
 				conn_read(c);
 			/* Paused reading still learns of a hang-up. */
 			if ((re & (POLLHUP | POLLERR | POLLNVAL)) && !(pfd[chan].events & POLLIN))
-				c->broken = true;
+				conn_hangup(c);
 		}
 		if (lis >= 0 && (pfd[lis].revents & POLLIN)) {
 			int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -188,9 +188,12 @@ static void loop(int sfd, int lfd)
 			 * fresh stream only after a pause, not in a tight loop. */
 			next_probe = clock_ms() + TICK_MS;
 		}
-		if (!c->up && c->fd >= 0 && clock_ms() >= next_probe) {
+		if ((!c->up || c->hup) && c->fd >= 0 && clock_ms() >= next_probe) {
 			next_probe = clock_ms() + TICK_MS;
-			if (init_port_ready(c->fd))
+			bool host = init_port_ready(c->fd);
+			if (host && c->hup)
+				c->hup = false; /* the session goes on until a P_HELLO */
+			else if (host)
 				conn_open(c, c->fd);
 		}
 		if (c->up)
