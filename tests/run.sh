@@ -32,7 +32,7 @@ export CPUOS_GATEWAY_BIN=${CPUOS_GATEWAY_BIN:-$PWD/$BUILD_DIR/bin/cpuos-gateway}
 mkdir -p "$CPUOS_RUN_DIR"
 
 # What each suite must find built; keep in step with the Makefile.
-UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_agent_code test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret
+UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_agentc test_agent_code test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret
 	test_gateway test_gateway_store)
 VM_TESTS=(test_vm test_snap)
 FUZZ_TARGETS=(proto agentc http priv gateway)

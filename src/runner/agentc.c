@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ struct agentc {
 	void *notice_arg;
 	char version[64];
 	uint64_t boot_ns, ready_ns;
+	uint32_t hello_id; /* non-zero until its answer came: skip to it */
 	int hello_done, hello_err; /* P_HELLO answered: 0 ok, else errno */
 	char hello_msg[256];
 	int dead;
@@ -124,6 +126,30 @@ static int flush_out(struct agentc *c)
  * readable; the next poll comes back for the rest. */
 #define READ_TURN (16 * 64 * 1024)
 
+/* A new connection may first read what the agent queued for an earlier host
+ * (its frames, a half frame QEMU kept from the old socket): nothing before
+ * the answer to our P_HELLO is ours. That answer is found by its header's
+ * type, flags and id, the id being random per connection; 1 when the
+ * buffer now starts with it, 0 when it has not come yet. */
+static int skip_to_hello(struct agentc *c)
+{
+	uint8_t key[8] = { P_OK & 0xff, P_OK >> 8, 0, 0 };
+	for (int i = 0; i < 4; i++)
+		key[4 + i] = (uint8_t)(c->hello_id >> (8 * i));
+	const size_t at = PROTO_HDR_SIZE - sizeof(key); /* the length comes first */
+	const uint8_t *hit = c->in.len > at ? memmem(c->in.data + at, c->in.len - at, key, sizeof(key))
+					    : NULL;
+	if (!hit) {
+		/* Keep what could be the start of the answer. */
+		if (c->in.len >= PROTO_HDR_SIZE)
+			pbuf_consume(&c->in, c->in.len - (PROTO_HDR_SIZE - 1));
+		return 0;
+	}
+	pbuf_consume(&c->in, (size_t)(hit - at - c->in.data));
+	c->hello_id = 0;
+	return 1;
+}
+
 static int read_in(struct agentc *c)
 {
 	for (size_t turn = 0; turn < READ_TURN; turn += 64 * 1024) {
@@ -136,6 +162,8 @@ static int read_in(struct agentc *c)
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 		c->in.len += (size_t)n;
+		if (c->hello_id && !skip_to_hello(c))
+			continue;
 		size_t off = 0;
 		struct proto_frame f;
 		ssize_t used;
@@ -349,9 +377,13 @@ int agentc_open(const char *path, int timeout_ms, struct agentc **out, char *err
 		snprintf(err, errlen, "cannot make the agent socket non-blocking: %s", strerror(-r));
 		goto fail;
 	}
+	/* Ids start at random, so the old session's frames are not taken for
+	 * this one's (skip_to_hello). */
+	if (getrandom(&c->next_id, sizeof(c->next_id), GRND_NONBLOCK) != sizeof(c->next_id))
+		c->next_id = (uint32_t)clock_ms() ^ (uint32_t)getpid() << 16;
 	/* Queued, not awaited: the agent answers frames in order, so requests
 	 * queued behind it wait for the session without us blocking. */
-	b = agentc_begin(c, P_HELLO, hello_cb, c, NULL);
+	b = agentc_begin(c, P_HELLO, hello_cb, c, &c->hello_id);
 	if (!b || proto_put_u32(b, A_VERSION, PROTO_VERSION) < 0 || agentc_end(c) < 0) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory");
