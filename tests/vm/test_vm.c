@@ -598,8 +598,8 @@ static void test_reconnect_busy(void)
 	}
 	t_note("%d of %d reconnects served", ok, rounds);
 	CHECK(ok == rounds);
-	CHECK(vt_exec(vm, &(struct cmd){ .shell = "pkill -f 'of=/tmp/wb'; rm -f /tmp/wb" }, &r,
-		      30000) == 0);
+	CHECK(vt_exec(vm, &(struct cmd){ .shell = "pkill -f 'of=/tmp/w[b]'; rm -f /tmp/wb" }, &r,
+		      30000) == 0 && r.exit_code == 0);
 	vt_result_free(&r);
 }
 
