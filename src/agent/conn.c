@@ -298,6 +298,8 @@ int conn_flush_wait(struct conn *c, int timeout_ms)
 		if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
 			return -EPIPE;
 		conn_flush(c);
+		if (c->hup)
+			return -EPIPE; /* the port came back within a probe tick: no waiting for it */
 	}
 	return c->broken ? -EPIPE : 0;
 }
