@@ -128,26 +128,31 @@ static int flush_out(struct agentc *c)
 
 /* A new connection may first read what the agent queued for an earlier host
  * (its frames, a half frame QEMU kept from the old socket): nothing before
- * the answer to our P_HELLO is ours. That answer is found by its header's
- * type, flags and id, the id being random per connection; 1 when the
- * buffer now starts with it, 0 when it has not come yet. */
+ * the answer to our P_HELLO is ours. That answer is found by its header:
+ * P_OK or P_ERROR, no flags, the hello's id (random per connection). 1 when
+ * the buffer now starts with it, 0 when it has not come yet. */
 static int skip_to_hello(struct agentc *c)
 {
-	uint8_t key[8] = { P_OK & 0xff, P_OK >> 8, 0, 0 };
+	/* The header is length u32, type u16, flags u16, id u32: the key is
+	 * flags and id, and the type sits just before it. */
+	const size_t at = 6;
+	uint8_t key[6] = { 0, 0 };
 	for (int i = 0; i < 4; i++)
-		key[4 + i] = (uint8_t)(c->hello_id >> (8 * i));
-	const size_t at = PROTO_HDR_SIZE - sizeof(key); /* the length comes first */
-	const uint8_t *hit = c->in.len > at ? memmem(c->in.data + at, c->in.len - at, key, sizeof(key))
-					    : NULL;
-	if (!hit) {
-		/* Keep what could be the start of the answer. */
-		if (c->in.len >= PROTO_HDR_SIZE)
-			pbuf_consume(&c->in, c->in.len - (PROTO_HDR_SIZE - 1));
-		return 0;
+		key[2 + i] = (uint8_t)(c->hello_id >> (8 * i));
+	const uint8_t *p = c->in.data + at, *end = c->in.data + c->in.len;
+	while (p < end && (p = memmem(p, (size_t)(end - p), key, sizeof(key)))) {
+		uint16_t type = (uint16_t)(p[-2] | p[-1] << 8);
+		if (type == P_OK || type == P_ERROR) {
+			pbuf_consume(&c->in, (size_t)(p - at - c->in.data));
+			c->hello_id = 0;
+			return 1;
+		}
+		p++;
 	}
-	pbuf_consume(&c->in, (size_t)(hit - at - c->in.data));
-	c->hello_id = 0;
-	return 1;
+	/* Keep what could be the start of the answer. */
+	if (c->in.len >= PROTO_HDR_SIZE)
+		pbuf_consume(&c->in, c->in.len - (PROTO_HDR_SIZE - 1));
+	return 0;
 }
 
 static int read_in(struct agentc *c)

@@ -60,8 +60,8 @@ static int put_ok(struct pbuf *b, uint32_t id, const char *agent)
 	return proto_end(b);
 }
 
-/* What the fake agent sends ahead of its answer to P_HELLO. */
-enum junk { JUNK_NONE, JUNK_OLD_SESSION, JUNK_DRIP };
+/* What the fake agent sends ahead of its answer to P_HELLO, and how. */
+enum junk { JUNK_NONE, JUNK_OLD_SESSION, JUNK_DRIP, JUNK_THEN_ERROR };
 
 /* The fake agent: answers P_HELLO after the junk, then a P_PING. */
 static void fake_agent(int lfd, enum junk junk)
@@ -83,6 +83,16 @@ static void fake_agent(int lfd, enum junk junk)
 		uint8_t half[20] = { 0xe8, 0x03, 0, 0, P_STDOUT, 0, 0, 0, 7 };
 		if (pbuf_append(&out, half, sizeof(half)) < 0)
 			_exit(2);
+	}
+	if (junk == JUNK_THEN_ERROR) {
+		if (proto_begin(&out, P_ERROR, 0, hello) < 0 || proto_put_u32(&out, A_ERRNO, EBUSY) < 0 ||
+		    proto_put_str(&out, A_MESSAGE, "refused by the fake") < 0 || proto_end(&out) < 0 ||
+		    write(fd, out.data, out.len) != (ssize_t)out.len)
+			_exit(2);
+		char c;
+		while (read(fd, &c, 1) > 0)
+			;
+		_exit(0);
 	}
 	if (put_ok(&out, hello, "fake") < 0)
 		_exit(2);
@@ -132,7 +142,9 @@ static void handshake(enum junk junk)
 	struct agentc *c = NULL;
 	char err[256] = "";
 	int r = agentc_connect(sock_path, 5000, &c, err, sizeof(err));
-	if (!CHECK(r == 0))
+	if (junk == JUNK_THEN_ERROR) /* the agent's refusal, not a timeout */
+		CHECK(r == -EBUSY && strstr(err, "refused by the fake"));
+	else if (!CHECK(r == 0))
 		t_note("connect: %s", err);
 	if (c) {
 		CHECK(agentc_ready(c) && !strcmp(agentc_version(c), "fake"));
@@ -164,6 +176,11 @@ static void test_drip(void)
 	handshake(JUNK_DRIP);
 }
 
+static void test_refused(void)
+{
+	handshake(JUNK_THEN_ERROR);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -171,6 +188,7 @@ int main(int argc, char **argv)
 		{ "agentc_hello_plain", test_plain },
 		{ "agentc_hello_after_old_session", test_old_session },
 		{ "agentc_hello_dripped", test_drip },
+		{ "agentc_hello_refused", test_refused },
 		{ 0, 0 },
 	};
 	return t_main(argc, argv, cases);
