@@ -299,7 +299,7 @@ int conn_flush_wait(struct conn *c, int timeout_ms)
 			return -EPIPE;
 		conn_flush(c);
 		if (c->hup)
-			return -EPIPE; /* the port came back within a probe tick: no waiting for it */
+			return -EPIPE; /* paused (conn_hangup): only the loop's probe resumes it */
 	}
 	return c->broken ? -EPIPE : 0;
 }
