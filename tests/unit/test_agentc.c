@@ -60,10 +60,18 @@ static int put_ok(struct pbuf *b, uint32_t id, const char *agent)
 	return proto_end(b);
 }
 
+static int put_refusal(struct pbuf *b, uint32_t id)
+{
+	if (proto_begin(b, P_ERROR, 0, id) < 0 || proto_put_u32(b, A_ERRNO, EBUSY) < 0 ||
+	    proto_put_str(b, A_MESSAGE, "refused by the fake") < 0)
+		return -1;
+	return proto_end(b);
+}
+
 /* What the fake agent sends ahead of its answer to P_HELLO, and how. */
 enum junk { JUNK_NONE, JUNK_OLD_SESSION, JUNK_DRIP, JUNK_THEN_ERROR };
 
-/* The fake agent: answers P_HELLO after the junk, then a P_PING. */
+/* The fake agent: answers P_HELLO after the junk (or refuses it), then a P_PING. */
 static void fake_agent(int lfd, enum junk junk)
 {
 	int fd = accept(lfd, NULL, NULL);
@@ -84,17 +92,8 @@ static void fake_agent(int lfd, enum junk junk)
 		if (pbuf_append(&out, half, sizeof(half)) < 0)
 			_exit(2);
 	}
-	if (junk == JUNK_THEN_ERROR) {
-		if (proto_begin(&out, P_ERROR, 0, hello) < 0 || proto_put_u32(&out, A_ERRNO, EBUSY) < 0 ||
-		    proto_put_str(&out, A_MESSAGE, "refused by the fake") < 0 || proto_end(&out) < 0 ||
-		    write(fd, out.data, out.len) != (ssize_t)out.len)
-			_exit(2);
-		char c;
-		while (read(fd, &c, 1) > 0)
-			;
-		_exit(0);
-	}
-	if (put_ok(&out, hello, "fake") < 0)
+	int refuse = junk == JUNK_THEN_ERROR;
+	if ((refuse ? put_refusal(&out, hello) : put_ok(&out, hello, "fake")) < 0)
 		_exit(2);
 	/* Byte by byte: the answer's header is split over many reads. */
 	size_t step = junk == JUNK_DRIP ? 1 : out.len;
@@ -105,12 +104,13 @@ static void fake_agent(int lfd, enum junk junk)
 		if (junk == JUNK_DRIP)
 			usleep(200);
 	}
-	if (read_frame(fd, &in, &f) < 0 || f.type != P_PING)
-		_exit(3);
-	out.len = 0;
-	if (proto_begin(&out, P_OK, 0, f.id) < 0 || proto_end(&out) < 0 ||
-	    write(fd, out.data, out.len) != (ssize_t)out.len)
-		_exit(3);
+	if (!refuse) {
+		out.len = 0;
+		if (read_frame(fd, &in, &f) < 0 || f.type != P_PING ||
+		    proto_begin(&out, P_OK, 0, f.id) < 0 || proto_end(&out) < 0 ||
+		    write(fd, out.data, out.len) != (ssize_t)out.len)
+			_exit(3);
+	}
 	/* Until the host hangs up: an EOF would end its wait for the answer. */
 	char c;
 	while (read(fd, &c, 1) > 0)
