@@ -8,6 +8,7 @@
  */
 #include "priv/priv_impl.h"
 
+#include "common/log.h"
 #include "common/spawn.h"
 #include "daemon/net/policy.h"
 #include "daemon/net/proxy.h"
@@ -15,6 +16,7 @@
 #include "runner/vm.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -31,9 +33,12 @@
 #include <unistd.h>
 
 #define NS_DIR "/run/netns"
-/* The namespace's counters: egress refused, and egress let through. */
+/* The namespace's counters: egress refused, egress let through, and
+ * frames from the guest dropped for a source not its own (counted as
+ * refused too). */
 #define REFUSED "refused"
 #define SENT "sent"
+#define FORGED "forged"
 
 /* A script as stdin: a memfd, so its size is not bound by a pipe. */
 static int script_fd(const char *text)
@@ -157,7 +162,12 @@ static void slot_addr(const struct privd *d, int slot, int host, char *out, size
 }
 
 /* The host's table: forwarding for the namespaces, nothing else. Other
- * tables may drop more; none of ours accepts for them. */
+ * tables may drop more; none of ours accepts for them. Before anything
+ * else sees it (raw, ahead of conntrack), a packet from a namespace must
+ * come from an address routed back through its own link (a strict
+ * reverse-path check: only the namespace's own address passes), and is
+ * IPv4; a namespace's guard (put_guard) should already have made sure of
+ * both, this holds if it did not. */
 static int host_table(struct privd *d, const char *range, char *err, size_t errlen)
 {
 	char script[2048];
@@ -165,6 +175,11 @@ static int host_table(struct privd *d, const char *range, char *err, size_t errl
 		 "table inet cpuos_%1$s\n"
 		 "delete table inet cpuos_%1$s\n"
 		 "table inet cpuos_%1$s {\n"
+		 "  chain spoof {\n"
+		 "    type filter hook prerouting priority raw; policy accept;\n"
+		 "    iifname \"cv%1$s*\" fib saddr . iif oif missing drop\n"
+		 "    iifname \"cv%1$s*\" meta nfproto ipv6 drop\n"
+		 "  }\n"
 		 "  chain refuse {\n"
 		 "    meta l4proto tcp reject with tcp reset\n"
 		 "    reject with icmpx admin-prohibited\n"
@@ -281,12 +296,48 @@ static void put_policy(struct buf *b, const struct net_policy *p, unsigned mark)
 	put(b, "add rule inet cpuos egress jump refuse\n");
 }
 
+/* The namespace's guard against forged sources, declared so that it can
+ * be laid again over a namespace that has it (its counter kept) or over
+ * one made before it existed. A frame from the guest enters the namespace
+ * only from the guest's own address: IPv4 from QEMU_GUEST_IP, ARP for it
+ * (or from no address, as a probe is), nothing else, at the TAP's ingress
+ * before any other hook (conntrack, the resolver, the proxy, the reject
+ * rules) sees it; otherwise an answer, a reset or an ICMP error quoting
+ * the guest's payload would go wherever the guest said it came from. And
+ * nothing leaves toward the uplink but from the namespace's own address
+ * (inside), which masquerade gives what it forwards: checked after the
+ * source NAT, it holds even for what the namespace answers itself. */
+static void put_guard(struct buf *b, const char *inside)
+{
+	put(b, "table netdev cpuos_guard {\n"
+	       "  counter " FORGED " { }\n"
+	       "  chain ingress {\n"
+	       "    type filter hook ingress device \"" VM_TAP "\" priority -500; policy drop;\n"
+	       "  }\n"
+	       "}\n"
+	       "flush chain netdev cpuos_guard ingress\n"
+	       "add rule netdev cpuos_guard ingress ip saddr " QEMU_GUEST_IP " accept\n"
+	       "add rule netdev cpuos_guard ingress arp saddr ip { 0.0.0.0, " QEMU_GUEST_IP " } accept\n"
+	       "add rule netdev cpuos_guard ingress counter name " FORGED "\n"
+	       "table inet cpuos {\n"
+	       "  chain leave {\n"
+	       "    type filter hook postrouting priority srcnat + 10; policy accept;\n"
+	       "  }\n"
+	       "}\n"
+	       "flush chain inet cpuos leave\n"
+	       "add rule inet cpuos leave oifname \"eth0\" ip saddr != %s drop\n"
+	       "add rule inet cpuos leave oifname \"eth0\" meta nfproto ipv6 drop\n",
+	    inside);
+}
+
 /* The namespace's table. The guest's packets meet it in forward (to the
  * world), input (to our resolver and proxy in the namespace, nothing
  * else) and prerouting (web ports of resolved names go to the proxy);
  * what is refused is counted, and answered with a reset or an ICMP error
- * so the guest sees a refusal, not a hang. */
-static void put_table(struct buf *b, const struct net_policy *p, unsigned mark)
+ * so the guest sees a refusal, not a hang (the guest only: its packets
+ * have passed the guard). */
+static void put_table(struct buf *b, const struct net_policy *p, unsigned mark,
+		      const char *inside)
 {
 	put(b, "table inet cpuos {\n"
 	       "  counter " REFUSED " { }\n"
@@ -324,6 +375,7 @@ static void put_table(struct buf *b, const struct net_policy *p, unsigned mark)
 	       "    oifname \"eth0\" masquerade\n"
 	       "  }\n"
 	       "}\n");
+	put_guard(b, inside);
 	put_set(b, "always", net_always_denied, NULL, 0);
 	put_set(b, "private", net_private_ranges, NULL, 0);
 	put_policy(b, p, mark);
@@ -407,7 +459,7 @@ static int create_ns(const struct privd *d, const struct priv_req *r, char *err,
 	struct net_policy p;
 	req_policy(r, &p);
 	struct buf b = { 0 };
-	put_table(&b, &p, r->mark);
+	put_table(&b, &p, r->mark, inside);
 	rc = nft_in(d, r->slot, &b, err, errlen);
 	free(b.s);
 	return rc;
@@ -457,12 +509,42 @@ static int counters(const struct privd *d, int slot, struct pbuf *out, char *err
 {
 	char path[64], text[4096];
 	priv_ns_path(d->tag, slot, path, sizeof(path));
-	char *argv[] = { "nft", "list", "counters", "table", "inet", "cpuos", NULL };
+	char *argv[] = { "nft", "list", "counters", NULL }; /* the guard's too */
 	int r = run_out(argv, path, NULL, text, sizeof(text), err, errlen);
-	if (r == 0 && (proto_put_u64(out, T_REFUSED, packets_of(text, REFUSED)) < 0 ||
+	if (r == 0 && (proto_put_u64(out, T_REFUSED,
+				     packets_of(text, REFUSED) + packets_of(text, FORGED)) < 0 ||
 		       proto_put_u64(out, T_SENT, packets_of(text, SENT)) < 0))
 		r = -ENOMEM;
 	return r;
+}
+
+/* Lays the guard over the namespaces an earlier helper of this tag left,
+ * made by a version without it perhaps: their sandboxes are taken over,
+ * and would otherwise go unguarded until their next pause. A namespace
+ * that cannot take it has no TAP and so no guest; the daemon sweeps it. */
+static void guard_left(const struct privd *d)
+{
+	char prefix[32];
+	int len = snprintf(prefix, sizeof(prefix), "cpuos-%s-", d->tag);
+	DIR *dir = opendir(NS_DIR);
+	struct dirent *e;
+	while (dir && (e = readdir(dir))) {
+		char *end;
+		if (strncmp(e->d_name, prefix, (size_t)len))
+			continue;
+		long slot = strtol(e->d_name + len, &end, 10);
+		if (*end || end == e->d_name + len || slot < 0 || slot >= d->b.nslots)
+			continue;
+		char inside[INET_ADDRSTRLEN], err[256];
+		slot_addr(d, (int)slot, 0, inside, sizeof(inside));
+		struct buf b = { 0 };
+		put_guard(&b, inside);
+		if (nft_in(d, (int)slot, &b, err, sizeof(err)) < 0)
+			log_warn("network %ld: cannot guard it: %s", slot, err);
+		free(b.s);
+	}
+	if (dir)
+		closedir(dir);
 }
 
 int privd_net_open(struct privd *d, const char *range, const char *tag, char *err,
@@ -486,7 +568,10 @@ int privd_net_open(struct privd *d, const char *range, const char *tag, char *er
 		snprintf(err, errlen, "cannot turn on IPv4 forwarding: %s (run as root)", strerror(-r));
 		return r;
 	}
-	return host_table(d, range, err, errlen);
+	if ((r = host_table(d, range, err, errlen)) < 0)
+		return r;
+	guard_left(d);
+	return 0;
 }
 
 int privd_net(struct privd *d, const struct priv_req *r, int fd, struct privd_reply *out,

