@@ -51,6 +51,20 @@ static int default_route(int s, struct in_addr gw)
 	return ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST ? -errno : 0;
 }
 
+/* IPv6 off on the NIC, before it is up: the sandbox's network has none,
+ * and the link-local address, router solicitations and multicast reports
+ * it would send are dropped at the host's end and counted as refused (a
+ * source not the guest's own). lo keeps ::1, which programs listening on
+ * "localhost" may want. */
+static void eth_no_ipv6(void)
+{
+	int fd = open("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1\n", 2) != 2)
+		sys_log("cannot turn IPv6 off on eth0: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
 /* The resolver is the gateway: the host answers there, by policy. */
 static void write_resolv(const char *gw)
 {
@@ -95,6 +109,7 @@ void net_up(void)
 		goto out;
 	}
 	mask.s_addr = htonl(~0u << (32 - prefix));
+	eth_no_ipv6();
 	if ((r = set_addr(s, "eth0", SIOCSIFADDR, addr)) < 0 ||
 	    (r = set_addr(s, "eth0", SIOCSIFNETMASK, mask)) < 0 || (r = if_up(s, "eth0")) < 0 ||
 	    (r = default_route(s, gw)) < 0) {
