@@ -63,7 +63,7 @@ CLI := $(BUILD)/bin/cpuos
 GATEWAY := $(BUILD)/bin/cpuos-gateway
 BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api $(BUILD)/bench/bench_snap
 
-UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c)) $(BUILD)/tests/test_sbx
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
@@ -193,6 +193,15 @@ $(BUILD)/tests/test_secret: $(call obj,tests/unit/test_secret.c $(TEST_LIB) src/
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
+
+# The sandbox layer over a real store and fake VMs (fake_vm.c stands in for
+# the runner's vm.c and vm_snap.c), whose agent is cpuos-agent --listen.
+SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
+	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) \
+	$(filter-out src/runner/vm.c src/runner/vm_snap.c src/daemon/net/policy.c,$(RUNNER_SRCS)) $(COMMON_SRCS)
+$(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lsqlite3 -lssl -lcrypto -lldns -lpthread
 
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code

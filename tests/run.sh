@@ -33,7 +33,7 @@ mkdir -p "$CPUOS_RUN_DIR"
 
 # What each suite must find built; keep in step with the Makefile.
 UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_agentc test_agent_code test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret
-	test_gateway test_gateway_store)
+	test_gateway test_gateway_store test_sbx)
 VM_TESTS=(test_vm test_snap)
 FUZZ_TARGETS=(proto agentc http priv gateway)
 
@@ -51,7 +51,7 @@ listed() { # list name, source files...
 		failed=$((failed + 1))
 	done
 }
-listed "${UNIT_TESTS[*]}" tests/unit/test_*.c
+listed "${UNIT_TESTS[*]}" tests/unit/test_*.c tests/unit/*/*/test_*.c
 listed "${VM_TESTS[*]}" tests/vm/test_*.c
 listed "${FUZZ_TARGETS[*]}" tests/fuzz/fuzz_*.c
 
