@@ -412,6 +412,7 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 		sbx__net_down(m, slot);
 		log_info("sandbox %s stopped: %s", id, reason);
 	}
+	crash_point("kill.before_store");
 	struct sbx_facts f = { .end_reason = reason };
 	sbx__fire(s, SBX_EV_STOPPED, &f, SBX_FIRE_FORCE, err, sizeof(err));
 	sbx_put(s);

@@ -312,6 +312,7 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 	double t0 = clock_ms_f();
 	int r = sbx__start(m, &vc, NET_DENY_ALL_TEXT, &slot, &vm, err, sizeof(err));
 	if (r == 0) {
+		crash_point("fork.moving_ram");
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);
 		sbx__net_down(m, slot);
@@ -467,8 +468,33 @@ static void kill_fork_vm(void *arg, int pid, const char *name)
 	sbx__kill_qemu(m, pid, run);
 }
 
+/* Checkpoints the last daemon sealed but did not record: nothing can
+ * name them. */
+static void remove_unrecorded_checkpoints(struct sbx_mgr *m)
+{
+	char dir[512], path[800];
+	snprintf(dir, sizeof(dir), "%s/checkpoints/", m->cfg.state_dir);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		struct store_ckpt c;
+		if (strncmp(e->d_name, "ckp_", 4))
+			continue;
+		if (store_ckpt_get(m->store, NULL, e->d_name, &c) == 0) {
+			store_ckpt_release(&c);
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s%s", dir, e->d_name);
+		log_info("removing checkpoint %s: it was never recorded", e->d_name);
+		snap_remove(path);
+	}
+	if (d)
+		closedir(d);
+}
+
 void sbx__snap_cleanup(struct sbx_mgr *m)
 {
+	remove_unrecorded_checkpoints(m);
 	/* Forks the last daemon did not finish: nothing refers to them but
 	 * perhaps the VM that was moving a fork's RAM into its file. */
 	char dir[512], path[800];
