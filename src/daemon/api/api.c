@@ -275,21 +275,44 @@ const char *api_query_path(struct req *r, const char *name)
 	return api_check_path(r, name, p) < 0 ? NULL : p;
 }
 
-int api_put_env(struct pbuf *b, const char *json)
+int api_env(const char *json, char ***out, size_t *n)
 {
 	json_t *o = json ? json_loads(json, 0, NULL) : NULL;
+	size_t cap = o ? json_object_size(o) : 0;
+	char **v = calloc(cap + 1, sizeof(*v));
+	*out = NULL;
+	*n = 0;
+	if (!v) {
+		json_decref(o);
+		return -ENOMEM;
+	}
 	const char *k;
-	json_t *v;
+	json_t *val;
+	size_t i = 0;
 	int r = 0;
-	json_object_foreach(o, k, v) {
-		char kv[PROTO_MAX_STR + 1];
-		if (snprintf(kv, sizeof(kv), "%s=%s", k, json_string_value(v)) >= (int)sizeof(kv))
-			continue;
-		if ((r = proto_put_str(b, A_ENV, kv)) < 0)
+	json_object_foreach(o, k, val) {
+		if (asprintf(&v[i], "%s=%s", k, json_string_value(val)) < 0) {
+			v[i] = NULL;
+			r = -ENOMEM;
 			break;
+		}
+		i++;
 	}
 	json_decref(o);
-	return r;
+	if (r < 0) {
+		api_env_free(v, i);
+		return r;
+	}
+	*out = v;
+	*n = i;
+	return 0;
+}
+
+void api_env_free(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
 }
 
 json_t *api_text(const struct pbuf *b, int cut)
@@ -351,14 +374,22 @@ int api_wait_error(struct req *r, int e)
 	return reply_error(r, 504, "timeout", "the sandbox did not answer in time");
 }
 
-int api_begin_error(struct req *r, int e)
+int api_send(struct req *r, struct sbx *s, struct sop *op, const struct sbx_request *q,
+	     const char *too_large)
 {
+	int e = op ? sbx_request(s, op, q) : -ENOMEM;
+	if (e == 0)
+		return 0;
 	if (e == -EAGAIN)
-		return reply_error(r, 429, "quota_exceeded",
-				   "sandbox '%s' has too many operations or streams open", r->param[0]);
-	if (e == -ECONNRESET)
-		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
-	return reply_error(r, 500, "internal", "out of memory");
+		reply_error(r, 429, "quota_exceeded",
+			    "sandbox '%s' has too many operations or streams open", r->param[0]);
+	else if (e == -ECONNRESET)
+		reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+	else if (e == -E2BIG)
+		reply_error(r, 413, "payload_too_large", "%s", too_large);
+	else
+		reply_error(r, 500, "internal", "out of memory");
+	return -1;
 }
 
 struct sop_stream {

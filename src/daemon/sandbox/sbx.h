@@ -193,16 +193,47 @@ struct sop *sop_new(enum sop_mode mode, size_t cap);
  * killed: nobody is left to hear how it ends). */
 void sop_free(struct sbx *s, struct sop *op);
 
-/* Starts request type for op: returns the frame to add attributes to, with
- * the sandbox locked, or NULL (not locked) with -errno in *err: -ECONNRESET
- * when the sandbox is not running, -EAGAIN when it has too many operations
- * or streams open. Requests with output get their credit window here.
- * sbx_end seals it, unlocks and wakes the pump: 0 or -errno. */
-struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err);
-int sbx_end(struct sbx *s, struct sop *op);
-/* Drops the request begun by sbx_begin unsent (an attribute did not fit)
- * and unlocks. */
-void sbx_abort(struct sbx *s, struct sop *op);
+/* What a caller asks of a running sandbox's agent, typed; sbx_request makes
+ * the agent's frame of it (docs/agent-protocol.md), so no caller writes
+ * one. Each kind reads only the fields named beside it. */
+enum sbx_kind {
+	SBX_EXEC,        /* cmd (a shell command) or argv; env; cwd; user; timeout_ms;
+			  * with_stdin (stdin will come); background */
+	SBX_ATTACH,      /* proc: a background process's output and end */
+	SBX_WAIT,        /* proc */
+	SBX_SIGNAL,      /* proc, signo */
+	SBX_PS,
+	SBX_STAT,        /* path */
+	SBX_LIST,        /* path, depth (1: the directory itself) */
+	SBX_READ,        /* path */
+	SBX_WRITE,       /* path, mode, user; the bytes follow with sbx_data */
+	SBX_MKDIR,       /* path, mode, parents, user */
+	SBX_RENAME,      /* path, path2 */
+	SBX_REMOVE,      /* path, recursive */
+	SBX_CODE,        /* context, language (NULL: the context's), code, timeout_ms,
+			  * formats; user */
+	SBX_CTX_NEW,     /* context (NULL: a new id), language, cwd, user */
+	SBX_CTX_LIST,
+	SBX_CTX_RESTART, /* context */
+	SBX_CTX_DELETE,  /* context */
+};
+struct sbx_request {
+	enum sbx_kind kind;
+	const char *cmd;
+	const char *const *argv;
+	size_t argc;
+	const char *const *env; /* "NAME=value", over the sandbox's own */
+	size_t nenv;
+	const char *cwd, *user, *path, *path2, *context, *language, *code, *formats;
+	uint64_t timeout_ms; /* 0: none */
+	uint32_t proc, signo, mode, depth;
+	int with_stdin, background, parents, recursive;
+};
+/* Sends req on op, which gets its credit window: 0, or -ECONNRESET (not
+ * running), -EAGAIN (too many operations or streams open), -E2BIG (too
+ * large for one frame), -EINVAL (a field the kind needs is missing),
+ * -ENOMEM. */
+int sbx_request(struct sbx *s, struct sop *op, const struct sbx_request *req);
 /* Sends raw bytes on op (stdin, file content) within the operation's input
  * credit, waiting up to timeout_ms for the agent to take earlier bytes.
  * 0, -ETIMEDOUT, or -errno once the operation ended. */
@@ -243,16 +274,11 @@ ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout
 const char *sop_items(struct sop *op);
 json_t *sop_entry(struct sop *op);
 const struct pbuf *sop_output(struct sop *op, int stream, int *cut);
-/* The listed directory, for P_LIST items' absolute paths: set before
- * sbx_end. */
-int sop_set_base(struct sop *op, const char *path);
 
-/* Code calls (sbx_code.c, docs/api.md "Code"). Before sbx_end of a P_CODE:
- * the call's context and language, which its answer names; 0 or -ENOMEM.
- * Once it ended: the execution as the API answers it, without stdout and
- * stderr (sop_output has those), a new reference; NULL before. */
+/* Code calls (sbx_code.c, docs/api.md "Code"). Once one ended: the
+ * execution as the API answers it, without stdout and stderr (sop_output
+ * has those), a new reference; NULL before. */
 #define CTX_ID_MAX 64
-int sop_code_begin(struct sop *op, const char *context, const char *language);
 json_t *sop_code_result(struct sop *op);
 
 #endif

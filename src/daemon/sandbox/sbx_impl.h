@@ -318,6 +318,22 @@ void sbx__code_free(struct sop_code *c);
  * SOP_NDJSON operation. */
 void sbx__queue_line(struct sop *op, const char *text, size_t n);
 
+/* sbx_op.c: a request's frame. sbx_begin starts request type for op and
+ * returns the frame to add attributes to, with the sandbox locked, or
+ * NULL (not locked) with -errno in *err: -ECONNRESET when the sandbox is
+ * not running, -EAGAIN when it has too many operations or streams open.
+ * Requests with output get their credit window here. sbx_end seals it,
+ * unlocks and wakes the pump: 0 or -errno. sbx_abort drops it unsent and
+ * unlocks. */
+struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err);
+int sbx_end(struct sbx *s, struct sop *op);
+void sbx_abort(struct sbx *s, struct sop *op);
+/* The listed directory, for P_LIST items' absolute paths, and a code
+ * call's context and language, which its answer names: set before the
+ * request is sent. 0 or -ENOMEM. */
+int sop_set_base(struct sop *op, const char *path);
+int sop_code_begin(struct sop *op, const char *context, const char *language);
+
 /* Wakes the sandbox's pump thread (it polls an eventfd). */
 static inline void wake(struct sbx *s)
 {

@@ -152,9 +152,9 @@ static int exec_ok(struct env *e, const char *id, const char *shell, const char 
 		return 0;
 	}
 	struct sop *op = sop_new(SOP_COLLECT, 4096);
-	int e2, ok = 0;
-	struct pbuf *b = op ? sbx_begin(s, P_EXEC, op, &e2) : NULL;
-	if (b && proto_put_str(b, A_SHELL, shell) == 0 && sbx_end(s, op) == 0) {
+	struct sbx_request q = { .kind = SBX_EXEC, .cmd = shell, .user = "root" };
+	int ok = 0;
+	if (op && sbx_request(s, op, &q) == 0) {
 		struct sop_state st;
 		int cut;
 		if (sbx_wait(s, op, 0, MS, &st) == 0 && st.end == P_EXIT && st.exit_code == 0) {
@@ -165,8 +165,6 @@ static int exec_ok(struct env *e, const char *id, const char *shell, const char 
 		} else {
 			t_note("exec '%s' ended with %u, exit %d", shell, st.end, st.exit_code);
 		}
-	} else if (b) {
-		sbx_abort(s, op);
 	}
 	sop_free(s, op);
 	sbx_put(s);
