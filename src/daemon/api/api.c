@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -313,6 +314,82 @@ void api_env_free(char **v, size_t n)
 	for (size_t i = 0; v && i < n; i++)
 		free(v[i]);
 	free(v);
+}
+
+/* A guest's string as JSON: UTF-8, invalid bytes as U+FFFD. */
+static json_t *guest_string(const char *v)
+{
+	size_t n = strlen(v);
+	char *safe = malloc(3 * n + 1);
+	if (!safe)
+		return NULL;
+	utf8_sanitize((const uint8_t *)v, n, safe);
+	json_t *j = json_string(safe);
+	free(safe);
+	return j;
+}
+
+static json_t *file_json(const struct sbx_file *f)
+{
+	json_t *e = json_object();
+	if (f->path) {
+		json_object_set_new(e, "name", json_string(f->name));
+		json_object_set_new(e, "path", json_string(f->path));
+	}
+	const char *type = S_ISREG(f->mode) ? "file" : S_ISDIR(f->mode) ? "dir"
+			   : S_ISLNK(f->mode) ? "symlink" : "other";
+	char octal[8], when[CLOCK_RFC3339_LEN];
+	snprintf(octal, sizeof(octal), "%04o", f->mode & 07777);
+	clock_rfc3339((long long)(f->mtime_ns / 1000000000u), when, sizeof(when));
+	json_object_set_new(e, "type", json_string(type));
+	json_object_set_new(e, "size", json_integer((json_int_t)f->size));
+	json_object_set_new(e, "mode", json_string(octal));
+	json_object_set_new(e, "mtime", json_string(when));
+	json_object_set_new(e, "uid", json_integer(f->uid));
+	json_object_set_new(e, "gid", json_integer(f->gid));
+	if (f->target)
+		json_object_set_new(e, "target", json_string(f->target));
+	return e;
+}
+
+static json_t *proc_json(const struct sbx_proc *p)
+{
+	json_t *o = json_pack("{s:i,s:i,s:o,s:s,s:b}", "pid", p->proc, "os_pid", p->pid, "cmd",
+			      guest_string(p->cmd), "state", p->exited ? "exited" : "running",
+			      "timed_out", p->timed_out);
+	json_object_set_new(o, "exit_code", p->exit_code >= 0 ? json_integer(p->exit_code) : json_null());
+	json_object_set_new(o, "signal", p->signal >= 0 ? json_integer(p->signal) : json_null());
+	return o;
+}
+
+static json_t *ctx_json(const struct sbx_ctx *c)
+{
+	json_t *o = json_pack("{s:o,s:o,s:o,s:o,s:s}", "id", guest_string(c->id), "language",
+			      guest_string(c->language), "cwd", guest_string(c->cwd), "user",
+			      guest_string(c->user), "state",
+			      c->state == SBX_CTX_IDLE ? "idle" : c->state == SBX_CTX_BUSY ? "busy" : "exited");
+	json_object_set_new(o, "pid", c->pid >= 0 ? json_integer(c->pid) : json_null());
+	return o;
+}
+
+json_t *api_item_json(const struct sbx_item *it)
+{
+	if (!it)
+		return NULL;
+	switch (it->kind) {
+	case SBX_ITEM_FILE: return file_json(&it->file);
+	case SBX_ITEM_PROC: return proc_json(&it->proc);
+	case SBX_ITEM_CTX: return ctx_json(&it->ctx);
+	}
+	return NULL;
+}
+
+json_t *api_items_json(struct sop *op)
+{
+	json_t *a = json_array();
+	for (size_t i = 0, n = sop_nitems(op); a && i < n; i++)
+		json_array_append_new(a, api_item_json(sop_item(op, i)));
+	return a;
 }
 
 json_t *api_text(const struct pbuf *b, int cut)

@@ -65,6 +65,10 @@ int api_agent_error(struct req *r, const struct sop_state *st);
  * request's env: 0 with *out (api_env_free it) and *n, or -ENOMEM. */
 int api_env(const char *json, char ***out, size_t *n);
 void api_env_free(char **v, size_t n);
+/* A file, process or code context as the API shows it (docs/api.md); the
+ * items op gathered as an array of those. New references. */
+json_t *api_item_json(const struct sbx_item *it);
+json_t *api_items_json(struct sop *op);
 /* Kept output as a JSON string: UTF-8, invalid bytes as U+FFFD, not
  * starting inside a character when cut (its front was dropped). */
 json_t *api_text(const struct pbuf *b, int cut);

@@ -194,9 +194,9 @@ int api_code_ctx_create(struct req *r)
 		return 0;
 	struct sop_state st;
 	struct sop *op = ctx_request(r, s, SBX_CTX_NEW, ctx, lang ? lang : "python", cwd, user, &st);
-	json_t *e = op ? sop_entry(op) : NULL;
+	json_t *e = op ? api_item_json(sop_entry(op)) : NULL;
 	if (e)
-		reply_json(r, 201, json_incref(e));
+		reply_json(r, 201, e);
 	else if (op)
 		reply_error(r, 503, "unavailable", "the agent did not describe the context");
 	sop_free(s, op);
@@ -212,12 +212,7 @@ int api_code_ctx_list(struct req *r)
 	struct sop_state st;
 	struct sop *op = ctx_request(r, s, SBX_CTX_LIST, NULL, NULL, NULL, NULL, &st);
 	if (op) {
-		json_t *a = json_loads(sop_items(op), 0, NULL);
-		if (!json_is_array(a)) {
-			json_decref(a);
-			a = json_array();
-		}
-		reply_json(r, 200, json_pack("{s:o}", "contexts", a));
+		reply_json(r, 200, json_pack("{s:o}", "contexts", api_items_json(op)));
 	}
 	sop_free(s, op);
 	sbx_put(s);
@@ -241,9 +236,9 @@ int api_code_ctx_restart(struct req *r)
 		return 0;
 	struct sop_state st;
 	struct sop *op = ctx_request(r, s, SBX_CTX_RESTART, ctx, NULL, NULL, NULL, &st);
-	json_t *e = op ? sop_entry(op) : NULL;
+	json_t *e = op ? api_item_json(sop_entry(op)) : NULL;
 	if (e)
-		reply_json(r, 200, json_incref(e));
+		reply_json(r, 200, e);
 	else if (op)
 		reply_error(r, 503, "unavailable", "the agent did not describe the context");
 	sop_free(s, op);

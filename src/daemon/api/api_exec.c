@@ -279,13 +279,6 @@ static struct sop *simple(struct req *r, struct sbx *s, enum sbx_kind kind, uint
 	return op;
 }
 
-/* The process list as parsed JSON (an array). */
-static json_t *ps_items(struct sop *op)
-{
-	json_t *a = json_loads(sop_items(op), 0, NULL);
-	return json_is_array(a) ? a : (json_decref(a), json_array());
-}
-
 int api_procs(struct req *r)
 {
 	struct sbx *s = api_sbx(r);
@@ -294,7 +287,7 @@ int api_procs(struct req *r)
 	struct sop_state st;
 	struct sop *op = simple(r, s, SBX_PS, 0, 0, r->api->answer_ms, &st);
 	if (op && st.end == P_OK)
-		reply_json(r, 200, json_pack("{s:o}", "processes", ps_items(op)));
+		reply_json(r, 200, json_pack("{s:o}", "processes", api_items_json(op)));
 	else if (op)
 		api_agent_error(r, &st);
 	sop_free(s, op);
@@ -312,19 +305,16 @@ int api_proc_get(struct req *r)
 		return 0;
 	struct sop_state st;
 	struct sop *op = simple(r, s, SBX_PS, 0, 0, r->api->answer_ms, &st);
-	json_t *items = op && st.end == P_OK ? ps_items(op) : NULL;
-	json_t *found = NULL, *p;
-	size_t i;
-	json_array_foreach(items, i, p)
-		if (json_integer_value(json_object_get(p, "pid")) == pid)
-			found = p;
+	const struct sbx_item *found = NULL;
+	for (size_t i = 0, n = op && st.end == P_OK ? sop_nitems(op) : 0; i < n; i++)
+		if (sop_item(op, i)->proc.proc == pid)
+			found = sop_item(op, i);
 	if (found)
-		reply_json(r, 200, json_incref(found));
+		reply_json(r, 200, api_item_json(found));
 	else if (op && st.end != P_OK)
 		api_agent_error(r, &st);
 	else if (op)
 		reply_error(r, 404, "not_found", "no process %u", pid);
-	json_decref(items);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;

@@ -49,13 +49,13 @@ static int reply_entry(struct req *r, struct sbx *s, const char *path, unsigned 
 	struct sop *op = path_op(r, s, &q, &st);
 	if (!op)
 		return 0;
-	json_t *e = sop_entry(op);
-	if (st.end == P_OK && e) {
+	json_t *e = st.end == P_OK ? api_item_json(sop_entry(op)) : NULL;
+	if (e) {
 		char copy[PROTO_MAX_STR + 1];
 		snprintf(copy, sizeof(copy), "%s", path);
 		json_object_set_new(e, "path", json_string(path));
 		json_object_set_new(e, "name", json_string(basename(copy)));
-		reply_json(r, status, json_incref(e));
+		reply_json(r, status, e);
 	} else {
 		api_agent_error(r, &st);
 	}
@@ -195,19 +195,7 @@ int api_file_list(struct req *r)
 	struct sbx_request q = { .kind = SBX_LIST, .path = path, .depth = depth };
 	struct sop *op = path_op(r, s, &q, &st);
 	if (op && st.end == P_OK) {
-		/* The entries come as JSON text already (absolute paths, names):
-		 * a listing of 100000 is not rebuilt as objects here. */
-		const char *items = sop_items(op);
-		size_t n = strlen(items);
-		char *body = malloc(n + 16);
-		if (body) {
-			memcpy(body, "{\"entries\":", 11);
-			memcpy(body + 11, items, n);
-			memcpy(body + 11 + n, "}", 2);
-			reply_buffer(r, 200, "application/json", body, n + 12);
-		} else {
-			reply_error(r, 500, "internal", "out of memory");
-		}
+		reply_json(r, 200, json_pack("{s:o}", "entries", api_items_json(op)));
 	} else if (op) {
 		api_agent_error(r, &st);
 	}

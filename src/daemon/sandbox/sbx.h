@@ -266,13 +266,46 @@ int sbx_set_expiry(struct sbx_mgr *m, const char *id, long long expires_at);
  * at least 1 KiB for SOP_NDJSON. */
 ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout_ms);
 
+/* What the agent said of a file (stat, a listing), a process (ps) or a
+ * code context, typed; strings are as the guest sent them (not checked as
+ * UTF-8), owned by the operation. */
+struct sbx_file {
+	const char *path;   /* a listing's: under the listed directory, absolute */
+	const char *name;   /* its last component */
+	const char *target; /* a symbolic link's, else NULL */
+	uint32_t mode, uid, gid;
+	uint64_t size, mtime_ns;
+};
+struct sbx_proc {
+	uint32_t proc, pid; /* the agent's process number, the guest's pid */
+	const char *cmd;
+	int exited, timed_out;
+	int exit_code, signal; /* -1: none */
+};
+enum sbx_ctx_state { SBX_CTX_IDLE, SBX_CTX_BUSY, SBX_CTX_EXITED };
+struct sbx_ctx {
+	const char *id, *language, *user, *cwd;
+	enum sbx_ctx_state state;
+	long long pid;      /* its kernel's process number, -1 when none */
+};
+enum sbx_item_kind { SBX_ITEM_FILE, SBX_ITEM_PROC, SBX_ITEM_CTX };
+struct sbx_item {
+	enum sbx_item_kind kind;
+	union {
+		struct sbx_file file;
+		struct sbx_proc proc;
+		struct sbx_ctx ctx;
+	};
+};
+
 /* What an ended operation gathered; valid only after sbx_wait reported its
- * end, owned by op. The P_ENTRY items (list, ps) as the text of a JSON array
- * ("[]" when none); the P_OK attributes of a stat as an entry object (NULL
- * when none); the kept tail of a stream (SOP_COLLECT), with whether older
- * bytes were cut and how many bytes there were in all. */
-const char *sop_items(struct sop *op);
-json_t *sop_entry(struct sop *op);
+ * end, owned by op. The items of a listing, ps or context list, in the
+ * order they came; the item of a stat or of a context made or restarted
+ * (NULL when none); the kept tail of a stream (SOP_COLLECT), with whether
+ * older bytes were cut and how many bytes there were in all. */
+size_t sop_nitems(struct sop *op);
+const struct sbx_item *sop_item(struct sop *op, size_t i);
+const struct sbx_item *sop_entry(struct sop *op);
 const struct pbuf *sop_output(struct sop *op, int stream, int *cut);
 
 /* Code calls (sbx_code.c, docs/api.md "Code"). Once one ended: the

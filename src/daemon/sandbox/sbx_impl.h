@@ -59,9 +59,9 @@ struct sop {
 	/* Input credit: P_DATA bytes sent, and credited back by the agent. */
 	uint64_t sent, acked;
 	uint64_t frames;
-	struct pbuf items; /* P_ENTRY objects, comma-separated */
-	size_t nitems;
-	json_t *entry;     /* P_OK attributes of a stat */
+	struct sbx_item *items; /* P_ENTRY's, nitems of them */
+	size_t nitems, items_cap, items_bytes;
+	struct sbx_item *entry; /* P_OK's of a stat, a context made or restarted */
 	char *base;        /* P_LIST: the listed directory */
 	int kill_on_start; /* abandoned foreground exec: kill once it has a proc */
 	int64_t t0;        /* when it began (clock_ms), for an exec's duration */
