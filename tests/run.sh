@@ -15,8 +15,9 @@
 #                  ASan reports on stderr instead: fatal all the same)
 #   CPUOSD_BIN, CPUOS_VM_BIN, CPUOS_CLI_BIN, CPUOS_GATEWAY_BIN  the binaries
 #                  the end-to-end tests drive (default: those of BUILD_DIR)
-# A test source under tests/unit, tests/vm or tests/fuzz that the lists
-# below do not name fails too, so no new test is silently left out.
+# A test source under tests/unit (at any depth), tests/vm or tests/fuzz
+# that the lists below do not name fails too, so no new test is silently
+# left out.
 set -u
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -31,9 +32,19 @@ export CPUOS_CLI_BIN=${CPUOS_CLI_BIN:-$PWD/$BUILD_DIR/bin/cpuos}
 export CPUOS_GATEWAY_BIN=${CPUOS_GATEWAY_BIN:-$PWD/$BUILD_DIR/bin/cpuos-gateway}
 mkdir -p "$CPUOS_RUN_DIR"
 
-# What each suite must find built; keep in step with the Makefile.
-UNIT_TESTS=(test_proto test_cgroup test_priv test_qemu test_agent test_agentc test_agent_code test_store test_store_usage test_disk test_policy test_proxy test_ports test_secret
-	test_gateway test_gateway_store)
+# What each suite must find built; keep in step with the Makefile. The unit
+# tests by room: tests/unit/ROOM mirrors src/ROOM, binaries keep flat names.
+UNIT_TESTS=(
+	test_proto                         # common
+	test_agent test_agent_code         # agent
+	test_agentc test_disk test_qemu    # runner
+	test_cgroup                        # jail
+	test_priv                          # priv
+	test_store test_store_usage        # daemon/store
+	test_policy test_proxy test_secret # daemon/net
+	test_ports                         # daemon/ports
+	test_gateway test_gateway_store    # gateway
+)
 VM_TESTS=(test_vm test_snap)
 FUZZ_TARGETS=(proto agentc http priv gateway)
 
@@ -51,7 +62,18 @@ listed() { # list name, source files...
 		failed=$((failed + 1))
 	done
 }
-listed "${UNIT_TESTS[*]}" tests/unit/test_*.c
+listed "${UNIT_TESTS[*]}" $(find tests/unit -name 'test_*.c' | sort)
+# ... and one beside tests/unit's rooms, or named as another, would break
+# the mirror of src/ or the flat names of the binaries.
+for src in tests/unit/*.c; do
+	[ -e "$src" ] || continue
+	echo "FAIL: $src is not in a room of tests/unit (tests/unit/ROOM mirrors src/ROOM)"
+	failed=$((failed + 1))
+done
+for name in $(find tests/unit -name 'test_*.c' -printf '%f\n' | sort | uniq -d); do
+	echo "FAIL: two unit tests are named $name:" $(find tests/unit -name "$name")
+	failed=$((failed + 1))
+done
 listed "${VM_TESTS[*]}" tests/vm/test_*.c
 listed "${FUZZ_TARGETS[*]}" tests/fuzz/fuzz_*.c
 
