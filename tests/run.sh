@@ -8,6 +8,9 @@
 #   BUILD_DIR      the build to test (default build; make test-asan uses
 #                  build-asan, make test-tsan build-tsan)
 #   CPUOS_TESTS    which suites, of "unit vm fuzz e2e" (default all four)
+#   CPUOS_SANITIZER  set by make test-asan and test-tsan: the time bounds
+#                  (each C case's, each e2e test's, each suite's) scale by 3,
+#                  or 5 for thread
 #   CPUOS_SANITIZER_LOGS  a directory the sanitizers write their reports to
 #                  (log_path in ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS):
 #                  emptied first, and every report found there at the end
@@ -22,6 +25,13 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 CPUOS_TESTS=${CPUOS_TESTS:-unit vm fuzz e2e}
+# A sanitized build is slower: tests/lib/tap.c and tests/e2e/conftest.py
+# scale their limits by the same factor.
+case ${CPUOS_SANITIZER:-} in
+"") slow=1 ;;
+thread) slow=5 ;;
+*) slow=3 ;;
+esac
 export CPUOS_GUEST_DIR=${CPUOS_GUEST_DIR:-$PWD/$BUILD_DIR/guest}
 export CPUOS_RUN_DIR=${CPUOS_RUN_DIR:-/tmp/cpuos-test-run}
 export CPUOS_AGENT=${CPUOS_AGENT:-$PWD/$BUILD_DIR/guest/cpuos-agent}
@@ -124,26 +134,30 @@ have() { # name, path
 
 wants() { case " $CPUOS_TESTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
+# Each C case has a limit of its own (tests/lib/tap.h); these bound a
+# whole binary, should its harness hang.
 if wants unit; then
 	for t in "${UNIT_TESTS[@]}"; do
-		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout 300 "$BUILD_DIR/tests/$t"
+		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout $((600 * slow)) "$BUILD_DIR/tests/$t"
 	done
 fi
 if wants vm; then
 	for t in "${VM_TESTS[@]}"; do
-		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout 1800 "$BUILD_DIR/tests/$t"
+		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout $((1800 * slow)) "$BUILD_DIR/tests/$t"
 	done
 fi
 if wants fuzz; then
 	for t in "${FUZZ_TARGETS[@]}"; do
 		have "replay_$t" "$BUILD_DIR/tests/replay_$t" &&
-			run "replay_$t" timeout 300 "$BUILD_DIR/tests/replay_$t" "tests/fuzz/corpus/$t"
+			run "replay_$t" timeout $((300 * slow)) "$BUILD_DIR/tests/replay_$t" "tests/fuzz/corpus/$t"
 	done
 fi
+# Each test has a limit of its own (tests/e2e/conftest.py); this bounds
+# the whole suite.
 if wants e2e; then
 	out=$(mktemp)
 	echo "== pytest"
-	timeout 1800 python3 -m pytest -q tests/e2e 2>&1 | tee "$out"
+	timeout $((1800 * slow)) python3 -m pytest -q tests/e2e 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	# pytest's closing line: "N passed, M failed in 3.2s" or "N passed in ..."
 	p=$(grep -Eo '[0-9]+ passed' "$out" | tail -n 1 | cut -d' ' -f1)
