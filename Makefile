@@ -292,7 +292,8 @@ test:
 # undefined behaviour or a data race fails them. Reports go to files that
 # tests/run.sh prints and counts as failures (CPUOS_SANITIZER_LOGS); the
 # guest agent stays unsanitized and static. test-asan: ASan+UBSan over the
-# unit tests, the fuzz replays and the end-to-end suite. test-tsan: TSan
+# unit tests, the fuzz replays and the end-to-end suite (not the sdk part of
+# tests/run.sh: no C code runs there). test-tsan: TSan
 # over cpuosd and cpuos-gateway under the end-to-end suite; tests/tsan.supp silences races
 # inside third-party libraries only.
 # (gcc's UBSan runtime beside ASan's ignores log_path and reports on stderr:

@@ -48,7 +48,7 @@ if [ ${#missing[@]} != 0 ]; then
 fi
 pip_install openai
 pip_install dnslib  # the stand-in internet's DNS server (tests/e2e/internet.py)
-pip_install mypy    # the SDK's types are checked (tests/e2e/test_sdk_unit.py)
+pip_install mypy    # the SDK's types are checked (sdk/python/tests/test_unit.py)
 # Debian's package above, unless python3 is another than Debian's (pyenv).
 pip_install pytest_timeout
 if ! node_ok; then

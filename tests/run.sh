@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Runs every test: C unit tests, then integration tests against real QEMU
-# microVMs, then the fuzz corpus replays, then the pytest suite; each prints
-# "N passed, N failed" and this script closes with the sum. A test that
-# cannot run fails, it never skips: a missing test binary is a failure.
+# Runs every test, in parts: C unit tests (unit), integration tests against
+# real QEMU microVMs (vm), the fuzz corpus replays (fuzz), the SDKs' own
+# tests that need no daemon (sdk: pytest over sdk/python/tests, node over
+# @cpuos/sdk's unit suite), then the end-to-end pytest suite against a real
+# cpuosd (e2e). Each runner prints "N passed, N failed" and this script
+# closes with the sum. A test that cannot run fails, it never skips: a
+# missing test binary is a failure.
 #
 # Environment (all optional):
 #   BUILD_DIR      the build to test (default build; make test-asan uses
 #                  build-asan, make test-tsan build-tsan)
-#   CPUOS_TESTS    which suites, of "unit vm fuzz e2e" (default all four)
+#   CPUOS_TESTS    which parts, of "unit vm fuzz sdk e2e" (default all five)
 #   CPUOS_SANITIZER  set by make test-asan and test-tsan: the time bounds
-#                  (each C case's, each e2e test's, each suite's) scale by 3,
+#                  (each C case's, each e2e test's, each part's) scale by 3,
 #                  or 5 for thread
 #   CPUOS_SANITIZER_LOGS  a directory the sanitizers write their reports to
 #                  (log_path in ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS):
@@ -24,7 +27,7 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-CPUOS_TESTS=${CPUOS_TESTS:-unit vm fuzz e2e}
+CPUOS_TESTS=${CPUOS_TESTS:-unit vm fuzz sdk e2e}
 # A sanitized build is slower: tests/lib/tap.c and tests/e2e/conftest.py
 # scale their limits by the same factor.
 case ${CPUOS_SANITIZER:-} in
@@ -124,6 +127,51 @@ run() { # name, command...
 	rm -f "$out"
 }
 
+# pytest over paths, its closing line counted.
+run_pytest() { # part, time limit, paths...
+	local part=$1 limit=$2 out rc line p f
+	shift 2
+	out=$(mktemp)
+	echo "== $part: pytest $*"
+	timeout "$limit" python3 -m pytest -q "$@" 2>&1 | tee "$out"
+	rc=${PIPESTATUS[0]}
+	# The closing line: "N passed, M failed, K errors in 3.2s" (or "... in 3.20s (0:00:03)").
+	line=$(grep -E '^(=+ )?[0-9]+ [a-z].* in [0-9.]+s' "$out" | tail -n 1)
+	p=$(echo "$line" | grep -Eo '[0-9]+ passed' | cut -d' ' -f1)
+	f=$(echo "$line" | grep -Eo '[0-9]+ (failed|errors?)' | awk '{s+=$1} END {print s+0}')
+	[ "$rc" != 0 ] && [ "${f:-0}" = 0 ] && f=1
+	[ "$rc" != 0 ] && [ -z "$line" ] && echo "FAIL: pytest $* exited $rc"
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + ${f:-0}))
+	rm -f "$out"
+}
+
+# A package's node test file, from its folder, without a daemon in sight:
+# node's own summary counted ("ℹ pass 9", "ℹ fail 0").
+run_node() { # part, folder, test file
+	local part=$1 dir=$2 file=$3 out rc p f exe
+	out=$(mktemp)
+	echo "== $part: node --test $dir/$file"
+	exe=$(command -v node)
+	if [ -z "$exe" ] || [ ! -f "$dir/dist/index.js" ]; then
+		echo "FAIL: $dir/$file: no node, or $dir/dist is not built (scripts/deps.sh, make all)"
+		failed=$((failed + 1))
+		return
+	fi
+	(cd "$dir" && env -u CPUOS_API_URL -u CPUOS_API_KEY -u CPUOS_TEST_KEY_B \
+		timeout $((300 * slow)) "$exe" --test --test-reporter=spec --test-concurrency=1 "$file") 2>&1 | tee "$out"
+	rc=${PIPESTATUS[0]}
+	p=$(grep -E '^ℹ pass [0-9]+$' "$out" | tail -n 1 | awk '{print $3}')
+	f=$(grep -E '^ℹ (fail|cancelled) [0-9]+$' "$out" | awk '{s+=$3} END {print s+0}')
+	if [ -z "$p" ] || { [ "$rc" != 0 ] && [ "$f" = 0 ]; }; then
+		echo "FAIL: node --test $dir/$file exited $rc"
+		f=$((f + 1))
+	fi
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + f))
+	rm -f "$out"
+}
+
 # A test binary that should be there and is not: one failure, one line.
 have() { # name, path
 	[ -x "$2" ] && return 0
@@ -152,20 +200,15 @@ if wants fuzz; then
 			run "replay_$t" timeout $((300 * slow)) "$BUILD_DIR/tests/replay_$t" "tests/fuzz/corpus/$t"
 	done
 fi
+# No C code of ours runs here: the sanitized runs leave this part out.
+if wants sdk; then
+	run_pytest sdk $((300 * slow)) sdk/python/tests
+	run_node sdk sdk/typescript test/unit.test.mjs
+fi
 # Each test has a limit of its own (tests/e2e/conftest.py); this bounds
-# the whole suite.
+# the whole part.
 if wants e2e; then
-	out=$(mktemp)
-	echo "== pytest"
-	timeout $((1800 * slow)) python3 -m pytest -q tests/e2e 2>&1 | tee "$out"
-	rc=${PIPESTATUS[0]}
-	# pytest's closing line: "N passed, M failed in 3.2s" or "N passed in ..."
-	p=$(grep -Eo '[0-9]+ passed' "$out" | tail -n 1 | cut -d' ' -f1)
-	f=$(grep -Eo '[0-9]+ (failed|error)' "$out" | awk '{s+=$1} END {print s+0}')
-	[ "$rc" != 0 ] && [ "${f:-0}" = 0 ] && f=1
-	passed=$((passed + ${p:-0}))
-	failed=$((failed + ${f:-0}))
-	rm -f "$out"
+	run_pytest e2e $((1800 * slow)) tests/e2e
 fi
 if [ -n "$logs" ]; then
 	for r in "$logs"/*; do
