@@ -5,7 +5,11 @@
 # @cpuos/sdk's unit suite), then the end-to-end pytest suite against a real
 # cpuosd (e2e). Each runner prints "N passed, N failed" and this script
 # closes with the sum. A test that cannot run fails, it never skips: a
-# missing test binary is a failure.
+# missing test binary is a failure. docs/testing.md says more.
+#
+# Each part's duration is printed after it; at the end come the ten
+# slowest tests, and both go to $BUILD_DIR/test-durations.txt (every test's
+# time to $BUILD_DIR/test-times.tsv: seconds, part, test).
 #
 # Environment (all optional):
 #   BUILD_DIR      the build to test (default build; make test-asan uses
@@ -116,24 +120,46 @@ count() { # reads a runner's output, adds its closing line to the totals
 	failed=$((failed + f))
 }
 
-run() { # name, command...
-	local name=$1 out rc
-	shift
+# Every test's time, and each part's.
+TIMES=$BUILD_DIR/test-times.tsv
+DURATIONS=$BUILD_DIR/test-durations.txt
+mkdir -p "$BUILD_DIR"
+: >"$TIMES"
+part_names=() part_secs=()
+part_t0=
+part_begin() { part_t0=$EPOCHREALTIME; }
+part_end() { # part
+	local secs
+	secs=$(awk -v a="$part_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+	part_names+=("$1")
+	part_secs+=("$secs")
+	echo "== $1 took $secs s"
+}
+
+run() { # part, name, command...
+	local part=$1 name=$2 out rc
+	shift 2
 	out=$(mktemp)
 	echo "== $name"
 	"$@" 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	count "$out" "$rc" "$name"
+	# tests/lib/tap's verdict lines: "ok - case (1.23 s)"
+	sed -nE "s/^(not )?ok - (.*) \(([0-9.]+) s\)\$/\3\t$part\t$name \2/p" "$out" >>"$TIMES"
 	rm -f "$out"
 }
 
-# pytest over paths, its closing line counted.
+# pytest over paths, its closing line counted, each test's time taken
+# from a JUnit XML file beside the build (test ids from the repository's
+# root: what `python3 -m pytest ID` runs).
 run_pytest() { # part, time limit, paths...
-	local part=$1 limit=$2 out rc line p f
+	local part=$1 limit=$2 out rc line p f xml=$BUILD_DIR/junit-$1.xml
 	shift 2
 	out=$(mktemp)
+	rm -f "$xml"
 	echo "== $part: pytest $*"
-	timeout "$limit" python3 -m pytest -q "$@" 2>&1 | tee "$out"
+	timeout "$limit" python3 -m pytest -q --rootdir=. -o junit_family=xunit1 --junitxml="$xml" "$@" 2>&1 |
+		tee "$out"
 	rc=${PIPESTATUS[0]}
 	# The closing line: "N passed, M failed, K errors in 3.2s" (or "... in 3.20s (0:00:03)").
 	line=$(grep -E '^(=+ )?[0-9]+ [a-z].* in [0-9.]+s' "$out" | tail -n 1)
@@ -144,10 +170,23 @@ run_pytest() { # part, time limit, paths...
 	passed=$((passed + ${p:-0}))
 	failed=$((failed + ${f:-0}))
 	rm -f "$out"
+	[ -f "$xml" ] && python3 - "$xml" "$part" >>"$TIMES" <<-'EOF'
+		import sys
+		import xml.etree.ElementTree as ET
+		for tc in ET.parse(sys.argv[1]).iter("testcase"):
+		    path, cls, name = tc.get("file") or "", tc.get("classname") or "", tc.get("name")
+		    module = path[:-3].replace("/", ".")
+		    if cls.startswith(module + "."):  # a test class's
+		        name = cls[len(module) + 1:].replace(".", "::") + "::" + name
+		    test = f"{path}::{name}" if path else f"{cls}.{name}"
+		    print(f"{float(tc.get('time') or 0):.2f}\t{sys.argv[2]}\t{test}")
+	EOF
 }
 
 # A package's node test file, from its folder, without a daemon in sight:
-# node's own summary counted ("ℹ pass 9", "ℹ fail 0").
+# node's own summary counted ("ℹ pass 9", "ℹ fail 0"), each test's time
+# taken from its spec lines ("✔ name (12.3ms)"; a suite's line, after its
+# "▶ name", is not a test).
 run_node() { # part, folder, test file
 	local part=$1 dir=$2 file=$3 out rc p f exe
 	out=$(mktemp)
@@ -169,6 +208,14 @@ run_node() { # part, folder, test file
 	fi
 	passed=$((passed + ${p:-0}))
 	failed=$((failed + f))
+	awk -v part="$part" -v where="$dir/$file" '
+		/^ *▶ / { sub(/^ *▶ /, ""); suite[$0] = 1; next }
+		/^ *(✔|✖) .* \([0-9.]+ms\)$/ {
+			line = $0; sub(/^ *(✔|✖) /, "", line)
+			ms = line; sub(/.* \(/, "", ms); sub(/ms\)$/, "", ms)
+			sub(/ \([0-9.]+ms\)$/, "", line)
+			if (!(line in suite)) printf "%.2f\t%s\t%s: %s\n", ms / 1000, part, where, line
+		}' "$out" >>"$TIMES"
 	rm -f "$out"
 }
 
@@ -185,30 +232,40 @@ wants() { case " $CPUOS_TESTS " in *" $1 "*) return 0 ;; esac; return 1; }
 # Each C case has a limit of its own (tests/lib/tap.h); these bound a
 # whole binary, should its harness hang.
 if wants unit; then
+	part_begin
 	for t in "${UNIT_TESTS[@]}"; do
-		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout $((600 * slow)) "$BUILD_DIR/tests/$t"
+		have "$t" "$BUILD_DIR/tests/$t" && run unit "$t" timeout $((600 * slow)) "$BUILD_DIR/tests/$t"
 	done
+	part_end unit
 fi
 if wants vm; then
+	part_begin
 	for t in "${VM_TESTS[@]}"; do
-		have "$t" "$BUILD_DIR/tests/$t" && run "$t" timeout $((1800 * slow)) "$BUILD_DIR/tests/$t"
+		have "$t" "$BUILD_DIR/tests/$t" && run vm "$t" timeout $((1800 * slow)) "$BUILD_DIR/tests/$t"
 	done
+	part_end vm
 fi
 if wants fuzz; then
+	part_begin
 	for t in "${FUZZ_TARGETS[@]}"; do
 		have "replay_$t" "$BUILD_DIR/tests/replay_$t" &&
-			run "replay_$t" timeout $((300 * slow)) "$BUILD_DIR/tests/replay_$t" "tests/fuzz/corpus/$t"
+			run fuzz "replay_$t" timeout $((300 * slow)) "$BUILD_DIR/tests/replay_$t" "tests/fuzz/corpus/$t"
 	done
+	part_end fuzz
 fi
 # No C code of ours runs here: the sanitized runs leave this part out.
 if wants sdk; then
+	part_begin
 	run_pytest sdk $((300 * slow)) sdk/python/tests
 	run_node sdk sdk/typescript test/unit.test.mjs
+	part_end sdk
 fi
 # Each test has a limit of its own (tests/e2e/conftest.py); this bounds
 # the whole part.
 if wants e2e; then
+	part_begin
 	run_pytest e2e $((1800 * slow)) tests/e2e
+	part_end e2e
 fi
 if [ -n "$logs" ]; then
 	for r in "$logs"/*; do
@@ -218,5 +275,19 @@ if [ -n "$logs" ]; then
 		failed=$((failed + 1))
 	done
 fi
+
+{
+	echo "tests/run.sh on $BUILD_DIR${CPUOS_SANITIZER:+ (sanitizer: $CPUOS_SANITIZER)}, $(date -u +%Y-%m-%dT%H:%MZ): $passed passed, $failed failed"
+	for i in "${!part_names[@]}"; do
+		printf '  %-5s %8s s\n' "${part_names[$i]}" "${part_secs[$i]}"
+	done
+	if [ -s "$TIMES" ]; then
+		echo "the ten slowest tests:"
+		sort -t "$(printf '\t')" -k1,1 -rn "$TIMES" | head -n 10 |
+			awk -F '\t' '{ printf "  %8.2f s  %-5s %s\n", $1, $2, $3 }'
+	fi
+} >"$DURATIONS"
+echo "== durations ($DURATIONS)"
+cat "$DURATIONS"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
