@@ -201,6 +201,15 @@ $(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TES
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
+# The sandbox layer over a real store and fake VMs (fake_vm.c stands in for
+# the runner's vm.c and vm_snap.c), whose agent is cpuos-agent --listen.
+SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
+	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) \
+	$(filter-out src/runner/vm.c src/runner/vm_snap.c src/daemon/net/policy.c,$(RUNNER_SRCS)) $(COMMON_SRCS)
+$(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lsqlite3 -lssl -lcrypto -lldns -lpthread
+
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code
 $(RAWAGENT_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/agent/%.c tests/lib/rawagent.c $(TEST_LIB) $(COMMON_SRCS))

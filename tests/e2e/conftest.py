@@ -121,13 +121,15 @@ class Daemon:
         self.proc = None
         self.key_a = self.key_b = None
 
-    def start(self):
+    def start(self, env=None):
+        """Starts cpuosd (with env added to its environment) and waits until it answers."""
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [str(DAEMON_BIN), "--state-dir", self.state_dir, "--socket", self.socket,
              "--listen", f"127.0.0.1:{self.port}", "--guest-dir", str(GUEST_DIR),
              "--log-level", "info", *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT))
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT),
+            env={**os.environ, **(env or {})})
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
@@ -150,10 +152,10 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
 
-    def restart(self, kill=True):
+    def restart(self, kill=True, env=None):
         """SIGKILL (or SIGTERM with kill=False) the daemon and start it on the same state."""
         self.stop(signal.SIGKILL if kill else signal.SIGTERM)
-        self.start()
+        self.start(env)
 
     def log_tail(self, n=60):
         try:

@@ -80,27 +80,13 @@ int api_row(struct req *r, struct store_sbx *row)
 
 struct sbx *api_sbx(struct req *r)
 {
-	struct sbx *s = sbx_find(r->api->sbx, r->param[0], r->admin ? NULL : r->account);
-	if (s)
+	struct sbx *s;
+	char err[512];
+	int e = sbx_acquire(r->api->sbx, r->param[0], r->admin ? NULL : r->account, SBX_RESUME, &s,
+			    err, sizeof(err));
+	if (e == 0)
 		return s;
-	struct store_sbx row;
-	if (api_row(r, &row) < 0)
-		return NULL;
-	/* A paused sandbox comes back for whatever is asked of it; one that
-	 * is running but not listed is in a pause or a resume right now:
-	 * sbx_resume waits for that to end. */
-	if (!strcmp(row.state, "paused") || !strcmp(row.state, "running")) {
-		char err[512] = "the sandbox is not running";
-		int e = sbx_resume(r->api->sbx, row.id, err, sizeof(err));
-		store_sbx_release(&row);
-		if (e == 0 && (s = sbx_find(r->api->sbx, r->param[0], NULL)))
-			return s;
-		api_resume_error(r, e ? e : -ESHUTDOWN, err);
-		return NULL;
-	}
-	reply_error(r, 409, "conflict", "sandbox '%s' is not running (%s%s%s)", row.id, row.state,
-		    row.end_reason[0] ? ": " : "", row.end_reason);
-	store_sbx_release(&row);
+	api_resume_error(r, e, err);
 	return NULL;
 }
 

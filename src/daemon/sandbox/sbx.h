@@ -1,12 +1,12 @@
 /*
- * sbx: live sandboxes. Each running sandbox owns one VM and one pump thread
- * that alone touches the VM's sockets; HTTP threads hand it agent requests
- * under the sandbox's mutex and wait on its condition variable for the
- * frames, which the pump decodes into a struct sop (sandbox operation).
- * Lifecycle: running <-> paused (QEMU gone, state on disk), running ->
- * stopped (killed, timeout, poweroff, panic, crashed) or lost (gone across a
- * daemon restart); paused -> stopped (killed, retention). The store records
- * every change.
+ * sbx: the sandboxes. Each is one object from its create to its end,
+ * paused or not, moved through the states below by one table (sbx_state.c,
+ * docs/architecture.md "Sandbox states"). A running sandbox owns one VM and
+ * one pump thread that alone touches the VM's sockets; HTTP threads hand it
+ * agent requests under the sandbox's mutex and wait on its condition
+ * variable for the frames, which the pump decodes into a struct sop
+ * (sandbox operation). The store records every change of state the table
+ * names, each as one conditional write.
  */
 #ifndef CPUOS_SBX_H
 #define CPUOS_SBX_H
@@ -61,6 +61,25 @@ struct sbx_mgr;
 struct sbx;
 struct net;
 
+/* A sandbox's state. Stable: running, paused, stopped, lost (what the
+ * store and the API show). Transitional: owned by the one thread that
+ * entered it, until it fires the event that ends it; the store keeps
+ * the stable state it came from meanwhile. */
+enum sbx_state {
+	SBX_CREATING,     /* booting, restoring or claimed from a pool; not stored yet */
+	SBX_RESTORING,    /* found in the store at start, not settled yet */
+	SBX_RUNNING,
+	SBX_PAUSING,
+	SBX_PAUSED,       /* QEMU gone, memory, processes and disk on disk */
+	SBX_RESUMING,
+	SBX_SNAPSHOTTING, /* running; its state is being copied (fork, checkpoint) */
+	SBX_STOPPING,
+	SBX_STOPPED,      /* killed, timeout, retention, or its VM ended */
+	SBX_LOST,         /* its QEMU went away and left no whole pause */
+	SBX_NSTATES
+};
+const char *sbx_state_name(enum sbx_state s);
+
 int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mgr **out);
 /* Re-attaches every sandbox the store says is running whose QEMU still
  * runs; marks the others lost. */
@@ -98,8 +117,19 @@ int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct s
 /* Deletes a checkpoint and its files (sandboxes made from it live on). */
 int sbx_ckpt_delete(struct sbx_mgr *m, const struct store_ckpt *c);
 
+/* The one way to a sandbox that runs, for every caller (the API, port
+ * URLs): sandbox id, if account may see it (NULL: any account), waited for
+ * while another transition is under way, resumed first when it is paused
+ * and SBX_RESUME is given. 0 with *out referenced (sbx_put it), or -errno
+ * with a reason in err: -ENOENT no such sandbox (or another account's),
+ * -ESHUTDOWN stopped or lost (err says so and why), -EAGAIN paused and
+ * not to be resumed, -EBUSY a transition did not end in time, or
+ * sbx_resume's. */
+#define SBX_RESUME 1
+int sbx_acquire(struct sbx_mgr *m, const char *id, const char *account, int flags,
+		struct sbx **out, char *err, size_t errlen);
 /* The running sandbox id, if account may see it (NULL: any account), with
- * a reference; NULL otherwise. */
+ * a reference; NULL otherwise. Never waits. */
 struct sbx *sbx_find(struct sbx_mgr *m, const char *id, const char *account);
 void sbx_put(struct sbx *s);
 /* Stops a sandbox and records why ("killed", "timeout"). */
