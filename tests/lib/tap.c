@@ -183,9 +183,9 @@ static int kill_leftovers(int pgid)
 {
 	int killed = 0;
 	kill(-pgid, SIGKILL);
-	/* A second for what ends once the case is gone (a kernel reading
-	 * from a dead agent), reaping it; then the rest is killed. */
-	double grace = now_s() + 1;
+	/* A moment for what ends by itself once the case is gone (a kernel
+	 * reading from a dead agent), reaping it; then the rest is killed. */
+	double grace = now_s() + 0.2;
 	for (int round = 0; round < 1000; round++) {
 		int pids[64];
 		char zombie[64];
