@@ -36,6 +36,20 @@ READY_TIMEOUT = 120
 SANITIZER = os.environ.get("CPUOS_SANITIZER") or None
 SLOW = {None: 1, "address": 3, "thread": 5}.get(SANITIZER, 3)
 MEM = {None: 1, "address": 2, "thread": 8}.get(SANITIZER, 4)
+# One hung test fails alone instead of eating the suite's whole budget (tests/run.sh's timeout):
+# each test, its fixtures' setup and teardown included, has TEST_TIMEOUT seconds (pytest-timeout,
+# Debian's python3-pytest-timeout; --timeout or $PYTEST_TIMEOUT override it, and a test that needs
+# more says so with @pytest.mark.timeout). A timed-out test fails with its stack, the next runs.
+TEST_TIMEOUT = 600 * SLOW
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if not config.pluginmanager.hasplugin("timeout"):
+        raise pytest.UsageError("tests/e2e needs pytest-timeout "
+                                "(apt-get install python3-pytest-timeout, or scripts/deps.sh)")
+    if config.getoption("timeout", None) is None and not os.environ.get("PYTEST_TIMEOUT"):
+        config.option.timeout = TEST_TIMEOUT
 
 
 def free_port():
