@@ -591,8 +591,8 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
 	sqlite3_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
-			    "SELECT count(*), total(vcpus), total(memory_mb) FROM sandboxes "
-			    "WHERE state = 'running' AND (?1 IS NULL OR account = ?1)",
+			    "SELECT count(*), coalesce(sum(vcpus), 0), coalesce(sum(memory_mb), 0) "
+			    "FROM sandboxes WHERE state = 'running' AND (?1 IS NULL OR account = ?1)",
 			    &st);
 	if (!r) {
 		if ((account ? store__bind_text(st, 1, account) : sqlite3_bind_null(st, 1)) !=
@@ -600,8 +600,8 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
 		    sqlite3_step(st) != SQLITE_ROW) {
 			r = -EIO;
 		} else {
-			sqlite3_int64 c = sqlite3_column_int64(st, 0);
-			double v = sqlite3_column_double(st, 1), m = sqlite3_column_double(st, 2);
+			sqlite3_int64 c = sqlite3_column_int64(st, 0), v = sqlite3_column_int64(st, 1),
+				      m = sqlite3_column_int64(st, 2);
 			if (c < 0 || c > INT_MAX || v < 0 || m < 0) {
 				r = -EIO;
 			} else {
