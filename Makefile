@@ -37,11 +37,10 @@ TEMPLATES := base python node
 COMMON_SRCS := $(wildcard src/common/*.c)
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
-# The runner starts jailed QEMUs through the privileged helper (src/priv),
-# whose network rules are built from policies.
-RUNNER_SRCS := $(wildcard src/runner/*.c src/jail/*.c src/priv/*.c) src/daemon/net/policy.c
+# The runner starts jailed QEMUs through the privileged helper (src/priv).
+RUNNER_SRCS := $(wildcard src/runner/*.c src/jail/*.c src/priv/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
-DAEMON_SRCS := $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/*.c src/daemon/*/*.c))
+DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
 STORE_SRCS := $(wildcard src/daemon/store/*.c)
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
 # The gateway talks to cpuosd through the CLI's client of its API.
@@ -182,7 +181,7 @@ $(BUILD)/tests/test_policy: $(call obj,tests/unit/test_policy.c $(TEST_LIB) src/
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
-$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/net/*.c)) $(RUNNER_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
 

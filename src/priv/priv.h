@@ -76,7 +76,7 @@ int priv_ns_open(struct priv *p, int slot);
 
 /* A socket made in the namespace nsfd (of slot, as priv_ns_open gave
  * it), non-blocking: the resolver's (UDP, the gateway's port 53), the
- * proxy's (TCP, listening on the gateway's PROXY_PORT), or an unbound TCP
+ * proxy's (TCP, listening on the gateway's NET_PROXY_PORT), or an unbound TCP
  * one to connect from there. Its descriptor, or -errno. */
 enum priv_sock { PRIV_SOCK_DNS = 1, PRIV_SOCK_PROXY = 2, PRIV_SOCK_DIAL = 3 };
 int priv_ns_socket(struct priv *p, int slot, int nsfd, enum priv_sock kind, char *err,

@@ -12,7 +12,8 @@
 #ifndef CPUOS_PRIV_MSG_H
 #define CPUOS_PRIV_MSG_H
 
-#include "daemon/net/policy.h"
+#include "common/cidr.h"
+#include "common/netpolicy.h"
 #include "jail/jail.h"
 #include "priv/priv.h"
 

@@ -8,6 +8,7 @@
 #include "runner/vm_impl.h"
 
 #include "common/fs.h"
+#include "common/netconst.h"
 #include "common/proto.h"
 #include "common/spawn.h"
 #include "common/unixsock.h"
@@ -369,7 +370,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.mem_path = mem,
 		.mem_shared = vm->ram_shared,
 		.incoming = cfg->restore != NULL,
-		.tap = cfg->netns ? VM_TAP : NULL,
+		.tap = cfg->netns ? NET_TAP : NULL,
 		.extra_args = cfg->extra_args,
 	};
 	r = qemu_argv(&qc, &argv);

@@ -40,7 +40,7 @@ struct vm_config {
 	int new_identity;
 	unsigned generation; /* restores so far, passed to the guest's hooks */
 	size_t console_cap;    /* bytes of console.log kept; 0 = 1 MiB */
-	/* A network namespace (its path) holding the TAP device VM_TAP: QEMU
+	/* A network namespace (its path) holding the TAP device NET_TAP: QEMU
 	 * runs in it and the guest gets a NIC on that TAP. NULL: no NIC. A
 	 * snapshot restores only where it had the same. */
 	const char *netns;
@@ -50,8 +50,6 @@ struct vm_config {
 	 * caller does. */
 	struct priv *priv;
 };
-
-#define VM_TAP "tap0"
 
 /* Lifecycle. BOOTING -> RUNNING -> one of the ended states. */
 enum vm_state {

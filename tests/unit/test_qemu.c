@@ -3,6 +3,7 @@
 #include "runner/qmp.h"
 #include "runner/snap.h"
 #include "common/fs.h"
+#include "common/netconst.h"
 #include "common/unixsock.h"
 #include "tests/lib/tap.h"
 
@@ -106,8 +107,8 @@ static void test_nic(void)
 	if (!CHECK(qemu_argv(&c, &argv) == 0))
 		return;
 	CHECK(has_value(argv, "-netdev", "tap,id=net,ifname=tap0,script=no,downscript=no,vhost=off"));
-	CHECK(has_value(argv, "-device", "virtio-net-device,netdev=net,mac=" QEMU_GUEST_MAC));
-	CHECK(has_value(argv, "-append", "cpuos.net=" QEMU_GUEST_IP "/30," QEMU_GATEWAY_IP));
+	CHECK(has_value(argv, "-device", "virtio-net-device,netdev=net,mac=" NET_GUEST_MAC));
+	CHECK(has_value(argv, "-append", "cpuos.net=" NET_GUEST_IP "/30," NET_GATEWAY_IP));
 	qemu_argv_free(argv);
 	c.tap = "tap0,script=/evil"; /* would inject an option */
 	CHECK(qemu_argv(&c, &argv) == -EINVAL);
