@@ -37,8 +37,12 @@ TEMPLATES := base python node
 COMMON_SRCS := $(wildcard src/common/*.c)
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
-# The runner starts jailed QEMUs through the privileged helper (src/priv).
-RUNNER_SRCS := $(wildcard src/runner/*.c src/jail/*.c src/priv/*.c)
+# The runner: a library over common only. Who starts QEMU is its caller's
+# choice (common/launch.h): the runner's own fork and exec, or cpuosd's
+# root helper (src/priv), which jails it (src/jail).
+RUNNER_SRCS := $(wildcard src/runner/*.c)
+PRIV_SRCS := $(wildcard src/priv/*.c)
+JAIL_SRCS := $(wildcard src/jail/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
 STORE_SRCS := $(wildcard src/daemon/store/*.c)
@@ -71,7 +75,8 @@ FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
 FUZZ_LIBS_agentc := -ljansson -lpthread
-FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(COMMON_SRCS)
+FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(PRIV_SRCS) \
+		  $(JAIL_SRCS) $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
 FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c
@@ -147,7 +152,8 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/gen/openapi.o
+$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS)) \
+	   $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
@@ -181,7 +187,7 @@ $(BUILD)/tests/test_policy: $(call obj,tests/unit/test_policy.c $(TEST_LIB) src/
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
-$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(RUNNER_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
 
@@ -192,6 +198,15 @@ $(BUILD)/tests/test_secret: $(call obj,tests/unit/test_secret.c $(TEST_LIB) src/
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
+
+# The helper and the jail, without the runner.
+$(BUILD)/tests/test_priv: $(call obj,tests/unit/test_priv.c $(TEST_LIB) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/test_cgroup: $(call obj,tests/unit/test_cgroup.c $(TEST_LIB) $(JAIL_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code

@@ -13,8 +13,8 @@
 #define CPUOS_PRIV_MSG_H
 
 #include "common/cidr.h"
+#include "common/jail_spec.h"
 #include "common/netpolicy.h"
-#include "jail/jail.h"
 #include "priv/priv.h"
 
 #include <stddef.h>

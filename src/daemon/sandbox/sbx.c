@@ -645,7 +645,8 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 		struct vm *vm = NULL;
 		int r = -ESRCH;
 		if (is_our_qemu(row->qemu_pid, row->run_dir))
-			r = vm_attach(row->run_dir, row->qemu_pid, m->cfg.priv, &vm, err, sizeof(err));
+			r = vm_attach(row->run_dir, row->qemu_pid, priv_launch_ops(m->cfg.priv), &vm, err,
+				      sizeof(err));
 		if (r == 0 && sbx__add(m, row, vm) == 0) {
 			sbx__net_keep(m, row);
 			log_info("sandbox %s re-attached (qemu pid %d)", row->id, row->qemu_pid);
