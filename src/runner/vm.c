@@ -32,6 +32,7 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,14 +112,19 @@ static int reap_now(struct vm *vm, int *st)
 static int reap_pidfd(struct vm *vm, int wait_ms, int *st)
 {
 	struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
-	if (poll(&p, 1, wait_ms) != 1)
+	int64_t deadline = clock_ms() + wait_ms;
+	int n;
+	while ((n = poll(&p, 1, wait_ms)) < 0 && errno == EINTR)
+		wait_ms = deadline > clock_ms() ? (int)(deadline - clock_ms()) : 0;
+	if (n != 1)
 		return 0;
 	return reap_now(vm, st); /* readable once it is a zombie, for its parent to reap */
 }
 
-/* QEMU without one: its launch ops' child is reaped as it comes, one
- * taken over (a daemon restarted) can only be watched, and a jailed one
- * runs as another uid: EPERM is alive. */
+/* QEMU without one (a kernel before 5.3, or out of descriptors): there
+ * is nothing to wait on but time. Its launch ops' child is reaped as it
+ * comes, one taken over (a daemon restarted) can only be watched, and a
+ * jailed one runs as another uid: EPERM is alive. */
 static int reap_polled(struct vm *vm, int wait_ms, int *st)
 {
 	double deadline = clock_ms_f() + wait_ms;
@@ -564,6 +570,8 @@ int vm_attach(const char *run_dir, pid_t pid, const struct launch_ops *launch, s
 	vm->backoff_ms = BACKOFF_MIN_MS;
 	vm->launch = &vm_launch_direct;
 	vm->pid = pid;
+	/* Not our child, so no waitpid: its end is watched on a pidfd. */
+	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
 	char path[300];
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,7 +34,9 @@ static int direct_spawn(void *ctx, const struct launch_spec *s, pid_t *pid, uid_
 		return r;
 	}
 	*uid = 0;
-	*pidfd = -1; /* waitpid is polled */
+	/* Our child: its pid is not another's until we reap it. -1 on a
+	 * kernel without pidfds (before 5.3): the runner polls waitpid. */
+	*pidfd = (int)syscall(SYS_pidfd_open, *pid, 0);
 	return 0;
 }
 
