@@ -120,6 +120,7 @@ unsigned qemu_host_tsc_khz(void)
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC_RAW, &a);
 	uint64_t t0 = __builtin_ia32_rdtsc();
+	/* The interval measured, not a wait: once per process. */
 	struct timespec pause = { .tv_nsec = 20 * 1000000 };
 	nanosleep(&pause, NULL);
 	uint64_t t1 = __builtin_ia32_rdtsc();
