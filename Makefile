@@ -66,7 +66,14 @@ CLI := $(BUILD)/bin/cpuos
 GATEWAY := $(BUILD)/bin/cpuos-gateway
 BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api $(BUILD)/bench/bench_snap
 
-UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+# Unit tests mirror src/: tests/unit/ROOM/test_NAME.c tests src/ROOM (ROOM
+# may be daemon/store), and builds into $(BUILD)/tests/test_NAME: the names
+# stay flat, so each must be unique.
+UNIT_SRCS := $(sort $(shell find tests/unit -name 'test_*.c'))
+UNIT_TESTS := $(patsubst %.c,$(BUILD)/tests/%,$(notdir $(UNIT_SRCS)))
+ifneq ($(words $(UNIT_TESTS)),$(words $(sort $(UNIT_TESTS))))
+$(error two unit tests share a name: $(sort $(foreach t,$(notdir $(UNIT_SRCS)),$(if $(filter-out 1,$(words $(filter %/$(t),$(UNIT_SRCS)))),$(filter %/$(t),$(UNIT_SRCS))))))
+endif
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
@@ -166,57 +173,73 @@ $(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(COMMON_SRCS))
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
 # The gateway's pure parts: event streams, turns, tool output.
-$(BUILD)/tests/test_gateway: $(call obj,tests/unit/test_gateway.c $(TEST_LIB) src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c $(COMMON_SRCS))
+$(BUILD)/tests/test_gateway: $(call obj,tests/unit/gateway/test_gateway.c $(TEST_LIB) src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
 # Its store and its conversations' locks.
-$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c $(COMMON_SRCS))
+$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/gateway/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store: $(call obj,tests/unit/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_policy: $(call obj,tests/unit/test_policy.c $(TEST_LIB) src/daemon/net/policy.c $(COMMON_SRCS))
+$(BUILD)/tests/test_policy: $(call obj,tests/unit/daemon/net/test_policy.c $(TEST_LIB) src/daemon/net/policy.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
-$(BUILD)/tests/test_proxy: $(call obj,tests/unit/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
 
-$(BUILD)/tests/test_secret: $(call obj,tests/unit/test_secret.c $(TEST_LIB) src/daemon/net/secret.c src/daemon/net/ca.c src/daemon/net/policy.c $(COMMON_SRCS))
+$(BUILD)/tests/test_secret: $(call obj,tests/unit/daemon/net/test_secret.c $(TEST_LIB) src/daemon/net/secret.c src/daemon/net/ca.c src/daemon/net/policy.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_ports: $(call obj,tests/unit/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(COMMON_SRCS))
+$(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
 # The helper and the jail, without the runner.
-$(BUILD)/tests/test_priv: $(call obj,tests/unit/test_priv.c $(TEST_LIB) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_priv: $(call obj,tests/unit/priv/test_priv.c $(TEST_LIB) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/test_cgroup: $(call obj,tests/unit/test_cgroup.c $(TEST_LIB) $(JAIL_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_cgroup: $(call obj,tests/unit/jail/test_cgroup.c $(TEST_LIB) $(JAIL_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The sandbox layer over a real store and fake VMs (fake_vm.c stands in for
+# the runner's vm.c and vm_snap.c), whose agent is cpuos-agent --listen.
+SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
+	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) \
+	$(filter-out src/runner/vm.c src/runner/vm_snap.c,$(RUNNER_SRCS)) $(PRIV_SRCS) $(JAIL_SRCS) \
+	$(COMMON_SRCS)
+$(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lsqlite3 -lssl -lcrypto -lldns -lpthread
 
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code
-$(RAWAGENT_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/%.c tests/lib/rawagent.c $(TEST_LIB) $(COMMON_SRCS))
+$(RAWAGENT_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/agent/%.c tests/lib/rawagent.c $(TEST_LIB) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/test_%: $(call obj,tests/unit/test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
-	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# Any other unit test: its source, the harness, the runner and the common
+# pieces, by a pattern rule per room (make takes the one whose source
+# exists). A test that needs another link line has a rule of its own above.
+define unit_rule
+$(BUILD)/tests/test_%: $(call obj,$(1)test_%.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
+	@mkdir -p $$(@D)
+	$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach d,$(sort $(dir $(UNIT_SRCS))),$(eval $(call unit_rule,$(d))))
 
 $(BUILD)/tests/test_%: $(call obj,tests/vm/test_%.c tests/lib/vmtest.c $(TEST_LIB)) $(call obj,$(RUNNER_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
@@ -293,7 +316,8 @@ test:
 # undefined behaviour or a data race fails them. Reports go to files that
 # tests/run.sh prints and counts as failures (CPUOS_SANITIZER_LOGS); the
 # guest agent stays unsanitized and static. test-asan: ASan+UBSan over the
-# unit tests, the fuzz replays and the end-to-end suite. test-tsan: TSan
+# unit tests, the fuzz replays and the end-to-end suite (not the sdk part of
+# tests/run.sh: no C code runs there). test-tsan: TSan
 # over cpuosd and cpuos-gateway under the end-to-end suite; tests/tsan.supp silences races
 # inside third-party libraries only.
 # (gcc's UBSan runtime beside ASan's ignores log_path and reports on stderr:

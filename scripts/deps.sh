@@ -12,6 +12,7 @@ pkgs=(
 	linux-source-6.1 bc bison flex libelf-dev libssl-dev cpio xz-utils  # guest kernel
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
 	python3 python3-pytest procps curl openssl  # tests, benchmarks
+	python3-pytest-timeout                   # a limit per pytest test (tests/e2e/conftest.py)
 )
 # Node.js for the TypeScript SDK (AbortSignal.any: 20.3 or later). Debian 12
 # has 18: its npm then installs npm's node@22, a build of Node with its own
@@ -47,7 +48,9 @@ if [ ${#missing[@]} != 0 ]; then
 fi
 pip_install openai
 pip_install dnslib  # the stand-in internet's DNS server (tests/e2e/internet.py)
-pip_install mypy    # the SDK's types are checked (tests/e2e/test_sdk_unit.py)
+pip_install mypy    # the SDK's types are checked (sdk/python/tests/test_unit.py)
+# Debian's package above, unless python3 is another than Debian's (pyenv).
+pip_install pytest_timeout
 if ! node_ok; then
 	echo "deps: installing Node.js 22 from npm (node@22)"
 	npm install --global --no-audit --no-fund --loglevel=error node@22

@@ -7,6 +7,7 @@
 #include "runner/vm_impl.h"
 
 #include "common/clock.h"
+#include "common/crash.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "runner/agentc.h"
@@ -286,6 +287,7 @@ int vm_pause(struct vm *vm, char *err, size_t errlen)
 		vm->reconnect_at = clock_ms(); /* and talk to the agent again */
 		return r;
 	}
+	crash_point("pause.after_manifest");
 	vm->pausing = 1;
 	if (qmp_command(vm->qmp, "quit", NULL, 2000, NULL, e2, sizeof(e2)) < 0 || !vm__reap(vm, 5000)) {
 		vm__kill(vm);

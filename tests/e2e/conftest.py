@@ -36,6 +36,20 @@ READY_TIMEOUT = 120
 SANITIZER = os.environ.get("CPUOS_SANITIZER") or None
 SLOW = {None: 1, "address": 3, "thread": 5}.get(SANITIZER, 3)
 MEM = {None: 1, "address": 2, "thread": 8}.get(SANITIZER, 4)
+# One hung test fails alone instead of eating the suite's whole budget (tests/run.sh's timeout):
+# each test, its fixtures' setup and teardown included, has TEST_TIMEOUT seconds (pytest-timeout,
+# Debian's python3-pytest-timeout; --timeout or $PYTEST_TIMEOUT override it, and a test that needs
+# more says so with @pytest.mark.timeout). A timed-out test fails with its stack, the next runs.
+TEST_TIMEOUT = 600 * SLOW
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if not config.pluginmanager.hasplugin("timeout"):
+        raise pytest.UsageError("tests/e2e needs pytest-timeout "
+                                "(apt-get install python3-pytest-timeout, or scripts/deps.sh)")
+    if config.getoption("timeout", None) is None and not os.environ.get("PYTEST_TIMEOUT"):
+        config.option.timeout = TEST_TIMEOUT
 
 
 def free_port():
@@ -107,13 +121,15 @@ class Daemon:
         self.proc = None
         self.key_a = self.key_b = None
 
-    def start(self):
+    def start(self, env=None):
+        """Starts cpuosd (with env added to its environment) and waits until it answers."""
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [str(DAEMON_BIN), "--state-dir", self.state_dir, "--socket", self.socket,
              "--listen", f"127.0.0.1:{self.port}", "--guest-dir", str(GUEST_DIR),
              "--log-level", "info", *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT))
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT),
+            env={**os.environ, **(env or {})})
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
@@ -136,10 +152,10 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
 
-    def restart(self, kill=True):
+    def restart(self, kill=True, env=None):
         """SIGKILL (or SIGTERM with kill=False) the daemon and start it on the same state."""
         self.stop(signal.SIGKILL if kill else signal.SIGTERM)
-        self.start()
+        self.start(env)
 
     def log_tail(self, n=60):
         try:

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from test_sdk_unit import FakeDaemon
+from fake_daemon import FakeDaemon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPUOS = os.environ.get("CPUOS_CLI_BIN") or os.path.join(ROOT, "build", "bin", "cpuos")

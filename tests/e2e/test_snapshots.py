@@ -1,13 +1,12 @@
 """Snapshots against a real cpuosd, for what users of hosted sandboxes saw go wrong: memory and
 files byte-exact over many pause/resume cycles, resumes in a row with writes between, the timeout
-kept across a resume, forks that share no randomness, a right clock after a long pause, damaged
+kept across a resume, forks that share no randomness, a right clock after a pause, damaged
 snapshots, usage billed to the second, a daemon restart with paused sandboxes, and creates from the
-template snapshot and the warm pool."""
+template snapshot and the warm pool. Crashes at each durable step: test_crash.py."""
 
 import datetime
 import os
 import re
-import threading
 import time
 
 import pytest
@@ -119,10 +118,14 @@ def test_forks_of_python_differ_in_random_and_uuid4(make_sandbox):
             k.kill()
 
 
-def test_clock_is_right_after_a_long_pause(make_sandbox):
+def test_clock_is_right_after_a_pause(make_sandbox):
+    """The resume sets the guest's clock from the host's: a guest clock an hour behind (as it is
+    after an hour's pause) is right again at the first command after it."""
     sbx = make_sandbox(template="base")
+    r = sbx.exec("date -s @$(( $(date +%s) - 3600 )) >/dev/null && date +%s", user="root",
+                 timeout=T)
+    assert r.exit_code == 0 and int(r.stdout) < time.time() - 3500, (r.stdout, r.stderr)
     sbx.pause()
-    time.sleep(61)
     assert abs(int(sh(sbx, "date +%s")) - time.time()) <= 2
 
 
@@ -170,81 +173,6 @@ def test_paused_sandboxes_survive_a_daemon_restart(own_daemon):
     s2 = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
     assert s2.state == "paused"
     assert sh(s2, "cat /work/k") == "kept"
-
-
-def _kill_during(d, call, delays):
-    """Runs call() in a thread and SIGKILLs the daemon after each delay in turn (one per try)."""
-    for delay in delays:
-        t = threading.Thread(target=lambda: _swallow(call))
-        t.start()
-        time.sleep(delay)
-        d.restart(kill=True)
-        t.join(60)
-        yield delay
-
-
-def _swallow(call):
-    try:
-        call()
-    except Exception:  # the daemon died under it: what matters is what is left
-        pass
-
-
-def test_sigkill_during_pause_loses_nothing(own_daemon):
-    d = own_daemon()
-    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
-    sh(sbx, "echo kept > /work/k")
-    for delay in _kill_during(d, sbx.pause, [0.005, 0.02, 0.04, 0.08, 0.3]):
-        s = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
-        assert s.state in ("running", "paused"), (delay, s.state, d.log_tail(20))
-        assert sh(s, "cat /work/k") == "kept", delay  # resumes if paused
-        assert s.info().state == "running"
-
-
-def test_sigkill_during_resume_loses_nothing(own_daemon):
-    d = own_daemon()
-    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
-    sh(sbx, "echo kept > /work/k")
-    for delay in [0.01, 0.05, 0.1, 0.2, 0.4]:
-        sbx.pause()
-        for _ in _kill_during(d, lambda: cpuos.Sandbox.resume(sbx.id, api_key=d.key_a,
-                                                              api_url=d.url), [delay]):
-            s = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
-            assert s.state in ("running", "paused"), (delay, s.state, d.log_tail(20))
-            assert sh(s, "cat /work/k") == "kept", (delay, d.log_tail(20))
-            sh(s, f"echo {delay} >> /work/log")
-    assert sh(sbx, "wc -l < /work/log") == "5"
-
-
-def test_sigkill_during_fork_loses_nothing(own_daemon):
-    d = own_daemon()
-    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
-    sh(sbx, "echo kept > /work/k")
-    for delay in _kill_during(d, lambda: sbx.fork(count=2), [0.01, 0.05, 0.15, 0.4]):
-        s = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
-        assert s.state in ("running", "paused"), (delay, s.state, d.log_tail(20))
-        assert sh(s, "cat /work/k") == "kept", delay
-        for kid in cpuos.Sandbox.list(state="running", api_key=d.key_a, api_url=d.url):
-            if kid.id != sbx.id:  # a fork that was finished works; it is a sandbox like any
-                assert sh(kid, "cat /work/k") == "kept"
-                kid.kill()
-    # Once more, killed while a VM moves the fork's RAM into a file (a new
-    # sandbox's RAM is private: it was restored): that VM runs from the
-    # fork's directory, which the next daemon removes with it.
-    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url, timeout="10m")
-    sh(sbx, "echo kept > /work/k")
-    t = threading.Thread(target=lambda: _swallow(lambda: sbx.fork(count=2)))
-    t.start()
-    deadline = time.monotonic() + 60 * SLOW
-    while not (movers := list(_qemus(d, "snapshots", r"fork-[0-9a-f]+"))):
-        assert time.monotonic() < deadline, d.log_tail(20)
-        time.sleep(0.02)
-    d.restart(kill=True)
-    t.join(60)
-    assert not [pid for pid, _ in movers if _alive(pid)], d.log_tail(20)
-    leftovers = os.listdir(os.path.join(d.state_dir, "snapshots"))
-    assert not [x for x in leftovers if x.startswith("fork-")], leftovers
-    assert sh(sbx, "cat /work/k") == "kept"
 
 
 def test_template_snapshot_and_warm_pool(own_daemon):

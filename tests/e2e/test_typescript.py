@@ -1,7 +1,8 @@
 """The TypeScript SDK (sdk/typescript, @cpuos/sdk) and the AI SDK provider (sdk/ai-sdk-sandbox)
 against the session's daemon: node's test runner runs each package's suite with the daemon's URL
 and keys in the environment, the way a user's script finds them (CPUOS_API_URL, CPUOS_API_KEY).
-@cpuos/sdk's unit suite runs against a fake of the daemon's HTTP side of its own, without them."""
+@cpuos/sdk's unit suite (test/unit.test.mjs), against a fake of the daemon's HTTP side of its
+own, needs no daemon: tests/run.sh runs it in its "sdk" part."""
 
 import os
 import re
@@ -31,16 +32,15 @@ def node(where, built):
 
 
 def run_suite(daemon, where, script, built="dist/index.js"):
-    """Run a node test file in `where`, given the daemon's URL and keys (none for daemon=None)."""
+    """Run a node test file in `where`, given the daemon's URL and keys."""
     keys = ("CPUOS_API_URL", "CPUOS_API_KEY", "CPUOS_TEST_KEY_B")
     env = {k: v for k, v in os.environ.items() if k not in keys}
-    if daemon is not None:
-        env.update(zip(keys, (daemon.url, daemon.key_a, daemon.key_b)))
+    env.update(zip(keys, (daemon.url, daemon.key_a, daemon.key_b)))
     r = subprocess.run([node(where, built), "--test", "--test-reporter=spec", "--test-concurrency=1",
                         script], cwd=where, env=env, capture_output=True, text=True, timeout=900)
     print(r.stdout[-20000:])
     print(r.stderr[-5000:])
-    log = daemon.log_tail(30) if daemon is not None else ""
+    log = daemon.log_tail(30)
     assert r.returncode == 0, f"node --test failed ({r.returncode}):\n{r.stdout[-6000:]}\n" \
                               f"{r.stderr[-3000:]}\n{log}"
     assert re.search(r"\bfail 0\b", r.stdout) and not re.search(r"\bpass 0\b", r.stdout), \
@@ -53,10 +53,6 @@ def test_typescript_sdk_suite(daemon):
 
 def test_typescript_code_suite(daemon):
     run_suite(daemon, TS, "test/code.test.mjs")
-
-
-def test_typescript_sdk_unit_suite():
-    run_suite(None, TS, "test/unit.test.mjs")
 
 
 def test_ai_sdk_sandbox_suite(daemon):

@@ -260,15 +260,26 @@ static void read_sops(struct sbx *s, struct sop **sops, int n)
 /* What the handlers do with an ended operation's gatherings. */
 static void check_results(struct sop *op)
 {
-	json_error_t jerr;
-	const char *items = sop_items(op);
-	json_t *j = json_loads(items, 0, &jerr);
-	if (!json_is_array(j))
-		BUG("op %u: items are not a JSON array (%s): %.200s", op->id, jerr.text, items);
-	json_decref(j);
-	json_t *e = sop_entry(op);
-	if (e && !json_is_object(e))
-		BUG("op %u: the stat entry is not an object", op->id);
+	size_t bytes = 0;
+	for (size_t i = 0, n = sop_nitems(op); i < n; i++) {
+		const struct sbx_item *it = sop_item(op, i);
+		if (!it)
+			BUG("op %u: item %zu of %zu is missing", op->id, i, n);
+		/* every string there, whatever the guest sent */
+		if (it->kind == SBX_ITEM_PROC)
+			bytes += strlen(it->proc.cmd);
+		else if (it->kind == SBX_ITEM_CTX)
+			bytes += strlen(it->ctx.id) + strlen(it->ctx.language) + strlen(it->ctx.user) +
+				 strlen(it->ctx.cwd);
+		else if (it->file.path)
+			bytes += strlen(it->file.path) + strlen(it->file.name) +
+				 (it->file.target ? strlen(it->file.target) : 0);
+	}
+	if (bytes > SBX_MAX_ITEMS_BYTES)
+		BUG("op %u: items hold %zu bytes, over the cap", op->id, bytes);
+	const struct sbx_item *e = sop_entry(op);
+	if (e && e->kind == SBX_ITEM_FILE && e->file.path && !strstr(e->file.path, e->file.name))
+		BUG("op %u: the entry's name is not in its path", op->id);
 	json_t *x = sop_code_result(op);
 	if (op->type == P_CODE && op->done && (!json_is_object(x) || !json_is_array(json_object_get(x, "results"))))
 		BUG("op %u: a code call's execution is not an object with results", op->id);

@@ -113,6 +113,29 @@ int agent_start(char *err, size_t errlen)
 	return 0;
 }
 
+int agent_setup(void)
+{
+	char err[512];
+	if (agent_start(err, sizeof(err)) < 0) {
+		t_note("%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+void agent_teardown(void)
+{
+	agent_kill();
+	if (agent_status != -1 && WIFSIGNALED(agent_status) && WTERMSIG(agent_status) != SIGKILL) {
+		t_note("the agent died of signal %d", WTERMSIG(agent_status));
+		CHECK(0);
+	}
+	if (t_failed())
+		t_note("agent log: %s", log_path);
+	else
+		unlink(log_path);
+}
+
 /* --- a raw client --- */
 
 int cl_open(struct client *c)
@@ -314,18 +337,4 @@ int expect_error(struct client *c, uint32_t id, uint32_t err1, uint32_t err2)
 		return 0;
 	}
 	return 1;
-}
-
-/* The backstop for an agent that hangs in a way no single timeout sees. */
-void on_deadline(int sig)
-{
-	(void)sig;
-	static const char msg[] = "not ok - over the deadline, agent hung?\n"
-				  "0 passed, 1 failed\n";
-	if (agent_pid > 0)
-		kill(agent_pid, SIGKILL);
-	unlink(sock_path);
-	if (write(1, msg, sizeof(msg) - 1) < 0)
-		_exit(1);
-	_exit(1);
 }

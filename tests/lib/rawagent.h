@@ -15,7 +15,7 @@
 
 #define IO_TIMEOUT_S 3 /* per read: a hung agent fails fast */
 
-extern pid_t agent_pid;
+extern pid_t agent_pid; /* the running case's agent */
 extern int agent_status; /* wait status once reaped */
 extern char sock_path[108], log_path[128];
 extern uint32_t next_id;    /* the next operation id a case takes */
@@ -34,8 +34,12 @@ int agent_start(char *err, size_t errlen);
 int agent_alive(void);
 /* Kills the agent and the sleepers, removes its socket. */
 void agent_kill(void);
-/* SIGALRM: kills the agent, prints a failure and exits 1. */
-void on_deadline(int sig);
+/* t_fixture's hooks: each case gets an agent of its own, started before
+ * it (0, or -1 with a note) and killed after it, with its sleepers; an
+ * agent that died of a signal other than that SIGKILL fails the case, and
+ * a failed case keeps the agent's log and names it. */
+int agent_setup(void);
+void agent_teardown(void);
 
 /* A connection to the agent, reads bounded by a timeout: 0 or -errno. */
 int cl_open(struct client *c);

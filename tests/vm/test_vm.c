@@ -2,6 +2,8 @@
  * Integration tests: real QEMU microVMs booted from our kernel, initramfs
  * and template images, driven through the runner and the agent protocol.
  * Slow under TCG (a python import takes seconds); each case says why.
+ * Each case runs in a process of its own (tests/lib/tap) and boots the
+ * VMs it uses: what one case did to a guest is not the next one's state.
  */
 #include "common/clock.h"
 #include "runner/agentc.h"
@@ -15,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static struct vm *py; /* one python VM shared by most cases */
+static struct vm *py; /* the case's python VM, booted on first use */
 
 static struct vm *python_vm(void)
 {
@@ -163,7 +165,7 @@ static void test_timeout_kills_tree(void)
 
 /* --- hostile commands: the limits of docs/agent-protocol.md --- */
 
-static struct vm *hostile; /* 1 vCPU, 512 MiB: the daemon's default sandbox */
+static struct vm *hostile; /* the case's; 1 vCPU, 512 MiB: the daemon's default sandbox */
 
 static struct vm *hostile_vm(void)
 {
@@ -172,7 +174,7 @@ static struct vm *hostile_vm(void)
 	return hostile;
 }
 
-/* A sandbox that no longer answers is not reused by the next case. */
+/* A sandbox that no longer answers is not used again. */
 static void hostile_drop(void)
 {
 	if (!hostile)
@@ -366,11 +368,33 @@ static void test_ignores_sigterm_timeout(void)
 		check_gone("sleep", 10000);
 }
 
+/* A stop while a fork bomb fills the guest: the guest may not manage to
+ * power off within the grace, but the stop ends it all the same, bounded
+ * by the grace, QMP's quit and the kill after it. */
 static void test_hostile_stop(void)
 {
-	if (!CHECK(hostile))
+	if (!CHECK(hostile_vm()))
 		return;
+	struct result r;
+	struct cmd c = { .shell = "bomb() { bomb | bomb & }; bomb; exec sleep 600",
+			 .background = 1 };
+	CHECK(hostile_exec(&c, &r, 30000) == 0 && r.proc != 0);
+	vt_result_free(&r);
+	if (!hostile)
+		return;
+	int64_t t0 = clock_ms();
+	while (clock_ms() - t0 < 2000)
+		vm_pump(hostile, 100);
+	pid_t qemu = vm_pid(hostile);
+	CHECK(qemu > 0);
+	t0 = clock_ms();
 	CHECK(vm_stop(hostile, 10000) == 0);
+	int64_t ms = clock_ms() - t0;
+	t_note("stopped in %lld ms, end state %s: %s", (long long)ms,
+	       vm_state_name(vm_state(hostile)), vm_reason(hostile));
+	CHECK(vm_state(hostile) == VM_STOPPED);
+	CHECK(qemu > 0 && kill(qemu, 0) < 0 && errno == ESRCH); /* QEMU is gone, reaped */
+	CHECK(ms < 10000 + 8000);
 	vm_free(hostile, 0);
 	hostile = NULL;
 }
@@ -742,12 +766,20 @@ static void test_panic(void)
 	vm_free(vm, 0);
 }
 
+/* A stop of a VM that served: the guest powers off within the grace. */
 static void test_stop(void)
 {
-	CHECK(py != NULL);
-	if (!py)
+	struct vm *vm = python_vm();
+	if (!CHECK(vm))
 		return;
+	struct result r;
+	CHECK(vt_exec(vm, &(struct cmd){ .shell = "sync; echo ok" }, &r, 30000) == 0 &&
+	      out_is(&r, "ok\n"));
+	vt_result_free(&r);
+	int64_t t0 = clock_ms();
 	CHECK(vm_stop(py, 10000) == 0);
+	t_note("stopped in %lld ms", (long long)(clock_ms() - t0));
+	CHECK(clock_ms() - t0 < 10000);
 	CHECK(vm_state(py) == VM_STOPPED);
 	vm_free(py, 0);
 	py = NULL;
@@ -770,8 +802,10 @@ static void test_missing_files(void)
 	CHECK(vm_start(&cfg, &vm, err, sizeof(err)) == -ENOENT && strstr(err, "QEMU"));
 }
 
-/* QEMU runs in its own session and outlives us: a run of some cases by
- * name, which skips vm_stop and vm_hostile_stop, must not leave VMs behind. */
+/* QEMU runs in its own session and outlives us: a case that returns
+ * without freeing its VMs (a failed CHECK) must not leave them behind. At
+ * the exit of the case's process; a case killed for its timeout leaves
+ * them to the harness, which kills what is left. */
 static void free_vms(void)
 {
 	vm_free(hostile, 0);

@@ -110,8 +110,9 @@ describe("runCode", () => {
     let waited;
     routes[`POST ${CODE}`] = (req, res) => sendLines(res, [
       { type: "stdout", data: "one\n" },
-      // The rest only after the client has called back for the first line (or 5 s).
-      () => Promise.race([seen.then(() => (waited = true)), new Promise((r) => setTimeout(r, 5000))]),
+      // The rest only after the client has called back for the first line (or 5 s, a timer
+      // that does not hold the run up once the race is won).
+      () => Promise.race([seen.then(() => (waited = true)), new Promise((r) => setTimeout(r, 5000).unref())]),
       { type: "result", is_main_result: false, text: "<Figure>", png: b64(PNG) },
       { type: "stderr", data: "warn\n" },
       { type: "stdout", data: "two\n" },
@@ -181,7 +182,7 @@ describe("runCode", () => {
 
   test("an abort ends a streamed call with the signal's reason", async () => {
     routes[`POST ${CODE}`] = (req, res) => sendLines(res, [{ type: "stdout", data: "x" },
-                                                          () => new Promise((r) => setTimeout(r, 3000)), END]);
+                                                          () => new Promise((r) => setTimeout(r, 3000).unref()), END]);
     const ac = new AbortController();
     const t0 = Date.now();
     await assert.rejects((await sandbox()).runCode("x", { signal: ac.signal, onStdout: () => ac.abort(new Error("stop")) }),

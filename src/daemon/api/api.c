@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -80,27 +81,13 @@ int api_row(struct req *r, struct store_sbx *row)
 
 struct sbx *api_sbx(struct req *r)
 {
-	struct sbx *s = sbx_find(r->api->sbx, r->param[0], r->admin ? NULL : r->account);
-	if (s)
+	struct sbx *s;
+	char err[512];
+	int e = sbx_acquire(r->api->sbx, r->param[0], r->admin ? NULL : r->account, SBX_RESUME, &s,
+			    err, sizeof(err));
+	if (e == 0)
 		return s;
-	struct store_sbx row;
-	if (api_row(r, &row) < 0)
-		return NULL;
-	/* A paused sandbox comes back for whatever is asked of it; one that
-	 * is running but not listed is in a pause or a resume right now:
-	 * sbx_resume waits for that to end. */
-	if (!strcmp(row.state, "paused") || !strcmp(row.state, "running")) {
-		char err[512] = "the sandbox is not running";
-		int e = sbx_resume(r->api->sbx, row.id, err, sizeof(err));
-		store_sbx_release(&row);
-		if (e == 0 && (s = sbx_find(r->api->sbx, r->param[0], NULL)))
-			return s;
-		api_resume_error(r, e ? e : -ESHUTDOWN, err);
-		return NULL;
-	}
-	reply_error(r, 409, "conflict", "sandbox '%s' is not running (%s%s%s)", row.id, row.state,
-		    row.end_reason[0] ? ": " : "", row.end_reason);
-	store_sbx_release(&row);
+	api_resume_error(r, e, err);
 	return NULL;
 }
 
@@ -289,21 +276,120 @@ const char *api_query_path(struct req *r, const char *name)
 	return api_check_path(r, name, p) < 0 ? NULL : p;
 }
 
-int api_put_env(struct pbuf *b, const char *json)
+int api_env(const char *json, char ***out, size_t *n)
 {
 	json_t *o = json ? json_loads(json, 0, NULL) : NULL;
+	size_t cap = o ? json_object_size(o) : 0;
+	char **v = calloc(cap + 1, sizeof(*v));
+	*out = NULL;
+	*n = 0;
+	if (!v) {
+		json_decref(o);
+		return -ENOMEM;
+	}
 	const char *k;
-	json_t *v;
+	json_t *val;
+	size_t i = 0;
 	int r = 0;
-	json_object_foreach(o, k, v) {
-		char kv[PROTO_MAX_STR + 1];
-		if (snprintf(kv, sizeof(kv), "%s=%s", k, json_string_value(v)) >= (int)sizeof(kv))
-			continue;
-		if ((r = proto_put_str(b, A_ENV, kv)) < 0)
+	json_object_foreach(o, k, val) {
+		if (asprintf(&v[i], "%s=%s", k, json_string_value(val)) < 0) {
+			v[i] = NULL;
+			r = -ENOMEM;
 			break;
+		}
+		i++;
 	}
 	json_decref(o);
-	return r;
+	if (r < 0) {
+		api_env_free(v, i);
+		return r;
+	}
+	*out = v;
+	*n = i;
+	return 0;
+}
+
+void api_env_free(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* A guest's string as JSON: UTF-8, invalid bytes as U+FFFD. */
+static json_t *guest_string(const char *v)
+{
+	size_t n = strlen(v);
+	char *safe = malloc(3 * n + 1);
+	if (!safe)
+		return NULL;
+	utf8_sanitize((const uint8_t *)v, n, safe);
+	json_t *j = json_string(safe);
+	free(safe);
+	return j;
+}
+
+static json_t *file_json(const struct sbx_file *f)
+{
+	json_t *e = json_object();
+	if (f->path) {
+		json_object_set_new(e, "name", json_string(f->name));
+		json_object_set_new(e, "path", json_string(f->path));
+	}
+	const char *type = S_ISREG(f->mode) ? "file" : S_ISDIR(f->mode) ? "dir"
+			   : S_ISLNK(f->mode) ? "symlink" : "other";
+	char octal[8], when[CLOCK_RFC3339_LEN];
+	snprintf(octal, sizeof(octal), "%04o", f->mode & 07777);
+	clock_rfc3339((long long)(f->mtime_ns / 1000000000u), when, sizeof(when));
+	json_object_set_new(e, "type", json_string(type));
+	json_object_set_new(e, "size", json_integer((json_int_t)f->size));
+	json_object_set_new(e, "mode", json_string(octal));
+	json_object_set_new(e, "mtime", json_string(when));
+	json_object_set_new(e, "uid", json_integer(f->uid));
+	json_object_set_new(e, "gid", json_integer(f->gid));
+	if (f->target)
+		json_object_set_new(e, "target", json_string(f->target));
+	return e;
+}
+
+static json_t *proc_json(const struct sbx_proc *p)
+{
+	json_t *o = json_pack("{s:i,s:i,s:o,s:s,s:b}", "pid", p->proc, "os_pid", p->pid, "cmd",
+			      guest_string(p->cmd), "state", p->exited ? "exited" : "running",
+			      "timed_out", p->timed_out);
+	json_object_set_new(o, "exit_code", p->exit_code >= 0 ? json_integer(p->exit_code) : json_null());
+	json_object_set_new(o, "signal", p->signal >= 0 ? json_integer(p->signal) : json_null());
+	return o;
+}
+
+static json_t *ctx_json(const struct sbx_ctx *c)
+{
+	json_t *o = json_pack("{s:o,s:o,s:o,s:o,s:s}", "id", guest_string(c->id), "language",
+			      guest_string(c->language), "cwd", guest_string(c->cwd), "user",
+			      guest_string(c->user), "state",
+			      c->state == SBX_CTX_IDLE ? "idle" : c->state == SBX_CTX_BUSY ? "busy" : "exited");
+	json_object_set_new(o, "pid", c->pid >= 0 ? json_integer(c->pid) : json_null());
+	return o;
+}
+
+json_t *api_item_json(const struct sbx_item *it)
+{
+	if (!it)
+		return NULL;
+	switch (it->kind) {
+	case SBX_ITEM_FILE: return file_json(&it->file);
+	case SBX_ITEM_PROC: return proc_json(&it->proc);
+	case SBX_ITEM_CTX: return ctx_json(&it->ctx);
+	}
+	return NULL;
+}
+
+json_t *api_items_json(struct sop *op)
+{
+	json_t *a = json_array();
+	for (size_t i = 0, n = sop_nitems(op); a && i < n; i++)
+		json_array_append_new(a, api_item_json(sop_item(op, i)));
+	return a;
 }
 
 json_t *api_text(const struct pbuf *b, int cut)
@@ -365,14 +451,22 @@ int api_wait_error(struct req *r, int e)
 	return reply_error(r, 504, "timeout", "the sandbox did not answer in time");
 }
 
-int api_begin_error(struct req *r, int e)
+int api_send(struct req *r, struct sbx *s, struct sop *op, const struct sbx_request *q,
+	     const char *too_large)
 {
+	int e = op ? sbx_request(s, op, q) : -ENOMEM;
+	if (e == 0)
+		return 0;
 	if (e == -EAGAIN)
-		return reply_error(r, 429, "quota_exceeded",
-				   "sandbox '%s' has too many operations or streams open", r->param[0]);
-	if (e == -ECONNRESET)
-		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
-	return reply_error(r, 500, "internal", "out of memory");
+		reply_error(r, 429, "quota_exceeded",
+			    "sandbox '%s' has too many operations or streams open", r->param[0]);
+	else if (e == -ECONNRESET)
+		reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
+	else if (e == -E2BIG)
+		reply_error(r, 413, "payload_too_large", "%s", too_large);
+	else
+		reply_error(r, 500, "internal", "out of memory");
+	return -1;
 }
 
 struct sop_stream {

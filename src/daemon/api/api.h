@@ -48,8 +48,10 @@ int api_wait(struct req *r, struct sbx *s, struct sop *op, int want_start, int t
 /* Answers a failed api_wait: 504 after a timeout; after the client left,
  * an answer nobody reads, so the handler can return. */
 int api_wait_error(struct req *r, int e);
-/* Answers a failed sbx_begin: 409 not running, 429 too many operations. */
-int api_begin_error(struct req *r, int e);
+/* Sends q on op (NULL: it could not be made): 0, or -1 after answering
+ * 409 not running, 429 too many operations, 413 with too_large, 500. */
+int api_send(struct req *r, struct sbx *s, struct sop *op, const struct sbx_request *q,
+	     const char *too_large);
 
 /* Answers 200 with what op queues (SOP_QUEUE or SOP_NDJSON) as the body,
  * streamed as it comes; takes over op and the reference on s. A stream the
@@ -59,9 +61,14 @@ int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *cont
 
 /* Answers an operation that ended in P_ERROR with the matching status. */
 int api_agent_error(struct req *r, const struct sop_state *st);
-/* Puts A_ENV NAME=value for every pair of a JSON object text (NULL: none):
- * 0 or -errno. */
-int api_put_env(struct pbuf *b, const char *json);
+/* "NAME=value" for every pair of a JSON object text (NULL: none), for a
+ * request's env: 0 with *out (api_env_free it) and *n, or -ENOMEM. */
+int api_env(const char *json, char ***out, size_t *n);
+void api_env_free(char **v, size_t n);
+/* A file, process or code context as the API shows it (docs/api.md); the
+ * items op gathered as an array of those. New references. */
+json_t *api_item_json(const struct sbx_item *it);
+json_t *api_items_json(struct sop *op);
 /* Kept output as a JSON string: UTF-8, invalid bytes as U+FFFD, not
  * starting inside a character when cut (its front was dropped). */
 json_t *api_text(const struct pbuf *b, int cut);

@@ -114,35 +114,14 @@ int api_code_run(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	int err = -ENOMEM;
 	struct sop *op = sop_new(stream ? SOP_NDJSON : SOP_COLLECT, r->api->max_output_bytes);
-	struct pbuf *b = op && sop_code_begin(op, ctx, lang) == 0 ? sbx_begin(s, P_CODE, op, &err) : NULL;
-	if (!b) {
-		sop_free(s, op);
-		sbx_put(s);
-		return api_begin_error(r, err);
-	}
-	int e = proto_put_str(b, A_CONTEXT, ctx);
-	if (!e && lang)
-		e = proto_put_str(b, A_LANGUAGE, lang);
-	if (!e)
-		e = proto_put(b, A_CODE, code, strlen(code));
-	if (!e)
-		e = proto_put_str(b, A_USER, "user");
-	if (!e)
-		e = proto_put_u64(b, A_TIMEOUT_MS, (uint64_t)timeout * 1000);
-	if (!e)
-		e = proto_put_str(b, A_FORMATS, formats);
-	if (!e)
-		e = api_put_env(b, sbx_env_json(s));
-	if (e < 0)
-		sbx_abort(s, op);
-	if (e < 0 || sbx_end(s, op) < 0) {
-		reply_error(r, 413, "payload_too_large", "the code and the sandbox's env are too large");
+	struct sbx_request q = { .kind = SBX_CODE, .context = ctx, .language = lang, .code = code,
+				 .user = "user", .timeout_ms = (uint64_t)timeout * 1000,
+				 .formats = formats };
+	if (api_send(r, s, op, &q, "the code and the sandbox's env are too large") < 0)
 		goto out;
-	}
 	struct sop_state st;
-	e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
+	int e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
 	if (e < 0 || !st.started) {
 		e < 0 ? api_wait_error(r, e) : code_error(r, &st, 0);
 		goto out;
@@ -167,41 +146,27 @@ out:
 	return 0;
 }
 
-/* Runs a context request (type, with A_CONTEXT and more from put) and waits for its end:
- * the finished sop with *st, or NULL after answering. */
-static struct sop *ctx_request(struct req *r, struct sbx *s, uint16_t type, const char *ctx,
+/* Runs a context request (kind, on context ctx, with a new one's language,
+ * cwd and user) and waits for its end: the finished sop with *st, or NULL
+ * after answering. */
+static struct sop *ctx_request(struct req *r, struct sbx *s, enum sbx_kind kind, const char *ctx,
 			       const char *lang, const char *cwd, const char *user, struct sop_state *st)
 {
-	int err = -ENOMEM;
 	struct sop *op = sop_new(SOP_COLLECT, 0);
-	struct pbuf *b = op ? sbx_begin(s, type, op, &err) : NULL;
-	if (!b) {
+	struct sbx_request q = { .kind = kind, .context = ctx, .language = lang, .cwd = cwd,
+				 .user = user };
+	if (api_send(r, s, op, &q, "the request is too large") < 0) {
 		sop_free(s, op);
-		api_begin_error(r, err);
 		return NULL;
 	}
-	int e = ctx ? proto_put_str(b, A_CONTEXT, ctx) : 0;
-	if (!e && lang)
-		e = proto_put_str(b, A_LANGUAGE, lang);
-	if (!e && cwd)
-		e = proto_put_str(b, A_CWD, cwd);
-	if (!e && user)
-		e = proto_put_str(b, A_USER, user);
-	if (e < 0) {
-		sbx_abort(s, op);
-		sop_free(s, op);
-		reply_error(r, 500, "internal", "out of memory");
-		return NULL;
-	}
-	sbx_end(s, op);
-	e = api_wait(r, s, op, 0, r->api->answer_ms, st);
+	int e = api_wait(r, s, op, 0, r->api->answer_ms, st);
 	if (e < 0) {
 		api_wait_error(r, e);
 		sop_free(s, op);
 		return NULL;
 	}
 	if (st->end != P_OK) {
-		code_error(r, st, type == P_CTX_RESTART || type == P_CTX_DELETE);
+		code_error(r, st, kind == SBX_CTX_RESTART || kind == SBX_CTX_DELETE);
 		sop_free(s, op);
 		return NULL;
 	}
@@ -228,10 +193,10 @@ int api_code_ctx_create(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = ctx_request(r, s, P_CTX_CREATE, ctx, lang ? lang : "python", cwd, user, &st);
-	json_t *e = op ? sop_entry(op) : NULL;
+	struct sop *op = ctx_request(r, s, SBX_CTX_NEW, ctx, lang ? lang : "python", cwd, user, &st);
+	json_t *e = op ? api_item_json(sop_entry(op)) : NULL;
 	if (e)
-		reply_json(r, 201, json_incref(e));
+		reply_json(r, 201, e);
 	else if (op)
 		reply_error(r, 503, "unavailable", "the agent did not describe the context");
 	sop_free(s, op);
@@ -245,14 +210,9 @@ int api_code_ctx_list(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = ctx_request(r, s, P_CTX_LIST, NULL, NULL, NULL, NULL, &st);
+	struct sop *op = ctx_request(r, s, SBX_CTX_LIST, NULL, NULL, NULL, NULL, &st);
 	if (op) {
-		json_t *a = json_loads(sop_items(op), 0, NULL);
-		if (!json_is_array(a)) {
-			json_decref(a);
-			a = json_array();
-		}
-		reply_json(r, 200, json_pack("{s:o}", "contexts", a));
+		reply_json(r, 200, json_pack("{s:o}", "contexts", api_items_json(op)));
 	}
 	sop_free(s, op);
 	sbx_put(s);
@@ -275,10 +235,10 @@ int api_code_ctx_restart(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = ctx_request(r, s, P_CTX_RESTART, ctx, NULL, NULL, NULL, &st);
-	json_t *e = op ? sop_entry(op) : NULL;
+	struct sop *op = ctx_request(r, s, SBX_CTX_RESTART, ctx, NULL, NULL, NULL, &st);
+	json_t *e = op ? api_item_json(sop_entry(op)) : NULL;
 	if (e)
-		reply_json(r, 200, json_incref(e));
+		reply_json(r, 200, e);
 	else if (op)
 		reply_error(r, 503, "unavailable", "the agent did not describe the context");
 	sop_free(s, op);
@@ -293,7 +253,7 @@ int api_code_ctx_delete(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = ctx_request(r, s, P_CTX_DELETE, ctx, NULL, NULL, NULL, &st);
+	struct sop *op = ctx_request(r, s, SBX_CTX_DELETE, ctx, NULL, NULL, NULL, &st);
 	if (op)
 		reply_empty(r, 204);
 	sop_free(s, op);

@@ -125,36 +125,25 @@ static int parse_exec(struct req *r, struct exec_args *x)
 /* Sends the P_EXEC: 0, or -1 after answering. */
 static int send_exec(struct req *r, struct sbx *s, struct sop *op, const struct exec_args *x)
 {
-	int err;
-	struct pbuf *b = sbx_begin(s, P_EXEC, op, &err);
-	if (!b)
-		return api_begin_error(r, err), -1;
-	int e = x->cmd ? proto_put_str(b, A_SHELL, x->cmd) : 0;
-	for (size_t i = 0; !e && x->argv && i < json_array_size(x->argv); i++)
-		e = proto_put_str(b, A_ARG, json_string_value(json_array_get(x->argv, i)));
-	/* The sandbox's env first: the command's own wins in the agent. */
-	if (!e)
-		e = api_put_env(b, sbx_env_json(s));
-	if (!e)
-		e = api_put_env(b, x->env);
-	if (!e && x->cwd)
-		e = proto_put_str(b, A_CWD, x->cwd);
-	if (!e)
-		e = proto_put_str(b, A_USER, x->user);
-	if (!e && x->timeout)
-		e = proto_put_u64(b, A_TIMEOUT_MS, (uint64_t)x->timeout * 1000);
-	if (!e && (x->background || x->in))
-		e = proto_put_u32(b, A_STDIN, 1);
-	/* Background at the agent too: it then keeps the process's output and
-	 * exit after the end, for stream, wait and the process list. */
-	if (!e && x->background)
-		e = proto_put_u32(b, A_BACKGROUND, 1);
-	if (e < 0) /* never send a command with attributes missing */
-		sbx_abort(s, op);
-	/* A frame over the cap fails here and the operation is dropped. */
-	if (e < 0 || sbx_end(s, op) < 0)
-		return reply_error(r, 413, "payload_too_large", "the command is too large"), -1;
-	return 0;
+	size_t argc = x->argv ? json_array_size(x->argv) : 0, nenv;
+	const char **argv = calloc(argc + 1, sizeof(*argv));
+	char **env = NULL;
+	if (!argv || api_env(x->env, &env, &nenv) < 0) {
+		free(argv);
+		return reply_error(r, 500, "internal", "out of memory"), -1;
+	}
+	for (size_t i = 0; i < argc; i++)
+		argv[i] = json_string_value(json_array_get(x->argv, i));
+	struct sbx_request q = {
+		.kind = SBX_EXEC, .cmd = x->cmd, .argv = argv, .argc = argc,
+		.env = (const char *const *)env, .nenv = nenv, .cwd = x->cwd, .user = x->user,
+		.timeout_ms = (uint64_t)x->timeout * 1000, .with_stdin = x->in != NULL,
+		.background = x->background,
+	};
+	int e = api_send(r, s, op, &q, "the command is too large");
+	free(argv);
+	api_env_free(env, nenv);
+	return e;
 }
 
 static json_t *proc_json(const struct sop_state *st, uint32_t proc, const char *cmd, int exited)
@@ -271,40 +260,23 @@ static int path_pid(struct req *r, uint32_t *pid)
 /* Runs a request that takes at most A_PROC (and optionally A_SIGNO) and
  * returns its finished sop with *st, or NULL after answering (also when
  * it did not end in time). */
-static struct sop *simple(struct req *r, struct sbx *s, uint16_t type, uint32_t proc, uint32_t signo,
-			  int timeout_ms, struct sop_state *st)
+static struct sop *simple(struct req *r, struct sbx *s, enum sbx_kind kind, uint32_t proc,
+			  uint32_t signo, int timeout_ms, struct sop_state *st)
 {
-	int err = -ENOMEM;
 	struct sop *op = sop_new(SOP_COLLECT, 0);
-	struct pbuf *b = op ? sbx_begin(s, type, op, &err) : NULL;
-	if (!b) {
+	struct sbx_request q = { .kind = kind, .proc = proc, .signo = signo };
+	if (api_send(r, s, op, &q, "the request is too large") < 0) {
 		sop_free(s, op);
-		api_begin_error(r, err);
 		return NULL;
 	}
-	if ((proc && proto_put_u32(b, A_PROC, proc) < 0) ||
-	    (signo && proto_put_u32(b, A_SIGNO, signo) < 0)) {
-		sbx_abort(s, op);
-		sop_free(s, op);
-		reply_error(r, 500, "internal", "out of memory");
-		return NULL;
-	}
-	sbx_end(s, op);
 	int e = api_wait(r, s, op, 0, timeout_ms, st);
 	/* A wait that ends in its own time is an answer (process still running). */
-	if (e < 0 && !(e == -ETIMEDOUT && type == P_WAIT)) {
+	if (e < 0 && !(e == -ETIMEDOUT && kind == SBX_WAIT)) {
 		api_wait_error(r, e);
 		sop_free(s, op);
 		return NULL;
 	}
 	return op;
-}
-
-/* The process list as parsed JSON (an array). */
-static json_t *ps_items(struct sop *op)
-{
-	json_t *a = json_loads(sop_items(op), 0, NULL);
-	return json_is_array(a) ? a : (json_decref(a), json_array());
 }
 
 int api_procs(struct req *r)
@@ -313,9 +285,9 @@ int api_procs(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = simple(r, s, P_PS, 0, 0, r->api->answer_ms, &st);
+	struct sop *op = simple(r, s, SBX_PS, 0, 0, r->api->answer_ms, &st);
 	if (op && st.end == P_OK)
-		reply_json(r, 200, json_pack("{s:o}", "processes", ps_items(op)));
+		reply_json(r, 200, json_pack("{s:o}", "processes", api_items_json(op)));
 	else if (op)
 		api_agent_error(r, &st);
 	sop_free(s, op);
@@ -332,20 +304,17 @@ int api_proc_get(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = simple(r, s, P_PS, 0, 0, r->api->answer_ms, &st);
-	json_t *items = op && st.end == P_OK ? ps_items(op) : NULL;
-	json_t *found = NULL, *p;
-	size_t i;
-	json_array_foreach(items, i, p)
-		if (json_integer_value(json_object_get(p, "pid")) == pid)
-			found = p;
+	struct sop *op = simple(r, s, SBX_PS, 0, 0, r->api->answer_ms, &st);
+	const struct sbx_item *found = NULL;
+	for (size_t i = 0, n = op && st.end == P_OK ? sop_nitems(op) : 0; i < n; i++)
+		if (sop_item(op, i)->proc.proc == pid)
+			found = sop_item(op, i);
 	if (found)
-		reply_json(r, 200, json_incref(found));
+		reply_json(r, 200, api_item_json(found));
 	else if (op && st.end != P_OK)
 		api_agent_error(r, &st);
 	else if (op)
 		reply_error(r, 404, "not_found", "no process %u", pid);
-	json_decref(items);
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
@@ -367,7 +336,7 @@ static int signal_proc(struct req *r, uint32_t pid, int signo)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = simple(r, s, P_SIGNAL, pid, (uint32_t)signo, r->api->answer_ms, &st);
+	struct sop *op = simple(r, s, SBX_SIGNAL, pid, (uint32_t)signo, r->api->answer_ms, &st);
 	if (op && st.end == P_OK)
 		reply_empty(r, 204);
 	else if (op)
@@ -423,7 +392,7 @@ int api_proc_wait(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = simple(r, s, P_WAIT, pid, 0, timeout < 0 ? -1 : (int)(timeout * 1000), &st);
+	struct sop *op = simple(r, s, SBX_WAIT, pid, 0, timeout < 0 ? -1 : (int)(timeout * 1000), &st);
 	if (op && st.end == P_ERROR)
 		api_agent_error(r, &st);
 	else if (op)
@@ -441,22 +410,15 @@ int api_proc_stream(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	int err = -ENOMEM;
 	struct sop *op = sop_new(SOP_NDJSON, 0);
-	struct pbuf *b = op ? sbx_begin(s, P_ATTACH, op, &err) : NULL;
-	if (!b) {
+	struct sbx_request q = { .kind = SBX_ATTACH, .proc = pid };
+	if (api_send(r, s, op, &q, "the request is too large") < 0) {
 		sop_free(s, op);
 		sbx_put(s);
-		return api_begin_error(r, err);
+		return 0;
 	}
-	int e = proto_put_u32(b, A_PROC, pid);
-	if (e < 0)
-		sbx_abort(s, op);
-	else
-		sbx_end(s, op);
 	struct sop_state st = { 0 };
-	if (e == 0)
-		e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
+	int e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
 	if (e < 0 || !st.started) {
 		if (e < 0)
 			api_wait_error(r, e);

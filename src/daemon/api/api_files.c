@@ -22,30 +22,16 @@ static int parse_mode(const char *s, uint32_t *out)
 	return 0;
 }
 
-/* Sends a request with A_PATH (and what fill adds) and waits for its end.
- * Returns the finished sop with *st, or NULL after answering. */
-static struct sop *path_op(struct req *r, struct sbx *s, uint16_t type, const char *path,
-			   int (*fill)(struct pbuf *b, void *arg), void *arg, struct sop_state *st)
+/* Sends q (a request on a path) and waits for its end. Returns the
+ * finished sop with *st, or NULL after answering. */
+static struct sop *path_op(struct req *r, struct sbx *s, const struct sbx_request *q,
+			   struct sop_state *st)
 {
-	int err = -ENOMEM;
 	struct sop *op = sop_new(SOP_COLLECT, 0);
-	if (op && type == P_LIST && sop_set_base(op, path) < 0) {
+	if (api_send(r, s, op, q, "the path is too long") < 0) {
 		sop_free(s, op);
-		op = NULL;
-	}
-	struct pbuf *b = op ? sbx_begin(s, type, op, &err) : NULL;
-	if (!b) {
-		sop_free(s, op);
-		api_begin_error(r, err);
 		return NULL;
 	}
-	if (proto_put_str(b, A_PATH, path) < 0 || (fill && fill(b, arg) < 0)) {
-		sbx_abort(s, op);
-		sop_free(s, op);
-		reply_error(r, 500, "internal", "out of memory");
-		return NULL;
-	}
-	sbx_end(s, op);
 	int e = api_wait(r, s, op, 0, r->api->answer_ms, st);
 	if (e < 0) {
 		api_wait_error(r, e);
@@ -59,16 +45,17 @@ static struct sop *path_op(struct req *r, struct sbx *s, uint16_t type, const ch
 static int reply_entry(struct req *r, struct sbx *s, const char *path, unsigned status)
 {
 	struct sop_state st;
-	struct sop *op = path_op(r, s, P_STAT, path, NULL, NULL, &st);
+	struct sbx_request q = { .kind = SBX_STAT, .path = path };
+	struct sop *op = path_op(r, s, &q, &st);
 	if (!op)
 		return 0;
-	json_t *e = sop_entry(op);
-	if (st.end == P_OK && e) {
+	json_t *e = st.end == P_OK ? api_item_json(sop_entry(op)) : NULL;
+	if (e) {
 		char copy[PROTO_MAX_STR + 1];
 		snprintf(copy, sizeof(copy), "%s", path);
 		json_object_set_new(e, "path", json_string(path));
 		json_object_set_new(e, "name", json_string(basename(copy)));
-		reply_json(r, status, json_incref(e));
+		reply_json(r, status, e);
 	} else {
 		api_agent_error(r, &st);
 	}
@@ -110,24 +97,14 @@ int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n)
 		if (!s)
 			return 0;
 		up = calloc(1, sizeof(*up));
-		int err = -ENOMEM;
 		struct sop *op = up ? sop_new(SOP_COLLECT, 0) : NULL;
-		struct pbuf *b = op ? sbx_begin(s, P_FWRITE, op, &err) : NULL;
-		if (!b) {
+		struct sbx_request q = { .kind = SBX_WRITE, .path = path, .mode = mode, .user = user };
+		if (api_send(r, s, op, &q, "the path is too long") < 0) {
 			free(up);
 			sop_free(s, op);
 			sbx_put(s);
-			return api_begin_error(r, err);
+			return 0;
 		}
-		if (proto_put_str(b, A_PATH, path) < 0 || proto_put_u32(b, A_MODE, mode) < 0 ||
-		    proto_put_str(b, A_USER, user ? user : "user") < 0) {
-			sbx_abort(s, op);
-			sop_free(s, op);
-			sbx_put(s);
-			free(up);
-			return reply_error(r, 500, "internal", "out of memory");
-		}
-		sbx_end(s, op);
 		*up = (struct upload){ .s = s, .op = op };
 		snprintf(up->path, sizeof(up->path), "%s", path);
 		r->stream = up;
@@ -164,21 +141,13 @@ int api_file_get(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	int err = -ENOMEM;
 	struct sop *op = sop_new(SOP_QUEUE, 0);
-	struct pbuf *b = op ? sbx_begin(s, P_FREAD, op, &err) : NULL;
-	if (!b) {
+	struct sbx_request q = { .kind = SBX_READ, .path = path };
+	if (api_send(r, s, op, &q, "the path is too long") < 0) {
 		sop_free(s, op);
 		sbx_put(s);
-		return api_begin_error(r, err);
+		return 0;
 	}
-	if (proto_put_str(b, A_PATH, path) < 0) {
-		sbx_abort(s, op);
-		sop_free(s, op);
-		sbx_put(s);
-		return reply_error(r, 500, "internal", "out of memory");
-	}
-	sbx_end(s, op);
 	/* Wait for the first data or the end: a missing file must be a 404,
 	 * which cannot be said once a 200 went out. */
 	struct sop_state st;
@@ -205,11 +174,6 @@ int api_file_stat(struct req *r)
 	return 0;
 }
 
-static int put_depth(struct pbuf *b, void *arg)
-{
-	return proto_put_u32(b, A_DEPTH, *(uint32_t *)arg);
-}
-
 int api_file_list(struct req *r)
 {
 	const char *path = api_query_path(r, "path");
@@ -228,43 +192,16 @@ int api_file_list(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = path_op(r, s, P_LIST, path, put_depth, &depth, &st);
+	struct sbx_request q = { .kind = SBX_LIST, .path = path, .depth = depth };
+	struct sop *op = path_op(r, s, &q, &st);
 	if (op && st.end == P_OK) {
-		/* The entries come as JSON text already (absolute paths, names):
-		 * a listing of 100000 is not rebuilt as objects here. */
-		const char *items = sop_items(op);
-		size_t n = strlen(items);
-		char *body = malloc(n + 16);
-		if (body) {
-			memcpy(body, "{\"entries\":", 11);
-			memcpy(body + 11, items, n);
-			memcpy(body + 11 + n, "}", 2);
-			reply_buffer(r, 200, "application/json", body, n + 12);
-		} else {
-			reply_error(r, 500, "internal", "out of memory");
-		}
+		reply_json(r, 200, json_pack("{s:o}", "entries", api_items_json(op)));
 	} else if (op) {
 		api_agent_error(r, &st);
 	}
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
-}
-
-struct mkdir_args {
-	uint32_t mode, parents;
-	const char *user;
-};
-
-static int put_mkdir(struct pbuf *b, void *arg)
-{
-	struct mkdir_args *m = arg;
-	int e = proto_put_u32(b, A_MODE, m->mode);
-	if (!e)
-		e = proto_put_u32(b, A_PARENTS, m->parents);
-	if (!e)
-		e = proto_put_str(b, A_USER, m->user);
-	return e;
 }
 
 int api_file_mkdir(struct req *r)
@@ -287,9 +224,10 @@ int api_file_mkdir(struct req *r)
 	struct sbx *s = api_sbx(r);
 	if (!s)
 		return 0;
-	struct mkdir_args m = { .mode = mode, .parents = (uint32_t)parents, .user = user };
+	struct sbx_request q = { .kind = SBX_MKDIR, .path = path, .mode = mode, .parents = parents,
+				 .user = user };
 	struct sop_state st;
-	struct sop *op = path_op(r, s, P_MKDIR, path, put_mkdir, &m, &st);
+	struct sop *op = path_op(r, s, &q, &st);
 	if (op && st.end == P_OK)
 		reply_entry(r, s, path, 201);
 	else if (op)
@@ -297,11 +235,6 @@ int api_file_mkdir(struct req *r)
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
-}
-
-static int put_path2(struct pbuf *b, void *arg)
-{
-	return proto_put_str(b, A_PATH2, arg);
 }
 
 int api_file_rename(struct req *r)
@@ -316,7 +249,8 @@ int api_file_rename(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = path_op(r, s, P_RENAME, from, put_path2, (void *)to, &st);
+	struct sbx_request q = { .kind = SBX_RENAME, .path = from, .path2 = to };
+	struct sop *op = path_op(r, s, &q, &st);
 	if (op && st.end == P_OK)
 		reply_entry(r, s, to, 200);
 	else if (op)
@@ -324,11 +258,6 @@ int api_file_rename(struct req *r)
 	sop_free(s, op);
 	sbx_put(s);
 	return 0;
-}
-
-static int put_recursive(struct pbuf *b, void *arg)
-{
-	return proto_put_u32(b, A_RECURSIVE, *(uint32_t *)arg);
 }
 
 int api_file_delete(struct req *r)
@@ -342,7 +271,8 @@ int api_file_delete(struct req *r)
 	if (!s)
 		return 0;
 	struct sop_state st;
-	struct sop *op = path_op(r, s, P_REMOVE, path, put_recursive, &recursive, &st);
+	struct sbx_request q = { .kind = SBX_REMOVE, .path = path, .recursive = (int)recursive };
+	struct sop *op = path_op(r, s, &q, &st);
 	if (op && st.end == P_OK)
 		reply_empty(r, 204);
 	else if (op)

@@ -4,7 +4,7 @@
  * value (what only its hosts get), and the hosts, spelled as policy
  * allowedHosts are ("api.example.com", "*.example.com"; never "*").
  * Pure: the proxy calls secret_swap on a request head it is about to
- * send, and sends what comes back. Unit-tested (tests/unit/test_secret.c).
+ * send, and sends what comes back. Unit-tested (tests/unit/daemon/net/test_secret.c).
  */
 #ifndef CPUOS_NET_SECRET_H
 #define CPUOS_NET_SECRET_H

@@ -1,13 +1,18 @@
 /*
- * sbx: the sandbox manager's lifecycles (create, pump, kill, restore,
- * expiry); operations are in sbx_op.c. Locking: the manager's mutex guards
- * its list; each sandbox's mutex guards its VM, agent connection and every
- * sop bound to it. The pump thread holds the sandbox lock except while it
- * polls, so frame callbacks always run locked. Lock order: manager, then
- * sandbox.
+ * sbx: the sandbox manager's objects and lifecycles (create, pump, kill,
+ * restore, expiry); pause, resume, fork and checkpoints are in sbx_snap.c,
+ * operations in sbx_op.c, the state table in sbx_state.c. Every sandbox not
+ * stopped or lost is one object in the manager's table, paused ones too.
+ * Locking: the manager's mutex guards the table, every object's state and
+ * references; each sandbox's mutex guards its VM, agent connection and
+ * every sop bound to it. The pump thread holds the sandbox lock except
+ * while it polls, so frame callbacks always run locked. Lock order: a
+ * sandbox, then the manager, then the store.
  */
 #include "daemon/sandbox/sbx_impl.h"
 
+#include "common/clock.h"
+#include "common/crash.h"
 #include "common/log.h"
 #include "daemon/net/net.h"
 #include "runner/agentc.h"
@@ -31,12 +36,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#define SETTLE_MS 60000 /* how long a caller waits for another transition */
+
 static long long now_s(void)
 {
 	return (long long)time(NULL);
 }
-
-/* ---- lifecycle ---- */
 
 static const char *end_reason(enum vm_state st)
 {
@@ -49,11 +54,14 @@ static const char *end_reason(enum vm_state st)
 	}
 }
 
+/* ---- the objects ---- */
+
 static void sbx_release(struct sbx *s)
 {
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
-	close(s->wakefd);
+	if (s->wakefd >= 0)
+		close(s->wakefd);
 	free(s->ctls);
 	free(s->env_json);
 	free(s->secrets_json);
@@ -72,26 +80,147 @@ void sbx_put(struct sbx *s)
 		sbx_release(s);
 }
 
-/* Removes s from the manager's list: 1 if this call did it. */
-int sbx__unlink(struct sbx_mgr *m, struct sbx *s)
+static unsigned bucket(const char *id)
 {
-	pthread_mutex_lock(&m->mu);
-	int found = 0;
-	for (struct sbx **pp = &m->list; *pp; pp = &(*pp)->next) {
-		if (*pp == s) {
-			*pp = s->next;
-			found = 1;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&m->mu);
-	return found;
+	unsigned h = 2166136261u; /* FNV-1a */
+	for (; *id; id++)
+		h = (h ^ (unsigned char)*id) * 16777619u;
+	return h % SBX_BUCKETS;
 }
 
+/* With the manager locked: the object of id, or NULL. */
+static struct sbx *lookup(struct sbx_mgr *m, const char *id)
+{
+	struct sbx *s = m->table[bucket(id)];
+	while (s && strcmp(s->id, id))
+		s = s->next;
+	return s;
+}
+
+struct sbx *sbx__get(struct sbx_mgr *m, const char *id)
+{
+	pthread_mutex_lock(&m->mu);
+	struct sbx *s = lookup(m, id);
+	if (s)
+		s->refs++;
+	pthread_mutex_unlock(&m->mu);
+	return s;
+}
+
+struct sbx *sbx_find(struct sbx_mgr *m, const char *id, const char *account)
+{
+	pthread_mutex_lock(&m->mu);
+	struct sbx *s = lookup(m, id);
+	if (s && ((account && strcmp(s->account, account)) ||
+		  (s->state != SBX_RUNNING && s->state != SBX_SNAPSHOTTING)))
+		s = NULL;
+	if (s)
+		s->refs++;
+	pthread_mutex_unlock(&m->mu);
+	return s;
+}
+
+size_t sbx__each(struct sbx_mgr *m, int (*want)(const struct sbx *s, const void *arg),
+		 const void *arg, struct sbx ***out)
+{
+	pthread_mutex_lock(&m->mu);
+	struct sbx **v = malloc((m->nsbx ? m->nsbx : 1) * sizeof(*v));
+	size_t n = 0;
+	for (unsigned b = 0; v && b < SBX_BUCKETS; b++)
+		for (struct sbx *s = m->table[b]; s; s = s->next)
+			if (!want || want(s, arg)) {
+				s->refs++;
+				v[n++] = s;
+			}
+	pthread_mutex_unlock(&m->mu);
+	if (!v)
+		log_error("out of memory: a pass over the sandboxes is skipped");
+	*out = v;
+	return n;
+}
+
+void sbx__put_all(struct sbx **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sbx_put(v[i]);
+	free(v);
+}
+
+int sbx__new(struct sbx_mgr *m, const struct store_sbx *row, enum sbx_state state,
+	     struct sbx **out)
+{
+	struct sbx *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->mgr = m;
+	snprintf(s->id, sizeof(s->id), "%s", row->id);
+	snprintf(s->account, sizeof(s->account), "%s", row->account);
+	snprintf(s->key_id, sizeof(s->key_id), "%s", row->key_id);
+	snprintf(s->template, sizeof(s->template), "%s", row->template);
+	s->vcpus = row->vcpus;
+	s->memory_mb = row->memory_mb;
+	s->disk_mb = row->disk_mb;
+	s->generation = row->generation;
+	s->state = state;
+	s->stored = state == SBX_CREATING ? NULL : !strcmp(row->state, "paused") ? "paused" : "running";
+	s->pause_on_timeout = strcmp(row->on_timeout, "kill") != 0;
+	s->expires_at = row->expires_at;
+	s->paused_at = row->paused_at;
+	s->net_slot = NET_NO_SLOT;
+	s->env_json = strdup(row->env_json ? row->env_json : "{}");
+	s->secrets_json = strdup(row->secrets_json ? row->secrets_json : "[]");
+	s->wakefd = -1;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (!s->env_json || !s->secrets_json) {
+		sbx_release(s);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&m->mu);
+	if (lookup(m, s->id)) {
+		pthread_mutex_unlock(&m->mu);
+		sbx_release(s);
+		return -EEXIST;
+	}
+	unsigned b = bucket(s->id);
+	s->next = m->table[b];
+	m->table[b] = s;
+	m->nsbx++;
+	s->listed = 1;
+	s->refs = 2; /* the table's and the caller's */
+	pthread_mutex_unlock(&m->mu);
+	*out = s;
+	return 0;
+}
+
+void sbx__forget(struct sbx *s)
+{
+	struct sbx_mgr *m = s->mgr;
+	pthread_mutex_lock(&m->mu);
+	int was = s->listed;
+	if (was) {
+		for (struct sbx **pp = &m->table[bucket(s->id)]; *pp; pp = &(*pp)->next)
+			if (*pp == s) {
+				*pp = s->next;
+				break;
+			}
+		s->listed = 0;
+		m->nsbx--;
+	}
+	pthread_mutex_unlock(&m->mu);
+	if (was)
+		sbx_put(s); /* the table's */
+}
+
+/* ---- a running sandbox's VM and pump ---- */
+
 /* With the sandbox locked: takes the VM away from the operations. Pending
- * ones hear ECONNRESET through their callbacks, every waiter wakes, and
- * the caller stops and frees the VM without the lock (that takes seconds). */
-struct vm *sbx__take_vm(struct sbx *s)
+ * ones hear ECONNRESET through their callbacks and every waiter wakes. */
+static struct vm *take_vm(struct sbx *s)
 {
 	struct vm *vm = s->vm;
 	s->running = 0;
@@ -102,50 +231,50 @@ struct vm *sbx__take_vm(struct sbx *s)
 	return vm;
 }
 
-void sbx__usage(struct sbx_mgr *m, const struct store_sbx *row, const char *state,
-		long long storage_bytes)
+/* The VM ended by itself (s locked, and locked again on return): once no
+ * other transition owns the sandbox, it stops; one that pauses or kills it
+ * has the VM already and joins us. 1 when the pump ended the sandbox and
+ * must drop its reference once it let go of the lock. */
+static int pump_ended(struct sbx *s)
 {
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	struct store_usage_event e = {
-		.sbx_id = row->id, .account = row->account, .key_id = row->key_id, .state = state,
-		.vcpus = row->vcpus, .memory_mb = row->memory_mb, .storage_bytes = storage_bytes,
-		.at_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
-	};
-	int r = store_usage_add(m->store, &e);
-	if (r < 0)
-		log_error("cannot record usage of %s: %s", row->id, strerror(-r));
-}
-
-static void usage_stopped(const struct sbx *s)
-{
-	struct store_sbx row = { .vcpus = s->vcpus, .memory_mb = s->memory_mb };
-	snprintf(row.id, sizeof(row.id), "%s", s->id);
-	snprintf(row.account, sizeof(row.account), "%s", s->account);
-	snprintf(row.key_id, sizeof(row.key_id), "%s", s->key_id);
-	sbx__usage(s->mgr, &row, "stopped", 0);
-}
-
-/* The VM ended by itself: settle how, record it, let go of the sandbox. */
-static void pump_ended(struct sbx *s)
-{
-	struct vm *vm = sbx__take_vm(s);
+	struct sbx_mgr *m = s->mgr;
+	for (;;) {
+		enum sbx_state now;
+		if (s->stop)
+			return 0; /* an owner is taking the VM */
+		int r = sbx__begin(s, SBX_EV_ENDED, 0, &now);
+		if (r == 0)
+			break;
+		if (r == -EPERM || now == SBX_PAUSING || now == SBX_STOPPING)
+			return 0;
+		/* Created, resumed or snapshotted right now: its owner ends
+		 * that first. */
+		pthread_mutex_unlock(&s->mu);
+		pthread_mutex_lock(&m->mu);
+		struct timespec until;
+		clock_deadline(&until, 1000);
+		if (s->state == now)
+			pthread_cond_timedwait(&m->state_cv, &m->mu, &until);
+		pthread_mutex_unlock(&m->mu);
+		pthread_mutex_lock(&s->mu);
+	}
+	struct vm *vm = take_vm(s);
 	int slot = s->net_slot; /* given up under the lock: sbx_net.c reads it */
 	s->net_slot = NET_NO_SLOT;
+	s->pumping = 0; /* nobody joins us now */
+	pthread_detach(pthread_self());
 	pthread_mutex_unlock(&s->mu);
 	if (!vm_wait(vm, 3000))
 		vm_stop(vm, 0); /* QMP gone but QEMU lingers: end it */
 	enum vm_state st = vm_state(vm);
 	log_info("vm ended: %s: %s", vm_state_name(st), vm_reason(vm));
-	store_sbx_set_state(s->mgr->store, s->id, "stopped", end_reason(st));
-	usage_stopped(s);
 	vm_free(vm, 0);
-	sbx__net_down(s->mgr, slot);
-	/* Nobody will join us once we are out of the list. */
-	if (sbx__unlink(s->mgr, s)) {
-		pthread_detach(pthread_self());
-		sbx_put(s);
-	}
+	sbx__net_down(m, slot);
+	struct sbx_facts f = { .end_reason = end_reason(st) };
+	char err[256];
+	sbx__fire(s, SBX_EV_STOPPED, &f, SBX_FIRE_FORCE, err, sizeof(err));
+	pthread_mutex_lock(&s->mu);
+	return 1;
 }
 
 static void *pump_main(void *arg)
@@ -175,81 +304,75 @@ static void *pump_main(void *arg)
 			break;
 		r = vm_handle(s->vm, fds, n);
 		pthread_cond_broadcast(&s->cv);
-		if (r == -ESHUTDOWN) {
-			pump_ended(s); /* unlocks */
+		if (r == -ESHUTDOWN && pump_ended(s)) {
+			pthread_mutex_unlock(&s->mu);
+			sbx_put(s); /* the pump's */
 			return NULL;
 		}
+		if (r == -ESHUTDOWN)
+			break;
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
-int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm)
+int sbx__run_vm(struct sbx *s, struct vm *vm, int net_slot)
 {
-	struct sbx *s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->mgr = m;
-	snprintf(s->id, sizeof(s->id), "%s", row->id);
-	snprintf(s->account, sizeof(s->account), "%s", row->account);
-	snprintf(s->key_id, sizeof(s->key_id), "%s", row->key_id);
-	snprintf(s->template, sizeof(s->template), "%s", row->template);
-	s->vcpus = row->vcpus;
-	s->memory_mb = row->memory_mb;
-	s->disk_mb = row->disk_mb;
-	s->generation = row->generation;
-	s->pause_on_timeout = strcmp(row->on_timeout, "kill") != 0;
-	s->net_slot = row->net_slot;
-	s->env_json = strdup(row->env_json ? row->env_json : "{}");
-	s->secrets_json = strdup(row->secrets_json ? row->secrets_json : "[]");
-	s->expires_at = row->expires_at;
+	struct sbx_mgr *m = s->mgr;
+	if (s->wakefd < 0 && (s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		return -errno;
+	pthread_mutex_lock(&s->mu);
 	s->vm = vm;
+	s->net_slot = net_slot;
 	s->running = 1;
-	s->refs = 1; /* the list's */
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	/* Published only once its pump runs, so nobody finds a sandbox that
-	 * may yet be freed here. The manager lock is held across: a pump that
-	 * ends at once waits in unlink_sbx until the sandbox is listed. */
+	s->stop = 0;
 	pthread_mutex_lock(&m->mu);
-	if (s->wakefd < 0 || pthread_create(&s->pump, NULL, pump_main, s) != 0) {
-		pthread_mutex_unlock(&m->mu);
-		log_error("cannot start the pump of %s", s->id);
+	s->refs++; /* the pump's, dropped when it ends the sandbox */
+	pthread_mutex_unlock(&m->mu);
+	int r = pthread_create(&s->pump, NULL, pump_main, s);
+	if (r == 0)
+		s->pumping = 1;
+	else {
 		s->vm = NULL;
-		sbx_release(s);
+		s->running = 0;
+		s->net_slot = NET_NO_SLOT;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (r != 0) {
+		log_error("cannot start the pump of %s", s->id);
+		sbx_put(s);
 		return -EAGAIN;
 	}
-	s->next = m->list;
-	m->list = s;
-	s->refs++; /* ours, while its secrets go to its network */
-	pthread_mutex_unlock(&m->mu);
-	/* Listed first: a secret that changes from now on reaches it
-	 * (sbx_secrets_changed); both read the store under its lock. */
+	/* A secret that changes from now on reaches it (sbx_secrets_changed):
+	 * both read the store under its lock. */
 	pthread_mutex_lock(&s->mu);
 	if (s->secrets_json)
 		sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
 	pthread_mutex_unlock(&s->mu);
-	sbx_put(s);
 	return 0;
 }
 
-struct sbx *sbx_find(struct sbx_mgr *m, const char *id, const char *account)
+struct vm *sbx__stop_vm(struct sbx *s, int *net_slot)
 {
-	pthread_mutex_lock(&m->mu);
-	struct sbx *s = m->list;
-	while (s && strcmp(s->id, id))
-		s = s->next;
-	if (s && account && strcmp(s->account, account))
-		s = NULL;
-	if (s)
-		s->refs++;
-	pthread_mutex_unlock(&m->mu);
-	return s;
+	pthread_mutex_lock(&s->mu);
+	s->running = 0;
+	s->stop = 1;
+	int join = s->pumping;
+	s->pumping = 0;
+	pthread_mutex_unlock(&s->mu);
+	if (join) {
+		wake(s);
+		pthread_join(s->pump, NULL);
+		sbx_put(s); /* the pump's */
+	}
+	/* The pump is gone: operations end now; whatever the caller does
+	 * with the VM runs unlocked. */
+	pthread_mutex_lock(&s->mu);
+	struct vm *vm = take_vm(s);
+	*net_slot = s->net_slot;
+	s->net_slot = NET_NO_SLOT;
+	pthread_mutex_unlock(&s->mu);
+	return vm;
 }
 
 const char *sbx_env_json(const struct sbx *s)
@@ -257,120 +380,108 @@ const char *sbx_env_json(const struct sbx *s)
 	return s->env_json;
 }
 
-struct vm *sbx__detach(struct sbx_mgr *m, struct sbx *s)
-{
-	if (!sbx__unlink(m, s)) /* the pump or a kill got there first */
-		return NULL;
-	pthread_mutex_lock(&s->mu);
-	s->running = 0;
-	s->stop = 1;
-	pthread_mutex_unlock(&s->mu);
-	wake(s);
-	pthread_join(s->pump, NULL);
-	/* The pump is gone: operations end now; whatever the caller does
-	 * with the VM runs unlocked. */
-	pthread_mutex_lock(&s->mu);
-	struct vm *vm = sbx__take_vm(s);
-	pthread_mutex_unlock(&s->mu);
-	/* The VM ended by itself just before: its pump settled that, but
-	 * left the list's reference to whoever unlisted the sandbox. */
-	if (!vm)
-		sbx_put(s);
-	return vm;
-}
-
-void sbx__done(struct sbx *s)
-{
-	sbx_put(s); /* ours */
-	sbx_put(s); /* the list's */
-}
-
-/* A paused sandbox has no VM: its files go, its row says why. */
-static int kill_paused(struct sbx_mgr *m, const char *id, const char *reason)
-{
-	struct store_sbx row;
-	int r = store_sbx_get(m->store, id, &row);
-	if (r < 0)
-		return r;
-	if (strcmp(row.state, "paused")) {
-		store_sbx_release(&row);
-		return -ENOENT;
-	}
-	vm_remove_files(row.run_dir);
-	store_sbx_set_state(m->store, id, "stopped", reason);
-	sbx__usage(m, &row, "stopped", 0);
-	log_info("paused sandbox %s deleted: %s", id, reason);
-	store_sbx_release(&row);
-	return 0;
-}
+/* ---- kill ---- */
 
 int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 {
-	if (sbx__claim(m, id, 60000) < 0)
-		return -EBUSY;
-	struct sbx *s = sbx_find(m, id, NULL);
-	if (!s) {
-		int r = kill_paused(m, id, reason);
-		sbx__unclaim(m, id);
-		return r;
-	}
-	struct vm *vm = sbx__detach(m, s);
-	if (!vm) {
+	struct sbx *s = sbx__get(m, id);
+	if (!s)
+		return -ENOENT; /* stopped already, or never */
+	enum sbx_state now;
+	int r = sbx__begin(s, SBX_EV_KILL, SETTLE_MS, &now);
+	if (r < 0) {
 		sbx_put(s);
-		sbx__unclaim(m, id);
-		return 0;
+		return r == -EBUSY ? -EBUSY : -ENOENT;
 	}
-	/* A killed sandbox's disk is thrown away, so no graceful poweroff. */
-	vm_stop(vm, 0);
-	vm_free(vm, 0);
-	sbx__net_down(m, sbx__take_slot(s));
-	store_sbx_set_state(m->store, id, "stopped", reason);
-	usage_stopped(s);
-	log_info("sandbox %s stopped: %s", id, reason);
-	sbx__done(s);
-	sbx__unclaim(m, id);
+	char err[256];
+	if (now == SBX_PAUSED) { /* no VM: its files go */
+		struct store_sbx row;
+		if (store_sbx_get(m->store, id, &row) == 0) {
+			vm_remove_files(row.run_dir);
+			store_sbx_release(&row);
+		}
+		log_info("paused sandbox %s deleted: %s", id, reason);
+	} else {
+		int slot;
+		struct vm *vm = sbx__stop_vm(s, &slot);
+		/* A killed sandbox's disk is thrown away, so no graceful poweroff. */
+		if (vm) {
+			vm_stop(vm, 0);
+			vm_free(vm, 0);
+		}
+		sbx__net_down(m, slot);
+		log_info("sandbox %s stopped: %s", id, reason);
+	}
+	crash_point("kill.before_store");
+	struct sbx_facts f = { .end_reason = reason };
+	sbx__fire(s, SBX_EV_STOPPED, &f, SBX_FIRE_FORCE, err, sizeof(err));
+	sbx_put(s);
 	return 0;
 }
 
-int sbx__claim(struct sbx_mgr *m, const char *id, int timeout_ms)
+/* ---- the way in ---- */
+
+/* Why id has no object: not there (or another account's), or it ended. */
+static int gone(struct sbx_mgr *m, const char *id, const char *account, char *err, size_t errlen)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
+	struct store_sbx row;
+	if (store_sbx_get(m->store, id, &row) < 0 || (account && strcmp(row.account, account))) {
+		if (row.id[0])
+			store_sbx_release(&row);
+		snprintf(err, errlen, "no sandbox '%s'", id);
+		return -ENOENT;
 	}
-	pthread_mutex_lock(&m->mu);
-	for (;;) {
-		int held = 0, free_slot = -1;
-		for (int i = 0; i < MAX_BUSY; i++) {
-			if (!m->busy[i][0])
-				free_slot = free_slot < 0 ? i : free_slot;
-			else if (!strcmp(m->busy[i], id))
-				held = 1;
-		}
-		if (!held && free_slot >= 0) {
-			snprintf(m->busy[free_slot], sizeof(m->busy[free_slot]), "%s", id);
-			pthread_mutex_unlock(&m->mu);
-			return 0;
-		}
-		if (pthread_cond_timedwait(&m->busy_cv, &m->mu, &until) == ETIMEDOUT) {
-			pthread_mutex_unlock(&m->mu);
-			return -EBUSY;
-		}
-	}
+	snprintf(err, errlen, "sandbox '%s' is not running (%s%s%s)", id, row.state,
+		 row.end_reason[0] ? ": " : "", row.end_reason);
+	store_sbx_release(&row);
+	return -ESHUTDOWN;
 }
 
-void sbx__unclaim(struct sbx_mgr *m, const char *id)
+int sbx_acquire(struct sbx_mgr *m, const char *id, const char *account, int flags,
+		struct sbx **out, char *err, size_t errlen)
 {
-	pthread_mutex_lock(&m->mu);
-	for (int i = 0; i < MAX_BUSY; i++)
-		if (!strcmp(m->busy[i], id))
-			m->busy[i][0] = '\0';
-	pthread_cond_broadcast(&m->busy_cv);
-	pthread_mutex_unlock(&m->mu);
+	*out = NULL;
+	for (int tries = 0; tries < 8; tries++) {
+		struct sbx *s = sbx__get(m, id);
+		if (!s || (account && strcmp(s->account, account))) {
+			if (s && account) { /* another account's: as if none */
+				sbx_put(s);
+				snprintf(err, errlen, "no sandbox '%s'", id);
+				return -ENOENT;
+			}
+			return gone(m, id, account, err, errlen);
+		}
+		struct timespec until;
+		clock_deadline(&until, SETTLE_MS);
+		pthread_mutex_lock(&m->mu);
+		while ((sbx__transitional(s->state) && s->state != SBX_SNAPSHOTTING) &&
+		       pthread_cond_timedwait(&m->state_cv, &m->mu, &until) != ETIMEDOUT)
+			;
+		enum sbx_state now = s->state;
+		pthread_mutex_unlock(&m->mu);
+		if (now == SBX_RUNNING || now == SBX_SNAPSHOTTING) {
+			*out = s;
+			return 0;
+		}
+		sbx_put(s);
+		if (sbx__transitional(now)) {
+			snprintf(err, errlen, "sandbox '%s' is busy (%s)", id, sbx_state_name(now));
+			return -EBUSY;
+		}
+		if (now != SBX_PAUSED)
+			return gone(m, id, account, err, errlen);
+		if (!(flags & SBX_RESUME)) {
+			snprintf(err, errlen, "sandbox '%s' is paused", id);
+			return -EAGAIN;
+		}
+		/* A paused sandbox comes back for whatever is asked of it; a
+		 * resume under way meanwhile is waited for there. */
+		int r = sbx_resume(m, id, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	snprintf(err, errlen, "sandbox '%s' paused again each time it was resumed", id);
+	return -EBUSY;
 }
 
 void sbx_mgr_stats(struct sbx_mgr *m, struct sbx_stats *out)
@@ -378,8 +489,9 @@ void sbx_mgr_stats(struct sbx_mgr *m, struct sbx_stats *out)
 	pthread_mutex_lock(&m->mu);
 	*out = m->stats;
 	out->live = 0;
-	for (struct sbx *s = m->list; s; s = s->next)
-		out->live++;
+	for (unsigned b = 0; b < SBX_BUCKETS; b++)
+		for (struct sbx *s = m->table[b]; s; s = s->next)
+			out->live += s->state == SBX_RUNNING || s->state == SBX_SNAPSHOTTING;
 	pthread_mutex_unlock(&m->mu);
 	out->pool_depth = sbx__pool_depth(m);
 	out->live += out->pool_depth;
@@ -420,19 +532,39 @@ int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *
 	snprintf(row->state, sizeof(row->state), "running");
 	row->qemu_pid = vm_pid(vm);
 	random_token(row->traffic_token, sizeof(row->traffic_token));
-	int r = store_sbx_insert(m->store, row);
-	int stored = r == 0;
-	if (r == 0)
-		r = sbx__add(m, row, vm);
+	struct sbx *s;
+	int r = sbx__new(m, row, SBX_CREATING, &s);
 	if (r < 0) {
-		snprintf(err, errlen, "cannot record sandbox: %s", strerror(-r));
+		snprintf(err, errlen, "cannot make sandbox %s: %s", row->id, strerror(-r));
 		vm_free(vm, 0);
 		sbx__net_down(m, row->net_slot);
-		if (stored)
-			store_sbx_set_state(m->store, row->id, "stopped", "crashed");
 		return -EIO;
 	}
-	sbx__usage(m, row, "running", 0);
+	/* Its VM first, so the moment it is running it serves. */
+	if ((r = sbx__run_vm(s, vm, row->net_slot)) == 0) {
+		crash_point("create.before_store");
+		struct sbx_facts f = { .row = row };
+		char e2[256];
+		r = sbx__fire(s, SBX_EV_STARTED, &f, 0, e2, sizeof(e2));
+		if (r < 0) {
+			int slot;
+			vm = sbx__stop_vm(s, &slot);
+			row->net_slot = slot;
+		} else {
+			vm = NULL;
+		}
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "cannot record sandbox: %s", strerror(-r));
+		if (vm)
+			vm_free(vm, 0);
+		sbx__net_down(m, row->net_slot);
+		char e2[256];
+		sbx__fire(s, SBX_EV_FAILED, NULL, 0, e2, sizeof(e2));
+		sbx_put(s);
+		return -EIO;
+	}
+	sbx_put(s);
 	return 0;
 }
 
@@ -633,50 +765,80 @@ void sbx__kill_qemu(struct sbx_mgr *m, int pid, const char *run_dir)
 		usleep(50000);
 }
 
+/* A row the store says is running, at the daemon's start: its QEMU taken
+ * over, or its pause found whole, or lost. */
+static void restore_running(struct sbx_mgr *m, struct store_sbx *row)
+{
+	struct sbx *s;
+	if (sbx__new(m, row, SBX_RESTORING, &s) < 0) {
+		log_error("sandbox %s: out of memory: left for the next start", row->id);
+		return;
+	}
+	char err[256] = "", e2[256];
+	struct vm *vm = NULL;
+	int r = -ESRCH;
+	if (is_our_qemu(row->qemu_pid, row->run_dir))
+		r = vm_attach(row->run_dir, row->qemu_pid, priv_launch_ops(m->cfg.priv), &vm, err,
+			      sizeof(err));
+	if (r == 0 && sbx__run_vm(s, vm, row->net_slot) == 0) {
+		sbx__fire(s, SBX_EV_ATTACHED, NULL, 0, e2, sizeof(e2));
+		sbx__net_keep(m, row);
+		log_info("sandbox %s re-attached (qemu pid %d)", row->id, row->qemu_pid);
+		sbx_put(s);
+		return;
+	}
+	if (r == 0)
+		vm_free(vm, 1);
+	else if (is_our_qemu(row->qemu_pid, row->run_dir)) {
+		/* Not left to run beside the row: a guest that goes on writes
+		 * to the files of a pause. */
+		log_warn("sandbox %s: killing its QEMU (pid %d): %s", row->id, row->qemu_pid, err);
+		sbx__kill_qemu(m, row->qemu_pid, row->run_dir);
+	}
+	/* Killed between the pause's seal and the row's update: the pause is
+	 * complete if its manifest was written. */
+	struct snap_manifest sm;
+	char serr[256];
+	if (snap_load(row->run_dir, &sm, 0, serr, sizeof(serr)) == 0) {
+		long long now = now_s(), left = row->expires_at - now;
+		struct sbx_facts f = { .paused_at = now, .timeout_left_s = left > 0 ? left : 0,
+				       .storage_bytes = sbx__paused_bytes(row->run_dir) };
+		pthread_mutex_lock(&m->mu);
+		s->paused_at = now;
+		pthread_mutex_unlock(&m->mu);
+		sbx__fire(s, SBX_EV_SEALED, &f, SBX_FIRE_FORCE, e2, sizeof(e2));
+		log_info("sandbox %s was paused when the daemon stopped", row->id);
+	} else {
+		log_warn("sandbox %s lost: %s", row->id, err[0] ? err : "its QEMU is gone");
+		struct sbx_facts f = { .end_reason = "lost" };
+		sbx__fire(s, SBX_EV_LOST, &f, SBX_FIRE_FORCE, e2, sizeof(e2));
+	}
+	sbx_put(s);
+}
+
 void sbx_mgr_restore(struct sbx_mgr *m)
 {
 	struct store_sbx *rows;
 	size_t n;
-	if (store_sbx_running(m->store, &rows, &n) < 0)
-		return;
-	for (size_t i = 0; i < n; i++) {
-		struct store_sbx *row = &rows[i];
-		char err[256] = "";
-		struct vm *vm = NULL;
-		int r = -ESRCH;
-		if (is_our_qemu(row->qemu_pid, row->run_dir))
-			r = vm_attach(row->run_dir, row->qemu_pid, priv_launch_ops(m->cfg.priv), &vm, err,
-				      sizeof(err));
-		if (r == 0 && sbx__add(m, row, vm) == 0) {
-			sbx__net_keep(m, row);
-			log_info("sandbox %s re-attached (qemu pid %d)", row->id, row->qemu_pid);
-			continue;
+	/* Paused ones first: a running row may become paused below. */
+	if (store_sbx_paused(m->store, &rows, &n) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			struct sbx *s;
+			char err[256];
+			if (sbx__new(m, &rows[i], SBX_RESTORING, &s) < 0) {
+				log_error("paused sandbox %s: cannot load it", rows[i].id);
+				continue;
+			}
+			sbx__fire(s, SBX_EV_LOADED, NULL, 0, err, sizeof(err));
+			sbx_put(s);
 		}
-		if (r == 0)
-			vm_free(vm, 1);
-		else if (is_our_qemu(row->qemu_pid, row->run_dir)) {
-			/* Not left to run beside the row: a guest that goes
-			 * on writes to the files of a pause. */
-			log_warn("sandbox %s: killing its QEMU (pid %d): %s", row->id, row->qemu_pid, err);
-			sbx__kill_qemu(m, row->qemu_pid, row->run_dir);
-		}
-		/* Killed between the pause's seal and the row's update: the
-		 * pause is complete if its manifest was written. */
-		struct snap_manifest sm;
-		char serr[256];
-		if (r != 0 && snap_load(row->run_dir, &sm, 0, serr, sizeof(serr)) == 0) {
-			long long now = now_s(), left = row->expires_at - now;
-			store_sbx_set_paused(m->store, row->id, now, left > 0 ? left : 0);
-			store_sbx_set_network(m->store, row->id, NULL, NET_NO_SLOT);
-			sbx__usage(m, row, "paused", sbx__paused_bytes(row->run_dir));
-			log_info("sandbox %s was paused when the daemon stopped", row->id);
-			continue;
-		}
-		log_warn("sandbox %s lost: %s", row->id, err[0] ? err : "its QEMU is gone");
-		store_sbx_set_state(m->store, row->id, "lost", "lost");
-		sbx__usage(m, row, "stopped", 0);
+		store_sbx_free_list(rows, n);
 	}
-	store_sbx_free_list(rows, n);
+	if (store_sbx_running(m->store, &rows, &n) == 0) {
+		for (size_t i = 0; i < n; i++)
+			restore_running(m, &rows[i]);
+		store_sbx_free_list(rows, n);
+	}
 	if (m->cfg.net)
 		net_sweep(m->cfg.net); /* the namespaces of VMs that are gone */
 	sbx__snap_cleanup(m);
@@ -690,26 +852,6 @@ struct killer {
 	int pause; /* on_timeout: pause */
 };
 
-/* Paused sandboxes older than the retention are deleted. */
-static void expire_paused(struct sbx_mgr *m)
-{
-	struct store_sbx *rows;
-	size_t n;
-	if (store_sbx_paused(m->store, &rows, &n) < 0)
-		return;
-	long long now = now_s();
-	for (size_t i = 0; i < n; i++) {
-		/* A sandbox in a transition is left for the next turn: this
-		 * thread also runs the timeouts. */
-		if (rows[i].paused_at + m->cfg.paused_retention_s > now ||
-		    sbx__claim(m, rows[i].id, 0) < 0)
-			continue;
-		kill_paused(m, rows[i].id, "retention"); /* checks it is still paused */
-		sbx__unclaim(m, rows[i].id);
-	}
-	store_sbx_free_list(rows, n);
-}
-
 static void *killer_main(void *arg)
 {
 	struct killer *k = arg;
@@ -721,6 +863,13 @@ static void *killer_main(void *arg)
 			log_warn("sandbox %s did not pause at its timeout (%s): killed", k->id, err);
 		sbx_kill(m, k->id, "timeout");
 	}
+	struct sbx *s = sbx__get(m, k->id);
+	if (s) {
+		pthread_mutex_lock(&m->mu);
+		s->expiring = 0;
+		pthread_mutex_unlock(&m->mu);
+		sbx_put(s);
+	}
 	free(k);
 	pthread_mutex_lock(&m->mu);
 	m->killers--;
@@ -729,8 +878,19 @@ static void *killer_main(void *arg)
 	return NULL;
 }
 
-/* Kills the sandboxes whose time is up, each in a thread of its own: one
- * slow stop must not hold up the others. */
+/* A sandbox whose time is up, or a paused one older than the retention. */
+static int due(const struct sbx *s, const void *arg)
+{
+	const struct sbx_mgr *m = s->mgr;
+	long long now = *(const long long *)arg;
+	if (s->state == SBX_RUNNING)
+		return s->expires_at <= now && !s->expiring;
+	return s->state == SBX_PAUSED && s->paused_at + m->cfg.paused_retention_s <= now;
+}
+
+/* Kills or pauses the sandboxes whose time is up, each in a thread of its
+ * own: one slow stop must not hold up the others. Paused sandboxes older
+ * than the retention are deleted here (quick: their files). */
 static void *expiry_main(void *arg)
 {
 	struct sbx_mgr *m = arg;
@@ -738,34 +898,65 @@ static void *expiry_main(void *arg)
 	pthread_attr_t at;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	for (unsigned turn = 0;; ) {
-		pthread_mutex_lock(&m->mu);
-		if (m->quit) {
-			pthread_mutex_unlock(&m->mu);
-			pthread_attr_destroy(&at);
-			return NULL;
-		}
+	for (;;) {
 		long long now = now_s();
-		for (struct sbx *s = m->list; s && m->killers < MAX_KILLERS; s = s->next) {
-			if (s->expires_at > now || s->expiring)
+		struct sbx **v;
+		size_t n = sbx__each(m, due, &now, &v);
+		for (size_t i = 0; i < n; i++) {
+			struct sbx *s = v[i];
+			pthread_mutex_lock(&m->mu);
+			int running = s->state == SBX_RUNNING, go = m->killers < MAX_KILLERS &&
+								   !s->expiring;
+			if (running && go) {
+				s->expiring = 1;
+				m->killers++;
+			}
+			pthread_mutex_unlock(&m->mu);
+			if (!running) {
+				/* A sandbox in a transition is left for the next turn. */
+				enum sbx_state st;
+				if (sbx__begin(s, SBX_EV_KILL, 0, &st) == 0) {
+					char err[256];
+					struct store_sbx row;
+					if (store_sbx_get(m->store, s->id, &row) == 0) {
+						vm_remove_files(row.run_dir);
+						store_sbx_release(&row);
+					}
+					struct sbx_facts f = { .end_reason = "retention" };
+					sbx__fire(s, SBX_EV_STOPPED, &f, SBX_FIRE_FORCE, err, sizeof(err));
+					log_info("paused sandbox %s deleted: retention", s->id);
+				}
 				continue;
+			}
+			if (!go)
+				continue; /* tried again on the next turn */
 			struct killer *k = malloc(sizeof(*k));
 			pthread_t t;
 			if (k) {
 				*k = (struct killer){ .m = m, .pause = s->pause_on_timeout };
 				snprintf(k->id, sizeof(k->id), "%s", s->id);
 			}
-			if (k && pthread_create(&t, &at, killer_main, k) == 0) {
-				s->expiring = 1;
-				m->killers++;
-			} else {
-				free(k); /* tried again on the next turn */
+			if (!k || pthread_create(&t, &at, killer_main, k) != 0) {
+				free(k);
+				pthread_mutex_lock(&m->mu);
+				s->expiring = 0;
+				m->killers--;
+				pthread_mutex_unlock(&m->mu);
 			}
 		}
+		sbx__put_all(v, n);
+		/* A turn each 250 ms, at once when the manager stops. */
+		struct timespec until;
+		clock_deadline(&until, 250);
+		pthread_mutex_lock(&m->mu);
+		while (!m->quit && pthread_cond_timedwait(&m->quit_cv, &m->mu, &until) != ETIMEDOUT)
+			;
+		int quit = m->quit;
 		pthread_mutex_unlock(&m->mu);
-		if (++turn % 20 == 0) /* every 5 s */
-			expire_paused(m);
-		usleep(250000);
+		if (quit) {
+			pthread_attr_destroy(&at);
+			return NULL;
+		}
 	}
 }
 
@@ -781,6 +972,15 @@ int sbx_set_expiry(struct sbx_mgr *m, const char *id, long long expires_at)
 	return store_sbx_set_expiry(m->store, id, expires_at);
 }
 
+static void cond_init_mono(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mgr **out)
 {
 	struct sbx_mgr *m = calloc(1, sizeof(*m));
@@ -789,14 +989,21 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 	m->cfg = *cfg;
 	m->store = store;
 	pthread_mutex_init(&m->mu, NULL);
+	cond_init_mono(&m->state_cv);
+	cond_init_mono(&m->quit_cv);
 	pthread_cond_init(&m->killers_cv, NULL);
-	pthread_cond_init(&m->busy_cv, NULL);
 	if (pthread_create(&m->expiry, NULL, expiry_main, m) != 0) {
 		free(m);
 		return -EAGAIN;
 	}
 	*out = m;
 	return 0;
+}
+
+static int pumped(const struct sbx *s, const void *arg)
+{
+	(void)arg;
+	return s->state == SBX_RUNNING;
 }
 
 void sbx_mgr_stop(struct sbx_mgr *m)
@@ -807,28 +1014,20 @@ void sbx_mgr_stop(struct sbx_mgr *m)
 		return;
 	}
 	m->quit = 1;
-	struct sbx *list = m->list;
-	m->list = NULL;
+	pthread_cond_broadcast(&m->quit_cv);
 	pthread_mutex_unlock(&m->mu);
 	sbx__pools_stop(m);
 	pthread_join(m->expiry, NULL);
-	while (list) {
-		struct sbx *s = list;
-		list = s->next;
-		pthread_mutex_lock(&s->mu);
-		s->stop = 1;
-		s->running = 0;
-		pthread_mutex_unlock(&s->mu);
-		wake(s);
-		pthread_join(s->pump, NULL);
+	struct sbx **v;
+	size_t n = sbx__each(m, pumped, NULL, &v);
+	for (size_t i = 0; i < n; i++) {
 		/* Leave QEMU running for the next daemon: close our side only. */
-		pthread_mutex_lock(&s->mu);
-		vm_detach(s->vm);
-		s->vm = NULL;
-		pthread_cond_broadcast(&s->cv);
-		pthread_mutex_unlock(&s->mu);
-		sbx_put(s);
+		int slot;
+		struct vm *vm = sbx__stop_vm(v[i], &slot);
+		if (vm)
+			vm_detach(vm);
 	}
+	sbx__put_all(v, n);
 	/* Kills in flight use m: they end before m may be freed. */
 	pthread_mutex_lock(&m->mu);
 	while (m->killers)
@@ -842,8 +1041,12 @@ void sbx_mgr_free(struct sbx_mgr *m)
 		return;
 	sbx_mgr_stop(m);
 	sbx__pools_free(m);
+	for (unsigned b = 0; b < SBX_BUCKETS; b++)
+		while (m->table[b])
+			sbx__forget(m->table[b]);
 	pthread_cond_destroy(&m->killers_cv);
-	pthread_cond_destroy(&m->busy_cv);
+	pthread_cond_destroy(&m->state_cv);
+	pthread_cond_destroy(&m->quit_cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

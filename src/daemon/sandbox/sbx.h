@@ -1,12 +1,12 @@
 /*
- * sbx: live sandboxes. Each running sandbox owns one VM and one pump thread
- * that alone touches the VM's sockets; HTTP threads hand it agent requests
- * under the sandbox's mutex and wait on its condition variable for the
- * frames, which the pump decodes into a struct sop (sandbox operation).
- * Lifecycle: running <-> paused (QEMU gone, state on disk), running ->
- * stopped (killed, timeout, poweroff, panic, crashed) or lost (gone across a
- * daemon restart); paused -> stopped (killed, retention). The store records
- * every change.
+ * sbx: the sandboxes. Each is one object from its create to its end,
+ * paused or not, moved through the states below by one table (sbx_state.c,
+ * docs/architecture.md "Sandbox states"). A running sandbox owns one VM and
+ * one pump thread that alone touches the VM's sockets; HTTP threads hand it
+ * agent requests under the sandbox's mutex and wait on its condition
+ * variable for the frames, which the pump decodes into a struct sop
+ * (sandbox operation). The store records every change of state the table
+ * names, each as one conditional write.
  */
 #ifndef CPUOS_SBX_H
 #define CPUOS_SBX_H
@@ -61,6 +61,25 @@ struct sbx_mgr;
 struct sbx;
 struct net;
 
+/* A sandbox's state. Stable: running, paused, stopped, lost (what the
+ * store and the API show). Transitional: owned by the one thread that
+ * entered it, until it fires the event that ends it; the store keeps
+ * the stable state it came from meanwhile. */
+enum sbx_state {
+	SBX_CREATING,     /* booting, restoring or claimed from a pool; not stored yet */
+	SBX_RESTORING,    /* found in the store at start, not settled yet */
+	SBX_RUNNING,
+	SBX_PAUSING,
+	SBX_PAUSED,       /* QEMU gone, memory, processes and disk on disk */
+	SBX_RESUMING,
+	SBX_SNAPSHOTTING, /* running; its state is being copied (fork, checkpoint) */
+	SBX_STOPPING,
+	SBX_STOPPED,      /* killed, timeout, retention, or its VM ended */
+	SBX_LOST,         /* its QEMU went away and left no whole pause */
+	SBX_NSTATES
+};
+const char *sbx_state_name(enum sbx_state s);
+
 int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mgr **out);
 /* Re-attaches every sandbox the store says is running whose QEMU still
  * runs; marks the others lost. */
@@ -98,8 +117,19 @@ int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct s
 /* Deletes a checkpoint and its files (sandboxes made from it live on). */
 int sbx_ckpt_delete(struct sbx_mgr *m, const struct store_ckpt *c);
 
+/* The one way to a sandbox that runs, for every caller (the API, port
+ * URLs): sandbox id, if account may see it (NULL: any account), waited for
+ * while another transition is under way, resumed first when it is paused
+ * and SBX_RESUME is given. 0 with *out referenced (sbx_put it), or -errno
+ * with a reason in err: -ENOENT no such sandbox (or another account's),
+ * -ESHUTDOWN stopped or lost (err says so and why), -EAGAIN paused and
+ * not to be resumed, -EBUSY a transition did not end in time, or
+ * sbx_resume's. */
+#define SBX_RESUME 1
+int sbx_acquire(struct sbx_mgr *m, const char *id, const char *account, int flags,
+		struct sbx **out, char *err, size_t errlen);
 /* The running sandbox id, if account may see it (NULL: any account), with
- * a reference; NULL otherwise. */
+ * a reference; NULL otherwise. Never waits. */
 struct sbx *sbx_find(struct sbx_mgr *m, const char *id, const char *account);
 void sbx_put(struct sbx *s);
 /* Stops a sandbox and records why ("killed", "timeout"). */
@@ -163,16 +193,47 @@ struct sop *sop_new(enum sop_mode mode, size_t cap);
  * killed: nobody is left to hear how it ends). */
 void sop_free(struct sbx *s, struct sop *op);
 
-/* Starts request type for op: returns the frame to add attributes to, with
- * the sandbox locked, or NULL (not locked) with -errno in *err: -ECONNRESET
- * when the sandbox is not running, -EAGAIN when it has too many operations
- * or streams open. Requests with output get their credit window here.
- * sbx_end seals it, unlocks and wakes the pump: 0 or -errno. */
-struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err);
-int sbx_end(struct sbx *s, struct sop *op);
-/* Drops the request begun by sbx_begin unsent (an attribute did not fit)
- * and unlocks. */
-void sbx_abort(struct sbx *s, struct sop *op);
+/* What a caller asks of a running sandbox's agent, typed; sbx_request makes
+ * the agent's frame of it (docs/agent-protocol.md), so no caller writes
+ * one. Each kind reads only the fields named beside it. */
+enum sbx_kind {
+	SBX_EXEC,        /* cmd (a shell command) or argv; env; cwd; user; timeout_ms;
+			  * with_stdin (stdin will come); background */
+	SBX_ATTACH,      /* proc: a background process's output and end */
+	SBX_WAIT,        /* proc */
+	SBX_SIGNAL,      /* proc, signo */
+	SBX_PS,
+	SBX_STAT,        /* path */
+	SBX_LIST,        /* path, depth (1: the directory itself) */
+	SBX_READ,        /* path */
+	SBX_WRITE,       /* path, mode, user; the bytes follow with sbx_data */
+	SBX_MKDIR,       /* path, mode, parents, user */
+	SBX_RENAME,      /* path, path2 */
+	SBX_REMOVE,      /* path, recursive */
+	SBX_CODE,        /* context, language (NULL: the context's), code, timeout_ms,
+			  * formats; user */
+	SBX_CTX_NEW,     /* context (NULL: a new id), language, cwd, user */
+	SBX_CTX_LIST,
+	SBX_CTX_RESTART, /* context */
+	SBX_CTX_DELETE,  /* context */
+};
+struct sbx_request {
+	enum sbx_kind kind;
+	const char *cmd;
+	const char *const *argv;
+	size_t argc;
+	const char *const *env; /* "NAME=value", over the sandbox's own */
+	size_t nenv;
+	const char *cwd, *user, *path, *path2, *context, *language, *code, *formats;
+	uint64_t timeout_ms; /* 0: none */
+	uint32_t proc, signo, mode, depth;
+	int with_stdin, background, parents, recursive;
+};
+/* Sends req on op, which gets its credit window: 0, or -ECONNRESET (not
+ * running), -EAGAIN (too many operations or streams open), -E2BIG (too
+ * large for one frame), -EINVAL (a field the kind needs is missing),
+ * -ENOMEM. */
+int sbx_request(struct sbx *s, struct sop *op, const struct sbx_request *req);
 /* Sends raw bytes on op (stdin, file content) within the operation's input
  * credit, waiting up to timeout_ms for the agent to take earlier bytes.
  * 0, -ETIMEDOUT, or -errno once the operation ended. */
@@ -205,24 +266,52 @@ int sbx_set_expiry(struct sbx_mgr *m, const char *id, long long expires_at);
  * at least 1 KiB for SOP_NDJSON. */
 ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout_ms);
 
-/* What an ended operation gathered; valid only after sbx_wait reported its
- * end, owned by op. The P_ENTRY items (list, ps) as the text of a JSON array
- * ("[]" when none); the P_OK attributes of a stat as an entry object (NULL
- * when none); the kept tail of a stream (SOP_COLLECT), with whether older
- * bytes were cut and how many bytes there were in all. */
-const char *sop_items(struct sop *op);
-json_t *sop_entry(struct sop *op);
-const struct pbuf *sop_output(struct sop *op, int stream, int *cut);
-/* The listed directory, for P_LIST items' absolute paths: set before
- * sbx_end. */
-int sop_set_base(struct sop *op, const char *path);
+/* What the agent said of a file (stat, a listing), a process (ps) or a
+ * code context, typed; strings are as the guest sent them (not checked as
+ * UTF-8), owned by the operation. */
+struct sbx_file {
+	const char *path;   /* a listing's: under the listed directory, absolute */
+	const char *name;   /* its last component */
+	const char *target; /* a symbolic link's, else NULL */
+	uint32_t mode, uid, gid;
+	uint64_t size, mtime_ns;
+};
+struct sbx_proc {
+	uint32_t proc, pid; /* the agent's process number, the guest's pid */
+	const char *cmd;
+	int exited, timed_out;
+	int exit_code, signal; /* -1: none */
+};
+enum sbx_ctx_state { SBX_CTX_IDLE, SBX_CTX_BUSY, SBX_CTX_EXITED };
+struct sbx_ctx {
+	const char *id, *language, *user, *cwd;
+	enum sbx_ctx_state state;
+	long long pid;      /* its kernel's process number, -1 when none */
+};
+enum sbx_item_kind { SBX_ITEM_FILE, SBX_ITEM_PROC, SBX_ITEM_CTX };
+struct sbx_item {
+	enum sbx_item_kind kind;
+	union {
+		struct sbx_file file;
+		struct sbx_proc proc;
+		struct sbx_ctx ctx;
+	};
+};
 
-/* Code calls (sbx_code.c, docs/api.md "Code"). Before sbx_end of a P_CODE:
- * the call's context and language, which its answer names; 0 or -ENOMEM.
- * Once it ended: the execution as the API answers it, without stdout and
- * stderr (sop_output has those), a new reference; NULL before. */
+/* What an ended operation gathered; valid only after sbx_wait reported its
+ * end, owned by op. The items of a listing, ps or context list, in the
+ * order they came; the item of a stat or of a context made or restarted
+ * (NULL when none); the kept tail of a stream (SOP_COLLECT), with whether
+ * older bytes were cut and how many bytes there were in all. */
+size_t sop_nitems(struct sop *op);
+const struct sbx_item *sop_item(struct sop *op, size_t i);
+const struct sbx_item *sop_entry(struct sop *op);
+const struct pbuf *sop_output(struct sop *op, int stream, int *cut);
+
+/* Code calls (sbx_code.c, docs/api.md "Code"). Once one ended: the
+ * execution as the API answers it, without stdout and stderr (sop_output
+ * has those), a new reference; NULL before. */
 #define CTX_ID_MAX 64
-int sop_code_begin(struct sop *op, const char *context, const char *language);
 json_t *sop_code_result(struct sop *op);
 
 #endif

@@ -59,9 +59,9 @@ struct sop {
 	/* Input credit: P_DATA bytes sent, and credited back by the agent. */
 	uint64_t sent, acked;
 	uint64_t frames;
-	struct pbuf items; /* P_ENTRY objects, comma-separated */
-	size_t nitems;
-	json_t *entry;     /* P_OK attributes of a stat */
+	struct sbx_item *items; /* P_ENTRY's, nitems of them */
+	size_t nitems, items_cap, items_bytes;
+	struct sbx_item *entry; /* P_OK's of a stat, a context made or restarted */
 	char *base;        /* P_LIST: the listed directory */
 	int kill_on_start; /* abandoned foreground exec: kill once it has a proc */
 	int64_t t0;        /* when it began (clock_ms), for an exec's duration */
@@ -76,23 +76,32 @@ struct sbx {
 	char account[128];
 	char key_id[32];
 	char template[64];
-	unsigned vcpus, memory_mb, disk_mb, generation;
+	unsigned vcpus, memory_mb, disk_mb;
+	/* Under the manager's lock: */
+	enum sbx_state state;
+	const char *stored;  /* the store's state of it (sbx__stored_name) */
+	int held;            /* sbx__hold is on it */
+	long long expires_at; /* running: when its time is up */
+	long long paused_at;  /* paused: since when */
 	int pause_on_timeout;
+	int expiring;        /* a killer thread has it */
+	int refs;
+	int listed;          /* in the manager's table */
+	struct sbx *next;    /* the table's chain */
+	/* Under the sandbox's own lock, while it runs: */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned generation;
 	int net_slot; /* its VM's network, or NET_NO_SLOT */
 	char *env_json;
 	char *secrets_json; /* the secrets it holds placeholders of */
-	long long expires_at;
-	int expiring; /* a killer thread has it (manager lock) */
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
 	struct vm *vm;
 	int wakefd;
 	pthread_t pump;
+	int pumping; /* pump is a thread to join */
 	int running; /* accepts operations */
 	int stop;    /* the pump must return */
 	int nops, nstreams;
-	int refs;
-	struct sbx *next;
 	/* Stdin channels: an attach operation per process written to, kept
 	 * open because P_DATA must name a live operation. */
 	struct ctl {
@@ -104,15 +113,20 @@ struct sbx {
 
 #define MAX_STARTING 64 /* sandboxes booting at once, all accounts */
 #define MAX_KILLERS 16  /* expiry kills running at once */
-#define MAX_BUSY 256    /* sandboxes in a transition at once */
+#define SBX_BUCKETS 1024 /* the table's chains */
 
+/* Lock order: a sandbox's lock, then the manager's, then the store's;
+ * nothing is taken under the manager's lock but the store's. */
 struct sbx_mgr {
 	struct sbx_config cfg;
 	struct store *store;
 	pthread_mutex_t mu;
-	struct sbx *list;
+	pthread_cond_t state_cv; /* any sandbox's state or hold changed */
+	struct sbx *table[SBX_BUCKETS]; /* every sandbox not stopped or lost */
+	unsigned nsbx;
 	pthread_t expiry;
 	int quit;
+	pthread_cond_t quit_cv;
 	int killers; /* expiry kill threads alive */
 	pthread_cond_t killers_cv;
 	/* Accounts of the sandboxes still booting: they count against the
@@ -122,13 +136,76 @@ struct sbx_mgr {
 		char account[128];
 		unsigned vcpus, memory_mb;
 	} starting[MAX_STARTING];
-	/* Sandboxes in a transition (pause, resume, fork, kill): one at a
-	 * time for each, so two resumes never start two QEMUs. */
-	char busy[MAX_BUSY][32];
-	pthread_cond_t busy_cv;
 	struct sbx_stats stats; /* under mu */
 	struct sbx_pools *pools;
 };
+
+/* sbx_state.c: the state table and transitions. */
+enum sbx_event {
+	SBX_EV_STARTED,  /* creating: its VM runs (the row is inserted) */
+	SBX_EV_FAILED,   /* a transition did not happen: back, or gone */
+	SBX_EV_ATTACHED, /* restoring: its QEMU was taken over */
+	SBX_EV_LOADED,   /* restoring: the store says paused */
+	SBX_EV_SEALED,   /* restoring: QEMU gone, but a whole pause on disk */
+	SBX_EV_LOST,     /* QEMU gone and no whole pause */
+	SBX_EV_PAUSE, SBX_EV_PAUSED,
+	SBX_EV_RESUME, SBX_EV_RESUMED,
+	SBX_EV_SNAPSHOT, SBX_EV_DONE,
+	SBX_EV_KILL,     /* killed, timeout, retention */
+	SBX_EV_ENDED,    /* its VM ended by itself */
+	SBX_EV_STOPPED,
+	SBX_NEVENTS
+};
+struct sbx_transition {
+	enum sbx_state from;
+	enum sbx_event ev;
+	enum sbx_state to;
+	const char *to_store; /* the stored state it writes; NULL: none */
+};
+extern const struct sbx_transition sbx__table[];
+extern const size_t sbx__ntable;
+extern unsigned long sbx__taken[]; /* per row of the table: times taken */
+const char *sbx__event_name(enum sbx_event e);
+/* The state the store keeps for s ("running", ...), NULL for none. */
+const char *sbx__stored_name(enum sbx_state s);
+int sbx__transitional(enum sbx_state s);
+/* The table's row for (from, ev), or NULL. */
+const struct sbx_transition *sbx__lookup(enum sbx_state from, enum sbx_event ev);
+
+/* What the write of a transition records (each field for the stored
+ * states store_sbx_move names it for); row for a create's insert. */
+struct sbx_facts {
+	const struct store_sbx *row;
+	long long paused_at, timeout_left_s, expires_at;
+	int qemu_pid;
+	unsigned generation;
+	int net_slot;
+	const char *end_reason;
+	long long storage_bytes; /* paused: bytes kept, for usage */
+};
+/* Starts a transition: waits up to timeout_ms for s to be stable and
+ * unheld, then takes event ev into the transitional state the table gives,
+ * which the caller owns until it fires the event that ends it. 0; -EBUSY
+ * (still moving); -EPERM when ev does not apply to the state s settled in
+ * (*now, which may be NULL, says which). */
+int sbx__begin(struct sbx *s, enum sbx_event ev, int timeout_ms, enum sbx_state *now);
+/* Ends the caller's transition of s with ev: the table's next state, after
+ * the one store write it names (f: its facts). A state of stopped or lost
+ * takes s out of the manager's table. 0; -EPERM (no such transition: a
+ * bug, logged); or the store's -errno, when the state is left as it was
+ * unless flags has SBX_FIRE_FORCE: what the write would record is already
+ * true (QEMU is gone), and a restart reconciles the row. */
+#define SBX_FIRE_FORCE 1
+int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int flags, char *err,
+	      size_t errlen);
+/* Keeps transitions off s (running or paused) for a change that is no
+ * transition (a policy): waits up to timeout_ms as sbx__begin does. 0,
+ * -EBUSY, or -EPERM when s settled in another state (*now). */
+int sbx__hold(struct sbx *s, int timeout_ms, enum sbx_state *now);
+void sbx__unhold(struct sbx *s);
+enum sbx_state sbx__state(struct sbx *s);
+/* Waits up to timeout_ms for s to be in state want: 0 or -ETIMEDOUT. */
+int sbx__wait_state(struct sbx *s, enum sbx_state want, int timeout_ms);
 
 /* Shared by sbx.c (lifecycles), sbx_snap.c (pause, resume, fork,
  * checkpoints) and sbx_pool.c (template snapshots, warm pools). */
@@ -146,24 +223,27 @@ int sbx__host_fits(struct sbx_mgr *m, unsigned long long pools_mb, unsigned long
 /* A /proc/meminfo field ("MemTotal") in MB; 0 when unknown. */
 unsigned long long sbx__meminfo_mb(const char *field);
 #define SBX_POOL_MEMORY_MB 512 /* each warm VM's */
-/* Lists a sandbox for row around a running vm and starts its pump. */
-int sbx__add(struct sbx_mgr *m, const struct store_sbx *row, struct vm *vm);
-int sbx__unlink(struct sbx_mgr *m, struct sbx *s);
-struct vm *sbx__take_vm(struct sbx *s);
-/* Unlists s, stops its pump and takes its VM: the caller owns the VM and
- * drops the two references (ours and the list's) with sbx__done. NULL
- * when someone else got there first (a kill, the VM's own end); the
- * caller then drops only its own. */
-struct vm *sbx__detach(struct sbx_mgr *m, struct sbx *s);
-void sbx__done(struct sbx *s);
+/* sbx.c: the objects. A new sandbox object for row in state (creating or
+ * restoring), in the manager's table: 0 with *out (a reference of the
+ * caller's), -EEXIST, -ENOMEM. */
+int sbx__new(struct sbx_mgr *m, const struct store_sbx *row, enum sbx_state state,
+	     struct sbx **out);
+/* Takes s out of the table (it stopped or was lost): its id is free. */
+void sbx__forget(struct sbx *s);
+/* Sandbox id in any state, with a reference, or NULL. */
+struct sbx *sbx__get(struct sbx_mgr *m, const char *id);
+/* References to every sandbox want (called under the manager's lock; NULL:
+ * all) takes, into *out (malloc'd): their count. sbx__put_all drops them. */
+size_t sbx__each(struct sbx_mgr *m, int (*want)(const struct sbx *s, const void *arg),
+		 const void *arg, struct sbx ***out);
+void sbx__put_all(struct sbx **v, size_t n);
+/* In a transition of the caller's: s's operations go to vm, which has the
+ * network of net_slot, and its pump starts. 0, or -errno (vm not taken). */
+int sbx__run_vm(struct sbx *s, struct vm *vm, int net_slot);
+/* In a transition of the caller's: stops s's pump, ends its operations
+ * (ECONNRESET) and hands over its VM (NULL if it has none) and network. */
+struct vm *sbx__stop_vm(struct sbx *s, int *net_slot);
 void sbx__random_id(char *out, size_t n, const char *prefix);
-/* Waits (up to timeout_ms) until no other transition holds id, then holds
- * it: 0 or -EBUSY. */
-int sbx__claim(struct sbx_mgr *m, const char *id, int timeout_ms);
-void sbx__unclaim(struct sbx_mgr *m, const char *id);
-/* Records a state change for usage metering (errors are logged only). */
-void sbx__usage(struct sbx_mgr *m, const struct store_sbx *row, const char *state,
-		long long storage_bytes);
 /* The guest files of template, for vm_config. */
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
 		      char *image, size_t n);
@@ -174,7 +254,8 @@ void sbx__kill_qemu(struct sbx_mgr *m, int pid, const char *run_dir);
  * one path component: the VMs an earlier daemon left behind. */
 void sbx__each_qemu(const char *prefix, void (*fn)(void *arg, int pid, const char *name),
 		    void *arg);
-/* Makes row a new running sandbox of vm: stored, listed, metered. */
+/* Makes row a new running sandbox of vm: stored with its usage event,
+ * served. 0, or -EIO with the VM and its network gone. */
 int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *err,
 		 size_t errlen);
 
@@ -185,16 +266,6 @@ int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json
 	       struct vm **vm, char *err, size_t errlen);
 /* A running sandbox taken over after a restart keeps its network. */
 void sbx__net_keep(struct sbx_mgr *m, const struct store_sbx *row);
-/* Takes s's slot away (under its lock, where sbx_net.c reads it), to be
- * given to sbx__net_down once the VM is gone. */
-static inline int sbx__take_slot(struct sbx *s)
-{
-	pthread_mutex_lock(&s->mu);
-	int slot = s->net_slot;
-	s->net_slot = NET_NO_SLOT;
-	pthread_mutex_unlock(&s->mu);
-	return slot;
-}
 /* The proxy of slot gets the values of account's secrets named in
  * names_json (a JSON array): what it puts in requests to their hosts.
  * Errors are logged: the requests then go with the placeholders. */
@@ -246,6 +317,22 @@ void sbx__code_free(struct sop_code *c);
 /* sbx_op.c: queues one whole NDJSON line (text ending in a newline) on a
  * SOP_NDJSON operation. */
 void sbx__queue_line(struct sop *op, const char *text, size_t n);
+
+/* sbx_op.c: a request's frame. sbx_begin starts request type for op and
+ * returns the frame to add attributes to, with the sandbox locked, or
+ * NULL (not locked) with -errno in *err: -ECONNRESET when the sandbox is
+ * not running, -EAGAIN when it has too many operations or streams open.
+ * Requests with output get their credit window here. sbx_end seals it,
+ * unlocks and wakes the pump: 0 or -errno. sbx_abort drops it unsent and
+ * unlocks. */
+struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err);
+int sbx_end(struct sbx *s, struct sop *op);
+void sbx_abort(struct sbx *s, struct sop *op);
+/* The listed directory, for P_LIST items' absolute paths, and a code
+ * call's context and language, which its answer names: set before the
+ * request is sent. 0 or -ENOMEM. */
+int sop_set_base(struct sop *op, const char *path);
+int sop_code_begin(struct sop *op, const char *context, const char *language);
 
 /* Wakes the sandbox's pump thread (it polls an eventfd). */
 static inline void wake(struct sbx *s)

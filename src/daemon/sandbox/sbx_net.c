@@ -157,36 +157,37 @@ int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *er
 int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
 		    size_t errlen)
 {
-	if (sbx__claim(m, id, 60000) < 0) {
+	struct sbx *s = sbx__get(m, id);
+	enum sbx_state now = SBX_STOPPED;
+	int r = s ? sbx__hold(s, 60000, &now) : -EPERM;
+	if (r == -EBUSY) {
 		snprintf(err, errlen, "sandbox '%s' is busy", id);
-		return -EBUSY;
+	} else if (r < 0) {
+		struct store_sbx row;
+		if (store_sbx_get(m->store, id, &row) < 0) {
+			snprintf(err, errlen, "no sandbox '%s'", id);
+			r = -ENOENT;
+		} else {
+			snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
+			store_sbx_release(&row);
+			r = -ESHUTDOWN;
+		}
+	} else {
+		/* The hold keeps pause, fork and kill away, the lock a VM that
+		 * ends by itself (pump_ended): the slot stays ours. Paused, it
+		 * applies at the resume. */
+		if (now == SBX_RUNNING) {
+			pthread_mutex_lock(&s->mu);
+			r = sbx__net_set(m, s->net_slot, network_text, err, errlen);
+			pthread_mutex_unlock(&s->mu);
+		}
+		if (r == 0 && (r = store_sbx_set_policy(m->store, id, network_text)) < 0)
+			snprintf(err, errlen, "cannot record the policy: %s", strerror(-r));
+		if (r == 0)
+			log_info("sandbox %s: network policy now %s", id, network_text);
+		sbx__unhold(s);
 	}
-	struct store_sbx row;
-	int r = store_sbx_get(m->store, id, &row);
-	if (r < 0) {
-		snprintf(err, errlen, "no sandbox '%s'", id);
-		goto out;
-	}
-	struct sbx *s = sbx_find(m, id, NULL);
-	if (!s && strcmp(row.state, "paused")) {
-		snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
-		r = -ESHUTDOWN;
-	} else if (s) {
-		/* The claim keeps pause, fork and kill away, the lock a VM that
-		 * ends by itself (pump_ended): the slot stays ours. */
-		pthread_mutex_lock(&s->mu);
-		r = sbx__net_set(m, s->net_slot, network_text, err, errlen);
-		pthread_mutex_unlock(&s->mu);
-	}
-	if (s)
-		sbx_put(s);
-	if (r == 0 && (r = store_sbx_set_network(m->store, id, network_text, row.net_slot)) < 0)
-		snprintf(err, errlen, "cannot record the policy: %s", strerror(-r));
-	if (r == 0)
-		log_info("sandbox %s: network policy now %s", id, network_text);
-	store_sbx_release(&row);
-out:
-	sbx__unclaim(m, id);
+	sbx_put(s);
 	return r;
 }
 
@@ -237,16 +238,11 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 		return -ENETUNREACH;
 	}
 	/* A paused sandbox resumes for its first request; the others a
-	 * browser sends alongside wait for that resume (sbx_resume waits
-	 * for a transition under way). */
-	int r = sbx_resume(m, id, err, errlen);
+	 * browser sends alongside wait for that resume. */
+	struct sbx *s;
+	int r = sbx_acquire(m, id, NULL, SBX_RESUME, &s, err, errlen);
 	if (r < 0)
 		return r;
-	struct sbx *s = sbx_find(m, id, NULL);
-	if (!s) {
-		snprintf(err, errlen, "sandbox '%s' is not running", id);
-		return -ESHUTDOWN;
-	}
 	/* Opened under the lock: a slot let go and taken by another sandbox
 	 * meanwhile would be that one's network. */
 	pthread_mutex_lock(&s->mu);

@@ -38,14 +38,20 @@ struct sop *sop_new(enum sop_mode mode, size_t cap)
 	return op;
 }
 
+static void item_release(struct sbx_item *it);
+
 static void sop_destroy(struct sop *op)
 {
 	if (!op)
 		return;
 	pbuf_release(&op->out[0]);
 	pbuf_release(&op->out[1]);
-	pbuf_release(&op->items);
-	json_decref(op->entry);
+	for (size_t i = 0; i < op->nitems; i++)
+		item_release(&op->items[i]);
+	free(op->items);
+	if (op->entry)
+		item_release(op->entry);
+	free(op->entry);
 	free(op->base);
 	sbx__code_free(op->code);
 	free(op);
@@ -171,100 +177,143 @@ static void refund(struct sbx *s, struct sop *op, uint64_t n)
 	}
 }
 
-/* Attributes of a stat-like frame as an API entry (docs/api.md); for a
- * listing, base is the listed directory and the path becomes absolute. */
-static json_t *entry_json(const struct proto_frame *f, const char *base)
+/* A string attribute, copied (NULL when absent); *bytes counts it. */
+static char *attr_str(const struct proto_frame *f, uint16_t tag, size_t *bytes)
 {
-	json_t *e = json_object();
-	char path[PROTO_MAX_STR + 1], link[PROTO_MAX_STR + 1];
-	uint32_t mode = 0, uid = 0, gid = 0;
-	uint64_t size = 0, mtime = 0;
-	if (proto_get_str(f, A_PATH, path, sizeof(path)) == 0) {
-		char abs[2 * PROTO_MAX_STR + 2];
-		snprintf(abs, sizeof(abs), "%s/%s", base && strcmp(base, "/") ? base : "", path);
-		json_object_set_new(e, "name", json_string(basename(path)));
-		json_object_set_new(e, "path", json_string(base ? abs : path));
-	}
-	proto_get_u32(f, A_MODE, &mode);
-	proto_get_u64(f, A_SIZE, &size);
-	proto_get_u64(f, A_MTIME_NS, &mtime);
-	proto_get_u32(f, A_UID, &uid);
-	proto_get_u32(f, A_GID, &gid);
-	const char *type = S_ISREG(mode) ? "file" : S_ISDIR(mode) ? "dir" : S_ISLNK(mode) ? "symlink" : "other";
-	char octal[8], when[CLOCK_RFC3339_LEN];
-	snprintf(octal, sizeof(octal), "%04o", mode & 07777);
-	clock_rfc3339((long long)(mtime / 1000000000u), when, sizeof(when));
-	json_object_set_new(e, "type", json_string(type));
-	json_object_set_new(e, "size", json_integer((json_int_t)size));
-	json_object_set_new(e, "mode", json_string(octal));
-	json_object_set_new(e, "mtime", json_string(when));
-	json_object_set_new(e, "uid", json_integer(uid));
-	json_object_set_new(e, "gid", json_integer(gid));
-	if (S_ISLNK(mode) && proto_get_str(f, A_LINK, link, sizeof(link)) == 0)
-		json_object_set_new(e, "target", json_string(link));
-	return e;
+	char v[PROTO_MAX_STR + 1];
+	if (proto_get_str(f, tag, v, sizeof(v)) < 0)
+		return NULL;
+	*bytes += strlen(v) + 1;
+	return strdup(v);
 }
 
-/* A process listing item as an API process object. */
-static json_t *process_json(const struct proto_frame *f)
+static void item_release(struct sbx_item *it)
 {
-	uint32_t proc = 0, pid = 0, state = 0, code, sig, to = 0;
-	char cmd[PROTO_MAX_STR + 1] = "";
-	proto_get_u32(f, A_PROC, &proc);
-	proto_get_u32(f, A_PID, &pid);
+	switch (it->kind) {
+	case SBX_ITEM_FILE:
+		free((char *)it->file.path);
+		free((char *)it->file.target);
+		break;
+	case SBX_ITEM_PROC:
+		free((char *)it->proc.cmd);
+		break;
+	case SBX_ITEM_CTX:
+		free((char *)it->ctx.id);
+		free((char *)it->ctx.language);
+		free((char *)it->ctx.user);
+		free((char *)it->ctx.cwd);
+		break;
+	}
+}
+
+/* A stat-like frame's attributes as a file; for a listing, base is the
+ * listed directory and the path becomes absolute. 0 or -ENOMEM. */
+static int file_of(const struct proto_frame *f, const char *base, struct sbx_file *x,
+		   size_t *bytes)
+{
+	char path[PROTO_MAX_STR + 1];
+	*x = (struct sbx_file){ 0 };
+	if (proto_get_str(f, A_PATH, path, sizeof(path)) == 0) {
+		char *abs;
+		if (asprintf(&abs, "%s%s%s", base && strcmp(base, "/") ? base : "", base ? "/" : "",
+			     path) < 0)
+			return -ENOMEM;
+		x->path = abs;
+		x->name = abs + strlen(abs) - strlen(basename(path));
+		*bytes += strlen(abs) + 1;
+	}
+	proto_get_u32(f, A_MODE, &x->mode);
+	proto_get_u64(f, A_SIZE, &x->size);
+	proto_get_u64(f, A_MTIME_NS, &x->mtime_ns);
+	proto_get_u32(f, A_UID, &x->uid);
+	proto_get_u32(f, A_GID, &x->gid);
+	if (S_ISLNK(x->mode))
+		x->target = attr_str(f, A_LINK, bytes);
+	return 0;
+}
+
+/* A process listing item. */
+static int proc_of(const struct proto_frame *f, struct sbx_proc *x, size_t *bytes)
+{
+	uint32_t state = 0, to = 0, v;
+	*x = (struct sbx_proc){ .exit_code = -1, .signal = -1 };
+	proto_get_u32(f, A_PROC, &x->proc);
+	proto_get_u32(f, A_PID, &x->pid);
 	proto_get_u32(f, A_STATE, &state);
 	proto_get_u32(f, A_TIMED_OUT, &to);
-	proto_get_str(f, A_CMD, cmd, sizeof(cmd));
-	char safe[3 * sizeof(cmd) + 1];
-	utf8_sanitize((const uint8_t *)cmd, strlen(cmd), safe);
-	json_t *p = json_pack("{s:i,s:i,s:s,s:s,s:b}", "pid", proc, "os_pid", pid, "cmd", safe, "state",
-			      state == PS_EXITED ? "exited" : "running", "timed_out", to != 0);
-	json_object_set_new(p, "exit_code", proto_get_u32(f, A_EXIT_CODE, &code) == 0 ? json_integer(code) : json_null());
-	json_object_set_new(p, "signal", proto_get_u32(f, A_SIGNAL, &sig) == 0 ? json_integer(sig) : json_null());
-	return p;
+	x->exited = state == PS_EXITED;
+	x->timed_out = to != 0;
+	if (proto_get_u32(f, A_EXIT_CODE, &v) == 0)
+		x->exit_code = (int)v;
+	if (proto_get_u32(f, A_SIGNAL, &v) == 0)
+		x->signal = (int)v;
+	x->cmd = attr_str(f, A_CMD, bytes);
+	if (!x->cmd && !(x->cmd = strdup("")))
+		return -ENOMEM;
+	return 0;
 }
 
-/* A code context (a P_CTX_LIST item, a create's or restart's P_OK) as an
- * API context object. */
-static json_t *context_json(const struct proto_frame *f)
+/* A code context (a P_CTX_LIST item, a create's or restart's P_OK). */
+static int ctx_of(const struct proto_frame *f, struct sbx_ctx *x, size_t *bytes)
 {
-	char id[CTX_ID_MAX + 1] = "", lang[32] = "", user[256] = "", cwd[PROTO_MAX_STR + 1] = "";
-	uint32_t state = 0, proc = 0;
-	proto_get_str(f, A_CONTEXT, id, sizeof(id));
-	proto_get_str(f, A_LANGUAGE, lang, sizeof(lang));
-	proto_get_str(f, A_USER, user, sizeof(user));
-	proto_get_str(f, A_CWD, cwd, sizeof(cwd));
+	uint32_t state = 0, proc;
+	*x = (struct sbx_ctx){ .pid = -1 };
 	proto_get_u32(f, A_STATE, &state);
-	char safe[4][3 * sizeof(cwd) + 1];
-	const char *in[4] = { id, lang, user, cwd };
-	for (int i = 0; i < 4; i++)
-		utf8_sanitize((const uint8_t *)in[i], strlen(in[i]), safe[i]);
-	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "id", safe[0], "language", safe[1], "cwd", safe[3],
-			      "user", safe[2], "state",
-			      state == CS_IDLE ? "idle" : state == CS_BUSY ? "busy" : "exited");
-	json_object_set_new(o, "pid", proto_get_u32(f, A_PROC, &proc) == 0 ? json_integer(proc) : json_null());
-	return o;
+	x->state = state == CS_IDLE ? SBX_CTX_IDLE : state == CS_BUSY ? SBX_CTX_BUSY : SBX_CTX_EXITED;
+	if (proto_get_u32(f, A_PROC, &proc) == 0)
+		x->pid = proc;
+	const char **fields[4] = { &x->id, &x->language, &x->user, &x->cwd };
+	static const uint16_t tags[4] = { A_CONTEXT, A_LANGUAGE, A_USER, A_CWD };
+	for (int i = 0; i < 4; i++) {
+		char *v = attr_str(f, tags[i], bytes);
+		if (!v && !(v = strdup("")))
+			return -ENOMEM;
+		*fields[i] = v;
+	}
+	return 0;
 }
 
-/* One P_ENTRY into the items text: 0, or -E2BIG past the byte cap. */
+/* f as an item of op's kind: 0, or -ENOMEM (x then holds what to free). */
+static int item_of(const struct sop *op, const struct proto_frame *f, const char *base,
+		   struct sbx_item *x, size_t *bytes)
+{
+	*bytes += sizeof(*x);
+	if (op->type == P_PS) {
+		x->kind = SBX_ITEM_PROC;
+		return proc_of(f, &x->proc, bytes);
+	}
+	if (op->type == P_CTX_LIST || op->type == P_CTX_CREATE || op->type == P_CTX_RESTART) {
+		x->kind = SBX_ITEM_CTX;
+		return ctx_of(f, &x->ctx, bytes);
+	}
+	x->kind = SBX_ITEM_FILE;
+	return file_of(f, base, &x->file, bytes);
+}
+
+/* One P_ENTRY into the items: 0, or -E2BIG past the byte cap. */
 static int add_item(struct sop *op, const struct proto_frame *f)
 {
-	json_t *e = op->type == P_PS ? process_json(f)
-		    : op->type == P_CTX_LIST ? context_json(f)
-					     : entry_json(f, op->base);
-	char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
-	json_decref(e);
-	if (!text)
-		return 0; /* out of memory: the entry is lost, not the daemon */
-	size_t n = strlen(text);
-	int r = 0;
-	if (op->items.len + n + 2 > SBX_MAX_ITEMS_BYTES)
-		r = -E2BIG;
-	else if (pbuf_append(&op->items, op->nitems ? "," : "[", 1) == 0 &&
-		 pbuf_append(&op->items, text, n) == 0)
-		op->nitems++;
-	free(text);
-	return r;
+	if (op->nitems == op->items_cap) {
+		size_t cap = op->items_cap ? 2 * op->items_cap : 64;
+		struct sbx_item *v = realloc(op->items, cap * sizeof(*v));
+		if (!v)
+			return 0; /* out of memory: the entry is lost, not the daemon */
+		op->items = v;
+		op->items_cap = cap;
+	}
+	struct sbx_item *x = &op->items[op->nitems];
+	size_t bytes = 0;
+	if (item_of(op, f, op->base, x, &bytes) < 0) {
+		item_release(x);
+		return 0;
+	}
+	if (op->items_bytes + bytes > SBX_MAX_ITEMS_BYTES) {
+		item_release(x);
+		return -E2BIG;
+	}
+	op->items_bytes += bytes;
+	op->nitems++;
+	return 0;
 }
 
 /* SOP_COLLECT keeps the newest cap bytes: trimming at twice the cap keeps
@@ -371,8 +420,18 @@ static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 			kill_proc(agent_of(s), st->proc);
 		if (f->type == P_OK && (op->type == P_STAT || op->type == P_CTX_CREATE ||
 					op->type == P_CTX_RESTART)) {
-			json_decref(op->entry);
-			op->entry = op->type == P_STAT ? entry_json(f, NULL) : context_json(f);
+			size_t bytes = 0;
+			struct sbx_item *x = calloc(1, sizeof(*x));
+			if (x && item_of(op, f, NULL, x, &bytes) < 0) {
+				item_release(x);
+				free(x);
+				x = NULL;
+			}
+			if (op->entry) {
+				item_release(op->entry);
+				free(op->entry);
+			}
+			op->entry = x;
 		}
 		sbx__code_attrs(op, f);
 		break;
@@ -703,20 +762,17 @@ ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout
 	return r;
 }
 
-const char *sop_items(struct sop *op)
+size_t sop_nitems(struct sop *op)
 {
-	if (!op->done)
-		return "[]";
-	if (!op->nitems)
-		return "[]";
-	if (op->items.len && op->items.data[op->items.len - 1] != '\0') {
-		if (pbuf_append(&op->items, "]", 2) < 0)
-			return "[]";
-	}
-	return (const char *)op->items.data;
+	return op->done ? op->nitems : 0;
 }
 
-json_t *sop_entry(struct sop *op)
+const struct sbx_item *sop_item(struct sop *op, size_t i)
+{
+	return op->done && i < op->nitems ? &op->items[i] : NULL;
+}
+
+const struct sbx_item *sop_entry(struct sop *op)
 {
 	return op->done ? op->entry : NULL;
 }

@@ -3,7 +3,7 @@
  * account's secrets; each one's placeholder goes into the sandbox's
  * environment under the secret's name, and the names into its row, so
  * forks, resumes and a restarted daemon give the same ones to the proxy
- * of its network again (sbx__add). The values are read from the store
+ * of its network again (sbx__run_vm). The values are read from the store
  * each time: a secret set again or deleted reaches running sandboxes at
  * once (sbx_secrets_changed).
  */
@@ -109,35 +109,23 @@ void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_
 	json_decref(names);
 }
 
+static int holds_secrets_of(const struct sbx *s, const void *account)
+{
+	return (s->state == SBX_RUNNING || s->state == SBX_SNAPSHOTTING) &&
+	       !strcmp(s->account, account);
+}
+
 void sbx_secrets_changed(struct sbx_mgr *m, const char *account)
 {
-	struct sbx **held = NULL;
-	size_t n = 0, cap = 0;
-	pthread_mutex_lock(&m->mu);
-	for (struct sbx *s = m->list; s; s = s->next) {
-		if (strcmp(s->account, account) || !s->secrets_json || !strcmp(s->secrets_json, "[]"))
-			continue;
-		if (n == cap) {
-			struct sbx **nh = realloc(held, (cap ? 2 * cap : 8) * sizeof(*nh));
-			if (!nh) {
-				log_error("account '%s': out of memory: some sandboxes keep "
-					  "their old secrets", account);
-				break;
-			}
-			held = nh;
-			cap = cap ? 2 * cap : 8;
-		}
-		s->refs++;
-		held[n++] = s;
-	}
-	pthread_mutex_unlock(&m->mu);
+	struct sbx **v;
+	size_t n = sbx__each(m, holds_secrets_of, account, &v);
 	for (size_t i = 0; i < n; i++) {
-		struct sbx *s = held[i];
+		struct sbx *s = v[i];
 		/* Under its lock the slot stays its own (sbx_net.c). */
 		pthread_mutex_lock(&s->mu);
-		sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
+		if (s->secrets_json && strcmp(s->secrets_json, "[]"))
+			sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
 		pthread_mutex_unlock(&s->mu);
-		sbx_put(s);
 	}
-	free(held);
+	sbx__put_all(v, n);
 }

@@ -2,11 +2,13 @@
  * sbx_snap: the sandbox transitions that go through snapshots: pause and
  * resume (in the sandbox's own run directory), fork (a snapshot restored N
  * times, then thrown away) and checkpoints (a sealed snapshot kept under a
- * name). Each holds the sandbox's claim (sbx__claim) for its whole length,
- * so a pause, a resume, a fork and a kill of one sandbox never overlap.
+ * name). Each is a transition of the state table (sbx_state.c) that the
+ * thread making it owns from start to end, so a pause, a resume, a
+ * snapshot and a kill of one sandbox never overlap.
  */
 #include "daemon/sandbox/sbx_impl.h"
 
+#include "common/crash.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "runner/snap.h"
@@ -50,105 +52,130 @@ static void count(struct sbx_mgr *m, unsigned long long *n, double *ms_sum, doub
 	pthread_mutex_unlock(&m->mu);
 }
 
-/* What is left to say about a sandbox that is not running. */
-static int not_running(struct sbx_mgr *m, const char *id, const char *want, char *err,
-		       size_t errlen)
+/* Why s (which settled in state now) cannot take a pause, a resume or a
+ * snapshot: 0 when it is already where the caller wants it (want). */
+static int refuse(struct sbx *s, enum sbx_state now, enum sbx_state want, char *err,
+		  size_t errlen)
 {
+	if (now == want)
+		return 0;
+	snprintf(err, errlen, "sandbox '%s' is %s", s->id,
+		 now == SBX_RUNNING || now == SBX_SNAPSHOTTING ? "running" : sbx_state_name(now));
+	return -ESHUTDOWN;
+}
+
+/* The object of id for a transition, or -ENOENT/-ESHUTDOWN with err. */
+static int object(struct sbx_mgr *m, const char *id, struct sbx **out, char *err, size_t errlen)
+{
+	if ((*out = sbx__get(m, id)))
+		return 0;
 	struct store_sbx row;
 	if (store_sbx_get(m->store, id, &row) < 0) {
 		snprintf(err, errlen, "no sandbox '%s'", id);
 		return -ENOENT;
 	}
-	int r = !strcmp(row.state, want) ? 0 : -ESHUTDOWN;
-	if (r)
-		snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
+	snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
 	store_sbx_release(&row);
+	return -ESHUTDOWN;
+}
+
+/* Starts transition ev of s: 0, 1 when s is already in state want, or
+ * -EBUSY/-ESHUTDOWN with err. */
+static int start(struct sbx *s, enum sbx_event ev, enum sbx_state want, char *err,
+		 size_t errlen)
+{
+	enum sbx_state now;
+	int r = sbx__begin(s, ev, CLAIM_MS, &now);
+	if (r == -EBUSY)
+		snprintf(err, errlen, "sandbox '%s' is busy", s->id);
+	else if (r == -EPERM)
+		r = refuse(s, now, want, err, errlen) == 0 ? 1 : -ESHUTDOWN;
 	return r;
 }
 
 int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 {
-	if (sbx__claim(m, id, CLAIM_MS) < 0) {
-		snprintf(err, errlen, "sandbox '%s' is busy", id);
-		return -EBUSY;
+	struct sbx *s;
+	int r = object(m, id, &s, err, errlen);
+	if (r < 0)
+		return r;
+	if ((r = start(s, SBX_EV_PAUSE, SBX_PAUSED, err, errlen)) != 0) {
+		sbx_put(s);
+		return r > 0 ? 0 : r;
 	}
 	double t0 = clock_ms_f();
-	int r;
-	struct sbx *s = sbx_find(m, id, NULL);
-	struct vm *vm = s ? sbx__detach(m, s) : NULL;
-	if (!vm) {
-		r = not_running(m, id, "paused", err, errlen);
-		goto out;
-	}
+	pthread_mutex_lock(&m->mu);
 	long long left = s->expires_at - now_s();
-	r = vm_pause(vm, err, errlen);
+	pthread_mutex_unlock(&m->mu);
+	int slot;
+	struct vm *vm = sbx__stop_vm(s, &slot);
 	struct store_sbx row;
 	int have_row = store_sbx_get(m->store, id, &row) == 0;
-	if (r < 0 && vm_state(vm) != VM_RUNNING) {
+	char e2[256];
+	r = vm ? vm_pause(vm, err, errlen) : -ESHUTDOWN;
+	if (!vm)
+		snprintf(err, errlen, "sandbox '%s' has no VM", id);
+	if (r < 0 && (!vm || vm_state(vm) != VM_RUNNING || !have_row)) {
 		/* QEMU is gone but the pause is not complete (its manifest
 		 * could not be written): the files stay for a person to see. */
 		log_error("sandbox %s: pause failed after QEMU ended: %s", id, err);
-		vm_free(vm, 1);
-		sbx__net_down(m, sbx__take_slot(s));
-		store_sbx_set_state(m->store, id, "lost", "lost");
+		if (vm)
+			vm_free(vm, 1);
+		sbx__net_down(m, slot);
+		struct sbx_facts f = { .end_reason = "lost" };
+		sbx__fire(s, SBX_EV_LOST, &f, SBX_FIRE_FORCE, e2, sizeof(e2));
 		r = -EIO;
 	} else if (r < 0) {
-		/* It runs on: back in the list under a new pump. */
+		/* It runs on, under a new pump. */
 		log_error("sandbox %s did not pause: %s", id, err);
-		if (!have_row || sbx__add(m, &row, vm) < 0) {
+		if (sbx__run_vm(s, vm, slot) == 0) {
+			sbx__fire(s, SBX_EV_FAILED, NULL, 0, e2, sizeof(e2));
+		} else {
 			vm_stop(vm, 0);
 			vm_free(vm, 0);
-			sbx__net_down(m, sbx__take_slot(s));
-			store_sbx_set_state(m->store, id, "stopped", "crashed");
+			sbx__net_down(m, slot);
+			sbx__fire(s, SBX_EV_LOST, &(struct sbx_facts){ .end_reason = "crashed" },
+				  SBX_FIRE_FORCE, e2, sizeof(e2));
 		}
 		r = -EIO;
 	} else {
 		vm_free(vm, 1);
-		sbx__net_down(m, sbx__take_slot(s));
-		store_sbx_set_network(m->store, id, NULL, NET_NO_SLOT);
-		r = store_sbx_set_paused(m->store, id, now_s(), left > 0 ? left : 0);
-		if (r < 0)
-			snprintf(err, errlen, "cannot record the pause: %s", strerror(-r));
-		if (have_row)
-			sbx__usage(m, &row, "paused", sbx__paused_bytes(row.run_dir));
+		sbx__net_down(m, slot);
+		crash_point("pause.before_store");
+		long long now = now_s();
+		struct sbx_facts f = { .paused_at = now, .timeout_left_s = left > 0 ? left : 0,
+				       .storage_bytes = sbx__paused_bytes(row.run_dir) };
+		pthread_mutex_lock(&m->mu);
+		s->paused_at = now;
+		pthread_mutex_unlock(&m->mu);
+		r = sbx__fire(s, SBX_EV_PAUSED, &f, SBX_FIRE_FORCE, err, errlen);
 		count(m, &m->stats.pauses, &m->stats.pause_ms, clock_ms_f() - t0);
 		log_info("sandbox %s paused in %.0f ms", id, clock_ms_f() - t0);
 	}
 	if (have_row)
 		store_sbx_release(&row);
-	sbx__done(s);
-	s = NULL;
-out:
-	if (s)
-		sbx_put(s);
-	sbx__unclaim(m, id);
+	sbx_put(s);
 	return r;
 }
 
 int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 {
-	struct sbx *s = sbx_find(m, id, NULL);
-	if (s) { /* the common case: nothing to do */
+	struct sbx *s;
+	int r = object(m, id, &s, err, errlen);
+	if (r < 0)
+		return r;
+	if ((r = start(s, SBX_EV_RESUME, SBX_RUNNING, err, errlen)) != 0) {
 		sbx_put(s);
-		return 0;
-	}
-	if (sbx__claim(m, id, CLAIM_MS) < 0) {
-		snprintf(err, errlen, "sandbox '%s' is busy", id);
-		return -EBUSY;
+		return r > 0 ? 0 : r;
 	}
 	double t0 = clock_ms_f();
+	char e2[256];
 	struct store_sbx row;
-	int r = store_sbx_get(m->store, id, &row);
-	if (r < 0) {
+	if ((r = store_sbx_get(m->store, id, &row)) < 0) {
 		snprintf(err, errlen, "no sandbox '%s'", id);
-		goto out_unclaim;
-	}
-	if (strcmp(row.state, "paused")) {
-		/* Running: another resume got there while we waited. */
-		r = strcmp(row.state, "running") ? -ESHUTDOWN : 0;
-		if (r)
-			snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
-		goto out;
+		sbx__fire(s, SBX_EV_FAILED, NULL, 0, e2, sizeof(e2));
+		sbx_put(s);
+		return r;
 	}
 	int held = sbx__reserve(m, row.account, row.vcpus, row.memory_mb, err, errlen);
 	if (held < 0) {
@@ -167,42 +194,43 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	struct vm *vm;
 	int slot;
 	r = sbx__start(m, &vc, row.network_json, &slot, &vm, err, errlen);
-	if (r == 0) {
-		row.net_slot = slot;
-		store_sbx_set_network(m->store, id, NULL, slot);
-		long long left = row.timeout_left_s > 0 ? row.timeout_left_s : RESUME_DEFAULT_S;
-		row.expires_at = now_s() + left;
-		row.generation++;
-		row.qemu_pid = vm_pid(vm);
-		snprintf(row.state, sizeof(row.state), "running");
-		r = store_sbx_set_resumed(m->store, id, row.expires_at, row.qemu_pid, row.generation);
-		if (r == 0)
-			r = sbx__add(m, &row, vm);
-		if (r < 0) {
-			/* Not lost: it pauses again, as it is now. */
-			snprintf(err, errlen, "cannot record the resume: %s", strerror(-r));
-			char e2[256];
-			if (vm_pause(vm, e2, sizeof(e2)) < 0)
-				log_error("sandbox %s could not pause again: %s", id, e2);
-			vm_free(vm, 1);
-			sbx__net_down(m, slot);
-			store_sbx_set_network(m->store, id, NULL, NET_NO_SLOT);
-			store_sbx_set_paused(m->store, id, now_s(), row.timeout_left_s);
-			r = -EIO;
-		} else {
-			sbx__usage(m, &row, "running", 0);
-			count(m, &m->stats.resumes, &m->stats.resume_ms, clock_ms_f() - t0);
-			log_info("sandbox %s resumed in %.0f ms", id, clock_ms_f() - t0);
-		}
-	} else {
+	if (r < 0) {
 		log_error("sandbox %s did not resume: %s", id, err);
 		r = -EIO;
+		sbx__unreserve(m, held);
+		goto out;
+	}
+	long long left = row.timeout_left_s > 0 ? row.timeout_left_s : RESUME_DEFAULT_S;
+	struct sbx_facts f = { .expires_at = now_s() + left, .qemu_pid = vm_pid(vm),
+			       .generation = row.generation + 1, .net_slot = slot };
+	pthread_mutex_lock(&m->mu);
+	s->expires_at = f.expires_at;
+	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_lock(&s->mu);
+	s->generation = f.generation;
+	pthread_mutex_unlock(&s->mu);
+	crash_point("resume.before_store");
+	/* The VM serves from the moment the row says it runs. */
+	if ((r = sbx__run_vm(s, vm, slot)) == 0 &&
+	    (r = sbx__fire(s, SBX_EV_RESUMED, &f, 0, err, errlen)) < 0)
+		vm = sbx__stop_vm(s, &slot);
+	if (r < 0) {
+		/* Not lost: it pauses again, as it is now. */
+		if (vm_pause(vm, e2, sizeof(e2)) < 0)
+			log_error("sandbox %s could not pause again: %s", id, e2);
+		vm_free(vm, 1);
+		sbx__net_down(m, slot);
+		r = -EIO;
+	} else {
+		count(m, &m->stats.resumes, &m->stats.resume_ms, clock_ms_f() - t0);
+		log_info("sandbox %s resumed in %.0f ms", id, clock_ms_f() - t0);
 	}
 	sbx__unreserve(m, held);
 out:
+	if (r < 0)
+		sbx__fire(s, SBX_EV_FAILED, NULL, 0, e2, sizeof(e2));
 	store_sbx_release(&row);
-out_unclaim:
-	sbx__unclaim(m, id);
+	sbx_put(s);
 	return r;
 }
 
@@ -210,34 +238,38 @@ out_unclaim:
 static int snapshot(struct sbx_mgr *m, const char *id, const char *dir, int sealed,
 		    struct store_sbx *row, char *err, size_t errlen)
 {
-	struct sbx *s = sbx_find(m, id, NULL);
-	if (!s) {
-		int r = not_running(m, id, "running", err, errlen);
-		return r ? r : -ESHUTDOWN;
-	}
-	int r = store_sbx_get(m->store, id, row);
-	if (r < 0) {
+	struct sbx *s;
+	int r = object(m, id, &s, err, errlen);
+	if (r < 0)
+		return r;
+	if ((r = start(s, SBX_EV_SNAPSHOT, SBX_NSTATES, err, errlen)) < 0) {
 		sbx_put(s);
-		snprintf(err, errlen, "no sandbox '%s'", id);
 		return r;
 	}
-	char parent[300];
-	snprintf(parent, sizeof(parent), "%s", dir);
-	*strrchr(parent, '/') = '\0';
-	fs_mkdir_p(parent, 0700, (uid_t)-1, (gid_t)-1);
-	/* Under the sandbox lock the pump stays out of QMP while the
-	 * snapshot drives it, and requests wait the few ms it stands still. */
-	pthread_mutex_lock(&s->mu);
-	if (!s->vm) {
-		snprintf(err, errlen, "sandbox '%s' is not running", id);
-		r = -ESHUTDOWN;
-	} else {
-		r = vm_snapshot(s->vm, dir, sealed, err, errlen);
+	char e2[256];
+	if ((r = store_sbx_get(m->store, id, row)) < 0)
+		snprintf(err, errlen, "no sandbox '%s'", id);
+	if (r == 0) {
+		char parent[300];
+		snprintf(parent, sizeof(parent), "%s", dir);
+		*strrchr(parent, '/') = '\0';
+		fs_mkdir_p(parent, 0700, (uid_t)-1, (gid_t)-1);
+		/* Under the sandbox lock the pump stays out of QMP while the
+		 * snapshot drives it, and requests wait the few ms it stands
+		 * still. */
+		pthread_mutex_lock(&s->mu);
+		if (!s->vm) {
+			snprintf(err, errlen, "sandbox '%s' is not running", id);
+			r = -ESHUTDOWN;
+		} else {
+			r = vm_snapshot(s->vm, dir, sealed, err, errlen);
+		}
+		pthread_mutex_unlock(&s->mu);
+		if (r < 0)
+			store_sbx_release(row);
 	}
-	pthread_mutex_unlock(&s->mu);
+	sbx__fire(s, SBX_EV_DONE, NULL, 0, e2, sizeof(e2));
 	sbx_put(s);
-	if (r < 0)
-		store_sbx_release(row);
 	return r;
 }
 
@@ -280,6 +312,7 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 	double t0 = clock_ms_f();
 	int r = sbx__start(m, &vc, NET_DENY_ALL_TEXT, &slot, &vm, err, sizeof(err));
 	if (r == 0) {
+		crash_point("fork.moving_ram");
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);
 		sbx__net_down(m, slot);
@@ -294,19 +327,16 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_sbx *rows,
 	     char *err, size_t errlen)
 {
-	if (sbx__claim(m, id, CLAIM_MS) < 0) {
-		snprintf(err, errlen, "sandbox '%s' is busy", id);
-		return -EBUSY;
-	}
 	double t0 = clock_ms_f();
 	char dir[512], tag[32];
 	sbx__random_id(tag, sizeof(tag), "fork-");
 	snprintf(dir, sizeof(dir), "%s/snapshots/%s", m->cfg.state_dir, tag);
 	struct store_sbx parent;
 	int r = snapshot(m, id, dir, 0, &parent, err, errlen);
-	sbx__unclaim(m, id); /* the parent runs on: the rest is the children's */
 	if (r < 0)
 		return r;
+	/* The parent runs on: the rest is the children's. */
+	crash_point("fork.after_snapshot");
 	const struct sbx_config *c = &m->cfg;
 	char kernel[512], initrd[512], image[512];
 	sbx__guest_paths(m, parent.template, kernel, initrd, image, sizeof(image));
@@ -386,18 +416,14 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct store_ckpt *out,
 		   char *err, size_t errlen)
 {
-	if (sbx__claim(m, id, CLAIM_MS) < 0) {
-		snprintf(err, errlen, "sandbox '%s' is busy", id);
-		return -EBUSY;
-	}
 	memset(out, 0, sizeof(*out));
 	sbx__random_id(out->id, sizeof(out->id), "ckp_");
 	snprintf(out->dir, sizeof(out->dir), "%s/checkpoints/%s", m->cfg.state_dir, out->id);
 	struct store_sbx row;
 	int r = snapshot(m, id, out->dir, 1, &row, err, errlen);
-	sbx__unclaim(m, id);
 	if (r < 0)
 		return r;
+	crash_point("checkpoint.before_store");
 	snprintf(out->name, sizeof(out->name), "%s", name);
 	snprintf(out->account, sizeof(out->account), "%s", row.account);
 	snprintf(out->sbx_id, sizeof(out->sbx_id), "%s", id);
@@ -442,8 +468,33 @@ static void kill_fork_vm(void *arg, int pid, const char *name)
 	sbx__kill_qemu(m, pid, run);
 }
 
+/* Checkpoints the last daemon sealed but did not record: nothing can
+ * name them. */
+static void remove_unrecorded_checkpoints(struct sbx_mgr *m)
+{
+	char dir[512], path[800];
+	snprintf(dir, sizeof(dir), "%s/checkpoints/", m->cfg.state_dir);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		struct store_ckpt c;
+		if (strncmp(e->d_name, "ckp_", 4))
+			continue;
+		if (store_ckpt_get(m->store, NULL, e->d_name, &c) == 0) {
+			store_ckpt_release(&c);
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s%s", dir, e->d_name);
+		log_info("removing checkpoint %s: it was never recorded", e->d_name);
+		snap_remove(path);
+	}
+	if (d)
+		closedir(d);
+}
+
 void sbx__snap_cleanup(struct sbx_mgr *m)
 {
+	remove_unrecorded_checkpoints(m);
 	/* Forks the last daemon did not finish: nothing refers to them but
 	 * perhaps the VM that was moving a fork's RAM into its file. */
 	char dir[512], path[800];

@@ -79,15 +79,36 @@ struct store_sbx {
 void store_sbx_release(struct store_sbx *x);
 void store_sbx_free_list(struct store_sbx *xs, size_t n);
 
-/* Inserts a new sandbox: 0, -EEXIST, -errno. */
-int store_sbx_insert(struct store *s, const struct store_sbx *x);
+struct store_usage_event;
+/* Inserts a new sandbox and, in the same transaction, usage (NULL: none):
+ * 0, -EEXIST, -EINVAL, -errno. */
+int store_sbx_insert(struct store *s, const struct store_sbx *x,
+		     const struct store_usage_event *usage);
 /* 0 with *out filled (release it), or -ENOENT. */
 int store_sbx_get(struct store *s, const char *id, struct store_sbx *out);
-int store_sbx_set_state(struct store *s, const char *id, const char *state, const char *end_reason);
 int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at);
-int store_sbx_set_pid(struct store *s, const char *id, int qemu_pid);
-/* Sets the network slot, and the policy unless network_json is NULL. */
-int store_sbx_set_network(struct store *s, const char *id, const char *network_json, int net_slot);
+/* The egress policy (network_json, as store_sbx's): 0, -ENOENT, -errno. */
+int store_sbx_set_policy(struct store *s, const char *id, const char *network_json);
+
+/* A sandbox's move from one stored state to another (sbx_state.c names
+ * each), with what goes with the new state and the usage event that
+ * records it, as one transaction whose UPDATE holds only while the row is
+ * still in state from: the write of a transition that lost a race finds
+ * nothing to change. */
+struct store_sbx_move {
+	const char *id;
+	const char *from, *to;  /* "running", "paused", "stopped", "lost" */
+	const char *end_reason; /* to stopped or lost */
+	long long paused_at, timeout_left_s; /* to paused */
+	long long expires_at;   /* to running */
+	int qemu_pid;           /* to running */
+	unsigned generation;    /* to running */
+	int net_slot;           /* to running; -1 for none */
+	const struct store_usage_event *usage; /* NULL: none */
+};
+/* 0, -ESTALE when the row is not in state from (nothing written), -ENOENT
+ * when there is no such sandbox, -EINVAL, -errno. */
+int store_sbx_move(struct store *s, const struct store_sbx_move *mv);
 
 struct store_kv {
 	const char *key, *value;
@@ -102,11 +123,6 @@ struct store_kv {
 int store_sbx_list(struct store *s, const char *account, const char *state,
 		   const struct store_kv *meta, size_t nmeta, size_t limit, const char *cursor,
 		   struct store_sbx **out, size_t *n, char *next_cursor, size_t cursorlen);
-/* Pause and resume: the row's state and what goes with it. */
-int store_sbx_set_paused(struct store *s, const char *id, long long paused_at,
-			 long long timeout_left_s);
-int store_sbx_set_resumed(struct store *s, const char *id, long long expires_at, int qemu_pid,
-			  unsigned generation);
 /* Every paused sandbox (retention expiry); *out as for store_sbx_list. */
 int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n);
 

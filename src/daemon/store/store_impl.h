@@ -1,5 +1,5 @@
 /*
- * store_impl: internals shared by store.c and store_sbx.c, and included by
+ * store_impl: internals shared by the store's files, and included by
  * nothing else. The helpers are defined in store.c; those taking a store
  * expect the caller to hold s->lock.
  */
@@ -37,5 +37,11 @@ void store__rollback(struct store *s);
 int store__step_done(sqlite3_stmt *st);
 /* Creates the account if new, inside the caller's transaction: 0 or -EIO. */
 int store__ensure_account(struct store *s, const char *account);
+struct store_usage_event;
+/* 1 if e is a usage event the store may record (store_usage_add's checks). */
+int store__usage_ok(const struct store_usage_event *e);
+/* Appends usage event e (checked) inside the caller's transaction or on
+ * its own: 0 or -EIO. */
+int store__usage_insert(struct store *s, const struct store_usage_event *e);
 
 #endif

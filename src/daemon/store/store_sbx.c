@@ -106,7 +106,7 @@ static int parse_strmap(const char *text, json_t **out)
 }
 
 static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char *meta_text,
-			 const char *env_text, json_t *meta)
+			 const char *env_text, json_t *meta, const struct store_usage_event *usage)
 {
 	sqlite3_stmt *st = NULL;
 	int r = store__begin(s);
@@ -170,6 +170,8 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 			}
 		}
 	sqlite3_finalize(st);
+	if (!r && usage)
+		r = store__usage_insert(s, usage);
 	if (!r)
 		r = store__commit(s);
 	if (r)
@@ -177,13 +179,14 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 	return r;
 }
 
-int store_sbx_insert(struct store *s, const struct store_sbx *x)
+int store_sbx_insert(struct store *s, const struct store_sbx *x,
+		     const struct store_usage_event *usage)
 {
 	if (!x || !sbx_id_ok(x->id) || !store__name_ok(x->account) ||
 	    !store__text_ok(x->template, sizeof(x->template), 1, 0) || !state_ok(x->state) ||
 	    !store__text_ok(x->end_reason, sizeof(x->end_reason), 0, 0) ||
 	    strnlen(x->run_dir, sizeof(x->run_dir)) >= sizeof(x->run_dir) || x->created_at < 0 ||
-	    x->expires_at < 0 || x->qemu_pid < 0)
+	    x->expires_at < 0 || x->qemu_pid < 0 || (usage && !store__usage_ok(usage)))
 		return -EINVAL;
 	json_t *meta = NULL, *env = NULL;
 	char *meta_text = NULL, *env_text = NULL;
@@ -200,7 +203,7 @@ int store_sbx_insert(struct store *s, const struct store_sbx *x)
 		goto out;
 	}
 	pthread_mutex_lock(&s->lock);
-	r = sbx_insert_tx(s, x, meta_text, env_text, meta);
+	r = sbx_insert_tx(s, x, meta_text, env_text, meta, usage);
 	pthread_mutex_unlock(&s->lock);
 out:
 	free(meta_text);
@@ -337,17 +340,6 @@ static int sbx_update(struct store *s, const char *sql, const char *id, const ch
 	return r == -EEXIST ? -EIO : r;
 }
 
-int store_sbx_set_state(struct store *s, const char *id, const char *state, const char *end_reason)
-{
-	if (!end_reason)
-		end_reason = "";
-	if (!state_ok(state) ||
-	    !store__text_ok(end_reason, sizeof(((struct store_sbx *)0)->end_reason), 0, 0))
-		return -EINVAL;
-	return sbx_update(s, "UPDATE sandboxes SET state = ?2, end_reason = ?3 WHERE id = ?1", id,
-			  state, end_reason, 0);
-}
-
 int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at)
 {
 	if (expires_at < 0)
@@ -356,85 +348,89 @@ int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at)
 			  expires_at);
 }
 
-int store_sbx_set_paused(struct store *s, const char *id, long long paused_at,
-			 long long timeout_left_s)
+int store_sbx_set_policy(struct store *s, const char *id, const char *network_json)
 {
-	if (!sbx_id_ok(id) || paused_at < 0 || timeout_left_s < 0)
+	if (!network_json)
 		return -EINVAL;
-	sqlite3_stmt *st;
+	return sbx_update(s, "UPDATE sandboxes SET network = ?2 WHERE id = ?1", id, network_json,
+			  NULL, 0);
+}
+
+/* The UPDATE of each stored state a move can go to; ?1 is the id, ?2 the
+ * state it must be in. */
+static const char *move_sql(const char *to)
+{
+	if (!strcmp(to, "running"))
+		return "UPDATE sandboxes SET state = 'running', paused_at = 0, timeout_s = 0, "
+		       "expires_at = ?3, qemu_pid = ?4, generation = ?5, net_slot = ?6 "
+		       "WHERE id = ?1 AND state = ?2";
+	if (!strcmp(to, "paused"))
+		return "UPDATE sandboxes SET state = 'paused', qemu_pid = 0, net_slot = -1, "
+		       "paused_at = ?3, timeout_s = ?4 WHERE id = ?1 AND state = ?2";
+	if (!strcmp(to, "stopped") || !strcmp(to, "lost"))
+		return "UPDATE sandboxes SET state = ?3, end_reason = ?4, qemu_pid = 0, "
+		       "net_slot = -1 WHERE id = ?1 AND state = ?2";
+	return NULL;
+}
+
+static int move_bind(sqlite3_stmt *st, const struct store_sbx_move *mv)
+{
+	int b = store__bind_text(st, 1, mv->id);
+	if (b == SQLITE_OK)
+		b = store__bind_text(st, 2, mv->from);
+	if (b != SQLITE_OK)
+		return b;
+	if (!strcmp(mv->to, "running")) {
+		if ((b = sqlite3_bind_int64(st, 3, mv->expires_at)) == SQLITE_OK &&
+		    (b = sqlite3_bind_int(st, 4, mv->qemu_pid)) == SQLITE_OK &&
+		    (b = sqlite3_bind_int64(st, 5, mv->generation)) == SQLITE_OK)
+			b = sqlite3_bind_int(st, 6, mv->net_slot);
+	} else if (!strcmp(mv->to, "paused")) {
+		if ((b = sqlite3_bind_int64(st, 3, mv->paused_at)) == SQLITE_OK)
+			b = sqlite3_bind_int64(st, 4, mv->timeout_left_s);
+	} else {
+		if ((b = store__bind_text(st, 3, mv->to)) == SQLITE_OK)
+			b = store__bind_text(st, 4, mv->end_reason ? mv->end_reason : "");
+	}
+	return b;
+}
+
+int store_sbx_move(struct store *s, const struct store_sbx_move *mv)
+{
+	const char *sql = mv && state_ok(mv->from) && state_ok(mv->to) ? move_sql(mv->to) : NULL;
+	if (!sql || !sbx_id_ok(mv->id) || mv->expires_at < 0 || mv->qemu_pid < 0 ||
+	    mv->paused_at < 0 || mv->timeout_left_s < 0 || mv->net_slot < -1 ||
+	    !store__text_ok(mv->end_reason ? mv->end_reason : "",
+			    sizeof(((struct store_sbx *)0)->end_reason), 0, 0) ||
+	    (mv->usage && !store__usage_ok(mv->usage)))
+		return -EINVAL;
+	sqlite3_stmt *st = NULL;
 	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s,
-			    "UPDATE sandboxes SET state = 'paused', qemu_pid = 0, paused_at = ?2, "
-			    "timeout_s = ?3 WHERE id = ?1",
-			    &st);
+	int r = store__begin(s);
+	if (!r)
+		r = store__prep(s, sql, &st);
 	if (!r) {
-		if (store__bind_text(st, 1, id) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 2, paused_at) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 3, timeout_left_s) != SQLITE_OK)
+		if (move_bind(st, mv) != SQLITE_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ESTALE; /* told apart below from no such sandbox */
+	}
+	sqlite3_finalize(st);
+	if (r == -ESTALE) {
+		st = NULL;
+		if (store__prep(s, "SELECT 1 FROM sandboxes WHERE id = ?1", &st) == 0 &&
+		    store__bind_text(st, 1, mv->id) == SQLITE_OK && sqlite3_step(st) != SQLITE_ROW)
 			r = -ENOENT;
 		sqlite3_finalize(st);
 	}
+	if (!r && mv->usage)
+		r = store__usage_insert(s, mv->usage);
+	if (!r)
+		r = store__commit(s);
+	if (r)
+		store__rollback(s);
 	pthread_mutex_unlock(&s->lock);
-	return r;
-}
-
-int store_sbx_set_resumed(struct store *s, const char *id, long long expires_at, int qemu_pid,
-			  unsigned generation)
-{
-	if (!sbx_id_ok(id) || expires_at < 0 || qemu_pid < 0)
-		return -EINVAL;
-	sqlite3_stmt *st;
-	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s,
-			    "UPDATE sandboxes SET state = 'running', paused_at = 0, timeout_s = 0, "
-			    "expires_at = ?2, qemu_pid = ?3, generation = ?4 WHERE id = ?1",
-			    &st);
-	if (!r) {
-		if (store__bind_text(st, 1, id) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 2, expires_at) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 3, qemu_pid) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 4, generation) != SQLITE_OK)
-			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
-			r = -ENOENT;
-		sqlite3_finalize(st);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return r;
-}
-
-int store_sbx_set_network(struct store *s, const char *id, const char *network_json, int net_slot)
-{
-	if (!sbx_id_ok(id) || net_slot < -1)
-		return -EINVAL;
-	sqlite3_stmt *st;
-	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s,
-			    "UPDATE sandboxes SET network = coalesce(?2, network), net_slot = ?3 "
-			    "WHERE id = ?1",
-			    &st);
-	if (!r) {
-		if (store__bind_text(st, 1, id) != SQLITE_OK ||
-		    (network_json ? store__bind_text(st, 2, network_json)
-				  : sqlite3_bind_null(st, 2)) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 3, net_slot) != SQLITE_OK)
-			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
-			r = -ENOENT;
-		sqlite3_finalize(st);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return r;
-}
-
-int store_sbx_set_pid(struct store *s, const char *id, int qemu_pid)
-{
-	if (qemu_pid < 0)
-		return -EINVAL;
-	return sbx_update(s, "UPDATE sandboxes SET qemu_pid = ?2 WHERE id = ?1", id, NULL, NULL,
-			  qemu_pid);
+	return r == -EEXIST ? -EIO : r;
 }
 
 /* Cursor text: lowercase hex of "<created_at>.<id>", created_at in

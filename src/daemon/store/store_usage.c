@@ -34,15 +34,17 @@ static int usage_state_ok(const char *s)
 	return s && (!strcmp(s, "running") || !strcmp(s, "paused") || !strcmp(s, "stopped"));
 }
 
-int store_usage_add(struct store *s, const struct store_usage_event *e)
+int store__usage_ok(const struct store_usage_event *e)
 {
 	const char *key = e && e->key_id ? e->key_id : "";
-	if (!e || !store__text_ok(e->sbx_id, ID_SIZE, 1, 0) || !store__name_ok(e->account) ||
-	    !store__text_ok(key, ID_SIZE, 0, 0) || !usage_state_ok(e->state) || e->at_ms < 0 ||
-	    e->storage_bytes < 0)
-		return -EINVAL;
+	return e && store__text_ok(e->sbx_id, ID_SIZE, 1, 0) && store__name_ok(e->account) &&
+	       store__text_ok(key, ID_SIZE, 0, 0) && usage_state_ok(e->state) && e->at_ms >= 0 &&
+	       e->storage_bytes >= 0;
+}
+
+int store__usage_insert(struct store *s, const struct store_usage_event *e)
+{
 	sqlite3_stmt *st;
-	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "INSERT INTO usage_events (sbx_id, account, key_id, state, vcpus,"
 			    " memory_mb, storage_bytes, at_ms)"
@@ -51,7 +53,7 @@ int store_usage_add(struct store *s, const struct store_usage_event *e)
 	if (!r) {
 		if (store__bind_text(st, 1, e->sbx_id) != SQLITE_OK ||
 		    store__bind_text(st, 2, e->account) != SQLITE_OK ||
-		    store__bind_text(st, 3, key) != SQLITE_OK ||
+		    store__bind_text(st, 3, e->key_id ? e->key_id : "") != SQLITE_OK ||
 		    store__bind_text(st, 4, e->state) != SQLITE_OK ||
 		    sqlite3_bind_int64(st, 5, e->vcpus) != SQLITE_OK ||
 		    sqlite3_bind_int64(st, 6, e->memory_mb) != SQLITE_OK ||
@@ -62,9 +64,18 @@ int store_usage_add(struct store *s, const struct store_usage_event *e)
 			r = store__step_done(st);
 		sqlite3_finalize(st);
 	}
-	pthread_mutex_unlock(&s->lock);
 	/* seq is chosen by SQLite: a clash means a corrupt table */
 	return r == -EEXIST ? -EIO : r;
+}
+
+int store_usage_add(struct store *s, const struct store_usage_event *e)
+{
+	if (!store__usage_ok(e))
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	int r = store__usage_insert(s, e);
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 /*

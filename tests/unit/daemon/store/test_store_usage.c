@@ -283,7 +283,15 @@ static int insert_sbx(struct store *s, const char *id, const char *account)
 	x.disk_mb = 2048;
 	x.created_at = 1000;
 	x.expires_at = 1300;
-	return store_sbx_insert(s, &x);
+	return store_sbx_insert(s, &x, NULL);
+}
+
+/* A running sandbox moved to state (stopped or lost) with reason. */
+static int move_to(struct store *s, const char *id, const char *state, const char *reason)
+{
+	struct store_sbx_move mv = { .id = id, .from = "running", .to = state, .end_reason = reason,
+				     .net_slot = -1 };
+	return store_sbx_move(s, &mv);
 }
 
 static void test_count_by_state(void)
@@ -300,9 +308,9 @@ static void test_count_by_state(void)
 	CHECK(insert_sbx(t.s, "sbx_4", "bob") == 0);
 	CHECK(insert_sbx(t.s, "sbx_5", "carol") == 0);
 	CHECK(insert_sbx(t.s, "sbx_6", "carol") == 0);
-	CHECK(store_sbx_set_state(t.s, "sbx_3", "stopped", "killed") == 0);
-	CHECK(store_sbx_set_state(t.s, "sbx_4", "stopped", "timeout") == 0);
-	CHECK(store_sbx_set_state(t.s, "sbx_5", "lost", "lost") == 0);
+	CHECK(move_to(t.s, "sbx_3", "stopped", "killed") == 0);
+	CHECK(move_to(t.s, "sbx_4", "stopped", "timeout") == 0);
+	CHECK(move_to(t.s, "sbx_5", "lost", "lost") == 0);
 	/* paused straight in the table: that is the sandbox manager's
 	 * business, not what is tested here */
 	CHECK(raw_exec(t.path, "UPDATE sandboxes SET state = 'paused' WHERE id = 'sbx_6'") == 0);

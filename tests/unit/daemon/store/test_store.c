@@ -70,7 +70,7 @@ static int insert(struct store *s, const char *id, const char *account, long lon
 {
 	struct store_sbx x;
 	mk_sbx(&x, id, account, created_at, meta);
-	return store_sbx_insert(s, &x);
+	return store_sbx_insert(s, &x, NULL);
 }
 
 /* Runs one query with the sqlite3 library directly, returns its text. */
@@ -292,6 +292,14 @@ static void test_secret_not_in_file(void)
 	tdb_remove(&t);
 }
 
+/* A running sandbox moved to state (stopped or lost) with reason. */
+static int move_to(struct store *s, const char *id, const char *state, const char *reason)
+{
+	struct store_sbx_move mv = { .id = id, .from = "running", .to = state, .end_reason = reason,
+				     .net_slot = -1 };
+	return store_sbx_move(s, &mv);
+}
+
 static void test_sbx_crud(void)
 {
 	struct tdb t;
@@ -302,8 +310,8 @@ static void test_sbx_crud(void)
 	x.env_json = "{\"K\":\"V\"}";
 	x.is_public = 1;
 	snprintf(x.traffic_token, sizeof(x.traffic_token), "00112233445566778899aabbccddeeff");
-	CHECK(store_sbx_insert(t.s, &x) == 0);
-	CHECK(store_sbx_insert(t.s, &x) == -EEXIST);
+	CHECK(store_sbx_insert(t.s, &x, NULL) == 0);
+	CHECK(store_sbx_insert(t.s, &x, NULL) == -EEXIST);
 	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
 		CHECK(!strcmp(y.id, x.id) && !strcmp(y.account, "alice") &&
 		      !strcmp(y.template, "python") && !strcmp(y.state, "running") &&
@@ -317,82 +325,112 @@ static void test_sbx_crud(void)
 		store_sbx_release(&y);
 	}
 
-	CHECK(store_sbx_set_state(t.s, x.id, "stopped", "killed") == 0);
-	CHECK(store_sbx_set_expiry(t.s, x.id, 1764412918) == 0);
-	CHECK(store_sbx_set_pid(t.s, x.id, 0) == 0);
-	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
-		CHECK(!strcmp(y.state, "stopped") && !strcmp(y.end_reason, "killed"));
-		CHECK(y.expires_at == 1764412918 && y.qemu_pid == 0);
-		store_sbx_release(&y);
-	}
-	CHECK(store_sbx_set_state(t.s, x.id, "frozen", "") == -EINVAL);
-	/* pause and resume carry what they need */
-	CHECK(store_sbx_set_paused(t.s, x.id, 1764412000, 42) == 0);
+	/* moves: conditional on the state the row is in, each with what goes with it */
+	struct store_usage_event paused = { .sbx_id = x.id, .account = "alice", .state = "paused",
+					    .storage_bytes = 1LL << 30, .at_ms = 1764412000000 };
+	struct store_sbx_move mv = { .id = x.id, .from = "running", .to = "paused",
+				     .paused_at = 1764412000, .timeout_left_s = 42, .usage = &paused };
+	CHECK(store_sbx_move(t.s, &mv) == 0);
+	paused.at_ms += 5000;
+	CHECK(store_sbx_move(t.s, &mv) == -ESTALE); /* a race lost: nothing written */
 	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
 		CHECK(!strcmp(y.state, "paused") && y.paused_at == 1764412000 &&
-		      y.timeout_left_s == 42 && y.qemu_pid == 0 && !strcmp(y.on_timeout, "pause"));
+		      y.timeout_left_s == 42 && y.qemu_pid == 0 && y.net_slot == -1 &&
+		      !strcmp(y.on_timeout, "pause"));
 		store_sbx_release(&y);
 	}
-	CHECK(store_sbx_set_resumed(t.s, x.id, 1764413000, 77, 3) == 0);
+	struct store_usage_event resumed = { .sbx_id = x.id, .account = "alice", .state = "running",
+					     .at_ms = 1764412010000 };
+	mv = (struct store_sbx_move){ .id = x.id, .from = "paused", .to = "running",
+				      .expires_at = 1764413000, .qemu_pid = 77, .generation = 3,
+				      .net_slot = 7, .usage = &resumed };
+	CHECK(store_sbx_move(t.s, &mv) == 0);
+	/* paused from the first move's event to the resume's, 10 s of 1 GiB:
+	 * the stale move's event was not written */
+	struct store_usage u;
+	CHECK(store_usage_query(t.s, "alice", NULL, 0, 1764412010000, 1764412010000, &u) == 0 &&
+	      u.paused_gib_s > 9.99 && u.paused_gib_s < 10.01);
 	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
 		CHECK(!strcmp(y.state, "running") && y.paused_at == 0 && y.expires_at == 1764413000 &&
-		      y.qemu_pid == 77 && y.generation == 3);
+		      y.qemu_pid == 77 && y.generation == 3 && y.net_slot == 7);
 		store_sbx_release(&y);
 	}
-	CHECK(store_sbx_set_resumed(t.s, "sbx_nope", 1, 1, 1) == -ENOENT);
-	/* the network: a policy ("" until set), a slot; NULL keeps the policy */
+	mv.id = "sbx_nope";
+	CHECK(store_sbx_move(t.s, &mv) == -ENOENT);
+	mv.id = x.id;
+	mv.to = "frozen";
+	CHECK(store_sbx_move(t.s, &mv) == -EINVAL);
+	mv = (struct store_sbx_move){ .id = x.id, .from = "running", .to = "lost",
+				      .end_reason = "a reason that is far too long to fit" };
+	CHECK(store_sbx_move(t.s, &mv) == -EINVAL);
+	mv.net_slot = -2;
+	mv.end_reason = "lost";
+	CHECK(store_sbx_move(t.s, &mv) == -EINVAL);
+	/* a move and its usage event go together, or neither */
+	struct store_usage_event bad = { .sbx_id = x.id, .account = "", .state = "stopped" };
+	mv = (struct store_sbx_move){ .id = x.id, .from = "running", .to = "stopped",
+				      .end_reason = "killed", .usage = &bad };
+	CHECK(store_sbx_move(t.s, &mv) == -EINVAL);
+	struct store_usage_event good = { .sbx_id = x.id, .account = "alice", .state = "stopped",
+					  .at_ms = 1764413001000 };
+	mv.usage = &good;
+	CHECK(store_sbx_move(t.s, &mv) == 0);
+	CHECK(store_sbx_set_expiry(t.s, x.id, 1764412918) == 0);
 	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
-		CHECK(!strcmp(y.network_json, "") && y.net_slot == 0);
+		CHECK(!strcmp(y.state, "stopped") && !strcmp(y.end_reason, "killed"));
+		CHECK(y.expires_at == 1764412918 && y.qemu_pid == 0 && y.net_slot == -1);
 		store_sbx_release(&y);
 	}
-	CHECK(store_sbx_set_network(t.s, x.id, "{\"mode\":\"deny-all\"}", 7) == 0);
-	CHECK(store_sbx_set_network(t.s, x.id, NULL, -1) == 0);
+	/* running from the resume to the stop: 991 s */
+	CHECK(store_usage_query(t.s, "alice", NULL, 0, 1764413002000, 1764413002000, &u) == 0 &&
+	      u.running_s > 990.9 && u.running_s < 991.1);
+	/* the policy ("" until set) */
 	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
-		CHECK(!strcmp(y.network_json, "{\"mode\":\"deny-all\"}") && y.net_slot == -1);
+		CHECK(!strcmp(y.network_json, ""));
 		store_sbx_release(&y);
 	}
-	CHECK(store_sbx_set_network(t.s, x.id, NULL, -2) == -EINVAL);
-	CHECK(store_sbx_set_network(t.s, "sbx_nope", NULL, 1) == -ENOENT);
-	CHECK(store_sbx_set_state(t.s, x.id, "lost", "a reason that is far too long to fit") ==
-	      -EINVAL);
-	CHECK(store_sbx_set_pid(t.s, x.id, -1) == -EINVAL);
+	CHECK(store_sbx_set_policy(t.s, x.id, "{\"mode\":\"deny-all\"}") == 0);
+	if (CHECK(store_sbx_get(t.s, x.id, &y) == 0)) {
+		CHECK(!strcmp(y.network_json, "{\"mode\":\"deny-all\"}"));
+		store_sbx_release(&y);
+	}
+	CHECK(store_sbx_set_policy(t.s, "sbx_nope", "") == -ENOENT);
+	CHECK(store_sbx_set_policy(t.s, x.id, NULL) == -EINVAL);
 
 	/* unknown ids */
 	const char *unknown = "sbx_0000000000000000";
 	CHECK(store_sbx_get(t.s, unknown, &y) == -ENOENT);
-	CHECK(store_sbx_set_state(t.s, unknown, "stopped", "killed") == -ENOENT);
 	CHECK(store_sbx_set_expiry(t.s, unknown, 1) == -ENOENT);
-	CHECK(store_sbx_set_pid(t.s, unknown, 1) == -ENOENT);
 	CHECK(store_sbx_get(t.s, "", &y) == -ENOENT);
 
 	/* invalid sandboxes are refused whole */
 	struct store_sbx b;
 	mk_sbx(&b, "sbx_bad", "alice", 1, "[\"not an object\"]");
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	b.metadata_json = "{\"n\": 1}";
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	b.metadata_json = "{\"a\": \"1\", \"a\": \"2\"}";
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	b.metadata_json = "{} trailing";
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	b.metadata_json = NULL;
 	b.env_json = "{\"K\": null}";
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	b.env_json = NULL;
 	memset(b.template, 'x', sizeof(b.template)); /* no terminating NUL */
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	mk_sbx(&b, "sbx_bad", "alice", 1, NULL);
 	snprintf(b.state, sizeof(b.state), "bogus");
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	mk_sbx(&b, "sbx_bad", "", 1, NULL);
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	mk_sbx(&b, "sbx bad", "alice", 1, NULL);
-	CHECK(store_sbx_insert(t.s, &b) == -EINVAL);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == -EINVAL);
 	CHECK(store_sbx_get(t.s, "sbx_bad", &y) == -ENOENT);
 
 	/* NULL metadata and env are empty objects */
 	mk_sbx(&b, "sbx_bad", "alice", 1, NULL);
-	CHECK(store_sbx_insert(t.s, &b) == 0);
+	CHECK(store_sbx_insert(t.s, &b, NULL) == 0);
 	if (CHECK(store_sbx_get(t.s, "sbx_bad", &y) == 0)) {
 		CHECK(!strcmp(y.metadata_json, "{}") && !strcmp(y.env_json, "{}"));
 		store_sbx_release(&y);
@@ -515,8 +553,8 @@ static void test_list_state_filter(void)
 	CHECK(insert(t.s, "sbx_1", "alice", 1, NULL) == 0);
 	CHECK(insert(t.s, "sbx_2", "alice", 2, NULL) == 0);
 	CHECK(insert(t.s, "sbx_3", "alice", 3, NULL) == 0);
-	CHECK(store_sbx_set_state(t.s, "sbx_2", "stopped", "timeout") == 0);
-	CHECK(store_sbx_set_state(t.s, "sbx_3", "lost", "lost") == 0);
+	CHECK(move_to(t.s, "sbx_2", "stopped", "timeout") == 0);
+	CHECK(move_to(t.s, "sbx_3", "lost", "lost") == 0);
 	CHECK(list_count(t.s, "alice", "running", NULL, 0, "alice") == 1);
 	CHECK(list_count(t.s, "alice", "stopped", NULL, 0, "alice") == 1);
 	CHECK(list_count(t.s, NULL, "lost", NULL, 0, NULL) == 1);
@@ -659,7 +697,7 @@ static void test_running(void)
 	CHECK(store_sbx_count_running(t.s, "bob") == 1);
 	CHECK(store_sbx_count_running(t.s, "carol") == 0);
 	CHECK(store_sbx_count_running(t.s, "") == -EINVAL);
-	CHECK(store_sbx_set_state(t.s, "sbx_a2", "stopped", "killed") == 0);
+	CHECK(move_to(t.s, "sbx_a2", "stopped", "killed") == 0);
 	CHECK(store_sbx_count_running(t.s, "alice") == 2);
 
 	struct store_sbx *xs;
@@ -675,9 +713,9 @@ static void test_running(void)
 	CHECK(a1 == 1 && a3 == 1 && b1 == 1);
 	store_sbx_free_list(xs, n);
 
-	CHECK(store_sbx_set_state(t.s, "sbx_a1", "lost", "lost") == 0);
-	CHECK(store_sbx_set_state(t.s, "sbx_a3", "stopped", "poweroff") == 0);
-	CHECK(store_sbx_set_state(t.s, "sbx_b1", "stopped", "panic") == 0);
+	CHECK(move_to(t.s, "sbx_a1", "lost", "lost") == 0);
+	CHECK(move_to(t.s, "sbx_a3", "stopped", "poweroff") == 0);
+	CHECK(move_to(t.s, "sbx_b1", "stopped", "panic") == 0);
 	CHECK(store_sbx_running(t.s, &xs, &n) == 0 && n == 0);
 	store_sbx_free_list(xs, n);
 	tdb_remove(&t);
@@ -798,7 +836,7 @@ static void test_egress_secrets(void)
 				 .template = "base", .state = "running", .vcpus = 1,
 				 .memory_mb = 512, .disk_mb = 2048, .net_slot = -1,
 				 .secrets_json = "[\"API_KEY\"]" };
-	CHECK(store_sbx_insert(t.s, &row) == 0);
+	CHECK(store_sbx_insert(t.s, &row, NULL) == 0);
 	struct store_sbx got;
 	CHECK(store_sbx_get(t.s, row.id, &got) == 0 && !strcmp(got.secrets_json, "[\"API_KEY\"]"));
 	store_sbx_release(&got);

@@ -23,7 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEADLINE_S   50	  /* the whole run, under run.sh's budget */
 #define OP_CAP	     1024 /* MAX_OPS in src/agent/conn.h, the documented cap */
 
 /* --- cases --- */
@@ -746,24 +745,9 @@ int main(int argc, char **argv)
 	    {"agent_poweroff_exits_0", test_poweroff},
 	    {0, 0},
 	};
-	char err[512];
 	signal(SIGPIPE, SIG_IGN);
-	signal(SIGALRM, on_deadline);
-	alarm(DEADLINE_S);
-	if (agent_start(err, sizeof(err)) < 0) {
-		/* Not a skip: a test that cannot run fails (tests/run.sh). */
-		printf("not ok - %s\n0 passed, 1 failed\n", err);
-		return 1;
-	}
-	int rc = t_main(argc, argv, cases);
-	agent_kill();
-	if (agent_status != -1 && WIFSIGNALED(agent_status) && WTERMSIG(agent_status) != SIGKILL) {
-		printf("the agent died of signal %d\n", WTERMSIG(agent_status));
-		rc = 1;
-	}
-	if (rc == 0)
-		unlink(log_path);
-	else
-		printf("agent log: %s\n", log_path);
-	return rc;
+	/* An agent per case: one a case wrecked or powered off, or a process
+	 * it left running, is not the next case's. */
+	t_fixture(agent_setup, agent_teardown);
+	return t_main(argc, argv, cases);
 }
