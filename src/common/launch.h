@@ -35,7 +35,8 @@ struct launch_ops {
 		     char *err, size_t errlen);
 	/* sig to pid, one it started or holds: 0 or -errno. */
 	int (*signal)(void *ctx, pid_t pid, int sig);
-	/* One it started, once its pidfd turned readable: 1 with its wait
+	/* One it started, without waiting (the runner asks once its pidfd
+	 * turned readable, or now and then without one): 1 with its wait
 	 * status, 0 while it runs, -errno (-ECHILD: not its child). */
 	int (*reap)(void *ctx, pid_t pid, int *status);
 	/* One found running (a daemon restarted): its jail id held until
