@@ -37,11 +37,14 @@ TEMPLATES := base python node
 COMMON_SRCS := $(wildcard src/common/*.c)
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
-# The runner starts jailed QEMUs through the privileged helper (src/priv),
-# whose network rules are built from policies.
-RUNNER_SRCS := $(wildcard src/runner/*.c src/jail/*.c src/priv/*.c) src/daemon/net/policy.c
+# The runner: a library over common only. Who starts QEMU is its caller's
+# choice (common/launch.h): the runner's own fork and exec, or cpuosd's
+# root helper (src/priv), which jails it (src/jail).
+RUNNER_SRCS := $(wildcard src/runner/*.c)
+PRIV_SRCS := $(wildcard src/priv/*.c)
+JAIL_SRCS := $(wildcard src/jail/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
-DAEMON_SRCS := $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/*.c src/daemon/*/*.c))
+DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
 STORE_SRCS := $(wildcard src/daemon/store/*.c)
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
 # The gateway talks to cpuosd through the CLI's client of its API.
@@ -79,7 +82,8 @@ FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
 FUZZ_LIBS_agentc := -ljansson -lpthread
-FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(COMMON_SRCS)
+FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(PRIV_SRCS) \
+		  $(JAIL_SRCS) $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
 FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c
@@ -155,7 +159,8 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(COMMON_SRCS)) $(BUILD)/obj/gen/openapi.o
+$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS)) \
+	   $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
@@ -189,7 +194,7 @@ $(BUILD)/tests/test_policy: $(call obj,tests/unit/daemon/net/test_policy.c $(TES
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
-$(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_LIB) $(filter-out src/daemon/net/policy.c,$(wildcard src/daemon/net/*.c)) $(RUNNER_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
 
@@ -201,11 +206,21 @@ $(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TES
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
+# The helper and the jail, without the runner.
+$(BUILD)/tests/test_priv: $(call obj,tests/unit/priv/test_priv.c $(TEST_LIB) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/test_cgroup: $(call obj,tests/unit/jail/test_cgroup.c $(TEST_LIB) $(JAIL_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # The sandbox layer over a real store and fake VMs (fake_vm.c stands in for
 # the runner's vm.c and vm_snap.c), whose agent is cpuos-agent --listen.
 SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
 	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) \
-	$(filter-out src/runner/vm.c src/runner/vm_snap.c src/daemon/net/policy.c,$(RUNNER_SRCS)) $(COMMON_SRCS)
+	$(filter-out src/runner/vm.c src/runner/vm_snap.c,$(RUNNER_SRCS)) $(PRIV_SRCS) $(JAIL_SRCS) \
+	$(COMMON_SRCS)
 $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lsqlite3 -lssl -lcrypto -lldns -lpthread

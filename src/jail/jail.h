@@ -1,13 +1,16 @@
 /*
- * jail: what confines one QEMU, after Firecracker's jailer. The runner
- * makes a plan before the spawn (every path, id and cgroup file worked out
- * and allocated there) and the spawned child carries it out between fork
+ * jail: what confines one QEMU, after Firecracker's jailer. The root
+ * helper makes a plan from the spec the runner worked out (jail_spec.h)
+ * before the spawn (every path, id and cgroup file worked out and
+ * allocated there) and the spawned child carries it out between fork
  * and exec with system calls only: it joins its cgroup, hands the TAP to
  * its uid, enters a mount namespace whose root holds only the VM's files,
  * and drops to a uid and gid of its own with no capabilities left.
  */
 #ifndef CPUOS_JAIL_H
 #define CPUOS_JAIL_H
+
+#include "common/jail_spec.h" /* struct jail_spec: one QEMU's */
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -33,27 +36,6 @@ int jail_new(const struct jail_config *c, struct jail **out, char *err, size_t e
 void jail_free(struct jail *j);
 /* "ids 1900000001-1900065535, cgroups v1: memory pids cpu blkio". */
 void jail_describe(const struct jail *j, char *out, size_t len);
-
-#define JAIL_MAX_PATHS 12
-
-/* One QEMU. */
-struct jail_spec {
-	const char *name;     /* its cgroup leaf: one path component */
-	unsigned vcpus, memory_mb;
-	int kvm;              /* it opens /dev/kvm */
-	const char *run_dir;  /* read-write, and made the shared group's */
-	const char *binary;   /* a QEMU outside /usr (tests, --qemu), or NULL */
-	/* Files or directories it reads (kernel, initramfs, image, layer
-	 * base: readable by others, or refused) and files it writes (a
-	 * snapshot's RAM file, which QEMU 7.2 opens for writing even to map
-	 * it private). */
-	const char *ro[JAIL_MAX_PATHS];
-	const char *rw[JAIL_MAX_PATHS];
-	const char *tap;      /* a TAP in the network namespace it runs in,
-			       * opened by QEMU by name: given to its uid */
-	int own_netns;        /* it has no network namespace of the caller's:
-			       * it gets an empty one, not the host's */
-};
 
 struct jail_plan;
 

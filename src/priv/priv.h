@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 struct jail_spec;
+struct launch_ops;
 struct net_policy;
 
 /* What the helper is given at the fork, and trusts: it is the daemon's
@@ -76,7 +77,7 @@ int priv_ns_open(struct priv *p, int slot);
 
 /* A socket made in the namespace nsfd (of slot, as priv_ns_open gave
  * it), non-blocking: the resolver's (UDP, the gateway's port 53), the
- * proxy's (TCP, listening on the gateway's PROXY_PORT), or an unbound TCP
+ * proxy's (TCP, listening on the gateway's NET_PROXY_PORT), or an unbound TCP
  * one to connect from there. Its descriptor, or -errno. */
 enum priv_sock { PRIV_SOCK_DNS = 1, PRIV_SOCK_PROXY = 2, PRIV_SOCK_DIAL = 3 };
 int priv_ns_socket(struct priv *p, int slot, int nsfd, enum priv_sock kind, char *err,
@@ -107,5 +108,11 @@ int priv_kill(struct priv *p, pid_t pid, int sig);
 int priv_hold(struct priv *p, pid_t pid, uid_t *uid);
 /* Its QEMU gone: the id is free again, the cgroup name removed. */
 int priv_release(struct priv *p, uid_t uid, const char *name);
+
+/* The calls above as the runner's launch ops (launch.h), for a helper
+ * with a jail (priv_jailed): each QEMU they start is jailed, signalled,
+ * reaped and its id held and released by the helper. They live as long
+ * as p; NULL for a NULL p (no helper: the runner starts QEMU itself). */
+const struct launch_ops *priv_launch_ops(struct priv *p);
 
 #endif

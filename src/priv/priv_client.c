@@ -5,8 +5,9 @@
  */
 #include "priv/priv_impl.h"
 
+#include "common/jail_spec.h"
+#include "common/launch.h"
 #include "common/log.h"
-#include "jail/jail.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -35,6 +36,7 @@ struct priv {
 	int gone; /* said once */
 	pthread_mutex_t mu;
 	char what[512];
+	struct launch_ops launch; /* the runner's way to jailed QEMUs */
 };
 
 int priv__send(int sock, const void *p, size_t n, int fd)
@@ -99,6 +101,34 @@ static ssize_t recv_one(int sock, void *buf, size_t cap, int *fd)
 	return n;
 }
 
+/* The calls below as launch ops (launch.h): ctx is the struct priv. */
+static int launch_spawn(void *ctx, const struct launch_spec *s, pid_t *pid, uid_t *uid,
+			int *pidfd, char *err, size_t errlen)
+{
+	return priv_spawn(ctx, s->jail, s->net_slot, s->argv, s->logfd, pid, uid, pidfd, err,
+			  errlen);
+}
+
+static int launch_signal(void *ctx, pid_t pid, int sig)
+{
+	return priv_kill(ctx, pid, sig);
+}
+
+static int launch_reap(void *ctx, pid_t pid, int *status)
+{
+	return priv_reap(ctx, pid, status);
+}
+
+static int launch_hold(void *ctx, pid_t pid, uid_t *uid)
+{
+	return priv_hold(ctx, pid, uid);
+}
+
+static int launch_release(void *ctx, uid_t uid, const char *name)
+{
+	return priv_release(ctx, uid, name);
+}
+
 int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t errlen)
 {
 	struct priv *p = calloc(1, sizeof(*p));
@@ -118,6 +148,9 @@ int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t
 	p->sock = sv[0];
 	p->pid = pid;
 	p->jail = c->jail;
+	p->launch = (struct launch_ops){ .spawn = launch_spawn, .signal = launch_signal,
+					 .reap = launch_reap, .hold = launch_hold,
+					 .release = launch_release, .ctx = p, .jails = 1 };
 	pthread_mutex_init(&p->mu, NULL);
 	int fd;
 	ssize_t n = -1;
@@ -427,4 +460,9 @@ int priv_release(struct priv *p, uid_t uid, const char *name)
 		return -ENOMEM;
 	}
 	return call(p, &b, -1, NULL, reply, &f, err, sizeof(err));
+}
+
+const struct launch_ops *priv_launch_ops(struct priv *p)
+{
+	return p ? &p->launch : NULL;
 }

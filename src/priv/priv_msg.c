@@ -7,7 +7,7 @@
 #include "priv/priv_msg.h"
 
 #include "common/proto.h"
-#include "runner/vm.h"
+#include "common/netconst.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -213,8 +213,8 @@ static int check_spawn(const struct priv_req *r, const struct priv_bounds *b, ch
 		return bad(err, errlen, "'%s' is not the QEMU configured", r->argv[0]);
 	if (r->binary && (!b->qemu || strcmp(r->binary, b->qemu)))
 		return bad(err, errlen, "'%s' is not the QEMU configured", r->binary);
-	if (r->tap && (r->slot < 0 || strcmp(r->tap, VM_TAP)))
-		return bad(err, errlen, "a TAP is '" VM_TAP "' of a slot's namespace");
+	if (r->tap && (r->slot < 0 || strcmp(r->tap, NET_TAP)))
+		return bad(err, errlen, "a TAP is '" NET_TAP "' of a slot's namespace");
 	return 0;
 }
 

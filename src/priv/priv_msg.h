@@ -12,8 +12,9 @@
 #ifndef CPUOS_PRIV_MSG_H
 #define CPUOS_PRIV_MSG_H
 
-#include "daemon/net/policy.h"
-#include "jail/jail.h"
+#include "common/cidr.h"
+#include "common/jail_spec.h"
+#include "common/netpolicy.h"
 #include "priv/priv.h"
 
 #include <stddef.h>

@@ -9,11 +9,10 @@
 #include "priv/priv_impl.h"
 
 #include "common/log.h"
+#include "common/cidr.h"
+#include "common/netconst.h"
+#include "common/netpolicy.h"
 #include "common/spawn.h"
-#include "daemon/net/policy.h"
-#include "daemon/net/proxy.h"
-#include "runner/qemu.h"
-#include "runner/vm.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -116,7 +115,7 @@ static void *socket_in_ns(void *arg)
 	}
 	int fd = socket(AF_INET, a->type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)a->port) };
-	inet_pton(AF_INET, QEMU_GATEWAY_IP, &sa.sin_addr);
+	inet_pton(AF_INET, NET_GATEWAY_IP, &sa.sin_addr);
 	if (fd < 0 ||
 	    (a->port >= 0 &&
 	     (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
@@ -283,7 +282,7 @@ static void put_policy(struct buf *b, const struct net_policy *p, unsigned mark)
 	put(b, "flush set inet cpuos resolved\n" /* names the old policy allowed */
 	       "flush chain inet cpuos forward\n"
 	       "add rule inet cpuos forward ct state established,related ct mark %1$u accept\n"
-	       "add rule inet cpuos forward iifname \"" VM_TAP "\" jump egress\n"
+	       "add rule inet cpuos forward iifname \"" NET_TAP "\" jump egress\n"
 	       "flush chain inet cpuos egress\n"
 	       "add rule inet cpuos egress meta nfproto ipv6 jump refuse\n"
 	       "add rule inet cpuos egress ip daddr @always jump refuse\n"
@@ -299,7 +298,7 @@ static void put_policy(struct buf *b, const struct net_policy *p, unsigned mark)
 /* The namespace's guard against forged sources, declared so that it can
  * be laid again over a namespace that has it (its counter kept) or over
  * one made before it existed. A frame from the guest enters the namespace
- * only from the guest's own address: IPv4 from QEMU_GUEST_IP, ARP for it
+ * only from the guest's own address: IPv4 from NET_GUEST_IP, ARP for it
  * (or from no address, as a probe is), nothing else, at the TAP's ingress
  * before any other hook (conntrack, the resolver, the proxy, the reject
  * rules) sees it; otherwise an answer, a reset or an ICMP error quoting
@@ -312,12 +311,12 @@ static void put_guard(struct buf *b, const char *inside)
 	put(b, "table netdev cpuos_guard {\n"
 	       "  counter " FORGED " { }\n"
 	       "  chain ingress {\n"
-	       "    type filter hook ingress device \"" VM_TAP "\" priority -500; policy drop;\n"
+	       "    type filter hook ingress device \"" NET_TAP "\" priority -500; policy drop;\n"
 	       "  }\n"
 	       "}\n"
 	       "flush chain netdev cpuos_guard ingress\n"
-	       "add rule netdev cpuos_guard ingress ip saddr " QEMU_GUEST_IP " accept\n"
-	       "add rule netdev cpuos_guard ingress arp saddr ip { 0.0.0.0, " QEMU_GUEST_IP " } accept\n"
+	       "add rule netdev cpuos_guard ingress ip saddr " NET_GUEST_IP " accept\n"
+	       "add rule netdev cpuos_guard ingress arp saddr ip { 0.0.0.0, " NET_GUEST_IP " } accept\n"
 	       "add rule netdev cpuos_guard ingress counter name " FORGED "\n"
 	       "table inet cpuos {\n"
 	       "  chain leave {\n"
@@ -360,15 +359,15 @@ static void put_table(struct buf *b, const struct net_policy *p, unsigned mark,
 	       "    type filter hook input priority 0; policy drop;\n"
 	       "    iif lo accept\n"
 	       "    ct state established,related accept\n"
-	       "    iifname \"" VM_TAP "\" ip daddr " QEMU_GATEWAY_IP " udp dport 53 accept\n"
-	       "    iifname \"" VM_TAP "\" tcp dport " PROXY_PORT_S " ct status dnat accept\n"
-	       "    iifname \"" VM_TAP "\" jump refuse\n"
+	       "    iifname \"" NET_TAP "\" ip daddr " NET_GATEWAY_IP " udp dport 53 accept\n"
+	       "    iifname \"" NET_TAP "\" tcp dport " NET_PROXY_PORT_S " ct status dnat accept\n"
+	       "    iifname \"" NET_TAP "\" jump refuse\n"
 	       "  }\n"
 	       "  chain prerouting {\n"
 	       "    type nat hook prerouting priority dstnat; policy accept;\n"
-	       "    iifname \"" VM_TAP "\" ip daddr @allow accept\n" /* CIDRs go straight */
-	       "    iifname \"" VM_TAP "\" ip daddr @resolved tcp dport { 80, 443 } counter name " SENT
-	       " redirect to :" PROXY_PORT_S "\n"
+	       "    iifname \"" NET_TAP "\" ip daddr @allow accept\n" /* CIDRs go straight */
+	       "    iifname \"" NET_TAP "\" ip daddr @resolved tcp dport { 80, 443 } counter name " SENT
+	       " redirect to :" NET_PROXY_PORT_S "\n"
 	       "  }\n"
 	       "  chain postrouting {\n"
 	       "    type nat hook postrouting priority srcnat; policy accept;\n"
@@ -446,11 +445,11 @@ static int create_ns(const struct privd *d, const struct priv_req *r, char *err,
 		 "addr add %1$s/30 dev eth0\n"
 		 "link set eth0 up\n"
 		 "route add default via %2$s\n"
-		 "tuntap add dev " VM_TAP " mode tap vnet_hdr\n"
-		 "link set " VM_TAP " address " QEMU_GATEWAY_MAC "\n"
-		 "addr add " QEMU_GATEWAY_IP "/%3$d dev " VM_TAP "\n"
-		 "link set " VM_TAP " up\n",
-		 inside, host, QEMU_GUEST_PREFIX);
+		 "tuntap add dev " NET_TAP " mode tap vnet_hdr\n"
+		 "link set " NET_TAP " address " NET_GATEWAY_MAC "\n"
+		 "addr add " NET_GATEWAY_IP "/%3$d dev " NET_TAP "\n"
+		 "link set " NET_TAP " up\n",
+		 inside, host, NET_GUEST_PREFIX);
 	char *sysctl[] = { "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
 			   "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1", NULL };
 	if ((rc = run(ip, path, script, err, errlen)) < 0 ||
@@ -607,7 +606,7 @@ int privd_net(struct privd *d, const struct priv_req *r, int fd, struct privd_re
 		if (!is_slot_ns(d, r->slot, fd))
 			break;
 		rc = r->kind == PRIV_SOCK_DNS ? socket_in(fd, SOCK_DGRAM, 53, err, errlen)
-		     : r->kind == PRIV_SOCK_PROXY ? socket_in(fd, SOCK_STREAM, PROXY_PORT, err, errlen)
+		     : r->kind == PRIV_SOCK_PROXY ? socket_in(fd, SOCK_STREAM, NET_PROXY_PORT, err, errlen)
 						  : socket_in(fd, SOCK_STREAM, -1, err, errlen);
 		if (rc < 0)
 			return rc;

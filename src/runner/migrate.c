@@ -19,46 +19,97 @@
 #include <unistd.h>
 
 #define FDNAME "cpuos-migration"
+#define CANCEL_MS 6000   /* a cancelled save's end */
+#define FINALIZE_MS 5000 /* a completed save's last step */
 
+/* x-ignore-shared as asked; events on, so that QEMU says when a
+ * migration's status changes (MIGRATION) and its end is waited for, not
+ * polled. Only x-ignore-shared goes into the state: QEMU checks no other
+ * capability against the saving side's. */
 static int set_caps(struct qmp *q, int ignore_shared, char *err, size_t errlen)
 {
-	json_t *args = json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
-				 "x-ignore-shared", "state", ignore_shared);
+	json_t *args = json_pack("{s:[{s:s, s:b}, {s:s, s:b}]}", "capabilities", "capability",
+				 "x-ignore-shared", "state", ignore_shared, "capability", "events",
+				 "state", 1);
 	return qmp_command(q, "migrate-set-capabilities", args, 2000, NULL, err, errlen);
 }
 
-/* Polls query-migrate until the migration completed or failed. The
- * state of a microVM is tens of KB when its RAM is a file of its own,
- * the whole RAM when it is not. A load reads a file, which never makes
- * QEMU's loading coroutine wait, so QEMU answers no monitor command
- * until the load is over: each poll may take up to the whole deadline. */
+static int over(const char *status)
+{
+	return status && (!strcmp(status, "completed") || !strcmp(status, "failed") ||
+			  !strcmp(status, "cancelled"));
+}
+
+/* Waits until a MIGRATION event says the migration is over (completed,
+ * failed or cancelled) or deadline passes: 0 with that status, or
+ * -ETIMEDOUT with the last one seen ("" for none), or -EPIPE once QEMU
+ * is gone. */
+static int wait_over(struct qmp *q, int64_t deadline, char *status, size_t len)
+{
+	for (;;) {
+		const char *st = qmp_migration_status(q);
+		snprintf(status, len, "%s", st ? st : "");
+		if (over(st))
+			return 0;
+		int64_t left = deadline - clock_ms();
+		if (left <= 0)
+			return -ETIMEDOUT;
+		int r = qmp_wait_event(q, (int)left);
+		if (r < 0 && r != -ETIMEDOUT)
+			return r;
+	}
+}
+
+/* Waits until the migration completed or failed. The state of a microVM
+ * is tens of KB when its RAM is a file of its own, the whole RAM when it
+ * is not. A load reads a file, which never makes QEMU's loading
+ * coroutine wait, so QEMU sends nothing, events included, until the load
+ * is over. */
 static int wait_done(struct qmp *q, int timeout_ms, char *err, size_t errlen)
 {
-	int64_t deadline = clock_ms() + timeout_ms;
-	for (unsigned spin = 0;; spin++) {
+	char status[32];
+	int r = wait_over(q, clock_ms() + timeout_ms, status, sizeof(status));
+	if (r == -ETIMEDOUT) {
+		snprintf(err, errlen, "migration still '%s' after %d ms", status, timeout_ms);
+		return r;
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "QEMU went away during the migration");
+		return r;
+	}
+	if (!strcmp(status, "completed"))
+		return 0;
+	json_t *ret = NULL;
+	const char *why = NULL;
+	if (qmp_command(q, "query-migrate", NULL, 2000, &ret, NULL, 0) == 0)
+		why = json_string_value(json_object_get(ret, "error-desc"));
+	snprintf(err, errlen, "migration %s: %s", status, why ? why : "no reason given");
+	json_decref(ret);
+	return -EIO;
+}
+
+/* A save's "completed" comes a moment before QEMU leaves finish-migrate
+ * (its migration thread still has to take the main loop's lock), and a
+ * cont in between is refused ("Migration is not finalized yet"). No
+ * event marks that step, so it is asked for: one round trip, as a rule. */
+static int wait_finalized(struct qmp *q, char *err, size_t errlen)
+{
+	int64_t deadline = clock_ms() + FINALIZE_MS;
+	for (;;) {
 		json_t *ret = NULL;
-		int64_t left = deadline - clock_ms();
-		int r = qmp_command(q, "query-migrate", NULL, left > 2000 ? (int)left : 2000, &ret,
-				    err, errlen);
+		int r = qmp_command(q, "query-status", NULL, 2000, &ret, err, errlen);
 		if (r < 0)
 			return r;
 		const char *st = json_string_value(json_object_get(ret, "status"));
-		char status[32];
-		snprintf(status, sizeof(status), "%s", st ? st : "");
-		if (!strcmp(status, "failed")) {
-			const char *why = json_string_value(json_object_get(ret, "error-desc"));
-			snprintf(err, errlen, "migration failed: %s", why ? why : "no reason given");
-			json_decref(ret);
-			return -EIO;
-		}
+		int finishing = st && !strcmp(st, "finish-migrate");
 		json_decref(ret);
-		if (!strcmp(status, "completed"))
+		if (!finishing)
 			return 0;
 		if (clock_ms() >= deadline) {
-			snprintf(err, errlen, "migration still '%s' after %d ms", status, timeout_ms);
+			snprintf(err, errlen, "QEMU still finishing the migration after %d ms",
+				 FINALIZE_MS);
 			return -ETIMEDOUT;
 		}
-		usleep(spin < 50 ? 500 : 5000);
 	}
 }
 
@@ -87,26 +138,18 @@ int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout
 	}
 	if (r < 0)
 		return r;
+	qmp_migration_forget(q);
 	r = qmp_command(q, "migrate", json_pack("{s:s}", "uri", "fd:" FDNAME), 5000, NULL, err,
 			errlen);
 	if (r == 0 && (r = wait_done(q, timeout_ms, err, errlen)) == -ETIMEDOUT) {
 		/* Cancelled and over before the caller lets the VM go on: a
 		 * save that ended later would stop the VM for good. */
 		char e2[128];
-		qmp_command(q, "migrate_cancel", NULL, 5000, NULL, e2, sizeof(e2));
-		for (int i = 0; i < 600; i++) {
-			json_t *ret = NULL;
-			if (qmp_command(q, "query-migrate", NULL, 2000, &ret, e2, sizeof(e2)) < 0)
-				break;
-			const char *st = json_string_value(json_object_get(ret, "status"));
-			int over = !st || !strcmp(st, "cancelled") || !strcmp(st, "failed") ||
-				   !strcmp(st, "completed");
-			json_decref(ret);
-			if (over)
-				break;
-			usleep(10000);
-		}
+		if (qmp_command(q, "migrate_cancel", NULL, 5000, NULL, e2, sizeof(e2)) == 0)
+			wait_over(q, clock_ms() + CANCEL_MS, e2, sizeof(e2));
 	}
+	if (r == 0)
+		r = wait_finalized(q, err, errlen);
 	return r;
 }
 
@@ -118,6 +161,7 @@ int migrate_load(struct qmp *q, const char *path, int ignore_shared, int timeout
 		r = pass_file(q, path, O_RDONLY, err, errlen);
 	if (r < 0)
 		return r;
+	qmp_migration_forget(q);
 	r = qmp_command(q, "migrate-incoming", json_pack("{s:s}", "uri", "fd:" FDNAME), 5000, NULL,
 			err, errlen);
 	if (r == 0)

@@ -12,7 +12,8 @@
 
 struct qmp;
 
-/* Stops the VM (it stays stopped) and writes its state to path. 0 or
+/* Stops the VM (it stays stopped) and writes its state to path; once it
+ * returns 0 QEMU is done with the migration (a cont is taken). 0 or
  * -errno with QEMU's reason in err. */
 int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,
 		 size_t errlen);

@@ -4,6 +4,8 @@
  */
 #include "runner/qemu.h"
 
+#include "common/netconst.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <fcntl.h>
@@ -118,6 +120,7 @@ unsigned qemu_host_tsc_khz(void)
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC_RAW, &a);
 	uint64_t t0 = __builtin_ia32_rdtsc();
+	/* The interval measured, not a wait: once per process. */
 	struct timespec pause = { .tv_nsec = 20 * 1000000 };
 	nanosleep(&pause, NULL);
 	uint64_t t1 = __builtin_ia32_rdtsc();
@@ -206,7 +209,7 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	add(&b, "console=ttyS0 quiet panic=-1 reboot=t rdinit=/init 8250.nr_uarts=1 "
 		"cryptomgr.notests random.trust_cpu=on cpuos.hostname=%s%s%s%s%s",
 	    c->hostname ? c->hostname : "cpuos", tsc,
-	    c->tap ? " cpuos.net=" QEMU_GUEST_IP "/30," QEMU_GATEWAY_IP : "",
+	    c->tap ? " cpuos.net=" NET_GUEST_IP "/30," NET_GATEWAY_IP : "",
 	    c->extra_append ? " " : "", c->extra_append ? c->extra_append : "");
 
 	/* Control and console sockets: QEMU listens, the runner connects and
@@ -248,7 +251,7 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 		add(&b, "-netdev");
 		add(&b, "tap,id=net,ifname=%s,script=no,downscript=no,vhost=off", c->tap);
 		add(&b, "-device");
-		add(&b, "virtio-net-device,netdev=net,mac=" QEMU_GUEST_MAC);
+		add(&b, "virtio-net-device,netdev=net,mac=" NET_GUEST_MAC);
 	}
 
 	add(&b, "-object");

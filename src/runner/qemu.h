@@ -59,15 +59,6 @@ void qemu_argv_free(char **argv);
  * spaces): how a daemon finds the VMs an earlier one left. 0 or -ENOENT. */
 int qemu_run_dir_of(const char *cmdline, char *dir, size_t len);
 
-/* Every guest's network, the same in every sandbox: each has a network
- * namespace of its own, so a restored or forked guest keeps its address.
- * The gateway is the TAP device's side, where the host answers DNS. */
-#define QEMU_GUEST_IP "169.254.0.2"
-#define QEMU_GATEWAY_IP "169.254.0.1"
-#define QEMU_GUEST_PREFIX 30 /* as written in qemu.c's cpuos.net= */
-#define QEMU_GUEST_MAC "02:cb:00:00:00:02"
-#define QEMU_GATEWAY_MAC "02:cb:00:00:00:01"
-
 /* Socket paths inside the run directory, shared by the runner and tests. */
 #define QEMU_QMP_SOCK "qmp.sock"
 #define QEMU_AGENT_SOCK "agent.sock"

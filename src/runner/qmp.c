@@ -27,6 +27,8 @@ struct qmp {
 	long long next_id;
 	int greeted;
 	char shutdown[64];   /* reason of the last SHUTDOWN event */
+	char migration[32];  /* status of the last MIGRATION event */
+	unsigned events, events_seen; /* events read; as qmp_wait_event began */
 	int closed;
 };
 
@@ -54,11 +56,15 @@ static int handle_line(struct qmp *q, const char *line, size_t n)
 	}
 	const char *ev = json_string_value(json_object_get(msg, "event"));
 	if (ev) {
+		json_t *data = json_object_get(msg, "data");
 		if (!strcmp(ev, "SHUTDOWN")) {
-			json_t *data = json_object_get(msg, "data");
 			const char *reason = json_string_value(json_object_get(data, "reason"));
 			snprintf(q->shutdown, sizeof(q->shutdown), "%s", reason ? reason : "unknown");
+		} else if (!strcmp(ev, "MIGRATION")) {
+			const char *status = json_string_value(json_object_get(data, "status"));
+			snprintf(q->migration, sizeof(q->migration), "%s", status ? status : "unknown");
 		}
+		q->events++;
 		json_decref(msg);
 		return 0;
 	}
@@ -123,6 +129,11 @@ static int have_reply(const struct qmp *q)
 static int have_greeting(const struct qmp *q)
 {
 	return q->greeted;
+}
+
+static int have_event(const struct qmp *q)
+{
+	return q->events != q->events_seen;
 }
 
 /* Reads until ready(q), or the deadline passes. */
@@ -299,4 +310,22 @@ int qmp_poll_events(struct qmp *q)
 const char *qmp_shutdown_reason(const struct qmp *q)
 {
 	return q->shutdown[0] ? q->shutdown : NULL;
+}
+
+int qmp_wait_event(struct qmp *q, int timeout_ms)
+{
+	if (q->closed)
+		return -EPIPE;
+	q->events_seen = q->events;
+	return wait_for(q, clock_ms() + timeout_ms, have_event);
+}
+
+const char *qmp_migration_status(const struct qmp *q)
+{
+	return q->migration[0] ? q->migration : NULL;
+}
+
+void qmp_migration_forget(struct qmp *q)
+{
+	q->migration[0] = '\0';
 }

@@ -1,7 +1,8 @@
 /*
  * qmp: a small client for QEMU's machine protocol (one JSON object per line
  * over a Unix socket). Commands are synchronous; events that arrive meanwhile
- * are remembered (the VM runner needs SHUTDOWN and its reason).
+ * are remembered (the VM runner needs SHUTDOWN and its reason, the
+ * snapshot code MIGRATION's status).
  */
 #ifndef CPUOS_QMP_H
 #define CPUOS_QMP_H
@@ -39,5 +40,15 @@ int qmp_poll_events(struct qmp *q);
 /* The last SHUTDOWN event: its reason ("guest-reset", "host-qmp-quit",
  * "guest-shutdown", ...) or NULL if none came. */
 const char *qmp_shutdown_reason(const struct qmp *q);
+
+/* Waits up to timeout_ms for QEMU's next event and records it: 0,
+ * -ETIMEDOUT, or -EPIPE once QEMU has closed the connection. */
+int qmp_wait_event(struct qmp *q, int timeout_ms);
+/* The last MIGRATION event (QEMU sends them with the "events" migration
+ * capability on): its status ("setup", "active", "completed", "failed",
+ * "cancelling", "cancelled", ...), or NULL if none came since
+ * qmp_migration_forget. */
+const char *qmp_migration_status(const struct qmp *q);
+void qmp_migration_forget(struct qmp *q);
 
 #endif

@@ -8,8 +8,10 @@
 #include "runner/vm_impl.h"
 
 #include "common/fs.h"
+#include "common/jail_spec.h"
+#include "common/launch.h"
+#include "common/netconst.h"
 #include "common/proto.h"
-#include "common/spawn.h"
 #include "common/unixsock.h"
 #include "runner/agentc.h"
 #include "runner/console.h"
@@ -19,8 +21,6 @@
 #include "runner/snap.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "jail/jail.h"
-#include "priv/priv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +32,7 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,60 +98,67 @@ static void finish(struct vm *vm, int st)
 	vm->pid = 0;
 }
 
-/* A jailed QEMU is the helper's child: its pidfd says when it exited,
- * the helper reaps it. 1 if it is gone. */
-static int reap_jailed(struct vm *vm, int wait_ms)
+/* QEMU's wait status once it exited: 1, 0 while it runs, -errno. The
+ * launch ops' child is theirs to reap (a jailed one is the helper's);
+ * one taken over from an earlier daemon could only be our own. */
+static int reap_now(struct vm *vm, int *st)
 {
-	struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
-	int n = poll(&p, 1, wait_ms), st = 0, r = 0;
-	if (n == 1) /* readable once it is a zombie, for its parent to reap */
-		r = priv_reap(vm->priv, vm->pid, &st);
-	if (r == 0)
-		return 0;
-	if (vm->qmp)
-		qmp_poll_events(vm->qmp);
-	close(vm->pidfd);
-	vm->pidfd = -1;
-	finish(vm, r > 0 ? st : 0);
-	return 1;
+	const struct launch_ops *ops = vm->child ? vm->launch : &vm_launch_direct;
+	return ops->reap(ops->ctx, vm->pid, st);
 }
 
-int vm__reap(struct vm *vm, int wait_ms)
+/* QEMU with a pidfd: the pidfd says when it exited. r: what the reap
+ * said. */
+static int reap_pidfd(struct vm *vm, int wait_ms, int *st)
 {
-	if (vm->pid <= 0)
-		return 1;
-	if (vm->pidfd >= 0)
-		return reap_jailed(vm, wait_ms);
+	struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
+	int64_t deadline = clock_ms() + wait_ms;
+	int n;
+	while ((n = poll(&p, 1, wait_ms)) < 0 && errno == EINTR)
+		wait_ms = deadline > clock_ms() ? (int)(deadline - clock_ms()) : 0;
+	if (n != 1)
+		return 0;
+	return reap_now(vm, st); /* readable once it is a zombie, for its parent to reap */
+}
+
+/* QEMU without one (a kernel before 5.3, or out of descriptors): there
+ * is nothing to wait on but time. Its launch ops' child is reaped as it
+ * comes, one taken over (a daemon restarted) can only be watched, and a
+ * jailed one runs as another uid: EPERM is alive. */
+static int reap_polled(struct vm *vm, int wait_ms, int *st)
+{
 	double deadline = clock_ms_f() + wait_ms;
 	for (;;) {
-		int st;
-		pid_t r = waitpid(vm->pid, &st, WNOHANG);
-		if (r == vm->pid) {
-			if (vm->qmp)
-				qmp_poll_events(vm->qmp);
-			finish(vm, st);
-			return 1;
-		}
-		/* Not our child (a daemon restarted): can only watch. A
-		 * jailed one runs as another uid: EPERM is alive. */
-		if (r < 0 && errno == ECHILD && kill(vm->pid, 0) < 0 && errno == ESRCH) {
-			finish(vm, 0);
-			return 1;
-		}
+		int r = reap_now(vm, st);
+		if (r > 0 || (r < 0 && kill(vm->pid, 0) < 0 && errno == ESRCH))
+			return r;
 		if (clock_ms_f() >= deadline)
 			return 0;
 		usleep(2000);
 	}
 }
 
-void vm__kill(struct vm *vm)
+int vm__reap(struct vm *vm, int wait_ms)
 {
 	if (vm->pid <= 0)
-		return;
-	if (vm->priv && vm->jail_uid)
-		priv_kill(vm->priv, vm->pid, SIGKILL);
-	else
-		kill(vm->pid, SIGKILL);
+		return 1;
+	int st = 0;
+	int r = vm->pidfd >= 0 ? reap_pidfd(vm, wait_ms, &st) : reap_polled(vm, wait_ms, &st);
+	if (r == 0)
+		return 0;
+	if (vm->qmp)
+		qmp_poll_events(vm->qmp);
+	if (vm->pidfd >= 0)
+		close(vm->pidfd);
+	vm->pidfd = -1;
+	finish(vm, r > 0 ? st : 0); /* not its child: how it ended is unknown */
+	return 1;
+}
+
+void vm__kill(struct vm *vm)
+{
+	if (vm->pid > 0)
+		vm->launch->signal(vm->launch->ctx, vm->pid, SIGKILL);
 }
 
 static void notice_cb(void *arg, const struct proto_frame *f)
@@ -205,7 +213,7 @@ static int jail_spec(struct vm *vm, const struct vm_config *cfg, const struct qe
 	return 0;
 }
 
-/* QEMU, started here, or jailed by the helper when spec is given. */
+/* QEMU, started by the VM's launch ops (jailed when spec is given). */
 static int spawn_qemu(struct vm *vm, char **argv, const struct vm_config *cfg,
 		      const struct jail_spec *spec, char *err, size_t errlen)
 {
@@ -217,37 +225,24 @@ static int spawn_qemu(struct vm *vm, char **argv, const struct vm_config *cfg,
 		snprintf(err, errlen, "cannot create '%s': %s", log, strerror(-logfd));
 		return logfd;
 	}
-	int r;
-	if (spec) {
-		r = priv_spawn(cfg->priv, spec, cfg->netns ? cfg->net_slot : -1, argv, logfd,
-			       &vm->pid, &vm->jail_uid, &vm->pidfd, err, errlen);
-		close(logfd);
-		if (r == 0)
-			vm->priv = cfg->priv;
-		else if (r == -ENOENT)
-			snprintf(err, errlen, "cannot find QEMU binary '%s' (apt-get install "
-				 "qemu-system-x86)", argv[0]);
-		else if (r != -EPIPE) {
-			char last[200];
-			qemu_log_last_line(vm, last, sizeof(last)); /* the jail's step, if it failed */
-			if (last[0]) {
-				size_t l = strlen(err);
-				snprintf(err + l, errlen - l, ": %s", last);
-			}
-		}
-		return r;
-	}
-	/* Own session: a Ctrl-C meant for the CLI or a daemon restart does
-	 * not reach QEMU. No environment: nothing of the daemon's (its
-	 * configuration, a key in a variable) is QEMU's business, and QEMU
-	 * faces the guest. */
-	static char *const no_env[] = { NULL };
-	struct spawn_opts o = { .argv = argv, .fd = { -1, logfd, logfd }, .new_session = 1,
-				.netns = cfg->netns, .envp = no_env };
-	r = spawn(&o, &vm->pid);
+	const struct launch_spec ls = { .argv = argv, .logfd = logfd, .netns = cfg->netns,
+					.net_slot = cfg->netns ? cfg->net_slot : -1, .jail = spec };
+	const struct launch_ops *ops = vm->launch;
+	int r = ops->spawn(ops->ctx, &ls, &vm->pid, &vm->jail_uid, &vm->pidfd, err, errlen);
 	close(logfd);
-	if (r < 0)
-		snprintf(err, errlen, "cannot run '%s': %s", argv[0], strerror(-r));
+	if (r == 0)
+		vm->child = 1;
+	else if (ops->jails && r == -ENOENT)
+		snprintf(err, errlen, "cannot find QEMU binary '%s' (apt-get install "
+			 "qemu-system-x86)", argv[0]);
+	else if (ops->jails && r != -EPIPE) {
+		char last[200];
+		qemu_log_last_line(vm, last, sizeof(last)); /* the jail's step, if it failed */
+		if (last[0]) {
+			size_t l = strlen(err);
+			snprintf(err + l, errlen - l, ": %s", last);
+		}
+	}
 	return r;
 }
 
@@ -306,7 +301,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 	/* A jailed QEMU is the helper's to find: the path may be one only
 	 * root reaches. */
-	if (!cfg->priv && find_in_path(qemu) < 0) {
+	const struct launch_ops *launch = cfg->launch ? cfg->launch : &vm_launch_direct;
+	if (!launch->jails && find_in_path(qemu) < 0) {
 		snprintf(err, errlen, "cannot find QEMU binary '%s' (apt-get install qemu-system-x86)", qemu);
 		return -ENOENT;
 	}
@@ -320,6 +316,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		return -ENOMEM;
 	vm->con.fd = vm->con.log = vm->pidfd = -1;
 	vm->backoff_ms = BACKOFF_MIN_MS;
+	vm->launch = launch;
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", cfg->run_dir);
 	char **argv = NULL;
 	char path[600], scratch[300], mem[600];
@@ -369,7 +366,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.mem_path = mem,
 		.mem_shared = vm->ram_shared,
 		.incoming = cfg->restore != NULL,
-		.tap = cfg->netns ? VM_TAP : NULL,
+		.tap = cfg->netns ? NET_TAP : NULL,
 		.extra_args = cfg->extra_args,
 	};
 	r = qemu_argv(&qc, &argv);
@@ -388,11 +385,11 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 
 	struct jail_spec spec;
 	char base[4096];
-	if (cfg->priv &&
+	if (launch->jails &&
 	    (r = jail_spec(vm, cfg, &qc, &spec, base, sizeof(base), err, errlen)) < 0)
 		goto fail;
 	double t0 = clock_ms_f();
-	r = spawn_qemu(vm, argv, cfg, cfg->priv ? &spec : NULL, err, errlen);
+	r = spawn_qemu(vm, argv, cfg, launch->jails ? &spec : NULL, err, errlen);
 	if (r < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
@@ -559,8 +556,8 @@ void vm_drop_agent(struct vm *vm)
 	vm->reconnect_at = INT64_MAX;
 }
 
-int vm_attach(const char *run_dir, pid_t pid, struct priv *priv, struct vm **out, char *err,
-	      size_t errlen)
+int vm_attach(const char *run_dir, pid_t pid, const struct launch_ops *launch, struct vm **out,
+	      char *err, size_t errlen)
 {
 	if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH)) {
 		snprintf(err, errlen, "qemu (pid %d) is gone", (int)pid);
@@ -571,7 +568,10 @@ int vm_attach(const char *run_dir, pid_t pid, struct priv *priv, struct vm **out
 		return -ENOMEM;
 	vm->con.fd = vm->con.log = vm->pidfd = -1;
 	vm->backoff_ms = BACKOFF_MIN_MS;
+	vm->launch = &vm_launch_direct;
 	vm->pid = pid;
+	/* Not our child, so no waitpid: its end is watched on a pidfd. */
+	vm->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
 	char path[300];
 	snprintf(path, sizeof(path), "%s/" QEMU_QMP_SOCK, vm->run_dir);
@@ -589,9 +589,9 @@ int vm_attach(const char *run_dir, pid_t pid, struct priv *priv, struct vm **out
 	agentc_on_notice(vm->agent, notice_cb, vm);
 	vm->state = VM_RUNNING;
 	/* Its id stays taken while it runs (a QEMU of an unjailed daemon
-	 * runs as root: nothing to hold). */
-	if (priv && priv_hold(priv, pid, &vm->jail_uid) == 0) {
-		vm->priv = priv;
+	 * runs as root: nothing to hold, and it is signalled directly). */
+	if (launch && launch->hold && launch->hold(launch->ctx, pid, &vm->jail_uid) == 0) {
+		vm->launch = launch;
 		cgroup_name(vm->run_dir, vm->cgroup, sizeof(vm->cgroup));
 	}
 	*out = vm;
@@ -670,8 +670,8 @@ void vm_free(struct vm *vm, int keep)
 		vm__reap(vm, 5000);
 	}
 	/* Its id goes to another QEMU only once this one is gone. */
-	if (vm->priv && vm->jail_uid && vm->pid <= 0)
-		priv_release(vm->priv, vm->jail_uid, vm->cgroup);
+	if (vm->launch->release && vm->jail_uid && vm->pid <= 0)
+		vm->launch->release(vm->launch->ctx, vm->jail_uid, vm->cgroup);
 	if (vm->pidfd >= 0)
 		close(vm->pidfd);
 	agentc_close(vm->agent);
@@ -716,7 +716,7 @@ void vm_detach(struct vm *vm)
 	if (!vm)
 		return;
 	vm->pid = 0; /* QEMU lives on, with its id */
-	vm->priv = NULL;
+	vm->jail_uid = 0;
 	vm_free(vm, 1);
 }
 

@@ -14,7 +14,7 @@
 #include "runner/qemu.h"
 
 struct agentc;
-struct priv;
+struct launch_ops;
 
 struct vm_config {
 	const char *qemu;     /* binary name or path; NULL = qemu-system-x86_64 */
@@ -40,18 +40,20 @@ struct vm_config {
 	int new_identity;
 	unsigned generation; /* restores so far, passed to the guest's hooks */
 	size_t console_cap;    /* bytes of console.log kept; 0 = 1 MiB */
-	/* A network namespace (its path) holding the TAP device VM_TAP: QEMU
+	/* A network namespace (its path) holding the TAP device NET_TAP: QEMU
 	 * runs in it and the guest gets a NIC on that TAP. NULL: no NIC. A
 	 * snapshot restores only where it had the same. */
 	const char *netns;
-	int net_slot;          /* netns's slot (net.h), for priv */
-	/* The privileged helper that starts QEMU in a jail (priv.h, jail.h):
-	 * its own uid, cgroup and mount namespace. NULL: it runs as the
-	 * caller does. */
-	struct priv *priv;
+	int net_slot;          /* netns's slot (net.h), for launch ops that
+				* name namespaces by slot (the helper's) */
+	/* Who starts, signals and reaps QEMU (launch.h): cpuosd's helper,
+	 * which jails it (its own uid, cgroup and mount namespace), or
+	 * NULL: vm_launch_direct, and it runs as the caller does. */
+	const struct launch_ops *launch;
 };
 
-#define VM_TAP "tap0"
+/* The caller's own launch ops: fork and exec (spawn.h), kill, waitpid. */
+extern const struct launch_ops vm_launch_direct;
 
 /* Lifecycle. BOOTING -> RUNNING -> one of the ended states. */
 enum vm_state {
@@ -83,11 +85,13 @@ struct vm;
 int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen);
 
 /* Takes over a VM started earlier (by a daemon that has since restarted):
- * QEMU pid running from run_dir, its uid held by priv (if jailed) until
- * it ends. Connects QMP, console and agent anew.
+ * QEMU pid running from run_dir, its jail id held through launch (NULL:
+ * vm_launch_direct, which holds none) until it ends; one the ops cannot
+ * hold (it runs as root: an unjailed daemon's) is signalled directly.
+ * Connects QMP, console and agent anew.
  * 0 or -errno with a reason in err; QEMU is left alone on failure. */
-int vm_attach(const char *run_dir, pid_t pid, struct priv *priv, struct vm **out, char *err,
-	      size_t errlen);
+int vm_attach(const char *run_dir, pid_t pid, const struct launch_ops *launch, struct vm **out,
+	      char *err, size_t errlen);
 
 /* One round of the poll loop over QMP, console and agent, waiting at most
  * timeout_ms. 0, or -ESHUTDOWN once the VM has ended (its end state settled:

@@ -31,18 +31,21 @@ struct vm {
 	struct snap_env env; /* what a snapshot of it depends on */
 	char reason[256];
 	struct vm_timings t;
-	struct priv *priv;   /* the helper that jailed its QEMU, or NULL */
-	uid_t jail_uid;      /* its id there, held until QEMU is gone */
+	/* What started its QEMU or holds its id, and signals it. */
+	const struct launch_ops *launch;
+	int child;           /* QEMU is the launch ops' child, reaped through
+			      * them; else taken over, only watched */
+	uid_t jail_uid;      /* its jail id, held until QEMU is gone; 0: none */
 	char cgroup[128];    /* its cgroup leaf */
-	int pidfd;           /* a jailed QEMU's (the helper's child): readable
-			      * once it exited; -1: none */
+	int pidfd;           /* readable once QEMU exited; -1: none (a kernel
+			      * without pidfds) */
 };
 
 
 /* vm.c */
 /* Reaps QEMU if it exited; waits up to wait_ms for it. 1 if it is gone. */
 int vm__reap(struct vm *vm, int wait_ms);
-/* SIGKILL to QEMU (through the helper when it is jailed). */
+/* SIGKILL to QEMU (through the launch ops that hold it). */
 void vm__kill(struct vm *vm);
 /* Sets the guest clock from the host's (fire and forget). */
 void vm__send_time(struct vm *vm);

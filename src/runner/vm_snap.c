@@ -175,6 +175,8 @@ int vm__go_on(struct vm *vm, char *err, size_t errlen)
 		json_decref(mig);
 		if (!busy)
 			break;
+		/* Polled: a save an earlier daemon began may run without
+		 * MIGRATION events, and capabilities cannot change mid-way. */
 		usleep(50000);
 	}
 	if (query_status(vm, status, sizeof(status), err, errlen) < 0)

@@ -10,9 +10,9 @@
  * its run directory, argv[0] the configured QEMU); what is refused has a
  * reason.
  */
+#include "common/netconst.h"
 #include "common/proto.h"
 #include "priv/priv_msg.h"
-#include "runner/vm.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -77,7 +77,7 @@ static void check_spawn(void)
 	for (int i = 0; i < req.nro; i++)
 		if ((!under(req.ro[i], "/g") && !under(req.ro[i], "/c") && !under(req.ro[i], "/s")))
 			BUG("ro '%s' accepted", req.ro[i]);
-	if (req.tap && (req.slot < 0 || strcmp(req.tap, VM_TAP)))
+	if (req.tap && (req.slot < 0 || strcmp(req.tap, NET_TAP)))
 		BUG("tap '%s' accepted", req.tap);
 	if (strchr(req.name, '/') || req.name[0] == '.')
 		BUG("cgroup name '%s' accepted", req.name);

@@ -7,6 +7,7 @@
 #include "daemon/net/net.h"
 
 #include "common/log.h"
+#include "common/netconst.h"
 #include "common/tcp.h"
 #include "daemon/net/ca.h"
 #include "daemon/net/dns.h"
@@ -15,8 +16,6 @@
 #include "daemon/net/proxy.h"
 #include "daemon/net/secret.h"
 #include "priv/priv.h"
-#include "runner/qemu.h"
-#include "runner/vm.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -87,7 +86,7 @@ int net_ns_open(const struct net *n, int slot)
 int net_dial_guest(const struct net *n, int slot, int nsfd, unsigned port, int ms)
 {
 	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	inet_pton(AF_INET, QEMU_GUEST_IP, &dst.sin_addr);
+	inet_pton(AF_INET, NET_GUEST_IP, &dst.sin_addr);
 	return net__dial(n->priv, slot, nsfd, &dst, ms);
 }
 

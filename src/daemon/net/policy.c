@@ -23,20 +23,6 @@
 #define LABEL_MAX_LEN 63
 #define SHOWN_MAX     64 /* bytes of a refused value an error shows */
 
-/* No overlaps within or across the lists: nftables interval sets refuse
- * them. "This network", loopback, link-local (cloud metadata), IETF
- * protocol assignments, multicast, reserved and broadcast; for IPv6 the
- * same plus v4-mapped (IPv4 in disguise) and discard-only. */
-const char *const net_always_denied[] = {
-	"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "192.0.0.0/24", "224.0.0.0/4", "240.0.0.0/4",
-	"::/128", "::1/128", "::ffff:0.0.0.0/96", "fe80::/10", "ff00::/8", "100::/64", NULL,
-};
-
-/* RFC 1918, CGNAT (RFC 6598), unique local. */
-const char *const net_private_ranges[] = {
-	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", NULL,
-};
-
 /* In enum order: the parser looks modes up here. */
 static const char *const mode_names[] = { "allow-all", "deny-all", "custom" };
 static const char *const known_keys[] = { "mode", "allowedHosts", "allowedCIDRs", "deniedCIDRs",
@@ -120,60 +106,6 @@ static int is_ip_literal(const char *s)
 static unsigned addr_bits(int family)
 {
 	return family == AF_INET ? 32 : family == AF_INET6 ? 128 : 0;
-}
-
-int net_cidr_parse(const char *s, struct net_cidr *out)
-{
-	char buf[INET6_ADDRSTRLEN];
-	struct net_cidr c = { 0 };
-	const char *slash = s ? strchr(s, '/') : NULL;
-	size_t alen = !s ? 0 : slash ? (size_t)(slash - s) : strlen(s);
-	if (alen == 0 || alen >= sizeof(buf))
-		return -EINVAL;
-	memcpy(buf, s, alen);
-	buf[alen] = '\0';
-	if (inet_pton(AF_INET, buf, c.addr) == 1)
-		c.family = AF_INET;
-	else if (inet_pton(AF_INET6, buf, c.addr) == 1)
-		c.family = AF_INET6;
-	else
-		return -EINVAL;
-	unsigned max = addr_bits(c.family);
-	c.prefix = max;
-	if (slash) {
-		/* Plain decimal: no sign, space or leading zero. */
-		const char *d = slash + 1;
-		size_t n = strspn(d, "0123456789");
-		if (n == 0 || n > 3 || d[n] || (n > 1 && d[0] == '0') || (unsigned)atoi(d) > max)
-			return -EINVAL;
-		c.prefix = (unsigned)atoi(d);
-	}
-	/* "10.0.0.1/8" is refused, not read as 10.0.0.0/8: the client meant
-	 * one or the other, and we cannot tell which. */
-	for (unsigned bit = c.prefix; bit < max; bit++)
-		if (c.addr[bit / 8] & (0x80 >> (bit % 8)))
-			return -EINVAL;
-	*out = c;
-	return 0;
-}
-
-void net_cidr_format(const struct net_cidr *c, char *out, size_t n)
-{
-	char buf[INET6_ADDRSTRLEN];
-	if (!addr_bits(c->family) || !inet_ntop(c->family, c->addr, buf, sizeof(buf)))
-		snprintf(out, n, "%s", "");
-	else
-		snprintf(out, n, "%s/%u", buf, c->prefix);
-}
-
-int net_cidr_contains(const struct net_cidr *c, int family, const void *addr)
-{
-	const uint8_t *a = addr;
-	unsigned full = c->prefix / 8, rest = c->prefix % 8;
-	if (!a || !addr_bits(family) || c->family != family || memcmp(c->addr, a, full))
-		return 0;
-	uint8_t m = (uint8_t)(0xff << (8 - rest));
-	return rest == 0 || (c->addr[full] & m) == (a[full] & m);
 }
 
 static int in_cidrs(const struct net_cidr *v, size_t n, int family, const void *addr)

@@ -14,28 +14,16 @@
 #ifndef CPUOS_NET_POLICY_H
 #define CPUOS_NET_POLICY_H
 
+#include "common/cidr.h"
+#include "common/netpolicy.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
-enum net_mode { NET_ALLOW_ALL, NET_DENY_ALL, NET_CUSTOM };
-
-struct net_cidr {
-	int family; /* AF_INET or AF_INET6 */
-	uint8_t addr[16]; /* network byte order; host bits cleared */
-	unsigned prefix;
-};
-
-#define NET_MAX_HOSTS 256
-#define NET_MAX_CIDRS 256
-
-struct net_policy {
-	enum net_mode mode;
-	char **hosts; /* lower case, no trailing dot: "a.b", "*.b" or "*" */
-	size_t nhosts;
-	struct net_cidr *allow, *deny;
-	size_t nallow, ndeny;
-};
+/* enum net_mode, struct net_policy, struct net_cidr and the fixed
+ * ranges are common/netpolicy.h's and common/cidr.h's: the root helper
+ * reads them too. */
 
 /* Parses and checks j: 0, or -EINVAL with one readable line in err (an
  * unknown mode or key, a bad name or CIDR, too many entries, allowedHosts
@@ -45,19 +33,6 @@ int net_policy_parse(const json_t *j, struct net_policy *out, char *err, size_t 
 /* The policy in the API's spelling (new reference), or NULL. */
 json_t *net_policy_json(const struct net_policy *p);
 void net_policy_free(struct net_policy *p);
-
-/* "10.0.0.0/8", "1.2.3.4" (/32), "2001:db8::/32", "::1" (/128): 0 or
- * -EINVAL. Host bits set beyond the prefix are refused. */
-int net_cidr_parse(const char *s, struct net_cidr *out);
-/* "10.0.0.0/8" into out (INET6_ADDRSTRLEN + 4 is enough). */
-void net_cidr_format(const struct net_cidr *c, char *out, size_t n);
-/* Does c hold addr (family, 4 or 16 bytes in network order)? */
-int net_cidr_contains(const struct net_cidr *c, int family, const void *addr);
-
-/* The ranges no policy reaches, and those reached only when named in
- * allowedCIDRs, for the nftables sets (static tables). */
-extern const char *const net_always_denied[];  /* NULL-terminated */
-extern const char *const net_private_ranges[]; /* NULL-terminated */
 
 /* May the guest connect to this address literally (no name)? */
 int net_policy_addr_allowed(const struct net_policy *p, int family, const void *addr);

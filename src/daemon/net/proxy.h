@@ -31,8 +31,6 @@
 
 #include <stddef.h>
 
-#define PROXY_PORT 15080  /* in each namespace, on the gateway address */
-#define PROXY_PORT_S "15080"
 #define PROXY_MAX_CONNS 256  /* in all */
 #define PROXY_SLOT_CONNS 32  /* per sandbox */
 

@@ -778,7 +778,8 @@ static void restore_running(struct sbx_mgr *m, struct store_sbx *row)
 	struct vm *vm = NULL;
 	int r = -ESRCH;
 	if (is_our_qemu(row->qemu_pid, row->run_dir))
-		r = vm_attach(row->run_dir, row->qemu_pid, m->cfg.priv, &vm, err, sizeof(err));
+		r = vm_attach(row->run_dir, row->qemu_pid, priv_launch_ops(m->cfg.priv), &vm, err,
+			      sizeof(err));
 	if (r == 0 && sbx__run_vm(s, vm, row->net_slot) == 0) {
 		sbx__fire(s, SBX_EV_ATTACHED, NULL, 0, e2, sizeof(e2));
 		sbx__net_keep(m, row);

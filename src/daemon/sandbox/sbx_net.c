@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "daemon/net/net.h"
 #include "daemon/net/policy.h"
+#include "priv/priv.h"
 #include "runner/vm.h"
 
 #include <openssl/crypto.h>
@@ -103,7 +104,7 @@ int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json
 		net_ns_path(m->cfg.net, *slot, ns, sizeof(ns));
 		vc->netns = ns;
 	}
-	vc->priv = m->cfg.priv;
+	vc->launch = priv_launch_ops(m->cfg.priv); /* NULL: not jailed, started here */
 	vc->net_slot = *slot;
 	int r = vm_start(vc, vm, err, errlen);
 	vc->netns = NULL; /* ns goes with this frame */

@@ -11,6 +11,7 @@
 
 #include "common/fs.h"
 #include "common/log.h"
+#include "priv/priv.h"
 #include "runner/agentc.h"
 #include "runner/snap.h"
 #include "runner/vm.h"
@@ -455,7 +456,7 @@ static void pause_again(struct sbx_mgr *m, const char *id, int pid)
 	char run[600], err[256];
 	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
 	struct vm *vm;
-	int r = vm_attach(run, pid, m->cfg.priv, &vm, err, sizeof(err));
+	int r = vm_attach(run, pid, priv_launch_ops(m->cfg.priv), &vm, err, sizeof(err));
 	if (r == 0) {
 		r = vm_pause(vm, err, sizeof(err));
 		vm_free(vm, 1);

@@ -7,6 +7,7 @@
  * the state, a signal to a process that is not a jail's), and the walk
  * that makes the daemon's tree its own at the drop. Needs root.
  */
+#include "common/launch.h"
 #include "common/proto.h"
 #include "jail/jail.h"
 #include "priv/priv.h"
@@ -209,13 +210,21 @@ static void test_helper(void)
 	struct jail_spec etc = s;
 	etc.run_dir = "/etc";
 	CHECK(priv_spawn(p, &etc, -1, argv, 2, &p2, &u2, &fd2, err, sizeof(err)) == -EINVAL);
+	/* The same calls as the runner's launch ops. */
+	const struct launch_ops *ops = priv_launch_ops(p);
+	CHECK(priv_launch_ops(NULL) == NULL);
+	CHECK(ops && ops->jails && ops->ctx == p && ops->hold && ops->release);
+	CHECK(ops->signal(ops->ctx, getpid(), SIGKILL) == -EPERM);
+	const struct launch_spec ls = { .argv = sh, .logfd = 2, .net_slot = -1, .jail = &s };
+	CHECK(ops->spawn(ops->ctx, &ls, &p2, &u2, &fd2, err, sizeof(err)) == -EINVAL);
+	CHECK(strstr(err, "not the QEMU configured") != NULL);
 	CHECK(priv_ns_open(p, 0) < 0); /* no networks here */
 
 	CHECK(priv_kill(p, pid, SIGKILL) == 0);
 	struct pollfd pf = { .fd = pidfd, .events = POLLIN };
 	CHECK(poll(&pf, 1, 5000) == 1);
 	int reaped = 0;
-	for (int i = 0; i < 100 && (reaped = priv_reap(p, pid, &st)) == 0; i++)
+	for (int i = 0; i < 100 && (reaped = ops->reap(ops->ctx, pid, &st)) == 0; i++)
 		usleep(10000);
 	CHECK(reaped == 1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	CHECK(priv_reap(p, pid, &st) == -ECHILD); /* once */

@@ -1,8 +1,10 @@
 /* Unit tests for the QEMU command line and the QMP client. */
+#include "runner/migrate.h"
 #include "runner/qemu.h"
 #include "runner/qmp.h"
 #include "runner/snap.h"
 #include "common/fs.h"
+#include "common/netconst.h"
 #include "common/unixsock.h"
 #include "tests/lib/tap.h"
 
@@ -106,8 +108,8 @@ static void test_nic(void)
 	if (!CHECK(qemu_argv(&c, &argv) == 0))
 		return;
 	CHECK(has_value(argv, "-netdev", "tap,id=net,ifname=tap0,script=no,downscript=no,vhost=off"));
-	CHECK(has_value(argv, "-device", "virtio-net-device,netdev=net,mac=" QEMU_GUEST_MAC));
-	CHECK(has_value(argv, "-append", "cpuos.net=" QEMU_GUEST_IP "/30," QEMU_GATEWAY_IP));
+	CHECK(has_value(argv, "-device", "virtio-net-device,netdev=net,mac=" NET_GUEST_MAC));
+	CHECK(has_value(argv, "-append", "cpuos.net=" NET_GUEST_IP "/30," NET_GATEWAY_IP));
 	qemu_argv_free(argv);
 	c.tap = "tap0,script=/evil"; /* would inject an option */
 	CHECK(qemu_argv(&c, &argv) == -EINVAL);
@@ -304,6 +306,77 @@ static void test_qmp_line_cap(void)
 	peer_done(peer);
 }
 
+/* A save and a load end when QEMU's MIGRATION event says so, and are
+ * never polled: a save that completes (and returns once QEMU left
+ * finish-migrate), a load that fails (its reason asked for then), a save
+ * that times out and is cancelled. */
+static void test_migrate_events(void)
+{
+#define MIG(s) "> {\"event\": \"MIGRATION\", \"data\": {\"status\": \"" s "\"}}"
+#define STATUS(s, id) "> {\"return\": {\"status\": \"" s "\"}, \"id\": " #id "}"
+	static const char *const script[] = {
+		"> {\"QMP\": {\"version\": {}, \"capabilities\": []}}",
+		"< \"execute\":\"qmp_capabilities\"", "> {\"return\": {}, \"id\": 1}",
+		/* a save, finished a moment after it said completed */
+		"< \"execute\":\"stop\"", "> {\"return\": {}, \"id\": 2}",
+		"< {\"capability\":\"events\",\"state\":true}", "> {\"return\": {}, \"id\": 3}",
+		"< \"execute\":\"getfd\"", "> {\"return\": {}, \"id\": 4}",
+		"< \"execute\":\"migrate\"", MIG("setup"), "> {\"return\": {}, \"id\": 5}",
+		MIG("active"), MIG("completed"),
+		"< \"execute\":\"query-status\"", STATUS("finish-migrate", 6),
+		"< \"execute\":\"query-status\"", STATUS("postmigrate", 7),
+		/* a load that fails */
+		"< {\"capability\":\"events\",\"state\":true}", "> {\"return\": {}, \"id\": 8}",
+		"< \"execute\":\"getfd\"", "> {\"return\": {}, \"id\": 9}",
+		"< \"execute\":\"migrate-incoming\"", "> {\"return\": {}, \"id\": 10}", MIG("failed"),
+		"< \"execute\":\"query-migrate\"",
+		"> {\"return\": {\"status\": \"failed\", \"error-desc\": \"bad section\"}, \"id\": 11}",
+		/* a save that never ends, cancelled */
+		"< \"execute\":\"stop\"", "> {\"return\": {}, \"id\": 12}",
+		"< \"execute\":\"migrate-set-capabilities\"", "> {\"return\": {}, \"id\": 13}",
+		"< \"execute\":\"getfd\"", "> {\"return\": {}, \"id\": 14}",
+		"< \"execute\":\"migrate\"", "> {\"return\": {}, \"id\": 15}", MIG("active"),
+		"< \"execute\":\"migrate_cancel\"", "> {\"return\": {}, \"id\": 16}",
+		MIG("cancelling"), MIG("cancelled"),
+		"< \"execute\":\"query-status\"", STATUS("paused", 17),
+		NULL,
+	};
+#undef MIG
+#undef STATUS
+	char dir[64], path[128], err[256] = "";
+	snprintf(dir, sizeof(dir), "/tmp/cpuos-migrate-test-%d", (int)getpid());
+	if (!CHECK(mkdir(dir, 0700) == 0))
+		return;
+	int sv[2];
+	if (!CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0))
+		return;
+	pid_t peer = peer_run(sv[1], script);
+	close(sv[1]);
+	struct qmp *q;
+	if (!CHECK(qmp_open_fd(sv[0], 2000, &q, err, sizeof(err)) == 0)) {
+		t_note("%s", err);
+		peer_done(peer);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/state", dir);
+	CHECK(migrate_save(q, path, 1, 5000, err, sizeof(err)) == 0);
+	CHECK(!strcmp(qmp_migration_status(q), "completed"));
+	int r = migrate_load(q, path, 1, 5000, err, sizeof(err));
+	CHECK(r == -EIO && !strcmp(err, "migration failed: bad section"));
+	unlink(path);
+	r = migrate_save(q, path, 1, 300, err, sizeof(err));
+	CHECK(r == -ETIMEDOUT && !strcmp(err, "migration still 'active' after 300 ms"));
+	/* the cancel's end was waited for: the next answer is the next command's */
+	json_t *ret = NULL;
+	CHECK(qmp_command(q, "query-status", NULL, 2000, &ret, err, sizeof(err)) == 0);
+	CHECK(!strcmp(qmp_migration_status(q), "cancelled"));
+	json_decref(ret);
+	qmp_close(q);
+	CHECK(peer_done(peer));
+	unlink(path);
+	rmdir(dir);
+}
+
 static void put_file(const char *dir, const char *name, const char *text)
 {
 	char path[256];
@@ -381,6 +454,7 @@ int main(int argc, char **argv)
 		{ "qmp_session", test_qmp_session },
 		{ "qmp_no_greeting", test_qmp_no_greeting },
 		{ "qmp_line_cap", test_qmp_line_cap },
+		{ "migrate_events", test_migrate_events },
 		{ "run_dir_symlinks", test_run_dir_symlinks },
 		{ 0, 0 },
 	};

@@ -139,10 +139,10 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	return 0;
 }
 
-int vm_attach(const char *run_dir, pid_t pid, struct priv *priv, struct vm **out, char *err,
-	      size_t errlen)
+int vm_attach(const char *run_dir, pid_t pid, const struct launch_ops *launch, struct vm **out,
+	      char *err, size_t errlen)
 {
-	(void)priv;
+	(void)launch;
 	struct vm *vm = calloc(1, sizeof(*vm));
 	if (!vm)
 		return -ENOMEM;

@@ -1,0 +1,31 @@
+/*
+ * jail_spec: what one QEMU's jail lets it see and use, as the runner
+ * works it out (vm.c), the root helper carries it on its socket
+ * (priv_msg.h) and the jail enforces it (jail/jail.h). A plain struct,
+ * so each of those rooms reads it without including another.
+ */
+#ifndef CPUOS_JAIL_SPEC_H
+#define CPUOS_JAIL_SPEC_H
+
+#define JAIL_MAX_PATHS 12
+
+/* One QEMU. */
+struct jail_spec {
+	const char *name;     /* its cgroup leaf: one path component */
+	unsigned vcpus, memory_mb;
+	int kvm;              /* it opens /dev/kvm */
+	const char *run_dir;  /* read-write, and made the shared group's */
+	const char *binary;   /* a QEMU outside /usr (tests, --qemu), or NULL */
+	/* Files or directories it reads (kernel, initramfs, image, layer
+	 * base: readable by others, or refused) and files it writes (a
+	 * snapshot's RAM file, which QEMU 7.2 opens for writing even to map
+	 * it private). */
+	const char *ro[JAIL_MAX_PATHS];
+	const char *rw[JAIL_MAX_PATHS];
+	const char *tap;      /* a TAP in the network namespace it runs in,
+			       * opened by QEMU by name: given to its uid */
+	int own_netns;        /* it has no network namespace of the caller's:
+			       * it gets an empty one, not the host's */
+};
+
+#endif
