@@ -317,9 +317,14 @@ test:
 # tests/run.sh prints and counts as failures (CPUOS_SANITIZER_LOGS); the
 # guest agent stays unsanitized and static. test-asan: ASan+UBSan over the
 # unit tests, the fuzz replays and the end-to-end suite (not the sdk part of
-# tests/run.sh: no C code runs there). test-tsan: TSan
-# over cpuosd and cpuos-gateway under the end-to-end suite; tests/tsan.supp silences races
-# inside third-party libraries only.
+# tests/run.sh: no C code runs there). test-tsan: TSan over cpuosd and
+# cpuos-gateway under the end-to-end modules whose daemon threads meet
+# (TSAN_E2E: concurrent requests and streams, pauses, forks and restarts
+# beside the pool and expiry threads, the network's resolver and proxies,
+# the port proxy, the gateway's conversations, hostile clients); the rest
+# drive the same threads one request at a time. tests/tsan.supp silences
+# races inside third-party libraries only. CI (.ci/run) runs the e2e
+# suite once, under ASan+UBSan (docs/testing.md, "CI").
 # (gcc's UBSan runtime beside ASan's ignores log_path and reports on stderr:
 # fatal all the same, and shown in the test's output or, for cpuosd, in the
 # daemon log that a failing end-to-end test prints.) The end-to-end tests
@@ -334,17 +339,20 @@ ASAN_RUN_OPTIONS = halt_on_error=1:detect_leaks=1:quarantine_size_mb=16:thread_l
 test-asan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(ASAN_BUILD) SANITIZE=address,undefined all guest
-	BUILD_DIR=$(ASAN_BUILD) CPUOS_TESTS='unit fuzz e2e' CPUOS_SANITIZER=address CPUOS_PAUSE_CYCLES=20 \
+	BUILD_DIR=$(ASAN_BUILD) CPUOS_TESTS='unit fuzz e2e' CPUOS_SANITIZER=address \
 	  CPUOS_SANITIZER_LOGS=$(ASAN_LOGS) \
 	  ASAN_OPTIONS=$(ASAN_RUN_OPTIONS) \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan \
 	  tests/run.sh
 
+TSAN_E2E := $(addprefix tests/e2e/test_,$(addsuffix .py,sdk_api snapshots pause_sdk crash ports \
+	network secrets gateway hostile_clients))
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
 	  $(TSAN_BUILD)/bin/cpuos-vm $(TSAN_BUILD)/bin/cpuos-gateway guest
-	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_SANITIZER=thread CPUOS_PAUSE_CYCLES=20 CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
+	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_E2E='$(TSAN_E2E)' CPUOS_SANITIZER=thread \
+	  CPUOS_PAUSE_CYCLES=20 CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
 	  TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp):log_path=$(TSAN_LOGS)/tsan \
 	  tests/run.sh
 

@@ -15,6 +15,8 @@
 #   BUILD_DIR      the build to test (default build; make test-asan uses
 #                  build-asan, make test-tsan build-tsan)
 #   CPUOS_TESTS    which parts, of "unit vm fuzz sdk e2e" (default all five)
+#   CPUOS_E2E      the end-to-end modules to run (default all of tests/e2e;
+#                  make test-tsan names the ones whose daemon threads race)
 #   CPUOS_SANITIZER  set by make test-asan and test-tsan: the time bounds
 #                  (each C case's, each e2e test's, each part's) scale by 3,
 #                  or 5 for thread
@@ -265,7 +267,8 @@ fi
 # the whole part.
 if wants e2e; then
 	part_begin
-	run_pytest e2e $((1800 * slow)) tests/e2e
+	# shellcheck disable=SC2086 # a list of paths
+	run_pytest e2e $((1800 * slow)) ${CPUOS_E2E:-tests/e2e}
 	part_end e2e
 fi
 if [ -n "$logs" ]; then
