@@ -35,6 +35,9 @@ endif
 TEMPLATES := base python node
 
 COMMON_SRCS := $(wildcard src/common/*.c)
+# The servers' library (src/lib): HTTP glue, SQLite basics, the event loop,
+# worker groups, options tables; linked by cpuosd and cpuos-gateway.
+LIB_SRCS := $(wildcard src/lib/*.c)
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
 # The runner: a library over common only. Who starts QEMU is its caller's
@@ -86,7 +89,7 @@ FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS
 		  $(JAIL_SRCS) $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
-FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c
+FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c src/common/buf.c
 FUZZ_LIBS_gateway := -ljansson
 FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
@@ -224,6 +227,13 @@ SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/
 $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lsqlite3 -lssl -lcrypto -lldns -lpthread
+
+# The library's tests (tests/unit/lib mirrors src/lib), each over all of it
+# (it is small).
+LIB_TESTS := $(patsubst tests/unit/lib/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/lib/test_*.c))
+$(LIB_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/lib/%.c $(TEST_LIB) $(LIB_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code
