@@ -162,7 +162,7 @@ static int stream(struct gw_req *r, const struct chat_req *q)
 				      strerror(e));
 	}
 	*w = (struct worker){ .g = r->g, .q = *q, .fd = fds[1] };
-	int e = gw_spawn(r->g, worker_main, w);
+	int e = workers_spawn(&r->g->background, worker_main, w);
 	if (e) {
 		json_decref(w->q.body);
 		free(w);
