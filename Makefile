@@ -181,15 +181,15 @@ $(BUILD)/tests/test_gateway: $(call obj,tests/unit/gateway/test_gateway.c $(TEST
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
 # Its store and its conversations' locks.
-$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/gateway/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c $(COMMON_SRCS))
+$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/gateway/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 

@@ -58,7 +58,7 @@ UNIT_TESTS=(
 	test_agentc test_disk test_qemu    # runner
 	test_cgroup                        # jail
 	test_priv                          # priv
-	test_workers test_loop             # lib
+	test_workers test_loop test_db     # lib
 	test_sbx                           # daemon/sandbox
 	test_store test_store_usage        # daemon/store
 	test_policy test_proxy test_secret # daemon/net
