@@ -128,7 +128,7 @@ static int cmd_keys(const struct gw_config *o)
 static int serve(const struct gw_config *o)
 {
 	struct gw g = { .cfg = o };
-	struct gw_http *http = NULL;
+	struct httpd *http = NULL;
 	char err[512];
 	int rc = 1, busy = 0;
 	if (!o->upstream_url[0]) {
@@ -169,7 +169,7 @@ static int serve(const struct gw_config *o)
 		;
 	log_info("signal %u: stopping", si.ssi_signo);
 	atomic_store(&g.stopping, 1);
-	gw_http_stop(http);
+	httpd_stop(http);
 	/* Streams and pauses still under way end at their next step. */
 	busy = workers_drain(&g.background, STOP_WAIT_MS) < 0;
 	if (busy)
