@@ -59,7 +59,7 @@ UNIT_TESTS=(
 	test_cgroup                        # jail
 	test_priv                          # priv
 	test_workers test_loop test_db     # lib
-	test_httpd                         # lib
+	test_httpd test_opts               # lib
 	test_sbx                           # daemon/sandbox
 	test_store test_store_usage        # daemon/store
 	test_policy test_proxy test_secret # daemon/net
