@@ -35,6 +35,9 @@ endif
 TEMPLATES := base python node
 
 COMMON_SRCS := $(wildcard src/common/*.c)
+# The servers' library (src/lib): HTTP glue, SQLite basics, the event loop,
+# worker groups, options tables; linked by cpuosd and cpuos-gateway.
+LIB_SRCS := $(wildcard src/lib/*.c)
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
 # The runner: a library over common only. Who starts QEMU is its caller's
@@ -83,10 +86,10 @@ FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
 FUZZ_LIBS_agentc := -ljansson -lpthread
 FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(PRIV_SRCS) \
-		  $(JAIL_SRCS) $(COMMON_SRCS)
+		  $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
-FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c
+FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c src/common/buf.c
 FUZZ_LIBS_gateway := -ljansson
 FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
@@ -159,7 +162,7 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS)) \
+$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS)) \
 	   $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
@@ -168,7 +171,7 @@ $(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -lcrypto -pthread
 
-$(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(COMMON_SRCS))
+$(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
@@ -178,15 +181,15 @@ $(BUILD)/tests/test_gateway: $(call obj,tests/unit/gateway/test_gateway.c $(TEST
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
 # Its store and its conversations' locks.
-$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/gateway/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c $(COMMON_SRCS))
+$(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/gateway/test_gateway_store.c $(TEST_LIB) src/gateway/gw_store.c src/gateway/conv.c src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
@@ -194,17 +197,17 @@ $(BUILD)/tests/test_policy: $(call obj,tests/unit/daemon/net/test_policy.c $(TES
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
-$(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lldns -ljansson -lpthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
 $(BUILD)/tests/test_secret: $(call obj,tests/unit/daemon/net/test_secret.c $(TEST_LIB) src/daemon/net/secret.c src/daemon/net/ca.c src/daemon/net/policy.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(COMMON_SRCS))
+$(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
 # The helper and the jail, without the runner.
 $(BUILD)/tests/test_priv: $(call obj,tests/unit/priv/test_priv.c $(TEST_LIB) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
@@ -220,10 +223,17 @@ $(BUILD)/tests/test_cgroup: $(call obj,tests/unit/jail/test_cgroup.c $(TEST_LIB)
 SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
 	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) \
 	$(filter-out src/runner/vm.c src/runner/vm_snap.c,$(RUNNER_SRCS)) $(PRIV_SRCS) $(JAIL_SRCS) \
-	$(COMMON_SRCS)
+	$(LIB_SRCS) $(COMMON_SRCS)
 $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lsqlite3 -lssl -lcrypto -lldns -lpthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
+# The library's tests (tests/unit/lib mirrors src/lib), each over all of it
+# (it is small).
+LIB_TESTS := $(patsubst tests/unit/lib/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/lib/test_*.c))
+$(LIB_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/lib/%.c $(TEST_LIB) $(LIB_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code

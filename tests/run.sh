@@ -55,11 +55,13 @@ mkdir -p "$CPUOS_RUN_DIR"
 # tests by room: tests/unit/ROOM mirrors src/ROOM, binaries keep flat names.
 UNIT_TESTS=(
 	test_tap                           # harness: tests/lib/tap itself
-	test_proto                         # common
+	test_proto test_buf test_unixsock  # common
 	test_agent test_agent_code         # agent
 	test_agentc test_disk test_qemu    # runner
 	test_cgroup                        # jail
 	test_priv                          # priv
+	test_workers test_loop test_db     # lib
+	test_httpd test_opts               # lib
 	test_sbx                           # daemon/sandbox
 	test_store test_store_usage        # daemon/store
 	test_policy test_proxy test_secret # daemon/net

@@ -28,6 +28,19 @@ void clock_deadline(struct timespec *ts, int ms)
 	}
 }
 
+int clock_cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+	int r = pthread_condattr_init(&ca);
+	if (r)
+		return r;
+	r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (!r)
+		r = pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+	return r;
+}
+
 uint64_t clock_realtime_ns(void)
 {
 	struct timespec ts;

@@ -6,6 +6,7 @@
 #ifndef CPUOS_CLOCK_H
 #define CPUOS_CLOCK_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,9 @@ double clock_ms_f(void);
 /* Fills *ts with the CLOCK_MONOTONIC time ms from now (for timed waits on
  * condition variables set to that clock). */
 void clock_deadline(struct timespec *ts, int ms);
+/* Initialises *cv to time its waits by CLOCK_MONOTONIC, so deadlines from
+ * clock_deadline hold when the wall clock jumps: 0 or an error number. */
+int clock_cond_init(pthread_cond_t *cv);
 /* CLOCK_REALTIME in nanoseconds. */
 uint64_t clock_realtime_ns(void);
 

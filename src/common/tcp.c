@@ -26,6 +26,28 @@ int tcp_wait(int fd, short ev, int ms)
 	return r;
 }
 
+int tcp_wait_peer(int fd, short ev, int peer, int ms)
+{
+	/* POLLRDHUP alone on the peer: bytes it sends (a pipelined request)
+	 * do not wake the wait, its end or a reset does. */
+	struct pollfd pf[2] = { { .fd = fd, .events = ev }, { .fd = peer, .events = POLLRDHUP } };
+	int64_t end = ms >= 0 ? clock_ms() + ms : 0;
+	for (;;) {
+		int left = ms < 0 ? -1 : (int)(end - clock_ms() > 0 ? end - clock_ms() : 0);
+		int r = poll(pf, peer >= 0 ? 2 : 1, left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return 0;
+		if (pf[0].revents)
+			return 1;
+		if (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+			return -ECONNRESET;
+	}
+}
+
 ssize_t tcp_read_until(int fd, char *buf, size_t cap, int ms,
 		       int (*done)(const char *buf, size_t len, void *arg), void *arg)
 {

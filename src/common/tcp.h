@@ -11,6 +11,11 @@
 
 /* poll() for ev on fd, retried on EINTR: >0 ready, 0 timed out, <0 error. */
 int tcp_wait(int fd, short ev, int ms);
+/* The same while the peer of the connected socket peer stays (peer < 0:
+ * none): 1 when fd is ready, 0 after ms (< 0: no limit), -ECONNRESET once
+ * the peer closed or reset its connection (tcp_peer_gone's sense, without
+ * polling for it), -errno. How a server waits on work for a client. */
+int tcp_wait_peer(int fd, short ev, int peer, int ms);
 /* Reads into buf[0..cap) until done(buf, len, arg) says the bytes are
  * enough (1) or wrong (-1), within ms in all: the bytes read, or -1 when
  * done said wrong, the peer ended or erred, the time ran out or cap was

@@ -1,20 +1,57 @@
-/* unixsock: a retrying Unix socket connect that follows no symlink. */
+/* unixsock: a retrying Unix socket connect that follows no symlink, and
+ * waits for its socket to appear on an inotify watch, not by sleeping. */
 #include "common/unixsock.h"
 #include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#define REFUSED_MS 5 /* a socket bound but not listening yet: asked again after */
+
+/* An inotify descriptor watching the directory of path for names made
+ * or moved there, or -1 (no directory yet, out of watches). */
+static int watch_dir(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if ((size_t)snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path),
+				  path) >= sizeof(dir))
+		return -1;
+	int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	if (in >= 0 && inotify_add_watch(in, dir, IN_CREATE | IN_MOVED_TO | IN_ATTRIB) < 0) {
+		close(in);
+		in = -1;
+	}
+	return in;
+}
+
+/* Waits up to ms for the directory to change (in >= 0) or just ms. */
+static void wait_change(int in, int ms)
+{
+	struct pollfd p = { .fd = in, .events = POLLIN };
+	if (poll(&p, in >= 0 ? 1 : 0, ms) > 0) {
+		char ev[4096];
+		while (read(in, ev, sizeof(ev)) > 0)
+			; /* drained: the next turn looks again */
+	}
+}
+
 int unix_connect(const char *path, int timeout_ms)
 {
 	int64_t deadline = clock_ms() + timeout_ms;
+	int in = -1, watched = 0;
 	for (;;) {
 		/* The socket itself, never where a symlink in its place
 		 * points: the directories these live in are a jailed QEMU's
@@ -44,12 +81,24 @@ int unix_connect(const char *path, int timeout_ms)
 		}
 		if (at >= 0)
 			close(at);
-		if (!e)
-			return fd;
-		if (fd >= 0)
+		if (fd >= 0 && e)
 			close(fd);
-		if ((e != ENOENT && e != ECONNREFUSED) || clock_ms() >= deadline)
-			return -e;
-		usleep(5000);
+		int64_t left = deadline - clock_ms();
+		if (!e || (e != ENOENT && e != ECONNREFUSED) || left <= 0) {
+			if (in >= 0)
+				close(in);
+			return e ? -e : fd;
+		}
+		/* The watch comes before the next try, so a socket made
+		 * between a try and the wait is not missed: after making it,
+		 * try at once. A socket that is there and refuses is asked
+		 * again shortly: its listen(2) makes no event. */
+		if (!watched) {
+			in = watch_dir(path);
+			watched = 1;
+			continue;
+		}
+		int ms = left > INT_MAX ? INT_MAX : (int)left;
+		wait_change(in, e == ENOENT && in >= 0 ? ms : ms < REFUSED_MS ? ms : REFUSED_MS);
 	}
 }

@@ -1,12 +1,11 @@
 /*
- * config: defaults, the config file and the command line of cpuosd.
+ * config: cpuosd's defaults and its options table (lib/opts reads the
+ * config files and the command line through it).
  */
 #include "daemon/config.h"
 
-#include "common/conffile.h"
+#include "lib/opts.h"
 
-#include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,188 +88,85 @@ static const char usage[] =
 	"SIGTERM or SIGINT stops serving; running sandboxes keep running and the next\n"
 	"cpuosd with the same --state-dir takes them over.\n";
 
-static const struct option longopts[] = {
-	{ "config", required_argument, 0, 'c' },	{ "state-dir", required_argument, 0, 's' },
-	{ "socket", required_argument, 0, 'S' },	{ "listen", required_argument, 0, 'l' },
-	{ "guest-dir", required_argument, 0, 'g' },	{ "cache-dir", required_argument, 0, 'C' },
-	{ "qemu", required_argument, 0, 'q' },		{ "accel", required_argument, 0, 'a' },
-	{ "max-sandboxes", required_argument, 0, 'm' }, { "max-json-bytes", required_argument, 0, 'j' },
-	{ "max-file-bytes", required_argument, 0, 'f' }, { "max-output-bytes", required_argument, 0, 'o' },
-	{ "max-conns-per-ip", required_argument, 0, 'p' }, { "conn-timeout", required_argument, 0, 't' },
-	{ "answer-timeout", required_argument, 0, 'A' },
-	{ "price-per-hour", required_argument, 0, 'P' },
-	{ "price-vcpus", required_argument, 0, 'V' },
-	{ "price-memory-gib", required_argument, 0, 'M' },
-	{ "price-storage-gib-month", required_argument, 0, 'G' },
-	{ "paused-retention", required_argument, 0, 'R' },
-	{ "template-snapshots", required_argument, 0, 'T' },
-	{ "pool-python", required_argument, 0, 'Y' },
-	{ "pool-other", required_argument, 0, 'O' },
-	{ "pool-max-mb", required_argument, 0, 'X' },
-	{ "net", required_argument, 0, 'N' },
-	{ "net-range", required_argument, 0, 'r' },
-	{ "net-default", required_argument, 0, 'D' },
-	{ "dns-upstream", required_argument, 0, 'u' },
-	{ "egress-trust", required_argument, 0, 'E' },
-	{ "url-listen", required_argument, 0, 'U' },
-	{ "url-domain", required_argument, 0, 'W' },
-	{ "account-max-vcpus", required_argument, 0, 'v' },
-	{ "account-max-memory-mb", required_argument, 0, 'e' },
-	{ "memory-overcommit", required_argument, 0, 'x' },
-	{ "jail", required_argument, 0, 'J' },
-	{ "jail-ids", required_argument, 0, 'I' },
-	{ "cgroups", required_argument, 0, 'K' },
-	{ "log-level", required_argument, 0, 'L' },	{ "help", no_argument, 0, 'h' },
-	{ 0, 0, 0, 0 },
+/* --jail-ids FIRST:COUNT */
+static int set_jail_ids(void *arg, const char *prog, const char *v)
+{
+	struct config *o = arg;
+	char first[24], count[24], extra;
+	long long f = 0, n = 0;
+	if (sscanf(v, "%23[0-9]:%23[0-9]%c", first, count, &extra) != 2 ||
+	    (f = strtoll(first, NULL, 10)) < 1 || f > 4000000000LL ||
+	    (n = strtoll(count, NULL, 10)) < 2 || n > 1 << 24 || f + n > 4294967294LL) {
+		fprintf(stderr, "%s: invalid --jail-ids '%s' (FIRST:COUNT, 2 ids or more "
+				"below 4294967294)\n", prog, v);
+		return -1;
+	}
+	o->jail_first = f;
+	o->jail_count = n;
+	return 0;
+}
+
+/* --net-default: the two plain modes may be named; anything else is JSON,
+ * checked when the daemon starts. */
+static int set_net_default(void *arg, const char *prog, const char *v)
+{
+	struct config *o = arg;
+	if (!strcmp(v, "allow-all") || !strcmp(v, "deny-all")) {
+		snprintf(o->net_default, sizeof(o->net_default), "{\"mode\":\"%s\"}", v);
+	} else if (strlen(v) >= sizeof(o->net_default)) {
+		fprintf(stderr, "%s: --net-default is too long\n", prog);
+		return -1;
+	} else {
+		snprintf(o->net_default, sizeof(o->net_default), "%s", v);
+	}
+	return 0;
+}
+
+#define PRICE "a price in USD, 0 to 1e9"
+
+static const struct opt table[] = {
+	OPT_TEXT_OF("state-dir", struct config, state_dir),
+	OPT_TEXT_OF("socket", struct config, socket),
+	OPT_TEXT_OF("listen", struct config, listen),
+	OPT_TEXT_OF("guest-dir", struct config, guest_dir),
+	OPT_TEXT_OF("cache-dir", struct config, cache_dir),
+	OPT_TEXT_OF("qemu", struct config, qemu),
+	OPT_TEXT_OF("accel", struct config, accel),
+	OPT_INT_OF("max-sandboxes", struct config, max_sandboxes, 1, 0),
+	OPT_INT_OF("max-json-bytes", struct config, max_json, 1024, 0),
+	OPT_INT_OF("max-file-bytes", struct config, max_file, 1, 0),
+	OPT_INT_OF("max-output-bytes", struct config, max_output, 1024, 0),
+	OPT_INT_OF("max-conns-per-ip", struct config, max_conns_per_ip, 1, 0),
+	OPT_INT_OF("conn-timeout", struct config, conn_timeout_s, 1, 0),
+	OPT_INT_OF("answer-timeout", struct config, answer_timeout_s, 1, 0),
+	OPT_REAL_OF("price-per-hour", struct config, price_per_hour, 0, 1e9, PRICE),
+	OPT_INT_OF("price-vcpus", struct config, price_vcpus, 1, 1024),
+	OPT_INT_OF("price-memory-gib", struct config, price_memory_gib, 1, 1 << 20),
+	OPT_REAL_OF("price-storage-gib-month", struct config, price_storage_gib_month, 0, 1e9,
+		    PRICE),
+	OPT_INT_OF("paused-retention", struct config, paused_retention_s, 1, 0),
+	OPT_ON_OFF_OF("template-snapshots", struct config, template_snapshots),
+	OPT_INT_OF("pool-python", struct config, pool_python, 0, 64),
+	OPT_INT_OF("pool-other", struct config, pool_other, 0, 64),
+	OPT_INT_OF("pool-max-mb", struct config, pool_max_mb, 0, 0),
+	OPT_ON_OFF_OF("net", struct config, net),
+	OPT_TEXT_OF("net-range", struct config, net_range),
+	OPT_FN_OF("net-default", set_net_default),
+	OPT_TEXT_OF("dns-upstream", struct config, dns_upstream),
+	OPT_TEXT_OF("egress-trust", struct config, egress_trust),
+	OPT_TEXT_OF("url-listen", struct config, url_listen),
+	OPT_TEXT_OF("url-domain", struct config, url_domain),
+	OPT_INT_OF("account-max-vcpus", struct config, account_vcpus, 0, 1 << 20),
+	OPT_INT_OF("account-max-memory-mb", struct config, account_memory_mb, 0, 0),
+	OPT_REAL_OF("memory-overcommit", struct config, overcommit, 0, 100, NULL),
+	OPT_ON_OFF_OF("jail", struct config, jail),
+	OPT_FN_OF("jail-ids", set_jail_ids),
+	OPT_ON_OFF_OF("cgroups", struct config, cgroups),
+	OPT_TEXT_OF("log-level", struct config, log_level),
+	{ 0 },
 };
 
-static int set_number(const char *name, const char *v, long long min, long long *out)
-{
-	char *end;
-	errno = 0;
-	long long n = strtoll(v, &end, 10);
-	if (errno || !*v || *end || n < min) {
-		fprintf(stderr, "cpuosd: invalid --%s '%s'\n", name, v);
-		return -1;
-	}
-	*out = n;
-	return 0;
-}
-
-/* A count that must also fit an unsigned field. */
-static int set_bounded(const char *name, const char *v, long long min, long long max,
-		       long long *out)
-{
-	long long n;
-	if (set_number(name, v, min, &n) < 0)
-		return -1;
-	if (n > max) {
-		fprintf(stderr, "cpuosd: --%s '%s' is over %lld\n", name, v, max);
-		return -1;
-	}
-	*out = n;
-	return 0;
-}
-
-/* A price: a finite decimal number >= 0. */
-static int set_text(const char *name, const char *v, char *out, size_t n)
-{
-	if (strlen(v) >= n) {
-		fprintf(stderr, "cpuosd: --%s is too long\n", name);
-		return -1;
-	}
-	snprintf(out, n, "%s", v);
-	return 0;
-}
-
-static int set_price(const char *name, const char *v, double *out)
-{
-	char *end;
-	errno = 0;
-	double d = strtod(v, &end);
-	/* !(d >= 0) also refuses NaN; the cap refuses inf and typos alike */
-	if (errno || !*v || *end || !(d >= 0) || d > 1e9) {
-		fprintf(stderr, "cpuosd: invalid --%s '%s' (a price in USD, 0 to 1e9)\n", name, v);
-		return -1;
-	}
-	*out = d;
-	return 0;
-}
-
-static int set_on_off(const char *name, const char *v, int *out)
-{
-	if (strcmp(v, "on") && strcmp(v, "off")) {
-		fprintf(stderr, "cpuosd: --%s must be on or off\n", name);
-		return -1;
-	}
-	*out = !strcmp(v, "on");
-	return 0;
-}
-
-/* Applies one option by its short letter: 0, or -1 after saying why. */
-static int apply(struct config *o, int c, const char *v)
-{
-	switch (c) {
-	case 's': snprintf(o->state_dir, sizeof(o->state_dir), "%s", v); return 0;
-	case 'S': snprintf(o->socket, sizeof(o->socket), "%s", v); return 0;
-	case 'l': snprintf(o->listen, sizeof(o->listen), "%s", v); return 0;
-	case 'g': snprintf(o->guest_dir, sizeof(o->guest_dir), "%s", v); return 0;
-	case 'C': snprintf(o->cache_dir, sizeof(o->cache_dir), "%s", v); return 0;
-	case 'q': snprintf(o->qemu, sizeof(o->qemu), "%s", v); return 0;
-	case 'a': snprintf(o->accel, sizeof(o->accel), "%s", v); return 0;
-	case 'L': snprintf(o->log_level, sizeof(o->log_level), "%s", v); return 0;
-	case 'm': return set_number("max-sandboxes", v, 1, &o->max_sandboxes);
-	case 'j': return set_number("max-json-bytes", v, 1024, &o->max_json);
-	case 'f': return set_number("max-file-bytes", v, 1, &o->max_file);
-	case 'o': return set_number("max-output-bytes", v, 1024, &o->max_output);
-	case 'p': return set_number("max-conns-per-ip", v, 1, &o->max_conns_per_ip);
-	case 't': return set_number("conn-timeout", v, 1, &o->conn_timeout_s);
-	case 'A': return set_number("answer-timeout", v, 1, &o->answer_timeout_s);
-	case 'P': return set_price("price-per-hour", v, &o->price_per_hour);
-	case 'V': return set_bounded("price-vcpus", v, 1, 1024, &o->price_vcpus);
-	case 'M': return set_bounded("price-memory-gib", v, 1, 1 << 20, &o->price_memory_gib);
-	case 'G': return set_price("price-storage-gib-month", v, &o->price_storage_gib_month);
-	case 'R': return set_number("paused-retention", v, 1, &o->paused_retention_s);
-	case 'T': return set_on_off("template-snapshots", v, &o->template_snapshots);
-	case 'Y': return set_bounded("pool-python", v, 0, 64, &o->pool_python);
-	case 'O': return set_bounded("pool-other", v, 0, 64, &o->pool_other);
-	case 'X': return set_number("pool-max-mb", v, 0, &o->pool_max_mb);
-	case 'N': return set_on_off("net", v, &o->net);
-	case 'r': return set_text("net-range", v, o->net_range, sizeof(o->net_range));
-	case 'u': return set_text("dns-upstream", v, o->dns_upstream, sizeof(o->dns_upstream));
-	case 'E': return set_text("egress-trust", v, o->egress_trust, sizeof(o->egress_trust));
-	case 'U': return set_text("url-listen", v, o->url_listen, sizeof(o->url_listen));
-	case 'W': return set_text("url-domain", v, o->url_domain, sizeof(o->url_domain));
-	case 'v': return set_bounded("account-max-vcpus", v, 0, 1 << 20, &o->account_vcpus);
-	case 'e': return set_number("account-max-memory-mb", v, 0, &o->account_memory_mb);
-	case 'x': {
-		char *end;
-		errno = 0;
-		double d = strtod(v, &end);
-		if (errno || !*v || *end || !(d >= 0) || d > 100) {
-			fprintf(stderr, "cpuosd: invalid --memory-overcommit '%s' (0 to 100)\n", v);
-			return -1;
-		}
-		o->overcommit = d;
-		return 0;
-	}
-	case 'J': return set_on_off("jail", v, &o->jail);
-	case 'K': return set_on_off("cgroups", v, &o->cgroups);
-	case 'I': {
-		char first[24], count[24], extra;
-		long long f, n;
-		if (sscanf(v, "%23[0-9]:%23[0-9]%c", first, count, &extra) != 2 ||
-		    set_bounded("jail-ids", first, 1, 4000000000LL, &f) < 0 ||
-		    set_bounded("jail-ids", count, 2, 1 << 24, &n) < 0 || f + n > 4294967294LL) {
-			fprintf(stderr, "cpuosd: invalid --jail-ids '%s' (FIRST:COUNT, 2 ids or more "
-					"below 4294967294)\n", v);
-			return -1;
-		}
-		o->jail_first = f;
-		o->jail_count = n;
-		return 0;
-	}
-	case 'D':
-		/* The two plain modes may be named; anything else is JSON,
-		 * checked when the daemon starts. */
-		if (!strcmp(v, "allow-all") || !strcmp(v, "deny-all"))
-			snprintf(o->net_default, sizeof(o->net_default), "{\"mode\":\"%s\"}", v);
-		else if (set_text("net-default", v, o->net_default, sizeof(o->net_default)) < 0)
-			return -1;
-		return 0;
-	default: return -1;
-	}
-}
-
-static int apply_line(void *o, int val, const char *value)
-{
-	return apply(o, val, value);
-}
-
-static int read_config(struct config *o, const char *path)
-{
-	return conf_read("cpuosd", path, longopts, apply_line, o);
-}
+static const struct opts_spec spec = { .prog = "cpuosd", .usage = usage, .opts = table };
 
 static void defaults(struct config *o)
 {
@@ -318,29 +214,5 @@ static void defaults(struct config *o)
 int config_parse(struct config *o, int argc, char **argv)
 {
 	defaults(o);
-	/* The config file first, so flags override it wherever it appears. */
-	for (int i = 1; i < argc; i++) {
-		const char *v = !strcmp(argv[i], "--config") && i + 1 < argc ? argv[i + 1]
-				: !strncmp(argv[i], "--config=", 9) ? argv[i] + 9 : NULL;
-		if (v && read_config(o, v) < 0)
-			return -1;
-	}
-	int c;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		if (c == 'h') {
-			fputs(usage, stdout);
-			return 1;
-		}
-		if (c == 'c')
-			continue;
-		if (c == '?' || apply(o, c, optarg) < 0) {
-			fprintf(stderr, "cpuosd: see cpuosd --help\n");
-			return -1;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "cpuosd: unexpected argument '%s'\n", argv[optind]);
-		return -1;
-	}
-	return 0;
+	return opts_parse(&spec, o, argc, argv, NULL);
 }

@@ -407,7 +407,7 @@ static void finish_soon(struct run *r)
 	if (l) {
 		*l = (struct later){ .g = r->g, .q = *r->q, .sbx = r->sbx, .locked = r->locked };
 		l->q.body = NULL;
-		if (gw_spawn(r->g, finish_later, l) == 0)
+		if (workers_spawn(&r->g->background, finish_later, l) == 0)
 			return;
 		free(l);
 	}

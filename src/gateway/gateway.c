@@ -1,15 +1,11 @@
-/* gateway: the error bodies every part answers with, and its background
- * threads (see gateway.h). */
+/* gateway: the error bodies every part answers with (see gateway.h). */
 #include "gateway/gateway.h"
 
 #include "common/log.h"
 #include "gateway/upstream.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 json_t *gw_error(const char *type, const char *code, const char *fmt, ...)
 {
@@ -42,40 +38,4 @@ json_t *gw_upstream_error(const struct up_err *e, unsigned *status)
 	if (*status >= 500)
 		log_warn("%u %s: %s", *status, code, e->message);
 	return gw_error(type, code, "%s", e->message);
-}
-
-struct spawned {
-	struct gw *g;
-	void (*fn)(void *arg);
-	void *arg;
-};
-
-static void *trampoline(void *p)
-{
-	struct spawned s = *(struct spawned *)p;
-	free(p);
-	log_set_tag("gateway");
-	s.fn(s.arg);
-	atomic_fetch_sub(&s.g->background, 1);
-	return NULL;
-}
-
-int gw_spawn(struct gw *g, void (*fn)(void *arg), void *arg)
-{
-	struct spawned *s = malloc(sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	*s = (struct spawned){ g, fn, arg };
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	atomic_fetch_add(&g->background, 1);
-	int e = pthread_create(&t, &attr, trampoline, s);
-	pthread_attr_destroy(&attr);
-	if (e) {
-		atomic_fetch_sub(&g->background, 1);
-		free(s);
-	}
-	return -e;
 }

@@ -7,6 +7,7 @@
 #define CPUOS_GW_GATEWAY_H
 
 #include "gateway/sbxc.h"
+#include "lib/workers.h"
 
 #include <jansson.h>
 #include <stdatomic.h>
@@ -22,8 +23,8 @@ struct gw {
 	struct upstream *up;
 	struct conv_locks *locks;
 	struct sbxc_cfg sbx;
-	atomic_int stopping;   /* SIGTERM came: requests end at their next step */
-	atomic_int background; /* threads pausing sandboxes after an answer */
+	atomic_int stopping;       /* SIGTERM came: requests end at their next step */
+	struct workers background; /* streams, and pauses of sandboxes after an answer */
 };
 
 /* An OpenAI-style error body: {"error": {"message", "type", "param": null,
@@ -31,10 +32,6 @@ struct gw {
  * NULL without memory. */
 json_t *gw_error(const char *type, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-
-/* Runs fn(arg) in a detached thread counted in g->background (which the
- * stop waits for): 0, or -errno with fn never called. */
-int gw_spawn(struct gw *g, void (*fn)(void *arg), void *arg);
 
 /* An upstream call's failure as the caller sees it: *status and the error
  * body. Errors of the request itself keep their status (a bad model name

@@ -39,19 +39,19 @@ int gw_conv_ok(const char *s, size_t n)
 	return utf8 != NULL;
 }
 
-static json_t *parse_body(struct gw_req *r)
+static json_t *parse_body(struct httpd_req *r)
 {
 	json_error_t je;
 	json_t *body = r->body ? json_loadb(r->body, r->len, 0, &je) : NULL;
 	if (!r->body)
-		gw_reply_error(r, 400, "invalid_request_error", "invalid_json",
-			       "the request needs a JSON body");
+		httpd_reply_error(r, 400, "invalid_request_error", "invalid_json",
+				  "the request needs a JSON body");
 	else if (!body)
-		gw_reply_error(r, 400, "invalid_request_error", "invalid_json",
-			       "malformed JSON: %s (line %d)", je.text, je.line);
+		httpd_reply_error(r, 400, "invalid_request_error", "invalid_json",
+				  "malformed JSON: %s (line %d)", je.text, je.line);
 	else if (!json_is_object(body))
-		gw_reply_error(r, 400, "invalid_request_error", "invalid_json",
-			       "the body must be a JSON object");
+		httpd_reply_error(r, 400, "invalid_request_error", "invalid_json",
+				  "the body must be a JSON object");
 	else
 		return body;
 	json_decref(body);
@@ -121,7 +121,7 @@ static void worker_main(void *arg)
 
 /* Reads the head: its status, with body (an error answer) in buf. 0, or
  * -1 when the worker ended without one or the client left first. */
-static int read_head(struct gw_req *r, int fd, struct head *h, char *buf)
+static int read_head(struct httpd_req *r, int fd, struct head *h, char *buf)
 {
 	size_t got = 0;
 	char *dst = (char *)h;
@@ -131,11 +131,8 @@ static int read_head(struct gw_req *r, int fd, struct head *h, char *buf)
 			return -1;
 		dst = part ? buf : dst;
 		for (got = 0; got < want;) {
-			int ready = tcp_wait(fd, POLLIN, 1000);
-			if (ready < 0 || (ready == 0 && gw_client_gone(r)))
+			if (tcp_wait_peer(fd, POLLIN, httpd_fd(r), -1) <= 0)
 				return -1;
-			if (ready == 0)
-				continue;
 			ssize_t n = read(fd, dst + got, want - got);
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -150,77 +147,86 @@ static int read_head(struct gw_req *r, int fd, struct head *h, char *buf)
 
 /* Starts the worker, which takes over q->body: jansson's values are not
  * to be shared between threads, its reference counts included. */
-static int stream(struct gw_req *r, const struct chat_req *q)
+static int stream(struct httpd_req *r, const struct chat_req *q)
 {
+	struct gw *gw = r->arg;
 	int fds[2];
 	struct worker *w = malloc(sizeof(*w));
 	if (!w || pipe2(fds, O_CLOEXEC) < 0) {
 		int e = errno;
 		free(w);
 		json_decref(q->body);
-		return gw_reply_error(r, 500, "server_error", "internal", "cannot start a stream: %s",
-				      strerror(e));
+		return httpd_reply_error(r, 500, "server_error", "internal",
+					 "cannot start a stream: %s", strerror(e));
 	}
-	*w = (struct worker){ .g = r->g, .q = *q, .fd = fds[1] };
-	int e = gw_spawn(r->g, worker_main, w);
+	*w = (struct worker){ .g = gw, .q = *q, .fd = fds[1] };
+	int e = workers_spawn(&gw->background, worker_main, w);
 	if (e) {
 		json_decref(w->q.body);
 		free(w);
 		close(fds[0]);
 		close(fds[1]);
-		return gw_reply_error(r, 503, "server_error", "busy", "cannot start a stream: %s",
-				      strerror(-e));
+		return httpd_reply_error(r, 503, "server_error", "busy",
+					 "cannot start a stream: %s", strerror(-e));
 	}
 	struct head h;
 	char *buf = malloc(MAX_HEAD_BODY);
 	if (!buf || read_head(r, fds[0], &h, buf) < 0) {
 		free(buf);
 		close(fds[0]);
-		return gw_reply_error(r, 500, "server_error", "internal", "the stream ended early");
+		return httpd_reply_error(r, 500, "server_error", "internal",
+					 "the stream ended early");
 	}
 	if (h.status == 200) {
 		free(buf);
-		return gw_reply_fd(r, 200, "text/event-stream", fds[0]);
+		return httpd_reply_fd(r, 200, "text/event-stream", fds[0]);
 	}
 	close(fds[0]);
 	int rc = h.len ? gw_reply_text(r, h.status, buf)
-		       : gw_reply_error(r, h.status, "server_error", "internal", "(an error too long)");
+		       : httpd_reply_error(r, h.status, "server_error", "internal",
+					   "(an error too long)");
 	free(buf);
 	return rc;
 }
 
 /* ---- routes ---- */
 
-static int client_gone(void *arg)
+static int bad_conversation(struct httpd_req *r)
 {
-	return gw_client_gone(arg);
+	return httpd_reply_error(r, 400, "invalid_request_error", "invalid_conversation",
+				 "a conversation id is 1 to %d bytes without control characters",
+				 GW_CONV_MAX);
 }
 
-static int h_chat(struct gw_req *r)
+static int client_gone(void *arg)
 {
+	return httpd_client_gone(arg);
+}
+
+static int h_chat(struct httpd_req *r)
+{
+	struct gw *gw = r->arg;
 	json_t *body = parse_body(r);
 	if (!body)
 		return 0;
 	struct chat_req q = { .body = body };
-	snprintf(q.key_id, sizeof(q.key_id), "%s", r->key_id);
+	snprintf(q.key_id, sizeof(q.key_id), "%s", gw_key_id(r));
 	char why[256];
 	const char *param;
-	if (chat_check(body, r->g->cfg->tool_name, &q.stream, why, sizeof(why), &param) < 0) {
+	if (chat_check(body, gw->cfg->tool_name, &q.stream, why, sizeof(why), &param) < 0) {
 		json_t *e = gw_error("invalid_request_error", "invalid_value", "%s", why);
 		json_object_set_new(json_object_get(e, "error"), "param", json_string(param));
 		json_decref(body);
-		return gw_reply_json(r, 400, e);
+		return httpd_reply_json(r, 400, e);
 	}
 	/* The conversation: the header, else the OpenAI "user" field. */
-	const char *conv = gw_header(r, "X-Conversation-Id");
+	const char *conv = httpd_header(r, "X-Conversation-Id");
 	json_t *user = json_object_get(body, "user");
 	if (!conv && json_is_string(user))
 		conv = json_string_value(user);
 	if (conv && !gw_conv_ok(conv, strlen(conv))) {
 		json_decref(body);
-		return gw_reply_error(r, 400, "invalid_request_error", "invalid_conversation",
-				      "a conversation id is 1 to %d bytes without control characters",
-				      GW_CONV_MAX);
+		return bad_conversation(r);
 	}
 	snprintf(q.conv, sizeof(q.conv), "%s", conv ? conv : "");
 	if (q.stream)
@@ -228,64 +234,67 @@ static int h_chat(struct gw_req *r)
 	unsigned status;
 	json_t *answer;
 	struct chat_io io = { .gone = client_gone, .arg = r };
-	chat_run(r->g, &q, &io, &status, &answer);
+	chat_run(gw, &q, &io, &status, &answer);
 	json_decref(body);
-	return gw_reply_json(r, status, answer);
+	return httpd_reply_json(r, status, answer);
 }
 
-static int h_models(struct gw_req *r)
+static int h_models(struct httpd_req *r)
 {
+	struct gw *gw = r->arg;
 	json_t *out;
 	struct up_err e;
-	if (up_get(r->g->up, "/models", &out, &e) == 0)
-		return gw_reply_json(r, 200, out);
+	if (up_get(gw->up, "/models", &out, &e) == 0)
+		return httpd_reply_json(r, 200, out);
 	unsigned status;
 	json_t *err = gw_upstream_error(&e, &status);
-	return gw_reply_json(r, status, err);
+	return httpd_reply_json(r, status, err);
 }
 
-static int h_files(struct gw_req *r)
+static int h_files(struct httpd_req *r)
 {
+	struct gw *gw = r->arg;
 	const char *path = gw_query(r, "path");
 	if (!path || !*path)
-		return gw_reply_error(r, 400, "invalid_request_error", "invalid_path",
-				      "the query needs path=/absolute/path");
-	if (!gw_conv_ok(r->param, strlen(r->param)))
-		return gw_reply_error(r, 400, "invalid_request_error", "invalid_conversation",
-				      "a conversation id is 1 to %d bytes without control characters",
-				      GW_CONV_MAX);
-	int e = conv_take(r->g->locks, r->key_id, r->param, CHAT_CONV_WAIT_MS);
+		return httpd_reply_error(r, 400, "invalid_request_error", "invalid_path",
+					 "the query needs path=/absolute/path");
+	if (!gw_conv_ok(r->param[0], strlen(r->param[0])))
+		return bad_conversation(r);
+	int e = conv_take(gw->locks, gw_key_id(r), r->param[0], CHAT_CONV_WAIT_MS);
 	if (e == -EBUSY)
-		return gw_reply_error(r, 409, "conflict", "conversation_busy",
-				      "conversation '%s' is busy with another request", r->param);
+		return httpd_reply_error(r, 409, "conflict", "conversation_busy",
+					 "conversation '%s' is busy with another request",
+					 r->param[0]);
 	if (e)
-		return gw_reply_error(r, 503, "server_error", "busy", "too many conversations at once");
+		return httpd_reply_error(r, 503, "server_error", "busy",
+					 "too many conversations at once");
 	struct sbxc *s = NULL;
 	char err[600];
-	int rc = sbxc_new(&r->g->sbx, r->g->store, r->key_id, r->param, &s);
+	int rc = sbxc_new(&gw->sbx, gw->store, gw_key_id(r), r->param[0], &s);
 	if (rc == 0)
 		rc = sbxc_write(s, path, r->body ? r->body : "", r->len, err, sizeof(err));
 	else
 		snprintf(err, sizeof(err), "out of memory");
 	sbxc_done(s);
-	conv_give(r->g->locks, r->key_id, r->param);
+	conv_give(gw->locks, gw_key_id(r), r->param[0]);
 	if (rc == -EINVAL)
-		return gw_reply_error(r, 400, "invalid_request_error", "invalid_path", "%s", err);
+		return httpd_reply_error(r, 400, "invalid_request_error", "invalid_path", "%s",
+					 err);
 	if (rc)
-		return gw_reply_error(r, 503, "sandbox_error", "cpuos_unavailable", "%s", err);
-	return gw_reply_json(r, 201, json_pack("{s:s, s:s, s:I}", "conversation_id", r->param,
+		return httpd_reply_error(r, 503, "sandbox_error", "cpuos_unavailable", "%s", err);
+	return httpd_reply_json(r, 201, json_pack("{s:s, s:s, s:I}", "conversation_id", r->param[0],
 					       "path", path, "size", (json_int_t)r->len));
 }
 
-static int h_health(struct gw_req *r)
+static int h_health(struct httpd_req *r)
 {
-	return gw_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+	return httpd_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-const struct gw_route gw_routes[] = {
-	{ "POST", "/v1/chat/completions", h_chat, 0, 0 },
-	{ "GET", "/v1/models", h_models, 0, 0 },
-	{ "PUT", "/v1/conversations/{conv}/files", h_files, 0, 1 },
-	{ "GET", "/health", h_health, 1, 0 },
+const struct httpd_route gw_routes[] = {
+	{ "POST", "/v1/chat/completions", 0, h_chat, NULL },
+	{ "GET", "/v1/models", 0, h_models, NULL },
+	{ "PUT", "/v1/conversations/{conv}/files", HTTPD_FILE, h_files, NULL },
+	{ "GET", "/health", HTTPD_OPEN, h_health, NULL },
 	{ 0 },
 };

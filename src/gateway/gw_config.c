@@ -1,11 +1,10 @@
-/* gw_config: defaults, the config file and the command line of cpuos-gateway. */
+/* gw_config: cpuos-gateway's defaults, its options table (lib/opts reads
+ * the config files and the command line through it) and its secrets. */
 #include "gateway/gw_config.h"
 
-#include "common/conffile.h"
-#include "common/duration.h"
+#include "lib/opts.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,115 +42,46 @@ static const char usage[] =
 	"  --help                   this text\n"
 	"Durations: 90s, 30m, 2h, 1h30m or seconds. SIGTERM or SIGINT stops serving.\n";
 
-static const struct option longopts[] = {
-	{ "config", required_argument, 0, 'c' },
-	{ "listen", required_argument, 0, 'l' },
-	{ "upstream-url", required_argument, 0, 'u' },
-	{ "upstream-key-file", required_argument, 0, 'k' },
-	{ "upstream-timeout", required_argument, 0, 'T' },
-	{ "cpuos-url", required_argument, 0, 'C' },
-	{ "cpuos-key-file", required_argument, 0, 'K' },
-	{ "state-dir", required_argument, 0, 's' },
-	{ "template", required_argument, 0, 't' },
-	{ "sandbox-timeout", required_argument, 0, 'S' },
-	{ "code-timeout", required_argument, 0, 'E' },
-	{ "max-steps", required_argument, 0, 'm' },
-	{ "tool-name", required_argument, 0, 'n' },
-	{ "max-body-bytes", required_argument, 0, 'b' },
-	{ "max-file-bytes", required_argument, 0, 'f' },
-	{ "name", required_argument, 0, 'N' },
-	{ "log-level", required_argument, 0, 'L' },
-	{ "help", no_argument, 0, 'h' },
-	{ 0, 0, 0, 0 },
-};
-
-static int set_text(const char *name, const char *v, char *out, size_t n)
+/* --tool-name: a function name as OpenAI takes it, 1..64 of a-z A-Z 0-9 _ -. */
+static int set_tool_name(void *arg, const char *prog, const char *v)
 {
-	if (strlen(v) >= n) {
-		fprintf(stderr, "cpuos-gateway: --%s is too long\n", name);
-		return -1;
-	}
-	snprintf(out, n, "%s", v);
-	return 0;
-}
-
-static int set_number(const char *name, const char *v, long long min, long long max,
-		      long long *out)
-{
-	char *end;
-	errno = 0;
-	long long n = strtoll(v, &end, 10);
-	if (errno || !*v || *end || n < min || n > max) {
-		fprintf(stderr, "cpuos-gateway: invalid --%s '%s' (%lld to %lld)\n", name, v, min,
-			max);
-		return -1;
-	}
-	*out = n;
-	return 0;
-}
-
-static int set_duration(const char *name, const char *v, long long max, long long *out)
-{
-	long long s;
-	if (duration_parse(v, &s) < 0 || s < 1 || s > max) {
-		fprintf(stderr, "cpuos-gateway: invalid --%s '%s' (a duration such as 90s or 30m, "
-				"at most %llds)\n", name, v, max);
-		return -1;
-	}
-	*out = s;
-	return 0;
-}
-
-/* A function name as OpenAI takes it: 1..64 of a-z A-Z 0-9 _ -. */
-static int set_tool_name(const char *v, char *out, size_t n)
-{
+	struct gw_config *o = arg;
 	size_t len = strlen(v);
 	if (len == 0 || len > 64 || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 					     "0123456789_-") != len) {
-		fprintf(stderr, "cpuos-gateway: invalid --tool-name '%s' (1 to 64 of a-z A-Z 0-9 _ -)\n",
+		fprintf(stderr, "%s: invalid --tool-name '%s' (1 to 64 of a-z A-Z 0-9 _ -)\n", prog,
 			v);
 		return -1;
 	}
-	snprintf(out, n, "%s", v);
+	snprintf(o->tool_name, sizeof(o->tool_name), "%s", v);
 	return 0;
 }
 
-/* Applies one option by its short letter: 0, or -1 after saying why. */
-static int apply(struct gw_config *o, int c, const char *v)
-{
-	switch (c) {
-	case 'l': return set_text("listen", v, o->listen, sizeof(o->listen));
-	case 'u': return set_text("upstream-url", v, o->upstream_url, sizeof(o->upstream_url));
-	case 'k':
-		return set_text("upstream-key-file", v, o->upstream_key_file,
-				sizeof(o->upstream_key_file));
-	case 'T': return set_duration("upstream-timeout", v, 24 * 3600, &o->upstream_timeout_s);
-	case 'C': return set_text("cpuos-url", v, o->cpuos_url, sizeof(o->cpuos_url));
-	case 'K':
-		return set_text("cpuos-key-file", v, o->cpuos_key_file, sizeof(o->cpuos_key_file));
-	case 's': return set_text("state-dir", v, o->state_dir, sizeof(o->state_dir));
-	case 't': return set_text("template", v, o->template_, sizeof(o->template_));
-	case 'S': return set_duration("sandbox-timeout", v, 24 * 3600, &o->sandbox_timeout_s);
-	case 'E': return set_duration("code-timeout", v, 24 * 3600, &o->code_timeout_s);
-	case 'm': return set_number("max-steps", v, 1, 64, &o->max_steps);
-	case 'n': return set_tool_name(v, o->tool_name, sizeof(o->tool_name));
-	case 'b': return set_number("max-body-bytes", v, 1024, 1LL << 30, &o->max_body_bytes);
-	case 'f': return set_number("max-file-bytes", v, 1, 1LL << 30, &o->max_file_bytes);
-	case 'N': return set_text("name", v, o->name, sizeof(o->name));
-	case 'L': return set_text("log-level", v, o->log_level, sizeof(o->log_level));
-	default: return -1;
-	}
-}
+#define DAY (24 * 3600)
 
-static int apply_line(void *o, int val, const char *value)
-{
-	return apply(o, val, value);
-}
+static const struct opt table[] = {
+	OPT_TEXT_OF("listen", struct gw_config, listen),
+	OPT_TEXT_OF("upstream-url", struct gw_config, upstream_url),
+	OPT_TEXT_OF("upstream-key-file", struct gw_config, upstream_key_file),
+	OPT_DURATION_OF("upstream-timeout", struct gw_config, upstream_timeout_s, 1, DAY),
+	OPT_TEXT_OF("cpuos-url", struct gw_config, cpuos_url),
+	OPT_TEXT_OF("cpuos-key-file", struct gw_config, cpuos_key_file),
+	OPT_TEXT_OF("state-dir", struct gw_config, state_dir),
+	OPT_TEXT_OF("template", struct gw_config, template_),
+	OPT_DURATION_OF("sandbox-timeout", struct gw_config, sandbox_timeout_s, 1, DAY),
+	OPT_DURATION_OF("code-timeout", struct gw_config, code_timeout_s, 1, DAY),
+	OPT_INT_OF("max-steps", struct gw_config, max_steps, 1, 64),
+	OPT_FN_OF("tool-name", set_tool_name),
+	OPT_INT_OF("max-body-bytes", struct gw_config, max_body_bytes, 1024, 1LL << 30),
+	OPT_INT_OF("max-file-bytes", struct gw_config, max_file_bytes, 1, 1LL << 30),
+	OPT_TEXT_OF("name", struct gw_config, name),
+	OPT_TEXT_OF("log-level", struct gw_config, log_level),
+	{ 0 },
+};
 
-static int read_config(struct gw_config *o, const char *path)
-{
-	return conf_read("cpuos-gateway", path, longopts, apply_line, o);
-}
+static const struct opts_spec spec = {
+	.prog = "cpuos-gateway", .usage = usage, .opts = table, .args = 1
+};
 
 static void defaults(struct gw_config *o)
 {
@@ -174,30 +104,12 @@ static void defaults(struct gw_config *o)
 
 int gw_config_parse(struct gw_config *o, int argc, char **argv)
 {
+	int first = argc;
 	defaults(o);
-	for (int i = 1; i < argc; i++) {
-		const char *v = !strcmp(argv[i], "--config") && i + 1 < argc ? argv[i + 1]
-				: !strncmp(argv[i], "--config=", 9) ? argv[i] + 9 : NULL;
-		if (v && read_config(o, v) < 0)
-			return -1;
-	}
-	int c;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		if (c == 'h') {
-			fputs(usage, stdout);
-			return 1;
-		}
-		if (c == 'c')
-			continue;
-		if (c == '?' || apply(o, c, optarg) < 0) {
-			fprintf(stderr, "cpuos-gateway: see cpuos-gateway --help\n");
-			return -1;
-		}
-	}
-	o->args = argv + optind;
-	o->nargs = argc - optind;
-	return 0;
+	int r = opts_parse(&spec, o, argc, argv, &first);
+	o->args = argv + first;
+	o->nargs = argc - first;
+	return r;
 }
 
 char *gw_config_secret(const char *file, const char *env)

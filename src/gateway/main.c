@@ -128,9 +128,9 @@ static int cmd_keys(const struct gw_config *o)
 static int serve(const struct gw_config *o)
 {
 	struct gw g = { .cfg = o };
-	struct gw_http *http = NULL;
+	struct httpd *http = NULL;
 	char err[512];
-	int rc = 1;
+	int rc = 1, busy = 0;
 	if (!o->upstream_url[0]) {
 		fprintf(stderr, "cpuos-gateway: --upstream-url is needed (an OpenAI-compatible /v1 URL)\n");
 		return 2;
@@ -150,8 +150,9 @@ static int serve(const struct gw_config *o)
 	sigaddset(&set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
-	if (sfd < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		log_error("cannot set up signals or libcurl");
+	if (sfd < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+	    workers_init(&g.background, 0, 0, "gateway") < 0) {
+		log_error("cannot set up signals, libcurl or threads");
 		goto out;
 	}
 	if (open_store(o, &g.store) < 0 || up_new(o->upstream_url, up_key, o->upstream_timeout_s,
@@ -168,20 +169,19 @@ static int serve(const struct gw_config *o)
 		;
 	log_info("signal %u: stopping", si.ssi_signo);
 	atomic_store(&g.stopping, 1);
-	gw_http_stop(http);
+	httpd_stop(http);
 	/* Streams and pauses still under way end at their next step. */
-	for (int64_t end = clock_ms() + STOP_WAIT_MS;
-	     atomic_load(&g.background) > 0 && clock_ms() < end;)
-		usleep(50000);
-	rc = atomic_load(&g.background) ? 1 : 0;
-	if (rc)
-		log_warn("%d requests still running at exit", atomic_load(&g.background));
+	busy = workers_drain(&g.background, STOP_WAIT_MS) < 0;
+	if (busy)
+		log_warn("%u requests still running at exit", workers_count(&g.background));
+	rc = busy;
 stop:
-	if (!atomic_load(&g.background)) { /* else still in use: the exit frees them */
+	if (!busy) { /* else still in use: the exit frees them */
 		conv_locks_free(g.locks);
 		up_free(g.up);
 		gw_store_close(g.store);
 		curl_global_cleanup();
+		workers_release(&g.background);
 	}
 	if (sfd >= 0)
 		close(sfd);

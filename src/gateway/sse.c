@@ -8,50 +8,30 @@
 void sse_init(struct sse *p, size_t max)
 {
 	memset(p, 0, sizeof(*p));
-	p->max = max;
+	buf_init(&p->line, max);
+	buf_init(&p->data, max);
 }
 
 void sse_release(struct sse *p)
 {
-	free(p->line);
-	free(p->data);
+	buf_release(&p->line);
+	buf_release(&p->data);
 	memset(p, 0, sizeof(*p));
-}
-
-/* Appends n bytes to *buf (room for a NUL kept), capped at max. */
-static int grow(char **buf, size_t *len, size_t *cap, const char *s, size_t n, size_t max)
-{
-	if (*len + n > max)
-		return -EMSGSIZE;
-	if (*len + n + 1 > *cap) {
-		size_t c = *cap ? *cap : 256;
-		while (c < *len + n + 1)
-			c *= 2;
-		char *nb = realloc(*buf, c);
-		if (!nb)
-			return -ENOMEM;
-		*buf = nb;
-		*cap = c;
-	}
-	memcpy(*buf + *len, s, n);
-	*len += n;
-	(*buf)[*len] = '\0';
-	return 0;
 }
 
 /* One whole line: a field, a comment, or (empty) the end of an event. */
 static int on_line(struct sse *p, sse_event_fn fn, void *arg)
 {
-	const char *l = p->line ? p->line : "";
-	size_t n = p->line_len;
-	p->line_len = 0;
+	const char *l = p->line.p ? p->line.p : "";
+	size_t n = p->line.len;
+	p->line.len = 0;
 	if (n == 0) {
 		if (!p->has_data)
 			return 0;
 		p->has_data = 0;
-		size_t len = p->data_len;
-		p->data_len = 0;
-		return fn(arg, p->data ? p->data : "", len);
+		size_t len = p->data.len;
+		p->data.len = 0;
+		return fn(arg, p->data.p ? p->data.p : "", len);
 	}
 	if (l[0] == ':')
 		return 0;
@@ -63,12 +43,12 @@ static int on_line(struct sse *p, sse_event_fn fn, void *arg)
 	if (v < l + n && *v == ' ')
 		v++;
 	if (p->has_data) {
-		int r = grow(&p->data, &p->data_len, &p->data_cap, "\n", 1, p->max);
+		int r = buf_add(&p->data, "\n", 1);
 		if (r)
 			return r;
 	}
 	p->has_data = 1;
-	return grow(&p->data, &p->data_len, &p->data_cap, v, (size_t)(l + n - v), p->max);
+	return buf_add(&p->data, v, (size_t)(l + n - v));
 }
 
 int sse_feed(struct sse *p, const char *buf, size_t n, sse_event_fn fn, void *arg)
@@ -83,7 +63,7 @@ int sse_feed(struct sse *p, const char *buf, size_t n, sse_event_fn fn, void *ar
 		size_t take = 0;
 		while (take < n && buf[take] != '\n' && buf[take] != '\r')
 			take++;
-		int r = grow(&p->line, &p->line_len, &p->line_cap, buf, take, p->max);
+		int r = buf_add(&p->line, buf, take);
 		if (r)
 			return r;
 		if (take == n)
@@ -99,8 +79,8 @@ int sse_feed(struct sse *p, const char *buf, size_t n, sse_event_fn fn, void *ar
 
 int sse_end(struct sse *p)
 {
-	int pending = p->line_len > 0 || p->has_data;
-	p->line_len = p->data_len = 0;
+	int pending = p->line.len > 0 || p->has_data;
+	p->line.len = p->data.len = 0;
 	p->has_data = 0;
 	return pending;
 }

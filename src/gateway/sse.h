@@ -8,6 +8,8 @@
 #ifndef CPUOS_GW_SSE_H
 #define CPUOS_GW_SSE_H
 
+#include "common/buf.h"
+
 #include <stddef.h>
 
 /* One event's data (the "data" lines joined by "\n", NUL-terminated; n
@@ -16,16 +18,13 @@
 typedef int (*sse_event_fn)(void *arg, const char *data, size_t n);
 
 struct sse {
-	char *line;   /* the line being read, without its end */
-	size_t line_len, line_cap;
-	char *data;   /* the event being read */
-	size_t data_len, data_cap;
-	int has_data; /* a "data" field was seen (its value may be empty) */
-	int cr;       /* the last byte was a CR: a LF right after it ends nothing */
-	size_t max;   /* cap on a line and on an event's data */
+	struct buf line; /* the line being read, without its end */
+	struct buf data; /* the event being read */
+	int has_data;    /* a "data" field was seen (its value may be empty) */
+	int cr;          /* the last byte was a CR: a LF right after it ends nothing */
 };
 
-/* Starts a parser whose lines and events hold at most max bytes. */
+/* Starts a parser whose lines and events hold at most max (> 0) bytes. */
 void sse_init(struct sse *p, size_t max);
 /* Frees what p holds; it may be initialised again. */
 void sse_release(struct sse *p);

@@ -10,34 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct buf {
-	char *p;
-	size_t len, cap;
-};
-
 struct turn_call {
 	char id[128];
 	char type[32];
 	struct buf name, args;
 };
-
-static int buf_add(struct buf *b, const char *s, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t c = b->cap ? b->cap : 64;
-		while (c < b->len + n + 1)
-			c *= 2;
-		char *np = realloc(b->p, c);
-		if (!np)
-			return -ENOMEM;
-		b->p = np;
-		b->cap = c;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
 
 void turn_init(struct turn *t)
 {
@@ -49,10 +26,10 @@ void turn_release(struct turn *t)
 {
 	json_decref(t->message);
 	json_decref(t->usage);
-	free(t->content);
+	buf_release(&t->content);
 	for (int i = 0; i < t->ncalls; i++) {
-		free(t->calls[i].name.p);
-		free(t->calls[i].args.p);
+		buf_release(&t->calls[i].name);
+		buf_release(&t->calls[i].args);
 	}
 	free(t->calls);
 	turn_init(t);
@@ -226,13 +203,11 @@ int turn_add_chunk(struct turn *t, json_t *chunk, const char **text, size_t *tex
 		return 0;
 	json_t *content = json_object_get(delta, "content");
 	if (json_is_string(content) && json_string_length(content)) {
-		struct buf b = { t->content, t->content_len, t->content_cap };
-		size_t at = b.len;
-		if (buf_add(&b, json_string_value(content), json_string_length(content)))
+		size_t at = t->content.len;
+		if (buf_add(&t->content, json_string_value(content), json_string_length(content)))
 			return -ENOMEM;
-		t->content = b.p, t->content_len = b.len, t->content_cap = b.cap;
-		*text = t->content + at;
-		*text_len = b.len - at;
+		*text = t->content.p + at;
+		*text_len = t->content.len - at;
 	}
 	json_t *calls = json_object_get(delta, "tool_calls");
 	if (calls && !json_is_null(calls)) {
@@ -259,7 +234,8 @@ int turn_finish(struct turn *t)
 		goto nomem;
 	if (json_object_set_new(m, "role", json_string("assistant")) ||
 	    json_object_set_new(m, "content",
-				t->content ? json_stringn(t->content, t->content_len) : json_null()))
+				t->content.p ? json_stringn(t->content.p, t->content.len)
+					     : json_null()))
 		goto nomem;
 	for (int i = 0; i < t->ncalls; i++) {
 		struct turn_call *c = &t->calls[i];

@@ -7,6 +7,8 @@
 #ifndef CPUOS_GW_TURN_H
 #define CPUOS_GW_TURN_H
 
+#include "common/buf.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -16,8 +18,7 @@ struct turn_call;
 
 struct turn {
 	json_t *message;  /* the assistant message, as the next request sends it back */
-	char *content;    /* streamed text so far (NUL-terminated), NULL: none */
-	size_t content_len, content_cap;
+	struct buf content; /* streamed text so far; content.p NULL: none */
 	struct turn_call *calls; /* streamed tool calls so far, by index */
 	int ncalls;
 	char finish_reason[32];
@@ -34,7 +35,7 @@ void turn_release(struct turn *t);
 int turn_from_completion(struct turn *t, json_t *answer, char *why, size_t whylen);
 
 /* One chat.completion.chunk of a stream: adds its first choice's delta to
- * t. *text and *text_len get the text it adds (within t->content, valid
+ * t. *text and *text_len get the text it adds (within t->content.p, valid
  * until the next call; empty when none). A chunk without choices may carry
  * the usage. 0, -EPROTO with a reason (not a chunk, past the caps), or
  * -ENOMEM. */

@@ -5,6 +5,7 @@
  */
 #include "gateway/upstream.h"
 
+#include "common/buf.h"
 #include "gateway/sse.h"
 #include "gateway/turn.h"
 
@@ -33,8 +34,8 @@ struct upstream {
 /* One call's state, seen by the write callback. */
 struct call {
 	CURL *h;
-	char *buf; /* a whole answer, or an error answer's start */
-	size_t len, cap, total;
+	struct buf body; /* a whole answer, or an error answer's start */
+	size_t total;
 	int stream;
 	struct sse sse;
 	struct turn *t;
@@ -102,26 +103,6 @@ static void give(struct upstream *u, CURL *h)
 	pthread_mutex_unlock(&u->lock);
 	if (h)
 		curl_easy_cleanup(h);
-}
-
-static int keep(struct call *c, const char *p, size_t n, size_t max)
-{
-	if (c->len + n + 1 > max)
-		return -1;
-	if (c->len + n + 1 > c->cap) {
-		size_t cap = c->cap ? c->cap : 16384;
-		while (cap < c->len + n + 1)
-			cap *= 2;
-		char *nb = realloc(c->buf, cap);
-		if (!nb)
-			return -1;
-		c->buf = nb;
-		c->cap = cap;
-	}
-	memcpy(c->buf + c->len, p, n);
-	c->len += n;
-	c->buf[c->len] = '\0';
-	return 0;
 }
 
 /* The message of an upstream's error answer, in the shapes servers use:
@@ -193,16 +174,18 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
 	c->total += n;
 	if (status < 200 || status > 299) { /* keep an error answer's start */
-		if (c->len < MAX_ERROR_ANSWER - 1)
-			keep(c, p, n < MAX_ERROR_ANSWER - 1 - c->len ? n : MAX_ERROR_ANSWER - 1 - c->len,
-			     MAX_ERROR_ANSWER);
+		size_t keep = MAX_ERROR_ANSWER - 1;
+		size_t room = keep > c->body.len ? keep - c->body.len : 0;
+		buf_add(&c->body, p, n < room ? n : room);
 		return n;
 	}
 	if (c->total > UP_MAX_ANSWER) {
 		c->stop = STOP_TOO_BIG;
 		return 0;
 	}
-	int r = c->stream ? sse_feed(&c->sse, p, n, on_event, c) : keep(c, p, n, UP_MAX_ANSWER);
+	/* past the cap: the stream's own error, or a whole answer's -1 */
+	int r = c->stream ? sse_feed(&c->sse, p, n, on_event, c)
+			  : (buf_add(&c->body, p, n) ? -1 : 0);
 	if (r) {
 		c->stop = r == -EMSGSIZE ? STOP_TOO_BIG : r > 0 ? r : STOP_BAD;
 		return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
@@ -301,7 +284,7 @@ static int perform(struct upstream *u, struct call *c, const char *path, const c
 		r = curl_fail(u, c, cc, cerr, e);
 	} else if (status < 200 || status > 299) {
 		char msg[400];
-		error_text(c->buf ? c->buf : "", c->len, msg, sizeof(msg));
+		error_text(c->body.p ? c->body.p : "", c->body.len, msg, sizeof(msg));
 		r = fail(e, UP_STATUS, status, "the upstream answered %ld: %s", status,
 			 msg[0] ? msg : "(no message)");
 	}
@@ -318,6 +301,7 @@ int up_chat(struct upstream *u, json_t *body, up_text_fn text, void *arg, struct
 	    struct up_err *e)
 {
 	struct call c = { .stream = text != NULL, .t = t, .text = text, .arg = arg };
+	buf_init(&c.body, UP_MAX_ANSWER - 1);
 	char *json = json_dumps(body, JSON_COMPACT);
 	if (!json)
 		return fail(e, UP_UNREACHABLE, 0, "out of memory");
@@ -334,7 +318,7 @@ int up_chat(struct upstream *u, json_t *body, up_text_fn text, void *arg, struct
 			r = fail(e, UP_UNREACHABLE, 0, "out of memory");
 	} else if (!r) {
 		json_error_t je;
-		json_t *ans = json_loadb(c.buf ? c.buf : "", c.len, 0, &je);
+		json_t *ans = json_loadb(c.body.p ? c.body.p : "", c.body.len, 0, &je);
 		char why[200];
 		if (!ans)
 			r = fail(e, UP_BAD_ANSWER, 200, "the upstream's answer is not JSON: %s",
@@ -345,21 +329,22 @@ int up_chat(struct upstream *u, json_t *body, up_text_fn text, void *arg, struct
 	}
 	if (c.stream)
 		sse_release(&c.sse);
-	free(c.buf);
+	buf_release(&c.body);
 	return r;
 }
 
 int up_get(struct upstream *u, const char *path, json_t **out, struct up_err *e)
 {
 	struct call c = { 0 };
+	buf_init(&c.body, UP_MAX_ANSWER - 1);
 	*out = NULL;
 	int r = perform(u, &c, path, NULL, e);
 	if (!r) {
 		json_error_t je;
-		if (!(*out = json_loadb(c.buf ? c.buf : "", c.len, 0, &je)))
+		if (!(*out = json_loadb(c.body.p ? c.body.p : "", c.body.len, 0, &je)))
 			r = fail(e, UP_BAD_ANSWER, 200, "the upstream's answer is not JSON: %s",
 				 je.text);
 	}
-	free(c.buf);
+	buf_release(&c.body);
 	return r;
 }

@@ -5,6 +5,8 @@
  */
 #include "cli/cpuos/http.h"
 
+#include "common/buf.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
@@ -20,11 +22,6 @@
 #define MAX_JSON_ANSWER	 (64u << 20) /* an exec result is ~2 MiB of output, escaped */
 #define MAX_ERROR_ANSWER (64u << 10)
 #define MAX_LINE	 (16u << 20)
-
-struct buf {
-	char *p;
-	size_t len, cap;
-};
 
 struct api {
 	CURL *h;
@@ -55,26 +52,6 @@ struct req {
 	/* upload */
 	int fd;
 };
-
-static int buf_add(struct buf *b, const char *p, size_t n, size_t max)
-{
-	if (b->len + n + 1 > max)
-		return -EFBIG;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *np = realloc(b->p, cap);
-		if (!np)
-			return -ENOMEM;
-		b->p = np;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
 
 int api_new(const char *url, const char *key, struct api **out)
 {
@@ -221,9 +198,9 @@ static int lines_feed(struct req *q, const char *p, size_t n)
 	while (n) {
 		const char *nl = memchr(p, '\n', n);
 		size_t take = nl ? (size_t)(nl - p) : n;
-		int r = buf_add(&q->line, p, take, MAX_LINE);
+		int r = buf_add(&q->line, p, take);
 		if (r < 0)
-			return r == -EFBIG ? -EMSGSIZE : r; /* a line that long is not the API */
+			return r; /* -EMSGSIZE: a line that long is not the API */
 		if (!nl)
 			return 0;
 		if (q->line.len) { /* blank lines are keep-alives */
@@ -247,20 +224,17 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 	int r;
 	if (!is_2xx(status)) {
 		/* An error answer is small JSON; keep its start, drop the rest. */
-		if (q->body.len < MAX_ERROR_ANSWER - 1)
-			buf_add(&q->body, p,
-				n < MAX_ERROR_ANSWER - 1 - q->body.len
-				    ? n
-				    : MAX_ERROR_ANSWER - 1 - q->body.len,
-				MAX_ERROR_ANSWER);
+		size_t keep = MAX_ERROR_ANSWER - 1;
+		size_t room = keep > q->body.len ? keep - q->body.len : 0;
+		buf_add(&q->body, p, n < room ? n : room);
 		return n;
 	}
 	if (q->line_fn)
 		r = lines_feed(q, p, n);
 	else if (q->sink)
 		r = q->sink(q->sink_arg, p, n);
-	else
-		r = buf_add(&q->body, p, n, MAX_JSON_ANSWER);
+	else if ((r = buf_add(&q->body, p, n)) == -EMSGSIZE)
+		r = -EFBIG; /* the answer, not a line, is too long */
 	if (r) {
 		q->sink_err = r;
 		return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
@@ -353,6 +327,8 @@ static int perform(struct req *q, const char *method, const struct apath *path, 
 
 	a->status = 0;
 	a->code[0] = a->error[0] = a->curl_err[0] = '\0';
+	buf_init(&q->body, MAX_JSON_ANSWER - 1);
+	buf_init(&q->line, MAX_LINE - 1);
 	if (resp)
 		*resp = NULL;
 	if (path->err) {
@@ -468,8 +444,8 @@ out:
 		snprintf(a->error, sizeof(a->error), "out of memory");
 	curl_slist_free_all(hdrs);
 	free(url);
-	free(q->body.p);
-	free(q->line.p);
+	buf_release(&q->body);
+	buf_release(&q->line);
 	return r;
 }
 

@@ -1,8 +1,10 @@
 /*
- * http: the HTTP layer of cpuosd on libmicrohttpd: one listener on TCP and
- * one on a Unix socket, a route table, bearer-key authentication, body
- * limits and JSON answers. Thread per connection, so handlers may block
- * while a sandbox works.
+ * http: cpuosd's face on the servers' library (lib/httpd): one listener on
+ * TCP and one on a Unix socket, the API's route table, bearer keys from the
+ * store, body limits, and answers in the API's error shape
+ * ({"error": {"code", "message"}}). The names the handlers use (struct
+ * req, reply_*, req_query, api_routes) stay theirs; thread per connection,
+ * so handlers may block while a sandbox works.
  */
 #ifndef CPUOS_HTTP_H
 #define CPUOS_HTTP_H
@@ -13,6 +15,7 @@
 #include <sys/types.h>
 
 struct MHD_Connection;
+struct httpd_req;
 struct store;
 struct sbx_mgr;
 struct ports;
@@ -50,11 +53,7 @@ struct req {
 	char param[2][80];  /* {id} and {pid} from the path */
 	json_t *body;       /* parsed JSON body, if the route takes one */
 	void *stream;       /* a streaming upload's own state */
-	int status;         /* the status queued, 0 before */
-	/* MHD takes a response only before or after the body: one made while
-	 * the body streams in waits here until it has all arrived. */
-	struct MHD_Response *deferred;
-	int in_body;
+	struct httpd_req *http; /* the library's side of it */
 };
 
 /* A route's handler: queues exactly one response (via the reply helpers)

@@ -4,8 +4,11 @@
  */
 #include "daemon/net/dns.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "daemon/net/policy.h"
+#include "lib/loop.h"
+#include "lib/workers.h"
 #include "priv/priv.h"
 
 #include <arpa/inet.h>
@@ -19,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +32,7 @@
 #define MAX_KEEP_S 86400
 #define DNS_SEEN 256      /* answers kept per sandbox for the proxy */
 #define SLOT_WORKERS 4    /* queries answered at once per sandbox */
+#define DETACH_WAIT_MS 1000 /* an attach waits this long for its slot's last release */
 
 /* What the resolver answered, for the proxy's check. */
 struct seen {
@@ -39,9 +42,10 @@ struct seen {
 };
 
 struct slot {
+	struct dns *d;
 	int fd;           /* -1: unused */
 	int nsfd;         /* the namespace, held open */
-	int dead;         /* detached: the reader closes fd */
+	int dead;         /* detached: the loop's release closes fd */
 	char *policy;
 	int secrets;      /* the sandbox has egress secrets (dns_set_secrets) */
 	struct seen *seen; /* DNS_SEEN entries, the oldest replaced first */
@@ -54,11 +58,11 @@ struct slot {
 struct dns {
 	struct priv *priv; /* what adds to a namespace's "resolved" set */
 	pthread_mutex_t mu;
+	pthread_cond_t released; /* a detached slot's socket was closed */
 	struct slot *slots;
 	int nslots;
-	int wakefd;
-	int quit;
-	int workers;
+	struct loop *loop;         /* the reader's: the slots' sockets */
+	struct workers workers;    /* a thread per query */
 	pthread_t reader;
 	char upstream[64];
 	uint16_t port;
@@ -72,8 +76,6 @@ static const char *const doh_names[] = {
 	"dns11.quad9.net", "doh.opendns.com", "dns.nextdns.io", "dns.adguard-dns.com",
 	"doh.cleanbrowsing.org", "dns.mullvad.net", NULL,
 };
-
-static void wake(struct dns *d);
 
 /* --- answering --------------------------------------------------------- */
 
@@ -258,7 +260,7 @@ done:
 	return out;
 }
 
-static void *answer_main(void *arg)
+static void answer_main(void *arg)
 {
 	struct query *q = arg;
 	ldns_pkt *query = NULL;
@@ -296,12 +298,10 @@ static void *answer_main(void *arg)
 	close(q->nsfd);
 	free(q->policy);
 	pthread_mutex_lock(&q->d->mu);
-	q->d->workers--;
 	if (q->d->slots[q->slot].gen == q->gen)
 		q->d->slots[q->slot].workers--;
 	pthread_mutex_unlock(&q->d->mu);
 	free(q);
-	return NULL;
 }
 
 /* --- the reader ---------------------------------------------------------- */
@@ -315,8 +315,7 @@ static void take_query(struct dns *d, int i)
 		return;
 	socklen_t fl = sizeof(q->from);
 	ssize_t n = recvfrom(s->fd, q->buf, sizeof(q->buf), MSG_TRUNC, (struct sockaddr *)&q->from, &fl);
-	if (n <= 0 || (size_t)n > sizeof(q->buf) || d->workers >= DNS_MAX_WORKERS ||
-	    s->workers >= SLOT_WORKERS) {
+	if (n <= 0 || (size_t)n > sizeof(q->buf) || s->workers >= SLOT_WORKERS) {
 		free(q); /* nothing, oversized, or too many at once: dropped */
 		return;
 	}
@@ -329,11 +328,8 @@ static void take_query(struct dns *d, int i)
 	q->secrets = s->secrets;
 	q->fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 3);
 	q->nsfd = fcntl(s->nsfd, F_DUPFD_CLOEXEC, 3);
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_t t;
-	if (!q->policy || q->fd < 0 || q->nsfd < 0 || pthread_create(&t, &at, answer_main, q) != 0) {
+	/* past DNS_MAX_WORKERS at once, dropped as well */
+	if (!q->policy || q->fd < 0 || q->nsfd < 0 || workers_spawn(&d->workers, answer_main, q)) {
 		if (q->fd >= 0)
 			close(q->fd);
 		if (q->nsfd >= 0)
@@ -341,61 +337,47 @@ static void take_query(struct dns *d, int i)
 		free(q->policy);
 		free(q);
 	} else {
-		d->workers++;
 		s->workers++;
 	}
-	pthread_attr_destroy(&at);
+}
+
+/* A slot's socket is readable (the loop's thread). */
+static void on_query(struct loop *l, int fd, short revents, void *arg)
+{
+	(void)l, (void)revents;
+	struct slot *s = arg;
+	struct dns *d = s->d;
+	pthread_mutex_lock(&d->mu);
+	if (s->fd == fd && !s->dead)
+		take_query(d, (int)(s - d->slots));
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* A detached slot's socket is out of the loop: closed here only, so one
+ * polled is never another's. */
+static void on_release(int fd, void *arg)
+{
+	struct slot *s = arg;
+	struct dns *d = s->d;
+	pthread_mutex_lock(&d->mu);
+	if (s->fd == fd) {
+		close(s->fd);
+		close(s->nsfd);
+		free(s->policy);
+		free(s->seen);
+		*s = (struct slot){ .d = d, .fd = -1, .nsfd = -1, .gen = s->gen + 1 };
+	}
+	pthread_cond_broadcast(&d->released);
+	pthread_mutex_unlock(&d->mu);
 }
 
 static void *reader_main(void *arg)
 {
 	struct dns *d = arg;
-	struct pollfd *fds = calloc((size_t)d->nslots + 1, sizeof(*fds));
-	int *idx = calloc((size_t)d->nslots + 1, sizeof(*idx));
-	pthread_mutex_lock(&d->mu);
-	while (fds && idx && !d->quit) {
-		/* Sockets are closed here only, so one polled is never another's. */
-		int n = 0;
-		for (int i = 0; i < d->nslots; i++) {
-			struct slot *s = &d->slots[i];
-			if (s->fd >= 0 && s->dead) {
-				close(s->fd);
-				close(s->nsfd);
-				free(s->policy);
-				free(s->seen);
-				*s = (struct slot){ .fd = -1, .nsfd = -1, .gen = s->gen + 1 };
-			}
-			if (s->fd >= 0) {
-				fds[n] = (struct pollfd){ .fd = s->fd, .events = POLLIN };
-				idx[n++] = i;
-			}
-		}
-		fds[n] = (struct pollfd){ .fd = d->wakefd, .events = POLLIN };
-		pthread_mutex_unlock(&d->mu);
-		int r = poll(fds, (nfds_t)n + 1, 1000);
-		pthread_mutex_lock(&d->mu);
-		if (r <= 0)
-			continue;
-		uint64_t v;
-		if (fds[n].revents && read(d->wakefd, &v, sizeof(v)) < 0) {
-			/* drained already */
-		}
-		for (int k = 0; k < n; k++)
-			if (fds[k].revents && !d->slots[idx[k]].dead)
-				take_query(d, idx[k]);
-	}
-	pthread_mutex_unlock(&d->mu);
-	free(fds);
-	free(idx);
+	int r = loop_run(d->loop);
+	if (r < 0)
+		log_error("dns: the reader stopped: %s", strerror(-r));
 	return NULL;
-}
-
-static void wake(struct dns *d)
-{
-	uint64_t one = 1;
-	if (write(d->wakefd, &one, sizeof(one)) < 0) {
-		/* saturated: it is awake anyway */
-	}
 }
 
 int dns_open(const char *upstream, int nslots, struct priv *priv, struct dns **out, char *err,
@@ -406,15 +388,17 @@ int dns_open(const char *upstream, int nslots, struct priv *priv, struct dns **o
 		return -ENOMEM;
 	d->priv = priv;
 	pthread_mutex_init(&d->mu, NULL);
+	clock_cond_init(&d->released);
 	d->nslots = nslots;
 	d->port = 53;
-	d->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	d->slots = calloc((size_t)nslots, sizeof(*d->slots));
 	int r = -ENOMEM;
-	if (!d->slots || d->wakefd < 0)
+	if (!d->slots || workers_init(&d->workers, DNS_MAX_WORKERS, 0, NULL) < 0)
+		goto fail_workers;
+	if ((r = loop_new(&d->loop)) < 0)
 		goto fail;
 	for (int i = 0; i < nslots; i++)
-		d->slots[i].fd = d->slots[i].nsfd = -1;
+		d->slots[i] = (struct slot){ .d = d, .fd = -1, .nsfd = -1 };
 	if (upstream && *upstream) {
 		char host[64];
 		const char *colon = strchr(upstream, ':');
@@ -436,9 +420,11 @@ int dns_open(const char *upstream, int nslots, struct priv *priv, struct dns **o
 	*out = d;
 	return 0;
 fail:
-	if (d->wakefd >= 0)
-		close(d->wakefd);
+	loop_free(d->loop);
+	workers_release(&d->workers);
+fail_workers:
 	free(d->slots);
+	pthread_cond_destroy(&d->released);
 	pthread_mutex_destroy(&d->mu);
 	free(d);
 	return r;
@@ -448,29 +434,15 @@ void dns_close(struct dns *d)
 {
 	if (!d)
 		return;
-	pthread_mutex_lock(&d->mu);
-	d->quit = 1;
-	pthread_mutex_unlock(&d->mu);
-	wake(d);
+	loop_stop(d->loop);
 	pthread_join(d->reader, NULL);
-	/* Workers hold only their own descriptors and d->mu: wait them out. */
-	for (;;) {
-		pthread_mutex_lock(&d->mu);
-		int busy = d->workers;
-		pthread_mutex_unlock(&d->mu);
-		if (!busy)
-			break;
-		usleep(10000);
-	}
-	for (int i = 0; i < d->nslots; i++)
-		if (d->slots[i].fd >= 0) {
-			close(d->slots[i].fd);
-			close(d->slots[i].nsfd);
-			free(d->slots[i].policy);
-			free(d->slots[i].seen);
-		}
-	close(d->wakefd);
+	/* Workers hold only their own descriptors, d->mu and d->slots: wait
+	 * them out; then the loop lets go of the slots' sockets. */
+	workers_drain(&d->workers, -1);
+	workers_release(&d->workers);
+	loop_free(d->loop); /* which releases every slot still attached */
 	free(d->slots);
+	pthread_cond_destroy(&d->released);
 	pthread_mutex_destroy(&d->mu);
 	free(d);
 }
@@ -485,17 +457,19 @@ int dns_attach(struct dns *d, int slot, int nsfd, int fd, const char *policy, ch
 	}
 	char *p = strdup(policy);
 	struct seen *seen = calloc(DNS_SEEN, sizeof(*seen));
+	struct timespec until;
+	clock_deadline(&until, DETACH_WAIT_MS);
 	pthread_mutex_lock(&d->mu);
 	struct slot *s = &d->slots[slot];
-	/* Detached, but the reader has not closed it yet: it will soon. */
-	for (int i = 0; i < 500 && s->fd >= 0 && s->dead; i++) {
-		pthread_mutex_unlock(&d->mu);
-		wake(d);
-		usleep(2000);
-		pthread_mutex_lock(&d->mu);
-	}
-	int busy = s->fd >= 0;
-	if (!busy && p && seen) {
+	/* Detached, but the loop has not released it yet: it will soon. */
+	while (s->fd >= 0 && s->dead &&
+	       pthread_cond_timedwait(&d->released, &d->mu, &until) != ETIMEDOUT)
+		;
+	int busy = s->fd >= 0, r = busy ? -EBUSY : !p || !seen ? -ENOMEM : 0;
+	/* Watched from now on: the loop looks the slot up under d->mu. */
+	if (!r)
+		r = loop_add(d->loop, fd, POLLIN, on_query, on_release, s);
+	if (!r) {
 		s->fd = fd;
 		s->nsfd = nsfd;
 		s->dead = 0;
@@ -507,15 +481,17 @@ int dns_attach(struct dns *d, int slot, int nsfd, int fd, const char *policy, ch
 		s->gen++;
 	}
 	pthread_mutex_unlock(&d->mu);
-	if (busy || !p || !seen) {
+	if (r) {
 		close(fd);
 		close(nsfd);
 		free(p);
 		free(seen);
-		snprintf(err, errlen, "DNS slot %d is still in use", slot);
-		return busy ? -EBUSY : -ENOMEM;
+		if (busy)
+			snprintf(err, errlen, "DNS slot %d is still in use", slot);
+		else
+			snprintf(err, errlen, "out of memory");
+		return r;
 	}
-	wake(d);
 	return 0;
 }
 
@@ -586,8 +562,11 @@ void dns_detach(struct dns *d, int slot)
 	if (slot < 0 || slot >= d->nslots)
 		return;
 	pthread_mutex_lock(&d->mu);
-	if (d->slots[slot].fd >= 0)
+	int fd = d->slots[slot].fd >= 0 && !d->slots[slot].dead ? d->slots[slot].fd : -1;
+	if (fd >= 0)
 		d->slots[slot].dead = 1;
+	/* Under d->mu, so the release (which takes it) comes after. */
+	if (fd >= 0)
+		loop_del(d->loop, fd);
 	pthread_mutex_unlock(&d->mu);
-	wake(d);
 }

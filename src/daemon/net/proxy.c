@@ -7,6 +7,7 @@
  */
 #include "daemon/net/proxy.h"
 
+#include "common/clock.h"
 #include "common/http1.h"
 #include "common/log.h"
 #include "common/tcp.h"
@@ -14,6 +15,8 @@
 #include "daemon/net/net_impl.h"
 #include "daemon/net/proxy_impl.h"
 #include "daemon/net/secret.h"
+#include "lib/loop.h"
+#include "lib/workers.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -29,16 +32,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define CONNECT_MS 10000
+#define FULL_PAUSE_MS 50      /* out of descriptors: a listener rests this long */
+#define DETACH_WAIT_MS 12000  /* an attach waits this long for the slot's last ends */
 
 struct lsock {
+	struct proxy *p;
 	int fd;   /* listening, in the namespace; -1: none */
 	int nsfd; /* the namespace: connections go out from there */
-	int dead; /* detached: the acceptor closes it */
+	int dead; /* detached: the loop's release closes it */
 	int conns[PROXY_SLOT_CONNS]; /* guest sides of live connections, -1: free */
 	int nconns;
 	struct secret_set *secrets; /* NULL: none */
@@ -51,8 +56,10 @@ struct proxy {
 	SSL_CTX *client; /* toward servers, verifying them */
 	pthread_mutex_t mu;
 	struct lsock *slots;
-	int nslots, conns, quit, wakefd;
-	pthread_cond_t cv; /* conns went down */
+	int nslots, quit;
+	pthread_cond_t cv;       /* a slot's listener was closed or its connections went down */
+	struct loop *loop;       /* the acceptor's: the slots' listeners */
+	struct workers conns;    /* a thread per connection */
 	pthread_t acceptor;
 };
 
@@ -299,7 +306,7 @@ void proxy__put(struct proxy *p, struct secret_set *s)
 		secret_set_free(s);
 }
 
-static void *conn_main(void *arg)
+static void conn_main(void *arg)
 {
 	struct conn *c = arg;
 	struct sockaddr_in dst;
@@ -347,7 +354,8 @@ static void *conn_main(void *arg)
 	pthread_mutex_lock(&c->p->mu);
 	struct lsock *l = &c->p->slots[c->slot];
 	l->conns[c->at] = -1;
-	l->nconns--;
+	if (--l->nconns == 0)
+		pthread_cond_broadcast(&c->p->cv);
 	pthread_mutex_unlock(&c->p->mu);
 	if (out >= 0) {
 		close(out);
@@ -356,23 +364,10 @@ static void *conn_main(void *arg)
 		tcp_reset(c->fd);
 	}
 	close(c->nsfd);
-	pthread_mutex_lock(&c->p->mu);
-	c->p->conns--;
-	pthread_cond_broadcast(&c->p->cv);
-	pthread_mutex_unlock(&c->p->mu);
 	free(c);
-	return NULL;
 }
 
 /* --- accepting -------------------------------------------------------------- */
-
-static void wake(struct proxy *p)
-{
-	uint64_t one = 1;
-	if (write(p->wakefd, &one, sizeof(one)) < 0) {
-		/* saturated: it is awake anyway */
-	}
-}
 
 /* Accepts one connection on slot (locked): 0, or -1 when out of
  * descriptors (the acceptor then rests a moment). */
@@ -387,23 +382,18 @@ static int take_conn(struct proxy *p, int slot)
 	for (int i = 0; i < PROXY_SLOT_CONNS && at < 0; i++)
 		if (l->conns[i] < 0)
 			at = i;
-	struct conn *c = at >= 0 && p->conns < PROXY_MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
+	struct conn *c = at >= 0 ? calloc(1, sizeof(*c)) : NULL;
 	int nsfd = c ? fcntl(l->nsfd, F_DUPFD_CLOEXEC, 3) : -1;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_t t;
 	if (c && nsfd >= 0) {
 		*c = (struct conn){ .p = p, .slot = slot, .fd = fd, .nsfd = nsfd, .at = at };
-		if (pthread_create(&t, &attr, conn_main, c) == 0) {
-			p->conns++;
+		/* past PROXY_MAX_CONNS in all, reset as well */
+		if (workers_spawn(&p->conns, conn_main, c) == 0) {
 			l->conns[at] = fd;
 			l->nconns++;
 			c = NULL;
 			nsfd = fd = -1;
 		}
 	}
-	pthread_attr_destroy(&attr);
 	free(c);
 	if (nsfd >= 0)
 		close(nsfd);
@@ -422,50 +412,42 @@ static void cut(struct proxy *p, int slot)
 			shutdown(l->conns[i], SHUT_RDWR);
 }
 
+/* A slot's listener is readable (the loop's thread). */
+static void on_accept(struct loop *lp, int fd, short revents, void *arg)
+{
+	(void)revents;
+	struct lsock *l = arg;
+	struct proxy *p = l->p;
+	pthread_mutex_lock(&p->mu);
+	int full = l->fd == fd && !l->dead && take_conn(p, (int)(l - p->slots)) < 0;
+	pthread_mutex_unlock(&p->mu);
+	if (full) /* out of descriptors: not a busy loop */
+		loop_pause(lp, fd, FULL_PAUSE_MS);
+}
+
+/* A detached slot's listener is out of the loop: closed here only, so a
+ * polled socket is never another's. */
+static void on_release(int fd, void *arg)
+{
+	struct lsock *l = arg;
+	struct proxy *p = l->p;
+	pthread_mutex_lock(&p->mu);
+	if (l->fd == fd) {
+		close(l->fd);
+		close(l->nsfd);
+		l->fd = l->nsfd = -1;
+		l->dead = 0;
+	}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
 static void *acceptor_main(void *arg)
 {
 	struct proxy *p = arg;
-	struct pollfd *fds = calloc((size_t)p->nslots + 1, sizeof(*fds));
-	int *idx = calloc((size_t)p->nslots + 1, sizeof(*idx));
-	pthread_mutex_lock(&p->mu);
-	while (fds && idx && !p->quit) {
-		int n = 0;
-		for (int i = 0; i < p->nslots; i++) {
-			struct lsock *l = &p->slots[i];
-			if (l->fd >= 0 && l->dead) {
-				close(l->fd); /* here only: a polled socket is never another's */
-				close(l->nsfd);
-				l->fd = l->nsfd = -1;
-				l->dead = 0;
-			}
-			if (l->fd >= 0) {
-				fds[n] = (struct pollfd){ .fd = l->fd, .events = POLLIN };
-				idx[n++] = i;
-			}
-		}
-		fds[n] = (struct pollfd){ .fd = p->wakefd, .events = POLLIN };
-		pthread_mutex_unlock(&p->mu);
-		int r = poll(fds, (nfds_t)n + 1, 1000);
-		pthread_mutex_lock(&p->mu);
-		if (r <= 0)
-			continue;
-		uint64_t v;
-		if (fds[n].revents && read(p->wakefd, &v, sizeof(v)) < 0) {
-			/* drained already */
-		}
-		int full = 0;
-		for (int k = 0; k < n; k++)
-			if (fds[k].revents && !p->slots[idx[k]].dead)
-				full |= take_conn(p, idx[k]) < 0;
-		if (full) {
-			pthread_mutex_unlock(&p->mu);
-			usleep(50000); /* out of descriptors: not a busy loop */
-			pthread_mutex_lock(&p->mu);
-		}
-	}
-	pthread_mutex_unlock(&p->mu);
-	free(fds);
-	free(idx);
+	int r = loop_run(p->loop);
+	if (r < 0)
+		log_error("proxy: the acceptor stopped: %s", strerror(-r));
 	return NULL;
 }
 
@@ -519,21 +501,24 @@ int proxy_open(struct dns *dns, int nslots, struct ca *ca, const char *trust_pem
 	p->client = client;
 	p->nslots = nslots;
 	pthread_mutex_init(&p->mu, NULL);
-	p->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	p->slots = calloc((size_t)nslots, sizeof(*p->slots));
 	for (int i = 0; p->slots && i < nslots; i++) {
+		p->slots[i].p = p;
 		p->slots[i].fd = p->slots[i].nsfd = -1;
 		for (int k = 0; k < PROXY_SLOT_CONNS; k++)
 			p->slots[i].conns[k] = -1;
 	}
-	pthread_cond_init(&p->cv, NULL);
-	if (!p->slots || p->wakefd < 0 || !tls_ctx() ||
+	clock_cond_init(&p->cv);
+	int wr = workers_init(&p->conns, PROXY_MAX_CONNS, 0, NULL);
+	if (!p->slots || wr < 0 || loop_new(&p->loop) < 0 || !tls_ctx() ||
 	    pthread_create(&p->acceptor, NULL, acceptor_main, p) != 0) {
 		snprintf(err, errlen, "cannot start the egress proxy");
-		if (p->wakefd >= 0)
-			close(p->wakefd);
+		loop_free(p->loop);
+		if (wr == 0)
+			workers_release(&p->conns);
 		SSL_CTX_free(p->client);
 		free(p->slots);
+		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->mu);
 		free(p);
 		return -ENOMEM;
@@ -549,24 +534,19 @@ void proxy_close(struct proxy *p)
 	pthread_mutex_lock(&p->mu);
 	p->quit = 1;
 	pthread_mutex_unlock(&p->mu);
-	wake(p);
+	loop_stop(p->loop);
 	pthread_join(p->acceptor, NULL);
 	/* Every connection is cut, then waited for: one may still be
 	 * dialling (CONNECT_MS at most) and touches p until it is done. */
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->nslots; i++)
 		cut(p, i);
-	while (p->conns)
-		pthread_cond_wait(&p->cv, &p->mu);
 	pthread_mutex_unlock(&p->mu);
-	for (int i = 0; i < p->nslots; i++) {
-		if (p->slots[i].fd >= 0) {
-			close(p->slots[i].fd);
-			close(p->slots[i].nsfd);
-		}
+	workers_drain(&p->conns, -1);
+	workers_release(&p->conns);
+	loop_free(p->loop); /* which closes every listener still attached */
+	for (int i = 0; i < p->nslots; i++)
 		secret_set_free(p->slots[i].secrets); /* no connection holds it now */
-	}
-	close(p->wakefd);
 	SSL_CTX_free(p->client);
 	free(p->slots);
 	pthread_cond_destroy(&p->cv);
@@ -581,30 +561,33 @@ int proxy_attach(struct proxy *p, int slot, int nsfd, int fd, char *err, size_t 
 		close(nsfd);
 		return -EINVAL;
 	}
+	struct timespec until;
+	clock_deadline(&until, DETACH_WAIT_MS);
 	pthread_mutex_lock(&p->mu);
 	struct lsock *l = &p->slots[slot];
-	/* Detached, but the acceptor has not closed it yet, or its last
+	/* Detached, but the loop has not released it yet, or its last
 	 * connections are still ending: soon. */
-	for (int i = 0; i < 6000 && ((l->fd >= 0 && l->dead) || l->nconns); i++) {
-		pthread_mutex_unlock(&p->mu);
-		wake(p);
-		usleep(2000);
-		pthread_mutex_lock(&p->mu);
-	}
+	while (((l->fd >= 0 && l->dead) || l->nconns) &&
+	       pthread_cond_timedwait(&p->cv, &p->mu, &until) != ETIMEDOUT)
+		;
 	int busy = l->fd >= 0 || l->nconns;
-	if (!busy) {
+	/* Watched from now on: the loop looks the slot up under p->mu. */
+	int r = busy ? -EBUSY : loop_add(p->loop, fd, POLLIN, on_accept, on_release, l);
+	if (!r) {
 		l->fd = fd;
 		l->nsfd = nsfd;
 		l->dead = 0;
 	}
 	pthread_mutex_unlock(&p->mu);
-	if (busy) {
+	if (r) {
 		close(fd);
 		close(nsfd);
-		snprintf(err, errlen, "proxy slot %d is still in use", slot);
-		return -EBUSY;
+		if (busy)
+			snprintf(err, errlen, "proxy slot %d is still in use", slot);
+		else
+			snprintf(err, errlen, "out of memory");
+		return r;
 	}
-	wake(p);
 	return 0;
 }
 
@@ -635,10 +618,12 @@ void proxy_detach(struct proxy *p, int slot)
 	if (slot < 0 || slot >= p->nslots)
 		return;
 	pthread_mutex_lock(&p->mu);
-	if (p->slots[slot].fd >= 0)
-		p->slots[slot].dead = 1;
+	struct lsock *l = &p->slots[slot];
+	if (l->fd >= 0 && !l->dead) {
+		l->dead = 1;
+		loop_del(p->loop, l->fd); /* under p->mu: the release comes after */
+	}
 	cut(p, slot); /* nothing outlives its sandbox */
 	pthread_mutex_unlock(&p->mu);
 	proxy_set_secrets(p, slot, NULL);
-	wake(p);
 }

@@ -10,6 +10,8 @@
 #include "common/http1.h"
 #include "common/log.h"
 #include "common/tcp.h"
+#include "lib/loop.h"
+#include "lib/workers.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -24,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #define HEAD_MS 10000
 #define IDLE_MS (15 * 60 * 1000)
 #define TOKEN_MAX 64
+#define FULL_PAUSE_MS 50 /* out of descriptors: the listener rests this long */
 
 struct ports {
 	char domain[256];  /* without its port; "" for path URLs */
@@ -40,11 +42,12 @@ struct ports {
 	char listen_port[8];
 	ports_dial_fn dial;
 	void *arg;
-	int lfd, wakefd;
+	int lfd;
+	struct loop *loop;     /* the acceptor's: the listener */
+	struct workers conns;  /* a thread per connection */
 	pthread_t acceptor;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int quit, nconns;
+	int quit;
 	int stopped;       /* ports_stop ran (the caller's thread only) */
 	int fds[PORTS_MAX_CONNS][2]; /* each connection's client and guest side, -1 if none */
 	char ips[PORTS_MAX_CONNS][INET6_ADDRSTRLEN]; /* and the client's address */
@@ -441,18 +444,15 @@ out:
 	free(ob);
 }
 
-static void *conn_main(void *arg)
+static void conn_main(void *arg)
 {
 	struct conn *c = arg;
 	serve(c);
 	pthread_mutex_lock(&c->p->mu);
 	c->p->fds[c->at][0] = -1;
 	close(c->fd); /* under the lock: ports_close never shuts a number reused */
-	c->p->nconns--;
-	pthread_cond_broadcast(&c->p->cv);
 	pthread_mutex_unlock(&c->p->mu);
 	free(c);
-	return NULL;
 }
 
 /* --- accepting --------------------------------------------------------------------- */
@@ -484,7 +484,6 @@ static void take(struct ports *p, int fd, const struct sockaddr_storage *sa)
 		p->fds[at][0] = fd;
 		p->fds[at][1] = -1;
 		snprintf(p->ips[at], sizeof(p->ips[at]), "%s", c->client);
-		p->nconns++;
 	}
 	pthread_mutex_unlock(&p->mu);
 	if (at < 0) {
@@ -498,42 +497,34 @@ static void take(struct ports *p, int fd, const struct sockaddr_storage *sa)
 	tcp_send_timeout(fd, 60);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256 << 10);
-	if (pthread_create(&t, &attr, conn_main, c) != 0) {
+	if (workers_spawn(&p->conns, conn_main, c) != 0) {
 		pthread_mutex_lock(&p->mu);
 		p->fds[at][0] = -1;
-		p->nconns--;
 		pthread_mutex_unlock(&p->mu);
 		free(c);
 		tcp_reset(fd);
 	}
-	pthread_attr_destroy(&attr);
+}
+
+/* The listener is readable (the loop's thread). */
+static void on_accept(struct loop *l, int lfd, short revents, void *arg)
+{
+	(void)revents;
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+	int fd = accept4(lfd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
+	if (fd >= 0)
+		take(arg, fd, &sa);
+	else if (errno == EMFILE || errno == ENFILE)
+		loop_pause(l, lfd, FULL_PAUSE_MS); /* out of descriptors: let connections end */
 }
 
 static void *acceptor_main(void *arg)
 {
 	struct ports *p = arg;
-	for (;;) {
-		struct pollfd pf[2] = { { .fd = p->lfd, .events = POLLIN },
-					{ .fd = p->wakefd, .events = POLLIN } };
-		if (poll(pf, 2, -1) < 0 && errno != EINTR)
-			break;
-		if (pf[1].revents)
-			break;
-		if (!pf[0].revents)
-			continue;
-		struct sockaddr_storage sa;
-		socklen_t sl = sizeof(sa);
-		int fd = accept4(p->lfd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
-		if (fd >= 0)
-			take(p, fd, &sa);
-		else if (errno == EMFILE || errno == ENFILE)
-			usleep(50 * 1000); /* out of descriptors: let connections end */
-	}
+	int r = loop_run(p->loop);
+	if (r < 0)
+		log_error("ports: the acceptor stopped: %s", strerror(-r));
 	return NULL;
 }
 
@@ -601,12 +592,17 @@ int ports_open(const struct ports_config *c, struct ports **out, char *err, size
 	for (int i = 0; i < PORTS_MAX_CONNS; i++)
 		p->fds[i][0] = p->fds[i][1] = -1;
 	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->cv, NULL);
-	p->wakefd = eventfd(0, EFD_CLOEXEC);
-	if (p->wakefd < 0 || pthread_create(&p->acceptor, NULL, acceptor_main, p) != 0) {
+	/* The slots of fds bound the connections (take); each thread's stack
+	 * is small, the relay's buffers are on the heap. */
+	int wr = workers_init(&p->conns, 0, 256 << 10, NULL);
+	if (wr < 0 || loop_new(&p->loop) < 0 ||
+	    loop_add(p->loop, p->lfd, POLLIN, on_accept, NULL, p) < 0 ||
+	    pthread_create(&p->acceptor, NULL, acceptor_main, p) != 0) {
 		snprintf(err, errlen, "cannot start the port URL proxy");
-		if (p->wakefd >= 0)
-			close(p->wakefd);
+		loop_free(p->loop);
+		if (wr == 0)
+			workers_release(&p->conns);
+		pthread_mutex_destroy(&p->mu);
 		close(p->lfd);
 		free(p);
 		return -EAGAIN;
@@ -620,10 +616,7 @@ void ports_stop(struct ports *p)
 	if (!p || p->stopped)
 		return;
 	p->stopped = 1;
-	uint64_t one = 1;
-	if (write(p->wakefd, &one, sizeof(one)) < 0) {
-		/* cannot fail on a fresh eventfd */
-	}
+	loop_stop(p->loop);
 	pthread_join(p->acceptor, NULL);
 	pthread_mutex_lock(&p->mu);
 	p->quit = 1;
@@ -631,9 +624,8 @@ void ports_stop(struct ports *p)
 		for (int k = 0; k < 2; k++)
 			if (p->fds[i][k] >= 0)
 				shutdown(p->fds[i][k], SHUT_RDWR);
-	while (p->nconns)
-		pthread_cond_wait(&p->cv, &p->mu);
 	pthread_mutex_unlock(&p->mu);
+	workers_drain(&p->conns, -1);
 }
 
 void ports_close(struct ports *p)
@@ -641,10 +633,10 @@ void ports_close(struct ports *p)
 	if (!p)
 		return;
 	ports_stop(p);
+	loop_free(p->loop);
 	close(p->lfd);
-	close(p->wakefd);
+	workers_release(&p->conns);
 	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->cv);
 	free(p);
 }
 
