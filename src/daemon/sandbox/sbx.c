@@ -33,6 +33,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -758,9 +759,20 @@ void sbx__kill_qemu(struct sbx_mgr *m, int pid, const char *run_dir)
 {
 	if (!is_our_qemu(pid, run_dir))
 		return;
+	/* Its end is waited for on a pidfd (taken before the signal, so the
+	 * pid cannot be another process's by then); a kernel without pidfds
+	 * gets the old poll. */
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	/* A jailed one runs as a jail id: the helper's to signal. */
 	if (!m->cfg.priv || priv_kill(m->cfg.priv, pid, SIGKILL) < 0)
 		kill(pid, SIGKILL);
+	if (pfd >= 0) {
+		struct pollfd p = { .fd = pfd, .events = POLLIN };
+		while (poll(&p, 1, 5000) < 0 && errno == EINTR)
+			;
+		close(pfd);
+		return;
+	}
 	for (int i = 0; i < 100 && is_our_qemu(pid, run_dir); i++)
 		usleep(50000);
 }
