@@ -228,6 +228,16 @@ $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
+# The API's handlers over real HTTP and a real store, and a fake of the
+# sandbox layer (fake_sbx.c) that records the typed calls they make.
+API_TEST_SRCS := tests/unit/daemon/api/test_api.c tests/unit/daemon/api/fake_sbx.c $(TEST_LIB) \
+	$(wildcard src/daemon/api/*.c src/daemon/http/*.c src/daemon/store/*.c src/daemon/ports/*.c) \
+	src/daemon/net/secret.c src/daemon/net/policy.c \
+	$(LIB_SRCS) $(COMMON_SRCS)
+$(BUILD)/tests/test_api: $(call obj,$(API_TEST_SRCS)) $(BUILD)/obj/gen/openapi.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
 # The library's tests (tests/unit/lib mirrors src/lib), each over all of it
 # (it is small).
 LIB_TESTS := $(patsubst tests/unit/lib/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/lib/test_*.c))

@@ -63,6 +63,7 @@ UNIT_TESTS=(
 	test_workers test_loop test_db     # lib
 	test_httpd test_opts               # lib
 	test_sbx                           # daemon/sandbox
+	test_api                           # daemon/api
 	test_store test_store_usage        # daemon/store
 	test_policy test_proxy test_secret # daemon/net
 	test_ports                         # daemon/ports
