@@ -365,6 +365,8 @@ int store_key_list(struct store *s, struct store_key **out, size_t *n)
 	buf_init(&ks, 0);
 	sqlite3_stmt *st;
 	pthread_mutex_lock(&s->lock);
+	/* Keys made in one second keep the order they were made in by
+	 * SQLite's rowid; another back end needs a sequence of its own. */
 	int r = store__prep(
 	    s, "SELECT id, name, account, created_at FROM keys ORDER BY created_at, rowid", &st);
 	if (!r)

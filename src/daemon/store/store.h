@@ -1,8 +1,16 @@
 /*
- * store: the daemon's state in SQLite (WAL mode): accounts, API keys (only
- * their SHA-256 is kept) and sandboxes. One connection behind a mutex, so
- * any thread may call in. Everything the daemon must remember across a
- * restart lives here.
+ * store: the daemon's state: accounts, API keys (only their SHA-256 is
+ * kept), sandboxes, checkpoints, secrets and usage. Everything the daemon
+ * must remember across a restart lives here. This header is the whole of
+ * it the daemon sees, and what a second back end implements: no SQL, no
+ * SQLite type, opaque struct store; a state change is a conditional move
+ * (store_sbx_move), never a blind write. The back end is SQLite in WAL
+ * mode (store*.c, on lib/db): one connection behind a mutex, so any thread
+ * may call in. Its queries for sandboxes, keys, checkpoints and secrets
+ * keep to SQL PostgreSQL also speaks, but for the ?N placeholders, which
+ * a back end binds its own way; usage's aggregate leans on SQLite (scalar
+ * min/max, total(), an unflattened subquery), and the key list orders by
+ * rowid, as noted where they are.
  */
 #ifndef CPUOS_STORE_H
 #define CPUOS_STORE_H
