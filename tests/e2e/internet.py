@@ -18,6 +18,7 @@ import time
 NS = f"cpit{os.getpid() % 100000}"
 HOST_SIDE = "198.18.0.1"          # the root namespace's end: a host address
 ADDRS = ["198.18.0.2", "198.18.0.3", "198.18.0.4"]
+SPARE = "198.18.0.5"               # on the interface, but served only by what a test starts there
 PORT = 8080
 WEB_PORTS = (80, 443)  # also served, 443 with TLS (a self-signed certificate: self.cert)
 DNS_ADDR, DNS_PORT = "198.18.0.2", 5353
@@ -33,6 +34,8 @@ ZONE = {
     "mixed.test": ["127.0.0.1", "198.18.0.3"],
     "dns.google": ["198.18.0.4"],
     "host.test": ["198.18.0.1"],  # the host's own address
+    "git.test": [SPARE],
+    "pypi.test": [SPARE],
 }
 
 DNS_SERVER = r"""
@@ -127,19 +130,20 @@ class Internet:
         _ip("link", "add", f"{NS}h", "type", "veth", "peer", "name", "eth0", "netns", NS)
         _ip("addr", "add", f"{HOST_SIDE}/24", "dev", f"{NS}h")
         _ip("link", "set", f"{NS}h", "up")
-        for a in ADDRS:
+        for a in (*ADDRS, SPARE):
             _ip("-n", NS, "addr", "add", f"{a}/24", "dev", "eth0")
         _ip("-n", NS, "link", "set", "eth0", "up")
         _ip("-n", NS, "link", "set", "lo", "up")
         _ip("-n", NS, "route", "add", "default", "via", HOST_SIDE)
         self.dir = tempfile.mkdtemp(prefix="cpuos-internet-")
         cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
-        self.cert = cert
+        self.cert, self.key = cert, key
         # Names servers are checked by when the daemon's proxy ends TLS (--egress-trust
         # self.cert): not "wild.test" itself.
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                         "-subj", "/CN=allowed.test", "-addext",
-                        "subjectAltName=DNS:allowed.test,DNS:other.test,DNS:*.wild.test",
+                        "subjectAltName=DNS:allowed.test,DNS:other.test,DNS:*.wild.test,DNS:git.test,"
+                        "DNS:pypi.test",
                         "-keyout", key, "-out", cert],
                        capture_output=True, check=True)
         for a in ADDRS:
@@ -158,6 +162,13 @@ class Internet:
                     raise RuntimeError(f"the stand-in internet server on {a} did not start")
                 time.sleep(0.1)
         return self
+
+    def spawn(self, *argv):
+        """A process started inside the namespace (stopped with the rest)."""
+        p = subprocess.Popen(["ip", "netns", "exec", NS, *argv], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
 
     def stop(self):
         for p in self.procs:

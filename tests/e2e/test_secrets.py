@@ -6,15 +6,20 @@ that sent it holds the placeholder but not the value. Sent to an unbound host it
 placeholder, and the daemon logs it. The "internet" is the stand-in of internet.py, whose /headers
 answers with the SHA-256 of each header it got, so no value comes back into the guest."""
 
+import base64
 import hashlib
 import json
+import os
+import socket
+import subprocess
 import time
+import zipfile
 
 import pytest
 
 import cpuos
 from conftest import started_daemon, sandbox_factory
-from internet import DNS_ADDR, DNS_PORT, running
+from internet import DNS_ADDR, DNS_PORT, SPARE, running
 
 VALUE = "sk-test-0123456789abcdef-the-real-one"
 
@@ -297,3 +302,90 @@ def test_the_cli(secd):
     assert cli(secd, "secret", "rm", "CLI_KEY", key=key).returncode == 0
     r = cli(secd, "secret", "rm", "CLI_KEY", key=key)
     assert r.returncode == 1 and b"CLI_KEY" in r.stderr, r
+
+
+TOKEN = "ghp_forge-token-0123456789abcdef"
+
+
+def wheel(where, name="cpuos_probe", version="0.1"):
+    """A pure-Python wheel whose module holds VALUE = 42: what the stand-in index serves."""
+    files = {f"{name}/__init__.py": b"VALUE = 42\n",
+             f"{name}-{version}.dist-info/METADATA":
+                 f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n".encode(),
+             f"{name}-{version}.dist-info/WHEEL":
+                 b"Wheel-Version: 1.0\nGenerator: cpuos-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(
+        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},"
+        f"{len(b)}\n" for p, b in files.items())
+    files[f"{name}-{version}.dist-info/RECORD"] = (record + f"{name}-{version}.dist-info/RECORD,,\n").encode()
+    with zipfile.ZipFile(os.path.join(where, f"{name}-{version}-py3-none-any.whl"), "w") as z:
+        for p, b in files.items():
+            z.writestr(p, b)
+
+
+@pytest.fixture(scope="module")
+def forge(internet, tmp_path_factory):
+    """The stand-in forge (forge.py) on git.test and pypi.test: a bare repository with one
+    commit, a wheel, and a log of each request and whether its credentials held."""
+    d = tmp_path_factory.mktemp("forge")
+    git = lambda *a: subprocess.run(["git", *a], check=True, capture_output=True, cwd=d)
+    git("init", "-q", "--bare", "-b", "main", "repo.git")
+    git("init", "-q", "-b", "main", "work")
+    (d / "work" / "README").write_text("from the forge\n")
+    git("-C", "work", "add", "README")
+    git("-C", "work", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    git("-C", "work", "push", "-q", str(d / "repo.git"), "main")
+    git("--git-dir", "repo.git", "config", "http.receivepack", "true")
+    (d / "wheels").mkdir()
+    wheel(str(d / "wheels"))
+    log = d / "requests.log"
+    log.write_text("")
+    internet.spawn("python3", os.path.join(os.path.dirname(__file__), "forge.py"), SPARE, "443",
+                   internet.cert, internet.key, TOKEN, str(d), str(d / "wheels"), str(log))
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection((SPARE, 443), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the stand-in forge did not start"
+            time.sleep(0.1)
+    yield d
+
+
+def test_git_and_pip_get_a_brokered_token_in_basic_credentials(secd, forge, make_sandbox):
+    """git over HTTPS and pip from a private index send a token as the password of HTTP Basic
+    credentials (base64 of user:token): the placeholder inside is swapped too, toward the bound
+    host only, and a clone, a push and an install work with a token the guest never holds."""
+    set_secret(secd, "GIT_TOKEN", TOKEN, ["git.test"])
+    set_secret(secd, "PIP_TOKEN", TOKEN, ["pypi.test"])
+    sbx = make_sandbox(template="python", secrets=["GIT_TOKEN", "PIP_TOKEN"])
+    log = forge / "requests.log"
+    sh(sbx, 'git clone -q "https://x-access-token:$GIT_TOKEN@git.test/repo.git" /tmp/repo')
+    assert sh(sbx, "cat /tmp/repo/README").stdout == "from the forge\n"
+    sh(sbx, "cd /tmp/repo && echo pushed >NEW && git add NEW && "
+            "git -c user.name=g -c user.email=g@g commit -qm 'from the guest' && git push -q")
+    r = subprocess.run(["git", "--git-dir", str(forge / "repo.git"), "log", "--format=%s", "main"],
+                       capture_output=True, text=True, check=True)
+    assert r.stdout.split("\n")[0] == "from the guest", r.stdout
+    # GitHub's other spelling: the token as the user, x-oauth-basic as the password.
+    sh(sbx, 'git clone -q "https://$GIT_TOKEN:x-oauth-basic@git.test/repo.git" /tmp/repo2')
+    assert sh(sbx, "cat /tmp/repo2/NEW").stdout == "pushed\n"
+    # pip from the private index, the token in the index URL.
+    sh(sbx, "python3 -m pip install -q --disable-pip-version-check --no-deps --target /tmp/p "
+            "--index-url \"https://__token__:$PIP_TOKEN@pypi.test/simple/\" cpuos-probe")
+    assert sh(sbx, "PYTHONPATH=/tmp/p python3 -c 'import cpuos_probe; print(cpuos_probe.VALUE)'"
+              ).stdout == "42\n"
+    seen = log.read_text().splitlines()
+    assert any(l.startswith("POST /repo.git/git-receive-pack ok") for l in seen), seen
+    assert any(l.startswith("GET /files/cpuos_probe") and l.endswith(" ok") for l in seen), seen
+    # The git token is bound to git.test only: toward pypi.test its placeholder stays, and fails.
+    r = sh(sbx, "python3 -m pip install -q --disable-pip-version-check --no-input --no-deps --target /tmp/q "
+                "--index-url \"https://__token__:$GIT_TOKEN@pypi.test/simple/\" cpuos-probe",
+           ok=False)
+    assert r.exit_code != 0
+    assert "the placeholder of secret GIT_TOKEN went to pypi.test" in secd.log_tail(200000)
+    # Nowhere in the guest: the clone's config holds the placeholder only.
+    assert TOKEN not in sh(sbx, "cat /tmp/repo/.git/config").stdout
+    r = sh(sbx, f"grep -rlsF -- '{TOKEN}' /proc/[0-9]*/environ /etc /root /tmp", ok=False)
+    assert r.exit_code in (1, 2) and not r.stdout, r.stdout

@@ -6,6 +6,8 @@
 
 #include "daemon/net/policy.h"
 
+#include <openssl/evp.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -233,37 +235,139 @@ static int goes_in(const struct secret *x, const char *host, int tls, int in_cre
 	return 1;
 }
 
+/* Copies p[0..n) to out (when not NULL; else counts only) with the
+ * placeholder of every secret that goes in replaced by its value: the
+ * bytes that takes. */
+static size_t swap_text(const struct secret_set *s, const char *host, int tls, int in_credential,
+			const char *p, size_t n, char *out, struct swap_report *rep)
+{
+	size_t plen = strlen(SECRET_PREFIX) + 32, o = 0;
+	for (size_t i = 0; i < n;) {
+		const struct secret *x = at_placeholder(s, p + i, n - i);
+		if (x && goes_in(x, host, tls, in_credential, rep)) {
+			size_t vl = strlen(x->value);
+			if (out)
+				memcpy(out + o, x->value, vl);
+			o += vl;
+			i += plen;
+			rep->swapped++;
+			rep->put = x->name;
+		} else {
+			if (out)
+				out[o] = p[i];
+			o++;
+			i++;
+		}
+	}
+	return o;
+}
+
+/* The token of an "Authorization: Basic TOKEN" line (or
+ * Proxy-Authorization), or NULL: git, pip and most registries send a
+ * token as the password (user:token, or token:x-oauth-basic) in base64. */
+static const char *basic_token(const char *line, size_t n, size_t *tlen)
+{
+	const char *colon = memchr(line, ':', n);
+	if (!colon)
+		return NULL;
+	size_t nl = (size_t)(colon - line), i = nl + 1;
+	if (!(nl == 13 && !strncasecmp(line, "authorization", 13)) &&
+	    !(nl == 19 && !strncasecmp(line, "proxy-authorization", 19)))
+		return NULL;
+	while (i < n && (line[i] == ' ' || line[i] == '\t'))
+		i++;
+	if (n - i < 7 || strncasecmp(line + i, "basic", 5) || line[i + 5] != ' ')
+		return NULL;
+	for (i += 6; i < n && line[i] == ' '; i++)
+		;
+	size_t t = i;
+	while (t < n && (isalnum((unsigned char)line[t]) || line[t] == '+' || line[t] == '/' ||
+			 line[t] == '='))
+		t++;
+	*tlen = t - i;
+	return *tlen ? line + i : NULL;
+}
+
+/* A Basic token (tlen bytes at tok) with the placeholders in what it
+ * encodes swapped (swap_text), encoded again into out (when not NULL:
+ * room for what a counting call said, plus one): its length, or 0 when
+ * nothing goes in (or it is not base64), and the line stays as it is. */
+static size_t swap_basic(const struct secret_set *s, const char *host, int tls, const char *tok,
+			 size_t tlen, char *out, struct swap_report *rep)
+{
+	if (tlen % 4 || tlen > 4 * SECRET_MAX_VALUE)
+		return 0;
+	size_t pads = tok[tlen - 1] == '=' ? (tok[tlen - 2] == '=' ? 2 : 1) : 0, dl, ml, el = 0;
+	unsigned char *dec = malloc(tlen), *mid = NULL;
+	int k = dec ? EVP_DecodeBlock(dec, (const unsigned char *)tok, (int)tlen) : -1;
+	if (k < 0 || (size_t)k < pads)
+		goto out;
+	dl = (size_t)k - pads;
+	struct swap_report count = *rep;
+	ml = swap_text(s, host, tls, 1, (const char *)dec, dl, NULL, &count);
+	if (count.swapped == rep->swapped) { /* none goes in: why is told */
+		*rep = count;
+		goto out;
+	}
+	el = 4 * ((ml + 2) / 3);
+	if (!out)
+		goto out;
+	if (!(mid = malloc(ml))) {
+		el = 0;
+		goto out;
+	}
+	swap_text(s, host, tls, 1, (const char *)dec, dl, (char *)mid, rep);
+	EVP_EncodeBlock((unsigned char *)out, mid, (int)ml);
+	explicit_bzero(mid, ml);
+out:
+	if (dec)
+		explicit_bzero(dec, tlen);
+	free(dec);
+	free(mid);
+	return el;
+}
+
+/* One header line (n bytes, through its LF) to out, as swap_text does,
+ * or with its Basic token swapped: the bytes that takes. */
+static size_t swap_line(const struct secret_set *s, const char *host, int tls, const char *line,
+			size_t n, char *out, struct swap_report *rep)
+{
+	size_t tlen;
+	const char *tok = basic_token(line, n, &tlen);
+	size_t pre = tok ? (size_t)(tok - line) : 0;
+	size_t k = tok ? swap_basic(s, host, tls, tok, tlen, out ? out + pre : NULL, rep) : 0;
+	if (!k)
+		return swap_text(s, host, tls, credential(line, n), line, n, out, rep);
+	size_t rest = n - pre - tlen;
+	if (out) {
+		memcpy(out, line, pre);
+		memmove(out + pre + k, tok + tlen, rest); /* over EVP's NUL */
+	}
+	return pre + k + rest;
+}
+
 char *secret_swap(const struct secret_set *s, const char *host, int tls, const char *headers,
 		  size_t len, size_t *outlen, struct swap_report *rep)
 {
-	*rep = (struct swap_report){ 0 };
-	size_t plen = strlen(SECRET_PREFIX) + 32, grow = 0;
-	for (size_t i = 0; i < len; i++) {
-		const struct secret *x = at_placeholder(s, headers + i, len - i);
-		if (x && strlen(x->value) > plen)
-			grow += strlen(x->value) - plen;
+	/* Counted first, then written once: a value is never left behind
+	 * in memory a realloc let go of. */
+	size_t need = 0;
+	for (size_t line = 0; line < len;) {
+		const char *lf = memchr(headers + line, '\n', len - line);
+		size_t end = lf ? (size_t)(lf - headers) + 1 : len;
+		struct swap_report count = { 0 };
+		need += swap_line(s, host, tls, headers + line, end - line, NULL, &count);
+		line = end;
 	}
-	char *out = malloc(len + grow + 1);
+	*rep = (struct swap_report){ 0 };
+	char *out = malloc(need + 2);
 	if (!out)
 		return NULL;
 	size_t o = 0;
 	for (size_t line = 0; line < len;) {
 		const char *lf = memchr(headers + line, '\n', len - line);
 		size_t end = lf ? (size_t)(lf - headers) + 1 : len;
-		int in_credential = credential(headers + line, end - line);
-		for (size_t i = line; i < end;) {
-			const struct secret *x = at_placeholder(s, headers + i, end - i);
-			if (x && goes_in(x, host, tls, in_credential, rep)) {
-				size_t vl = strlen(x->value);
-				memcpy(out + o, x->value, vl);
-				o += vl;
-				i += plen;
-				rep->swapped++;
-				rep->put = x->name;
-			} else {
-				out[o++] = headers[i++];
-			}
-		}
+		o += swap_line(s, host, tls, headers + line, end - line, out + o, rep);
 		line = end;
 	}
 	*outlen = o;

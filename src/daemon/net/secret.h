@@ -62,8 +62,11 @@ struct swap_report {
 
 /* The header block of an HTTP/1 request head (after its first line) to
  * host, with every placeholder of a secret that goes there replaced by
- * its value (tls: the request goes over TLS we checked the server of):
- * a new buffer of *outlen bytes, or NULL when out of memory. */
+ * its value (tls: the request goes over TLS we checked the server of),
+ * also inside the base64 of "Authorization: Basic" (and
+ * Proxy-Authorization), which is encoded again: git, pip and registries
+ * send a token as user:token. A new buffer of *outlen bytes, or NULL
+ * when out of memory. */
 char *secret_swap(const struct secret_set *s, const char *host, int tls, const char *headers,
 		  size_t len, size_t *outlen, struct swap_report *rep);
 

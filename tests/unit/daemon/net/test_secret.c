@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <errno.h>
+#include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
@@ -163,6 +164,70 @@ static void test_swap(void)
 	secret_set_free(s);
 }
 
+static char *b64(const char *in)
+{
+	static char out[4][512];
+	static int k;
+	char *o = out[k++ % 4];
+	EVP_EncodeBlock((unsigned char *)o, (const unsigned char *)in, (int)strlen(in));
+	return o;
+}
+
+/* Basic credentials carry the placeholder in base64: git and pip send a
+ * token as user:token; GitHub also takes token:x-oauth-basic. */
+static void test_swap_basic(void)
+{
+	struct secret_set *s = two();
+	if (!s)
+		return;
+	char in[2048], out[4096], want[1024];
+	struct swap_report rep;
+	const char *forms[][2] = {
+		{ "x-access-token:" PH_B, "x-access-token:ghp_x" },
+		{ PH_B ":x-oauth-basic", "ghp_x:x-oauth-basic" },
+		{ "u:" PH_B, "u:ghp_x" },         /* encodes with padding */
+		{ "us:" PH_B, "us:ghp_x" },       /* another padding */
+		{ PH_B ":" PH_B, "ghp_x:ghp_x" },
+	};
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		snprintf(in, sizeof(in), "Accept: */*\r\nAuthorization: Basic %s\r\nX: y\r\n",
+			 b64(forms[i][0]));
+		snprintf(want, sizeof(want), "Accept: */*\r\nAuthorization: Basic %s\r\nX: y\r\n",
+			 b64(forms[i][1]));
+		if (!CHECK(swap(s, "git.github.test", 1, in, out, sizeof(out), &rep) >= 1 &&
+			   !strcmp(out, want)))
+			t_note("%s: got %s", forms[i][0], out);
+	}
+	/* Any case of the scheme, extra spaces, Proxy-Authorization, at the end. */
+	snprintf(in, sizeof(in), "proxy-authorization:  bAsIc   %s", b64("u:" PH_B));
+	CHECK(swap(s, "x.github.test", 1, in, out, sizeof(out), &rep) == 1 &&
+	      strstr(out, b64("u:ghp_x")) && !strncmp(out, "proxy-authorization:  bAsIc   ", 30));
+	/* A value longer than the placeholder (the buffer grows right). */
+	snprintf(in, sizeof(in), "Authorization: Basic %s\r\n", b64("k:" PH_A));
+	CHECK(swap(s, "api.test", 1, in, out, sizeof(out), &rep) == 1 &&
+	      strstr(out, b64("k:sk-real-value-that-is-longer-than-its-placeholder-0123456789")));
+	/* Still only toward the bound hosts, only over TLS unless allowed. */
+	snprintf(in, sizeof(in), "Authorization: Basic %s\r\n", b64("u:" PH_A));
+	CHECK(swap(s, "evil.test", 1, in, out, sizeof(out), &rep) == 0 && !strcmp(out, in) &&
+	      rep.unbound && !strcmp(rep.unbound, "API_KEY"));
+	CHECK(swap(s, "api.test", 0, in, out, sizeof(out), &rep) == 0 && !strcmp(out, in) &&
+	      rep.held && !strcmp(rep.why, "plain HTTP"));
+	/* Basic in another header is not a credential's encoding. */
+	snprintf(in, sizeof(in), "X-Note: Basic %s\r\n", b64("u:" PH_B));
+	CHECK(swap(s, "x.github.test", 1, in, out, sizeof(out), &rep) == 0 && !strcmp(out, in));
+	/* Not base64, cut short, or nothing in it: as it came. */
+	const char *odd[] = { "Authorization: Basic ***\r\n", "Authorization: Basic abc\r\n",
+			      "Authorization: Basic \r\n", "Authorization: Basic\r\n",
+			      "Authorization: Basic ====\r\n", "Authorization: Bearer dTp4\r\n", NULL };
+	for (int i = 0; odd[i]; i++)
+		if (!CHECK(swap(s, "x.github.test", 1, odd[i], out, sizeof(out), &rep) == 0 &&
+			   !strcmp(out, odd[i])))
+			t_note("%s", odd[i]);
+	snprintf(in, sizeof(in), "Authorization: Basic %s\r\n", b64("user:password"));
+	CHECK(swap(s, "x.github.test", 1, in, out, sizeof(out), &rep) == 0 && !strcmp(out, in));
+	secret_set_free(s);
+}
+
 /* The leaf the CA makes for host verifies under the CA for host only, as
  * a strict client checks it. */
 static void test_ca(void)
@@ -234,6 +299,7 @@ int main(int argc, char **argv)
 		{ "secret_checks", test_checks },
 		{ "secret_parse", test_parse },
 		{ "secret_swap", test_swap },
+		{ "secret_swap_basic", test_swap_basic },
 		{ "secret_ca", test_ca },
 		{ 0, 0 },
 	};
