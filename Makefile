@@ -201,9 +201,13 @@ $(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
-$(BUILD)/tests/test_secret: $(call obj,tests/unit/daemon/net/test_secret.c $(TEST_LIB) src/daemon/net/secret.c src/daemon/net/ca.c src/daemon/net/policy.c $(COMMON_SRCS))
+$(BUILD)/tests/test_secret: $(call obj,tests/unit/daemon/net/test_secret.c $(TEST_LIB) src/daemon/net/secret.c src/daemon/net/rules.c src/daemon/net/ca.c src/daemon/net/policy.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -ljansson -lpthread
+
+$(BUILD)/tests/test_rules: $(call obj,tests/unit/daemon/net/test_rules.c $(TEST_LIB) src/daemon/net/rules.c src/daemon/net/secret.c src/daemon/net/policy.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcrypto -ljansson -lpthread
 
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
@@ -232,7 +236,7 @@ $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 # sandbox layer (fake_sbx.c) that records the typed calls they make.
 API_TEST_SRCS := tests/unit/daemon/api/test_api.c tests/unit/daemon/api/fake_sbx.c $(TEST_LIB) \
 	$(wildcard src/daemon/api/*.c src/daemon/http/*.c src/daemon/store/*.c src/daemon/ports/*.c) \
-	src/daemon/net/secret.c src/daemon/net/policy.c \
+	src/daemon/net/secret.c src/daemon/net/rules.c src/daemon/net/policy.c \
 	$(LIB_SRCS) $(COMMON_SRCS)
 $(BUILD)/tests/test_api: $(call obj,$(API_TEST_SRCS)) $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)

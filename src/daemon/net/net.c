@@ -14,6 +14,7 @@
 #include "daemon/net/net_impl.h"
 #include "daemon/net/policy.h"
 #include "daemon/net/proxy.h"
+#include "daemon/net/rules.h"
 #include "daemon/net/secret.h"
 #include "priv/priv.h"
 
@@ -263,10 +264,18 @@ int net_apply(struct net *n, int slot, const struct net_policy *p, char *err, si
 	return r;
 }
 
-int net_set_secrets(struct net *n, int slot, const json_t *secrets, char *err, size_t errlen)
+int net_set_secrets(struct net *n, int slot, const json_t *secrets, const json_t *rules,
+		    char *err, size_t errlen)
 {
 	struct secret_set *set = NULL;
-	int r = json_array_size(secrets) ? secret_set_parse(secrets, &set, err, errlen) : 0;
+	json_t *none = json_array();
+	int r = json_array_size(secrets) || json_array_size(rules)
+			? secret_set_parse(secrets ? secrets : none, &set, err, errlen)
+			: 0;
+	json_decref(none);
+	if (r == 0 && set && json_array_size(rules) &&
+	    (r = rules_parse(rules, &set->rules, err, errlen)) < 0)
+		secret_set_free(set);
 	if (r < 0)
 		set = NULL; /* none then: never the old values */
 	proxy_set_secrets(n->proxy, slot, set);

@@ -14,6 +14,7 @@
 #include "daemon/net/dns.h"
 #include "daemon/net/net_impl.h"
 #include "daemon/net/proxy_impl.h"
+#include "daemon/net/rules.h"
 #include "daemon/net/secret.h"
 #include "lib/loop.h"
 #include "lib/workers.h"
@@ -211,11 +212,30 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 		*n = k;
 		return rw;
 	}
-	/* The headers only: a placeholder elsewhere is the guest's business.
+	/* The rules' headers first (their secrets' placeholders then go
+	 * through the swap like any), on a name the resolver answered only.
+	 * The headers only: a placeholder elsewhere is the guest's business.
 	 * Without swap the report alone counts (for the log). */
-	size_t first = (size_t)(h->line2 - h->buf), swapped_len;
+	size_t first = (size_t)(h->line2 - h->buf), swapped_len, ruled_len = k - first;
+	int matched = 0;
+	char *ruled = swap && sec->rules ? rules_apply(sec->rules, h, host, sec, rw + first,
+						       k - first, &ruled_len, &matched)
+					 : NULL;
+	if (ruled && !matched) {
+		proxy__wipe(ruled, ruled_len);
+		ruled = NULL;
+		ruled_len = k - first;
+	}
+	if (matched && !ruled) {
+		free(rw);
+		return NULL;
+	}
+	if (matched)
+		log_info("proxy: %d header rule%s set in a request to %s", matched,
+			 matched > 1 ? "s" : "", host);
+	const char *in = ruled ? ruled : rw + first;
 	struct swap_report rep;
-	char *hdrs = secret_swap(sec, host, tls, rw + first, k - first, &swapped_len, &rep);
+	char *hdrs = secret_swap(sec, host, tls, in, ruled_len, &swapped_len, &rep);
 	if (hdrs && !swap && rep.swapped) {
 		rep.held = rep.put;
 		rep.why = "the name was not looked up through this sandbox's resolver";
@@ -236,6 +256,7 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 		log_info("proxy: %d secret%s put in a request to %s", rep.swapped,
 			 rep.swapped > 1 ? "s" : "", host);
 	proxy__wipe(hdrs, swapped_len);
+	proxy__wipe(ruled, ruled_len);
 	free(rw);
 	return out;
 }

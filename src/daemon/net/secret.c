@@ -5,6 +5,7 @@
 #include "daemon/net/secret.h"
 
 #include "daemon/net/policy.h"
+#include "daemon/net/rules.h"
 
 #include <openssl/evp.h>
 
@@ -87,6 +88,7 @@ void secret_set_free(struct secret_set *s)
 {
 	if (!s)
 		return;
+	rules_free(s->rules);
 	for (size_t i = 0; i < s->n; i++) {
 		struct secret *x = &s->v[i];
 		free(x->name);
@@ -175,7 +177,7 @@ int secret_bound(const struct secret_set *s, const char *host, int tls)
 	for (size_t i = 0; s && i < s->n; i++)
 		if (bound_to(&s->v[i], host) && (tls || s->v[i].http))
 			return 1;
-	return 0;
+	return s && rules_for_host(s->rules, host);
 }
 
 /* Does the header line carry credentials? Values go only there: many

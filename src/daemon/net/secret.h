@@ -24,10 +24,13 @@ struct secret {
 	int http; /* may go in plain HTTP too, not only over checked TLS */
 };
 
+/* What the proxy adds to one sandbox's requests: its secrets, and its
+ * request transformations (rules.h), which may name them. */
 struct secret_set {
 	struct secret *v;
 	size_t n;
-	int refs; /* the proxy's, under its lock */
+	struct rule_set *rules; /* NULL: none */
+	int refs;               /* the proxy's, under its lock */
 };
 
 /* [{"name", "placeholder", "value", "hosts": [...], "http": false}] into
@@ -46,7 +49,7 @@ int secret_value_ok(const char *value, char *err, size_t errlen);
 int secret_hosts_ok(const json_t *hosts, json_t **out, char *err, size_t errlen);
 
 /* Is host (lower case) one that some secret of s may go to, over TLS
- * (tls) or in plain HTTP? */
+ * (tls) or in plain HTTP, or one a rule of s sets headers for? */
 int secret_bound(const struct secret_set *s, const char *host, int tls);
 
 /* What secret_swap did: how many went in; a secret whose placeholder was

@@ -103,7 +103,7 @@ void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_
 		store_secret_release(&x);
 	}
 	char err[256];
-	if (net_set_secrets(m->cfg.net, slot, list, err, sizeof(err)) < 0)
+	if (net_set_secrets(m->cfg.net, slot, list, NULL, err, sizeof(err)) < 0)
 		log_warn("account '%s': its secrets are not in use: %s", account, err);
 	json_decref(list);
 	json_decref(names);
