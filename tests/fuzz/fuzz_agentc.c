@@ -14,6 +14,7 @@
  * tests/fuzz/mkcorpus.py can answer them.
  */
 #include "common/proto.h"
+#include "common/utf8.h"
 #include "daemon/sandbox/sbx_impl.h"
 #include "runner/agentc.h"
 #include "runner/vm.h"
@@ -186,22 +187,24 @@ static void drain_peer(int peer, struct pbuf *seen)
 	check_host_output(seen, 0);
 }
 
-/* A reader's NDJSON: whole lines, each a JSON object with a type (output
- * bytes may be NUL: \u0000 is valid JSON, if not jansson's default). */
-static void check_ndjson(const char *buf, size_t n)
+/* A stream's chunk: output that is whole UTF-8 text, an event that is a
+ * checked result or error. */
+static void check_chunk(const struct sop_chunk *c, const char *buf)
 {
-	if (buf[n - 1] != '\n')
-		BUG("NDJSON read does not end a line: %.*s", (int)n, buf);
-	for (const char *p = buf, *end = buf + n; p < end;) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		json_error_t jerr;
-		json_t *j = json_loadb(p, (size_t)(nl - p), JSON_ALLOW_NUL, &jerr);
-		if (!json_is_string(json_object_get(j, "type")))
-			BUG("NDJSON line is not an object with a type (%s): %.*s", jerr.text,
-			    (int)(nl - p), p);
-		json_decref(j);
-		p = nl + 1;
-	}
+	static char again[3 * 4096 + 1];
+	/* Sanitizing is the identity on UTF-8 only. */
+	if (c->kind == SOP_CHUNK_OUT && c->len <= 4096 &&
+	    (utf8_sanitize((const uint8_t *)buf, c->len, again) != c->len ||
+	     memcmp(again, buf, c->len)))
+		BUG("an output chunk is not UTF-8: %.*s", (int)c->len, buf);
+	if (c->kind == SOP_CHUNK_EVENT && !c->event)
+		BUG("an event chunk without its event");
+	if (c->kind == SOP_CHUNK_EVENT && !c->event->is_error)
+		for (int i = SBX_PNG; i < SBX_NFIELDS; i++)
+			if (c->event->field[i] &&
+			    strspn(c->event->field[i], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+						       "0123456789+/=") != strlen(c->event->field[i]))
+				BUG("a binary field that is not base64 passed");
 }
 
 /* A fake running sandbox around the agent connection, as sbx.c sets up. */
@@ -250,10 +253,14 @@ static void read_sops(struct sbx *s, struct sop **sops, int n)
 		struct sop *op = sops[i];
 		if (!op || (op->mode != SOP_QUEUE && op->mode != SOP_NDJSON))
 			continue;
-		ssize_t k;
-		while ((k = sbx_read(s, op, buf, sizeof(buf), 0)) > 0)
-			if (op->mode == SOP_NDJSON)
-				check_ndjson(buf, (size_t)k);
+		if (op->mode == SOP_QUEUE) {
+			while (sbx_read(s, op, buf, sizeof(buf), 0) > 0)
+				;
+			continue;
+		}
+		struct sop_chunk c;
+		while (sop_next(s, op, &c, buf, sizeof(buf), 0) > 0)
+			check_chunk(&c, buf);
 	}
 }
 
@@ -280,10 +287,12 @@ static void check_results(struct sop *op)
 	const struct sbx_item *e = sop_entry(op);
 	if (e && e->kind == SBX_ITEM_FILE && e->file.path && !strstr(e->file.path, e->file.name))
 		BUG("op %u: the entry's name is not in its path", op->id);
-	json_t *x = sop_code_result(op);
-	if (op->type == P_CODE && op->done && (!json_is_object(x) || !json_is_array(json_object_get(x, "results"))))
-		BUG("op %u: a code call's execution is not an object with results", op->id);
-	json_decref(x);
+	const struct sbx_code_info *ci = sop_code(op);
+	if (op->type == P_CODE && op->done && !ci)
+		BUG("op %u: a code call that ended says nothing of how", op->id);
+	for (size_t i = 0; ci && i < ci->nevents; i++)
+		if (!sop_code_event(op, i))
+			BUG("op %u: code event %zu of %zu is missing", op->id, i, ci->nevents);
 	for (int stream = 0; stream < 2; stream++) {
 		int cut = 0;
 		const struct pbuf *b = sop_output(op, stream, &cut);

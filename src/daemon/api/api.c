@@ -472,18 +472,118 @@ int api_send(struct req *r, struct sbx *s, struct sop *op, const struct sbx_requ
 struct sop_stream {
 	struct sbx *s;
 	struct sop *op;
-	int fd; /* the client's connection */
+	enum api_stream kind;
+	int fd;        /* the client's connection */
+	char *line;    /* NDJSON: a line made but not all given out yet */
+	size_t len, off;
+	char text[3 * 16384 + 64]; /* an output chunk's text */
 };
+
+/* One NDJSON line of what o holds (stolen): 0 or -ENOMEM. */
+static int put_line(struct sop_stream *st, json_t *o, size_t flags)
+{
+	char *text = o ? json_dumps(o, JSON_COMPACT | flags) : NULL;
+	json_decref(o);
+	if (!text)
+		return -ENOMEM;
+	size_t n = strlen(text);
+	char *line = realloc(text, n + 2);
+	if (!line) {
+		free(text);
+		return -ENOMEM;
+	}
+	line[n] = '\n';
+	line[n + 1] = '\0';
+	st->line = line;
+	st->len = n + 1;
+	st->off = 0;
+	return 0;
+}
+
+/* The lines that close a stream: a command's exit; a code call's end, after
+ * the error of a kernel that died under it. */
+static int end_lines(struct sop_stream *st, const struct sop_chunk *c)
+{
+	if (st->kind == API_STREAM_CODE) {
+		const struct sbx_code_info *ci = sop_code(st->op);
+		json_t *end = json_pack("{s:s}", "type", "end"), *x = api_code_execution(st->op, 0);
+		json_object_update(end, x);
+		json_decref(x);
+		if (!ci || !ci->died)
+			return put_line(st, end, 0);
+		/* Both lines at once: the kernel's error first. */
+		json_t *e = api_code_died_error(ci);
+		json_object_set_new(e, "type", json_string("error"));
+		char *a = json_dumps(e, JSON_COMPACT), *b = json_dumps(end, JSON_COMPACT);
+		json_decref(e);
+		json_decref(end);
+		int r = a && b && asprintf(&st->line, "%s\n%s\n", a, b) >= 0 ? 0 : -ENOMEM;
+		free(a);
+		free(b);
+		if (r == 0) {
+			st->len = strlen(st->line);
+			st->off = 0;
+		} else {
+			st->line = NULL;
+		}
+		return r;
+	}
+	const struct sop_state *ss = &c->st;
+	json_t *line = json_pack("{s:s,s:o,s:o,s:b}", "type", "exit", "exit_code",
+				 ss->exit_code >= 0 ? json_integer(ss->exit_code) : json_null(),
+				 "signal", ss->signal >= 0 ? json_integer(ss->signal) : json_null(),
+				 "timed_out", ss->timed_out > 0);
+	if (line && st->kind == API_STREAM_EXEC)
+		json_object_set_new(line, "duration_ms", json_integer(c->duration_ms));
+	return put_line(st, line, 0);
+}
+
+/* The next line of an NDJSON stream into st->line: 1, 0 at the end,
+ * -ETIMEDOUT, -EPIPE (cut short), -ENOMEM. */
+static int next_line(struct sop_stream *st)
+{
+	struct sop_chunk c;
+	int r = sop_next(st->s, st->op, &c, st->text, sizeof(st->text), 1000);
+	if (r <= 0)
+		return r;
+	switch (c.kind) {
+	case SOP_CHUNK_OUT:
+		r = put_line(st, json_pack("{s:s,s:s%}", "type", c.stream ? "stderr" : "stdout",
+					   "data", st->text, c.len), 0);
+		break;
+	case SOP_CHUNK_EVENT:
+		r = put_line(st, api_code_event_json(c.event, 1), JSON_ENSURE_ASCII);
+		break;
+	case SOP_CHUNK_END:
+		r = end_lines(st, &c);
+		break;
+	}
+	return r < 0 ? r : 1;
+}
 
 static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
 {
 	struct sop_stream *st = arg;
 	for (;;) {
-		ssize_t n = sbx_read(st->s, st->op, buf, max, 1000);
-		if (n == -EPIPE)
+		if (st->line) {
+			size_t k = st->len - st->off < max ? st->len - st->off : max;
+			memcpy(buf, st->line + st->off, k);
+			st->off += k;
+			if (st->off == st->len) {
+				free(st->line);
+				st->line = NULL;
+			}
+			return (ssize_t)k;
+		}
+		int n = st->kind == API_STREAM_RAW ? (int)sbx_read(st->s, st->op, buf, max, 1000)
+						   : next_line(st);
+		if (n == -EPIPE || n == -ENOMEM)
 			return -1; /* cut short: the client must not take it as whole */
-		if (n != -ETIMEDOUT)
-			return n;
+		if (n != -ETIMEDOUT) {
+			if (st->kind == API_STREAM_RAW || n <= 0)
+				return n;
+			continue;
+		}
 		/* Nothing new for a second: is anyone still there? */
 		if (http_fd_gone(st->fd))
 			return -1;
@@ -495,10 +595,11 @@ static void sop_stream_done(void *arg)
 	struct sop_stream *st = arg;
 	sop_free(st->s, st->op);
 	sbx_put(st->s);
+	free(st->line);
 	free(st);
 }
 
-int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *content_type)
+int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, enum api_stream kind)
 {
 	struct sop_stream *st = malloc(sizeof(*st));
 	if (!st) {
@@ -506,6 +607,8 @@ int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *cont
 		sbx_put(s);
 		return reply_error(r, 500, "internal", "out of memory");
 	}
-	*st = (struct sop_stream){ .s = s, .op = op, .fd = req_fd(r) };
-	return reply_stream(r, 200, content_type, sop_stream_read, sop_stream_done, st);
+	*st = (struct sop_stream){ .s = s, .op = op, .kind = kind, .fd = req_fd(r) };
+	return reply_stream(r, 200, kind == API_STREAM_RAW ? "application/octet-stream"
+							   : "application/x-ndjson",
+			    sop_stream_read, sop_stream_done, st);
 }

@@ -53,11 +53,24 @@ int api_wait_error(struct req *r, int e);
 int api_send(struct req *r, struct sbx *s, struct sop *op, const struct sbx_request *q,
 	     const char *too_large);
 
-/* Answers 200 with what op queues (SOP_QUEUE or SOP_NDJSON) as the body,
- * streamed as it comes; takes over op and the reference on s. A stream the
- * agent ends with P_ERROR is cut, so the client sees it incomplete; a
- * client that leaves ends the stream (and op). */
-int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, const char *content_type);
+/* Answers 200 with what op gathers as the body, streamed as it comes;
+ * takes over op and the reference on s. API_STREAM_RAW: a SOP_QUEUE's
+ * bytes (a download); the others an NDJSON stream of a SOP_NDJSON's
+ * output and events (docs/api.md), closed by a command's exit line (with
+ * its duration for an exec, without for a process's stream) or a code
+ * call's end line. A stream the agent ends with P_ERROR is cut, so the
+ * client sees it incomplete; a client that leaves ends the stream (and
+ * op). */
+enum api_stream { API_STREAM_RAW, API_STREAM_EXEC, API_STREAM_ATTACH, API_STREAM_CODE };
+int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, enum api_stream kind);
+/* A code call's result or error as the API shows it (with_type: with its
+ * "type", as a stream's line has it); the execution once the call ended
+ * (with_results: its results and error, as a whole answer has them, else
+ * without, as a stream's end line); the error of a kernel that died under
+ * the call. New references (api_code.c). */
+json_t *api_code_event_json(const struct sbx_code_event *e, int with_type);
+json_t *api_code_execution(struct sop *op, int with_results);
+json_t *api_code_died_error(const struct sbx_code_info *ci);
 
 /* Answers an operation that ended in P_ERROR with the matching status. */
 int api_agent_error(struct req *r, const struct sop_state *st);

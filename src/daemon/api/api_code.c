@@ -78,10 +78,76 @@ static int code_error(struct req *r, const struct sop_state *st, int named)
 	return api_agent_error(r, st);
 }
 
+json_t *api_code_event_json(const struct sbx_code_event *e, int with_type)
+{
+	json_t *o = json_object();
+	if (e->is_error) {
+		if (with_type)
+			json_object_set_new(o, "type", json_string("error"));
+		const char *const f[3][2] = { { "name", e->name }, { "value", e->value },
+					      { "traceback", e->traceback } };
+		for (int i = 0; i < 3; i++)
+			if (f[i][1])
+				json_object_set_new(o, f[i][0], json_string(f[i][1]));
+		return o;
+	}
+	if (with_type)
+		json_object_set_new(o, "type", json_string("result"));
+	json_object_set_new(o, "is_main_result", json_boolean(e->is_main));
+	for (int i = 0; i < SBX_NFIELDS; i++)
+		if (e->field[i])
+			json_object_set_new(o, sbx_code_field_names[i], json_string(e->field[i]));
+	if (e->json)
+		json_object_set(o, "json", e->json);
+	return o;
+}
+
+json_t *api_code_died_error(const struct sbx_code_info *ci)
+{
+	return json_pack("{s:s,s:s,s:s}", "name", "KernelDied", "value",
+			 ci->died_msg[0] ? ci->died_msg : "the kernel died", "traceback", "");
+}
+
+json_t *api_code_execution(struct sop *op, int with_results)
+{
+	const struct sbx_code_info *ci = sop_code(op);
+	if (!ci)
+		return NULL;
+	json_t *o = json_pack("{s:s,s:s}", "context", ci->context, "language", ci->language);
+	json_object_set_new(o, "execution_count", ci->count >= 0 ? json_integer(ci->count) : json_null());
+	if (with_results) {
+		/* The results in order; the last error the kernel reported, or
+		 * its death. */
+		json_t *results = json_array(), *error = NULL;
+		for (size_t i = 0; i < ci->nevents; i++) {
+			const struct sbx_code_event *e = sop_code_event(op, i);
+			if (!e->is_error) {
+				json_array_append_new(results, api_code_event_json(e, 0));
+				continue;
+			}
+			json_decref(error);
+			error = api_code_event_json(e, 0);
+		}
+		if (ci->died) {
+			json_decref(error);
+			error = api_code_died_error(ci);
+		}
+		json_object_set_new(o, "results", results);
+		json_object_set_new(o, "error", error ? error : json_null());
+	}
+	json_object_set_new(o, "timed_out", json_boolean(ci->timed_out));
+	json_object_set_new(o, "kernel_restarted", json_boolean(ci->restarted));
+	json_object_set_new(o, "restart_reason",
+			    ci->restarted ? json_string(ci->restart_reason) : json_null());
+	json_object_set_new(o, "results_truncated", json_boolean(ci->truncated));
+	json_object_set_new(o, "duration_ms", json_integer(ci->duration_ms));
+	return o;
+}
+
 /* The execution a whole answer carries: the results and the kept output. */
 static json_t *execution_json(struct sop *op)
 {
-	json_t *o = sop_code_result(op);
+	json_t *o = api_code_execution(op, 1);
 	if (!o)
 		return NULL;
 	int cut[2];
@@ -127,7 +193,7 @@ int api_code_run(struct req *r)
 		goto out;
 	}
 	if (stream)
-		return api_reply_sop(r, s, op, "application/x-ndjson"); /* takes op and s */
+		return api_reply_sop(r, s, op, API_STREAM_CODE); /* takes op and s */
 	/* Past its timeout a call ends within the kill grace; answer_ms more
 	 * before the daemon gives up on the guest. */
 	long long limit = timeout * 1000 + KILL_GRACE_MS + r->api->answer_ms;

@@ -225,7 +225,7 @@ int api_exec(struct req *r)
 			goto out;
 		}
 		exec_args_release(&x);
-		return api_reply_sop(r, s, op, "application/x-ndjson"); /* takes op and s */
+		return api_reply_sop(r, s, op, API_STREAM_EXEC); /* takes op and s */
 	}
 	/* Past its own timeout, a command's end has answer_ms to reach us
 	 * before the daemon gives up on the guest. */
@@ -430,7 +430,7 @@ int api_proc_stream(struct req *r)
 		sbx_put(s);
 		return 0;
 	}
-	return api_reply_sop(r, s, op, "application/x-ndjson");
+	return api_reply_sop(r, s, op, API_STREAM_ATTACH);
 }
 
 struct stdin_up {

@@ -158,7 +158,7 @@ int api_file_get(struct req *r)
 		sbx_put(s);
 		return 0;
 	}
-	return api_reply_sop(r, s, op, "application/octet-stream");
+	return api_reply_sop(r, s, op, API_STREAM_RAW);
 }
 
 int api_file_stat(struct req *r)

@@ -259,12 +259,32 @@ void sbx_mgr_stats(struct sbx_mgr *m, struct sbx_stats *out);
 /* Moves a sandbox's expiry: 0 or -ENOENT when it is not running. */
 int sbx_set_expiry(struct sbx_mgr *m, const char *id, long long expires_at);
 
-/* Takes up to n bytes of op's queue (SOP_QUEUE: raw bytes; SOP_NDJSON: whole
- * JSON lines, the exit line last), waiting up to timeout_ms for some.
- * Returns the count, 0 at the end, -ETIMEDOUT, or -EPIPE when the agent
- * ended the operation with an error (the stream is incomplete). n must be
- * at least 1 KiB for SOP_NDJSON. */
+/* Takes up to n bytes of a SOP_QUEUE operation's bytes (a download),
+ * waiting up to timeout_ms for some. Returns the count, 0 at the end,
+ * -ETIMEDOUT, or -EPIPE when the agent ended the operation with an error
+ * (the stream is incomplete). */
 ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout_ms);
+
+/* A SOP_NDJSON operation's stream, a chunk at a time, in the order the
+ * agent sent it: output (UTF-8 text, invalid bytes as U+FFFD, never cut
+ * inside a character), a code call's events, and once, its end. */
+enum sop_chunk_kind { SOP_CHUNK_OUT, SOP_CHUNK_EVENT, SOP_CHUNK_END };
+struct sbx_code_event;
+struct sop_chunk {
+	enum sop_chunk_kind kind;
+	int stream;                         /* OUT: 0 stdout, 1 stderr */
+	size_t len;                         /* OUT: bytes of text put in buf */
+	const struct sbx_code_event *event; /* EVENT: valid until sop_free */
+	struct sop_state st;                /* END: how it ended */
+	int64_t duration_ms;                /* END: since the request */
+};
+/* The next chunk of op, waiting up to timeout_ms for one: 1 with *c (an
+ * OUT's text in buf, at most max bytes; max at least 64), 0 after the END
+ * was given (a command's exit, a code call's end) or when the stream ended
+ * without one, -ETIMEDOUT, or -EPIPE when the agent ended it with an error
+ * (the stream is incomplete). */
+int sop_next(struct sbx *s, struct sop *op, struct sop_chunk *c, char *buf, size_t max,
+	     int timeout_ms);
 
 /* What the agent said of a file (stat, a listing), a process (ps) or a
  * code context, typed; strings are as the guest sent them (not checked as
@@ -312,6 +332,30 @@ const struct pbuf *sop_output(struct sop *op, int stream, int *cut);
  * execution as the API answers it, without stdout and stderr (sop_output
  * has those), a new reference; NULL before. */
 #define CTX_ID_MAX 64
-json_t *sop_code_result(struct sop *op);
+enum sbx_code_field { SBX_TEXT, SBX_HTML, SBX_MARKDOWN, SBX_SVG, SBX_LATEX, SBX_JAVASCRIPT,
+		      SBX_PNG, SBX_JPEG, SBX_PDF, SBX_NFIELDS };
+extern const char *const sbx_code_field_names[SBX_NFIELDS]; /* the kernel's and the API's */
+/* A result (what display() or the last line showed, a figure) or an error
+ * a kernel reported, checked: only the fields docs/api.md names, binary
+ * ones (png, jpeg, pdf) valid base64. */
+struct sbx_code_event {
+	int is_error;
+	int is_main;                     /* a result: the value of the cell's last line */
+	const char *field[SBX_NFIELDS];  /* a result's; NULL: absent */
+	json_t *json;                    /* a result's "json" value as the kernel gave it; NULL */
+	const char *name, *value, *traceback; /* an error's; NULL: absent */
+};
+/* How a code call went, once it ended (NULL before, or for another kind of
+ * operation); with SOP_COLLECT its events stay for sop_code_event. */
+struct sbx_code_info {
+	const char *context, *language;
+	long long count;  /* execution_count; -1: the kernel gave none */
+	int timed_out, restarted, died, truncated; /* truncated: events were dropped (caps) */
+	const char *restart_reason, *died_msg;
+	int64_t duration_ms;
+	size_t nevents;
+};
+const struct sbx_code_info *sop_code(struct sop *op);
+const struct sbx_code_event *sop_code_event(struct sop *op, size_t i);
 
 #endif

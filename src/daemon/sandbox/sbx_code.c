@@ -1,13 +1,14 @@
 /*
  * sbx_code: what a code call (P_CODE) gathers besides stdout and stderr. The kernel's events
- * come as JSON lines in P_EVENT frames; each complete line is parsed and rebuilt from the keys
- * docs/api.md names (nothing else of the guest's JSON goes on), then kept for the whole answer
- * (SOP_COLLECT) or queued as an NDJSON line (SOP_NDJSON). A line past SBX_CODE_MAX_LINE, or
- * results past SBX_CODE_MAX_RESULTS in all, are dropped and the answer says so. Runs in the
- * pump with the sandbox locked, like the rest of sop_cb.
+ * come as JSON lines in P_EVENT frames; each complete line is parsed and checked, and a result
+ * or an error becomes a typed event (struct sbx_code_event) of only the fields docs/api.md
+ * names, nothing else of the guest's JSON. A line past SBX_CODE_MAX_LINE, or events past
+ * SBX_CODE_MAX_RESULTS in all, are dropped and the call says so. Runs in the pump with the
+ * sandbox locked, like the rest of sop_cb; the API shapes the events (api_code.c).
  */
 #include "daemon/sandbox/sbx_impl.h"
 
+#include "common/clock.h"
 #include "common/utf8.h"
 
 #include <errno.h>
@@ -17,35 +18,45 @@
 
 #define SBX_CODE_MAX_LINE (8u << 20)     /* one event line (a figure, a big table) */
 #define SBX_CODE_MAX_RESULTS (16u << 20) /* the results and the error of one call */
+#define SBX_CODE_MAX_EVENTS 65536
+
+const char *const sbx_code_field_names[SBX_NFIELDS] = {
+	[SBX_TEXT] = "text", [SBX_HTML] = "html", [SBX_MARKDOWN] = "markdown", [SBX_SVG] = "svg",
+	[SBX_LATEX] = "latex", [SBX_JAVASCRIPT] = "javascript", [SBX_PNG] = "png",
+	[SBX_JPEG] = "jpeg", [SBX_PDF] = "pdf",
+};
 
 struct sop_code {
-	char context[CTX_ID_MAX + 1], language[16];
+	struct sbx_code_info info;
+	char context[CTX_ID_MAX + 1], language[16], restart_reason[256], died_msg[256];
 	struct pbuf line; /* the event line being received */
 	int skipping;     /* the line grew past the cap: drop it up to its newline */
-	json_t *results;  /* SOP_COLLECT: the result objects */
-	json_t *error;    /* the error object, or NULL */
-	long long count;  /* execution_count, -1 until the kernel says */
-	size_t bytes;     /* results and error kept or queued, as JSON */
-	int truncated;
-	int restarted;
-	char restart_reason[256];
-	int died;
-	char died_msg[256];
-	int tail_sent; /* SOP_NDJSON: the closing lines are out */
+	struct sbx_code_event **events; /* each its own allocation: a reader
+					 * keeps one while the pump adds more */
+	size_t cap;
+	size_t bytes;     /* what the events hold */
 };
 
 int sop_code_begin(struct sop *op, const char *context, const char *language)
 {
 	struct sop_code *c = calloc(1, sizeof(*c));
-	if (!c || !(c->results = json_array())) {
-		free(c);
+	if (!c)
 		return -ENOMEM;
-	}
 	snprintf(c->context, sizeof(c->context), "%s", context);
 	snprintf(c->language, sizeof(c->language), "%s", language ? language : "");
-	c->count = -1;
+	c->info.count = -1;
 	op->code = c;
 	return 0;
+}
+
+static void event_release(struct sbx_code_event *e)
+{
+	for (int i = 0; i < SBX_NFIELDS; i++)
+		free((char *)e->field[i]);
+	json_decref(e->json);
+	free((char *)e->name);
+	free((char *)e->value);
+	free((char *)e->traceback);
 }
 
 void sbx__code_free(struct sop_code *c)
@@ -53,8 +64,11 @@ void sbx__code_free(struct sop_code *c)
 	if (!c)
 		return;
 	pbuf_release(&c->line);
-	json_decref(c->results);
-	json_decref(c->error);
+	for (size_t i = 0; i < c->info.nevents; i++) {
+		event_release(c->events[i]);
+		free(c->events[i]);
+	}
+	free(c->events);
 	free(c);
 }
 
@@ -69,59 +83,64 @@ static int is_base64(const char *s, size_t n)
 	return 1;
 }
 
-/* Copies key from in to out if it is a string (and base64 where b64 says): 0, or -1 when it
- * is there but not that. */
-static int copy_str(json_t *out, json_t *in, const char *key, int b64)
+/* Copies key of in into *out if it is a string (and base64 where b64
+ * says): 0, or -1 when it is there but not that (or out of memory). */
+static int copy_str(const char **out, json_t *in, const char *key, int b64, size_t *bytes)
 {
 	json_t *v = json_object_get(in, key);
 	if (!v)
 		return 0;
 	if (!json_is_string(v) || (b64 && !is_base64(json_string_value(v), json_string_length(v))))
 		return -1;
-	json_object_set(out, key, v);
+	size_t n = json_string_length(v);
+	char *s = malloc(n + 1);
+	if (!s)
+		return -1;
+	memcpy(s, json_string_value(v), n + 1);
+	*out = s;
+	*bytes += n;
 	return 0;
 }
 
-/* A result or an error as the API shows it, rebuilt from a kernel's line: NULL when the line
- * is none of those (the end line is taken here too). */
-static json_t *clean_event(struct sop_code *c, json_t *ev)
+/* A result or an error as a typed event, from a kernel's line: 0, or -1
+ * when the line is none of those (the end line is taken here too). */
+static int take_event(struct sop_code *c, json_t *ev, struct sbx_code_event *e, size_t *bytes)
 {
-	static const char *const texts[] = {"text", "html", "markdown", "svg", "latex", "javascript"};
-	static const char *const binary[] = {"png", "jpeg", "pdf"};
 	const char *type = json_string_value(json_object_get(ev, "type"));
+	memset(e, 0, sizeof(*e));
 	if (!type)
-		return NULL;
+		return -1;
 	if (!strcmp(type, "end")) {
 		json_t *n = json_object_get(ev, "execution_count");
 		if (json_is_integer(n) && json_integer_value(n) >= 0)
-			c->count = json_integer_value(n);
-		return NULL;
+			c->info.count = json_integer_value(n);
+		return -1;
 	}
-	json_t *out = json_object();
 	int bad = 0;
 	if (!strcmp(type, "result")) {
-		json_object_set_new(out, "type", json_string("result"));
-		json_object_set_new(out, "is_main_result",
-				    json_boolean(json_is_true(json_object_get(ev, "is_main_result"))));
-		for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
-			bad |= copy_str(out, ev, texts[i], 0);
-		for (size_t i = 0; i < sizeof(binary) / sizeof(binary[0]); i++)
-			bad |= copy_str(out, ev, binary[i], 1);
+		e->is_main = json_is_true(json_object_get(ev, "is_main_result"));
+		for (int i = 0; i < SBX_NFIELDS; i++)
+			bad |= copy_str(&e->field[i], ev, sbx_code_field_names[i], i >= SBX_PNG, bytes);
 		json_t *j = json_object_get(ev, "json");
-		if (j)
-			json_object_set(out, "json", j);
+		if (j) {
+			/* Its size as the answer will spell it, for the cap. */
+			char *text = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+			*bytes += text ? strlen(text) : 0;
+			free(text);
+			e->json = json_incref(j);
+		}
 	} else if (!strcmp(type, "error")) {
-		json_object_set_new(out, "type", json_string("error"));
-		bad |= copy_str(out, ev, "name", 0) | copy_str(out, ev, "value", 0) |
-		       copy_str(out, ev, "traceback", 0);
+		e->is_error = 1;
+		bad |= copy_str(&e->name, ev, "name", 0, bytes) | copy_str(&e->value, ev, "value", 0, bytes) |
+		       copy_str(&e->traceback, ev, "traceback", 0, bytes);
 	} else {
 		bad = 1;
 	}
 	if (bad) {
-		json_decref(out);
-		return NULL;
+		event_release(e);
+		return -1;
 	}
-	return out;
+	return 0;
 }
 
 /* One complete line from the kernel. */
@@ -130,30 +149,38 @@ static void on_line(struct sop *op, const char *p, size_t n)
 	struct sop_code *c = op->code;
 	json_error_t jerr;
 	json_t *ev = json_loadb(p, n, JSON_REJECT_DUPLICATES, &jerr);
-	json_t *out = json_is_object(ev) ? clean_event(c, ev) : NULL;
+	struct sbx_code_event e;
+	size_t bytes = 0;
+	int ok = json_is_object(ev) && take_event(c, ev, &e, &bytes) == 0;
 	json_decref(ev);
-	if (!out)
+	if (!ok)
 		return;
-	char *text = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII);
-	size_t len = text ? strlen(text) : 0;
-	if (!text || c->bytes + len > SBX_CODE_MAX_RESULTS) {
-		c->truncated = 1;
-	} else {
-		c->bytes += len;
-		if (op->mode == SOP_NDJSON) {
-			text[len] = '\n'; /* the NUL's place: the line as the client gets it */
-			sbx__queue_line(op, text, len + 1);
-		} else if (!strcmp(json_string_value(json_object_get(out, "type")), "error")) {
-			json_object_del(out, "type");
-			json_decref(c->error);
-			c->error = json_incref(out);
-		} else {
-			json_object_del(out, "type");
-			json_array_append(c->results, out);
+	if (c->bytes + bytes > SBX_CODE_MAX_RESULTS || c->info.nevents == SBX_CODE_MAX_EVENTS) {
+		c->info.truncated = 1;
+		event_release(&e);
+		return;
+	}
+	struct sbx_code_event *kept = malloc(sizeof(*kept));
+	if (kept && c->info.nevents == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 8;
+		struct sbx_code_event **v = realloc(c->events, cap * sizeof(*v));
+		if (v) {
+			c->events = v;
+			c->cap = cap;
 		}
 	}
-	free(text);
-	json_decref(out);
+	if (!kept || c->info.nevents == c->cap) {
+		c->info.truncated = 1; /* out of memory: this one is lost, not the daemon */
+		event_release(&e);
+		free(kept);
+		return;
+	}
+	c->bytes += bytes;
+	*kept = e;
+	c->events[c->info.nevents] = kept;
+	if (op->mode == SOP_NDJSON)
+		sbx__queue_event(op, (uint32_t)c->info.nevents);
+	c->info.nevents++;
 }
 
 void sbx__code_event(struct sop *op, const uint8_t *p, size_t n)
@@ -166,12 +193,12 @@ void sbx__code_event(struct sop *op, const uint8_t *p, size_t n)
 		size_t k = nl ? (size_t)(nl - p) : n;
 		if (!c->skipping && c->line.len + k > SBX_CODE_MAX_LINE) {
 			c->skipping = 1;
-			c->truncated = 1;
+			c->info.truncated = 1;
 			c->line.len = 0;
 		}
 		if (!c->skipping && pbuf_append(&c->line, p, k) < 0) {
 			c->skipping = 1; /* out of memory: this line is lost, not the daemon */
-			c->truncated = 1;
+			c->info.truncated = 1;
 		}
 		if (!nl)
 			return;
@@ -196,69 +223,34 @@ void sbx__code_attrs(struct sop *op, const struct proto_frame *f)
 	    strspn(lang, "abcdefghijklmnopqrstuvwxyz") == strlen(lang))
 		snprintf(c->language, sizeof(c->language), "%s", lang);
 	if (f->type == P_STARTED && proto_get_u32(f, A_RESTARTED, &v) == 0 && v) {
-		c->restarted = 1;
+		c->info.restarted = 1;
 		utf8_sanitize((const uint8_t *)msg, strnlen(msg, 80), c->restart_reason);
 	}
 	if (f->type == P_OK) {
 		op->st.timed_out = proto_get_u32(f, A_TIMED_OUT, &v) == 0 && v;
 		if (proto_get_u32(f, A_DIED, &v) == 0 && v) {
-			c->died = 1;
+			c->info.died = 1;
 			utf8_sanitize((const uint8_t *)msg, strnlen(msg, 80), c->died_msg);
 		}
 	}
 }
 
-/* The error of a kernel that died during the call. */
-static json_t *died_error(const struct sop_code *c)
-{
-	return json_pack("{s:s,s:s,s:s}", "name", "KernelDied", "value",
-			 c->died_msg[0] ? c->died_msg : "the kernel died", "traceback", "");
-}
-
-/* The fields of an execution (docs/api.md), results and error as given (NULL: left out, as
- * in the stream's end line), stdout and stderr left to the caller. */
-static json_t *execution(struct sop *op, json_t *results, json_t *error)
-{
-	struct sop_code *c = op->code;
-	json_t *o = json_pack("{s:s,s:s}", "context", c->context, "language", c->language);
-	json_object_set_new(o, "execution_count", c->count >= 0 ? json_integer(c->count) : json_null());
-	if (results)
-		json_object_set(o, "results", results);
-	if (error)
-		json_object_set_new(o, "error", error);
-	json_object_set_new(o, "timed_out", json_boolean(op->st.timed_out > 0));
-	json_object_set_new(o, "kernel_restarted", json_boolean(c->restarted));
-	json_object_set_new(o, "restart_reason",
-			    c->restarted ? json_string(c->restart_reason) : json_null());
-	json_object_set_new(o, "results_truncated", json_boolean(c->truncated));
-	json_object_set_new(o, "duration_ms", json_integer(clock_ms() - op->t0));
-	return o;
-}
-
-json_t *sop_code_result(struct sop *op)
+const struct sbx_code_info *sop_code(struct sop *op)
 {
 	struct sop_code *c = op->code;
 	if (!c || !op->done)
 		return NULL;
-	json_t *err = c->died ? died_error(c) : c->error ? json_incref(c->error) : json_null();
-	return execution(op, c->results, err);
+	c->info.context = c->context;
+	c->info.language = c->language;
+	c->info.restart_reason = c->restart_reason;
+	c->info.died_msg = c->died_msg;
+	c->info.timed_out = op->st.timed_out > 0;
+	c->info.duration_ms = clock_ms() - op->t0;
+	return &c->info;
 }
 
-json_t *sbx__code_tail(struct sop *op)
+const struct sbx_code_event *sop_code_event(struct sop *op, size_t i)
 {
 	struct sop_code *c = op->code;
-	if (!c || c->tail_sent)
-		return NULL;
-	c->tail_sent = 1;
-	json_t *lines = json_array();
-	if (c->died) {
-		json_t *e = died_error(c);
-		json_object_set_new(e, "type", json_string("error"));
-		json_array_append_new(lines, e);
-	}
-	json_t *end = json_pack("{s:s}", "type", "end"), *x = execution(op, NULL, NULL);
-	json_object_update(end, x);
-	json_decref(x);
-	json_array_append_new(lines, end);
-	return lines;
+	return c && i < c->info.nevents ? c->events[i] : NULL;
 }

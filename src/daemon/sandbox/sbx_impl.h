@@ -307,16 +307,14 @@ void sbx__template_bad(struct sbx_mgr *m, const char *dir);
 unsigned sbx__pool_depth(struct sbx_mgr *m);
 
 /* sbx_code.c, in the pump with the sandbox locked: a code call's P_EVENT
- * bytes; the attributes of its P_STARTED and P_OK; the lines that close its
- * NDJSON stream (an array: the error of a kernel that died, the end line),
- * once, NULL after; and freeing it all with its sop. */
+ * bytes; the attributes of its P_STARTED and P_OK; and freeing it all with
+ * its sop. */
 void sbx__code_event(struct sop *op, const uint8_t *p, size_t n);
 void sbx__code_attrs(struct sop *op, const struct proto_frame *f);
-json_t *sbx__code_tail(struct sop *op);
 void sbx__code_free(struct sop_code *c);
-/* sbx_op.c: queues one whole NDJSON line (text ending in a newline) on a
- * SOP_NDJSON operation. */
-void sbx__queue_line(struct sop *op, const char *text, size_t n);
+/* sbx_op.c: queues code event i (sop_code_event) on a SOP_NDJSON
+ * operation's stream, after the output before it. */
+void sbx__queue_event(struct sop *op, uint32_t i);
 
 /* sbx_op.c: a request's frame. sbx_begin starts request type for op and
  * returns the frame to add attributes to, with the sandbox locked, or

@@ -24,7 +24,7 @@
 
 #define NO_REC SIZE_MAX
 #define REC_HDR 5 /* SOP_NDJSON record: u8 stream, u32 length */
-#define REC_LINE 2 /* a record's "stream" for whole NDJSON lines (code results) */
+#define REC_EVENT 2 /* a record's "stream" for a code event: its index, u32 */
 
 struct sop *sop_new(enum sop_mode mode, size_t cap)
 {
@@ -351,9 +351,12 @@ static void queue_record(struct sop *op, int stream, const uint8_t *p, size_t n)
 		q->len = at;
 }
 
-void sbx__queue_line(struct sop *op, const char *text, size_t n)
+void sbx__queue_event(struct sop *op, uint32_t i)
 {
-	queue_record(op, REC_LINE, (const uint8_t *)text, n);
+	/* Its own record always: events are never joined like output. */
+	op->last_rec = NO_REC;
+	queue_record(op, REC_EVENT, (const uint8_t *)&i, sizeof(i));
+	op->last_rec = NO_REC;
 }
 
 /* Output or file bytes: charged against the window, then kept per mode. */
@@ -604,22 +607,6 @@ int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms, stru
 	return r;
 }
 
-/* Appends one NDJSON line to buf; returns its length. */
-static size_t put_line(char *buf, size_t room, json_t *line)
-{
-	char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
-	json_decref(line);
-	size_t n = text ? strlen(text) : 0;
-	if (!text || n + 1 > room) {
-		free(text);
-		return 0;
-	}
-	memcpy(buf, text, n);
-	buf[n] = '\n';
-	free(text);
-	return n + 1;
-}
-
 /* Consumes take bytes of the first record of a SOP_NDJSON queue: the whole
  * record, or its head. */
 static void take_record(struct sop *op, size_t take)
@@ -641,16 +628,19 @@ static void take_record(struct sop *op, size_t take)
 	}
 }
 
-/* With the sandbox locked: one output line from the first record, at most
- * budget raw bytes of it. Returns the line's length. */
-static size_t ndjson_output(struct sbx *s, struct sop *op, char *buf, size_t room, size_t budget)
+/* With the sandbox locked: the head of the first record, an output one, as
+ * UTF-8 text into buf (every raw byte may become three: U+FFFD). */
+static void out_chunk(struct sbx *s, struct sop *op, struct sop_chunk *c, char *buf, size_t max)
 {
 	struct pbuf *q = &op->out[0];
 	uint32_t len;
 	memcpy(&len, q->data + 1, 4);
 	int stream = q->data[0];
+	size_t budget = (max - 1) / 3 > 4 ? (max - 1) / 3 - 4 : 1;
+	if (budget > 16384)
+		budget = 16384;
 	size_t take = len < budget ? len : budget;
-	/* Join with the bytes an earlier line cut mid-character. */
+	/* Join with the bytes an earlier chunk cut mid-character. */
 	uint8_t joined[4 + 16384];
 	size_t have = op->npartial[stream];
 	memcpy(joined, op->partial[stream], have);
@@ -659,73 +649,51 @@ static size_t ndjson_output(struct sbx *s, struct sop *op, char *buf, size_t roo
 	size_t keep = utf8_incomplete_tail(joined, total);
 	memcpy(op->partial[stream], joined + total - keep, keep);
 	op->npartial[stream] = keep;
-	char text[3 * sizeof(joined) + 1];
-	size_t tlen = utf8_sanitize(joined, total - keep, text);
-	size_t n = put_line(buf, room,
-			    json_pack("{s:s,s:s%}", "type", stream ? "stderr" : "stdout", "data", text, tlen));
+	*c = (struct sop_chunk){ .kind = SOP_CHUNK_OUT, .stream = stream,
+				 .len = utf8_sanitize(joined, total - keep, buf) };
 	take_record(op, take);
 	refund(s, op, take);
-	return n;
 }
 
-/* With the sandbox locked: as much of the first record, whole NDJSON lines
- * already (REC_LINE), as fits in room. Their credit went back on arrival. */
-static size_t line_output(struct sop *op, char *buf, size_t room)
+/* Whether op's stream closes with an END chunk: a command's exit, a code
+ * call that ended well. */
+static int has_end(const struct sop *op)
 {
-	struct pbuf *q = &op->out[0];
-	uint32_t len;
-	memcpy(&len, q->data + 1, 4);
-	size_t take = len < room ? len : room;
-	memcpy(buf, q->data + REC_HDR, take);
-	take_record(op, take);
-	return take;
+	return op->st.end == P_EXIT || (op->type == P_CODE && op->st.end == P_OK);
 }
 
-/* With the sandbox locked: the lines that close a code call's stream, once
- * it ended well and its queue is empty. */
-static size_t code_tail(struct sop *op, char *buf, size_t n)
+int sop_next(struct sbx *s, struct sop *op, struct sop_chunk *c, char *buf, size_t max,
+	     int timeout_ms)
 {
-	json_t *lines = sbx__code_tail(op);
-	json_t *line;
-	size_t i, used = 0;
-	json_array_foreach(lines, i, line)
-		used += put_line(buf + used, n - used, json_incref(line));
-	json_decref(lines);
-	op->exit_sent = 1;
-	return used;
-}
-
-/* With the sandbox locked: what the reader gets of a SOP_NDJSON queue. */
-static size_t ndjson_read(struct sbx *s, struct sop *op, char *buf, size_t n)
-{
-	size_t used = 0;
-	/* Each raw byte can become six (a \u00XX escape); a line adds ~40. */
-	while (op->out[0].len && n - used > 256) {
-		if (op->out[0].data[0] == REC_LINE) {
-			used += line_output(op, buf + used, n - used);
-			continue;
+	struct timespec ts;
+	clock_deadline(&ts, timeout_ms);
+	pthread_mutex_lock(&s->mu);
+	while (!op->out[0].len && !op->done) {
+		if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
+			pthread_mutex_unlock(&s->mu);
+			return -ETIMEDOUT;
 		}
-		size_t budget = (n - used - 128) / 6;
-		if (budget > 16384)
-			budget = 16384;
-		used += ndjson_output(s, op, buf + used, n - used, budget);
 	}
-	/* The end line and a dead kernel's error: a few hundred bytes. */
-	if (!op->out[0].len && op->done && !op->exit_sent && op->type == P_CODE &&
-	    op->st.end == P_OK && n - used > 2048)
-		used += code_tail(op, buf + used, n - used);
-	if (!op->out[0].len && op->done && !op->exit_sent && op->st.end == P_EXIT && n - used > 256) {
-		struct sop_state *st = &op->st;
-		json_t *line = json_pack("{s:s,s:o,s:o,s:b}", "type", "exit", "exit_code",
-					 st->exit_code >= 0 ? json_integer(st->exit_code) : json_null(),
-					 "signal", st->signal >= 0 ? json_integer(st->signal) : json_null(),
-					 "timed_out", st->timed_out > 0);
-		if (line && op->type == P_EXEC)
-			json_object_set_new(line, "duration_ms", json_integer(clock_ms() - op->t0));
-		used += put_line(buf + used, n - used, line);
+	int r = 1;
+	if (op->out[0].len && op->out[0].data[0] == REC_EVENT) {
+		uint32_t i;
+		memcpy(&i, op->out[0].data + REC_HDR, sizeof(i));
+		*c = (struct sop_chunk){ .kind = SOP_CHUNK_EVENT, .event = sop_code_event(op, i) };
+		take_record(op, sizeof(i)); /* its credit went back on arrival */
+		if (!c->event)
+			c->kind = SOP_CHUNK_OUT; /* cannot be: an empty output, harmless */
+	} else if (op->out[0].len) {
+		out_chunk(s, op, c, buf, max);
+	} else if (!op->exit_sent && has_end(op)) {
+		*c = (struct sop_chunk){ .kind = SOP_CHUNK_END, .st = op->st,
+					 .duration_ms = clock_ms() - op->t0 };
 		op->exit_sent = 1;
+	} else {
+		/* Cut short: the client must not take an error's stream as whole. */
+		r = op->st.end == P_ERROR ? -EPIPE : 0;
 	}
-	return used;
+	pthread_mutex_unlock(&s->mu);
+	return r;
 }
 
 ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout_ms)
@@ -733,28 +701,18 @@ ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout
 	struct timespec ts;
 	clock_deadline(&ts, timeout_ms);
 	pthread_mutex_lock(&s->mu);
-	for (;;) {
-		int more = op->out[0].len > 0 ||
-			   (op->mode == SOP_NDJSON && op->done && !op->exit_sent &&
-			    (op->st.end == P_EXIT || (op->type == P_CODE && op->st.end == P_OK)));
-		if (more || op->done)
-			break;
+	while (!op->out[0].len && !op->done) {
 		if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
 			pthread_mutex_unlock(&s->mu);
 			return -ETIMEDOUT;
 		}
 	}
-	ssize_t r;
-	if (op->mode == SOP_NDJSON) {
-		r = (ssize_t)ndjson_read(s, op, buf, n);
-	} else {
-		size_t k = op->out[0].len < n ? op->out[0].len : n;
-		if (k)
-			memcpy(buf, op->out[0].data, k);
-		pbuf_consume(&op->out[0], k);
-		refund(s, op, k);
-		r = (ssize_t)k;
-	}
+	size_t k = op->out[0].len < n ? op->out[0].len : n;
+	if (k)
+		memcpy(buf, op->out[0].data, k);
+	pbuf_consume(&op->out[0], k);
+	refund(s, op, k);
+	ssize_t r = (ssize_t)k;
 	/* Cut short: the client must not take an error's stream as whole. */
 	if (r == 0 && op->done && op->st.end == P_ERROR)
 		r = -EPIPE;

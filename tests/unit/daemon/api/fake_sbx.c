@@ -181,10 +181,33 @@ const struct sbx_item *sop_entry(struct sop *op)
 	return &e;
 }
 
-json_t *sop_code_result(struct sop *op)
+const struct sbx_code_info *sop_code(struct sop *op)
+{
+	static struct sbx_code_info ci;
+	(void)op;
+	ci = (struct sbx_code_info){ .context = fake.req.context ? fake.req.context : "",
+				     .language = fake.req.language ? fake.req.language : "",
+				     .count = 1, .restart_reason = "", .died_msg = "" };
+	return &ci;
+}
+
+const struct sbx_code_event *sop_code_event(struct sop *op, size_t i)
 {
 	(void)op;
-	return json_pack("{s:s,s:[]}", "context", fake.req.context ? fake.req.context : "", "results");
+	(void)i;
+	return NULL;
+}
+
+int sop_next(struct sbx *s, struct sop *op, struct sop_chunk *c, char *buf, size_t max,
+	     int timeout_ms)
+{
+	(void)s;
+	(void)op;
+	(void)c;
+	(void)buf;
+	(void)max;
+	(void)timeout_ms;
+	return 0;
 }
 
 int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *p,
@@ -315,3 +338,7 @@ void sbx_mgr_stats(struct sbx_mgr *m, struct sbx_stats *out)
 	(void)m;
 	memset(out, 0, sizeof(*out));
 }
+
+const char *const sbx_code_field_names[SBX_NFIELDS] = {
+	"text", "html", "markdown", "svg", "latex", "javascript", "png", "jpeg", "pdf",
+};
