@@ -389,3 +389,104 @@ def test_git_and_pip_get_a_brokered_token_in_basic_credentials(secd, forge, make
     assert TOKEN not in sh(sbx, "cat /tmp/repo/.git/config").stdout
     r = sh(sbx, f"grep -rlsF -- '{TOKEN}' /proc/[0-9]*/environ /etc /root /tmp", ok=False)
     assert r.exit_code in (1, 2) and not r.stdout, r.stdout
+
+
+def test_request_transformations_set_headers_toward_their_host_only(secd, make_sandbox):
+    """Rules (the AI SDK's request transformations) whose headers the proxy sets on requests to
+    their host, over HTTPS it ends and checks: a literal value and a secret by name arrive, the
+    guest's own header of that name is replaced, other hosts and plain HTTP get nothing, the
+    value is never in the guest, and the rules last through pause, resume and fork."""
+    s = set_secret(secd, "RULE_KEY", "rule-secret-value", ["allowed.test"])
+    sbx = make_sandbox()
+    url = "https://allowed.test/headers"
+    shown = sbx.set_request_transformations([
+        {"match": {"host": "allowed.test", "path": {"startsWith": "/headers"}, "method": ["GET"]},
+         "transform": {"headers": {"X-Model-Key": "model-key-literal",
+                                   "X-Api-Key": "{{secret:RULE_KEY}}"}}}])
+    assert shown[0]["transform"]["headers"] == {"x-model-key": "***", "x-api-key": "{{secret:RULE_KEY}}"}
+    assert sbx.get_request_transformations() == shown
+
+    def seen(target=url, *opts):
+        return json.loads(sh(sbx, f"curl -sS -m 20 {' '.join(opts)} {target}").stdout)
+    got = seen(url, "-H 'X-Model-Key: mine'")
+    assert got["x-model-key"] == sha("model-key-literal") and got["x-api-key"] == sha("rule-secret-value")
+    assert "header rule set in a request to allowed.test" in secd.log_tail(200000)
+    # Another host, and plain HTTP to this one: nothing set.
+    got = seen("https://other.test/headers", "-k")
+    assert "x-model-key" not in got and "x-api-key" not in got
+    got = seen("http://allowed.test/headers")
+    assert "x-model-key" not in got and "x-api-key" not in got
+    # Added by match: the same match gains a header.
+    sbx.add_request_transformations([{"match": {"host": "allowed.test", "path": {"startsWith": "/headers"},
+                                                "method": ["GET"]},
+                                      "transform": {"headers": {"X-Extra": "extra"}}}])
+    rules = sbx.get_request_transformations()
+    assert len(rules) == 1 and set(rules[0]["transform"]["headers"]) == {"x-model-key", "x-api-key", "x-extra"}
+    assert seen()["x-extra"] == sha("extra")
+    # Bad rules are refused whole, with the reason.
+    for bad, why in (({"match": {"host": "allowed.test"}, "transform": {"headers": {"Host": "x"}}}, "frames"),
+                     ({"match": {"host": "a b"}, "transform": {"headers": {"x": "v"}}}, "host"),
+                     ({"match": {"host": "allowed.test"}, "transform": {"headers": {"x": "{{secret:NOPE}}"}}},
+                      "no secret 'NOPE'")):
+        with pytest.raises(cpuos.BadRequestError, match=why):
+            sbx.set_request_transformations([bad])
+    assert len(sbx.get_request_transformations()) == 1
+    r = secd.http("PUT", f"/v1/sandboxes/{sbx.id}/network/transformations", body=b"{\"x\": 1}",
+                  headers={"Content-Type": "application/json"}, key=secd.key_a)
+    assert r.status == 400 and r.json()["error"]
+    # Never in the guest.
+    r = sh(sbx, "grep -rlsF -- model-key-literal /proc/[0-9]*/environ /etc /root /tmp", ok=False)
+    assert r.exit_code in (1, 2) and not r.stdout, r.stdout
+    # Kept across pause and resume, and by a fork.
+    sbx.pause()
+    sbx.resume()
+    assert seen()["x-model-key"] == sha("model-key-literal")
+    child, = sbx.fork()
+    try:
+        got = json.loads(sh(child, f"curl -sS -m 20 {url}").stdout)
+        assert got["x-model-key"] == sha("model-key-literal") and got["x-api-key"] == sha("rule-secret-value")
+    finally:
+        child.kill()
+    # None left: the host's own TLS again (-k: the stand-in's certificate is self-signed).
+    assert sbx.set_request_transformations([]) == []
+    got = seen(url, "-k")
+    assert "x-model-key" not in got and got.get("x-api-key") is None
+    assert s.placeholder != "rule-secret-value"
+
+
+AISDK_SCRIPT = r"""
+import { createCpuosNetworkSandboxSession } from "%s";
+const s = await createCpuosNetworkSandboxSession({ template: "base", timeout: "5m" });
+try {
+  await s.setRequestTransformations([{ match: { host: "allowed.test" },
+                                       transform: { headers: { "X-Harness-Key": "harness-key-value" } } }]);
+  await s.addRequestTransformations([{ match: { host: "*.wild.test" },
+                                       transform: { headers: { "X-Harness-Key": "wild-value" } } }]);
+  const curl = (u) => s.run({ command: `curl -sS -m 20 ${u}` });
+  const out = {};
+  for (const [k, u] of [["bound", "https://allowed.test/headers"], ["wild", "https://a.wild.test/headers"],
+                        ["other", "-k https://other.test/headers"]])
+    out[k] = JSON.parse((await curl(u)).stdout);
+  out.guest = (await s.run({ command: "grep -rlsF harness-key-value /proc/[0-9]*/environ /etc /root /tmp; true" })).stdout;
+  console.log(JSON.stringify(out));
+} finally {
+  await s.destroy();
+}
+"""
+
+
+def test_a_header_rule_from_the_ai_sdk_provider_reaches_its_host_only(secd, tmp_path):
+    from test_typescript import AISDK, NODE22
+    built = os.path.join(AISDK, "dist", "index.js")
+    if not os.access(NODE22, os.X_OK) or not os.path.exists(built):
+        pytest.fail("the AI SDK provider is not built (node 22, dist/): run make", pytrace=False)
+    script = tmp_path / "rules.mjs"
+    script.write_text(AISDK_SCRIPT % built)
+    env = dict(os.environ, CPUOS_API_URL=secd.url, CPUOS_API_KEY=secd.key_a)
+    r = subprocess.run([NODE22, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["bound"]["x-harness-key"] == sha("harness-key-value")
+    assert out["wild"]["x-harness-key"] == sha("wild-value")
+    assert "x-harness-key" not in out["other"]
+    assert out["guest"] == ""

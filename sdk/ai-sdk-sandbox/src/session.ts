@@ -6,7 +6,9 @@
  * sandbox's working directory, read from the sandbox itself.
  */
 import { HarnessCapabilityUnsupportedError } from "@ai-sdk/harness";
-import type { HarnessV1NetworkPolicy, HarnessV1NetworkSandboxSession, HarnessV1PortEndpoint } from "@ai-sdk/harness";
+import type {
+  HarnessV1NetworkPolicy, HarnessV1NetworkSandboxSession, HarnessV1PortEndpoint, HarnessV1RequestTransformation,
+} from "@ai-sdk/harness";
 import {
   type Experimental_SandboxDirectoryEntry as DirectoryEntry,
   type Experimental_SandboxFileStat as FileStat,
@@ -261,6 +263,28 @@ export class CpuosNetworkSandboxSession extends CpuosSandboxSession implements H
     this.policyChain = next.catch(() => {});
     return next.then(() => {});
   };
+
+  /**
+   * Headers set on the sandbox's requests by cpuosd's egress proxy, outside the VM: a harness's
+   * model key never enters it. Rules match by host (wildcards as allowedHosts), path, method,
+   * query and headers; a value's "{{secret:NAME}}" is the account's secret NAME. HTTPS to a host
+   * with rules is ended and checked by the proxy (the guest trusts cpuosd's CA). Serialised with
+   * the policy changes.
+   */
+  readonly setRequestTransformations = (rules: ReadonlyArray<HarnessV1RequestTransformation>): Promise<void> =>
+    this.transformations(rules, false);
+
+  /** Adds rules: one whose match equals a held rule's adds its headers to it (the new value wins). */
+  readonly addRequestTransformations = (rules: ReadonlyArray<HarnessV1RequestTransformation>): Promise<void> =>
+    this.transformations(rules, true);
+
+  private transformations(rules: ReadonlyArray<HarnessV1RequestTransformation>, add: boolean): Promise<void> {
+    const copy = rules.map((r) => JSON.parse(JSON.stringify(r)));
+    const next = this.policyChain.then(() =>
+      add ? this.sbx.addRequestTransformations(copy) : this.sbx.setRequestTransformations(copy));
+    this.policyChain = next.catch(() => {});
+    return next.then(() => {});
+  }
 
   /** A frozen view with only the description, the file methods, run and spawn, over the same sandbox. */
   readonly restricted = (): SandboxSession => {

@@ -394,6 +394,50 @@ class Sandbox(CodeMethods):
         self.network = data.get("policy")
         return self.network
 
+    def get_request_transformations(self) -> list[dict[str, Any]]:
+        """The sandbox's request transformations: rules whose headers cpuosd's egress proxy
+        sets on the requests that match, outside the sandbox. Each header value the caller
+        gave literally reads "***"; a secret's reference ("{{secret:NAME}}") as it is.
+
+        Raises:
+            NotFoundError, CpuosError: as for `info`.
+        """
+        data = self._client.request("GET", self._path + "/network/transformations") or {}
+        return data.get("transformations", [])
+
+    def set_request_transformations(self, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Replace the sandbox's request transformations (the AI SDK's
+        setRequestTransformations); an empty list removes them.
+
+        Args:
+            rules: dicts {"match": {"host": "api.example.com" (or "*.example.com", "*"),
+                "path": {"exact" | "startsWith" | "regex": str}, "method": ["POST"],
+                "queryString": [{"key": matcher, "value": matcher}], "headers": [...]},
+                "transform": {"headers": {"Authorization": "Bearer ..."}}}; only "host" is
+                needed in "match". A value's "{{secret:NAME}}" stands for the account's secret
+                NAME, put in only where that secret is bound.
+
+        Returns:
+            The rules as `get_request_transformations` shows them.
+
+        Raises:
+            BadRequestError: an invalid rule, or a secret that does not exist.
+            ConflictError: the sandbox is stopped.
+            NotFoundError, CpuosError: as for `info`.
+        """
+        data = self._client.request("PUT", self._path + "/network/transformations",
+                                    json_body={"transformations": list(rules)}) or {}
+        return data.get("transformations", [])
+
+    def add_request_transformations(self, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Add request transformations (the AI SDK's addRequestTransformations): a rule whose
+        "match" equals one the sandbox has adds its headers to that one (the new value wins
+        for a name); others are appended. Arguments, result and errors as
+        `set_request_transformations`."""
+        data = self._client.request("POST", self._path + "/network/transformations",
+                                    json_body={"transformations": list(rules)}) or {}
+        return data.get("transformations", [])
+
     def kill(self) -> None:
         """Stop the sandbox (fine if it already stopped).
 

@@ -13,5 +13,6 @@ export {
 export { type Entry, type FileData, Files, type WriteOptions } from "./files.js";
 export { type ExecResult, type OutputEvent, Process } from "./process.js";
 export {
-  Checkpoint, type Command, type ExecOptions, type NetworkPolicy, Sandbox, type SandboxCreateOptions,
+  Checkpoint, type Command, type ExecOptions, type NetworkPolicy, type RequestTransformation, Sandbox,
+  type SandboxCreateOptions, type StringMatcher,
 } from "./sandbox.js";

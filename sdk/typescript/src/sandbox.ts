@@ -19,6 +19,24 @@ export type NetworkPolicy =
   | { mode: "custom"; allowedHosts?: readonly string[]; allowedCIDRs?: readonly string[];
       deniedCIDRs?: readonly string[] };
 
+/** Matches a string: exactly, by its start, or a POSIX extended regex found anywhere in it. */
+export type StringMatcher = { exact: string } | { startsWith: string } | { regex: string };
+
+/**
+ * A request transformation, in the AI SDK's shape: headers cpuosd's egress proxy sets on the
+ * requests that match. A value's "{{secret:NAME}}" stands for the account's secret NAME.
+ */
+export interface RequestTransformation {
+  match: {
+    host: string;
+    path?: StringMatcher;
+    method?: readonly string[];
+    queryString?: readonly { key?: StringMatcher; value?: StringMatcher }[];
+    headers?: readonly { key?: StringMatcher; value?: StringMatcher }[];
+  };
+  transform: { headers: Readonly<Record<string, string>> };
+}
+
 export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
   /** "python" (the default), "node", "base", or the checkpoint's template. */
   template?: string;
@@ -283,6 +301,33 @@ export class Sandbox {
       json: typeof policy === "string" ? { mode: policy } : policy, signal: options.signal,
     });
     return (this.network = d?.policy ?? null);
+  }
+
+  /**
+   * Its request transformations: rules whose headers cpuosd's egress proxy sets on the
+   * requests that match, outside the sandbox. A header value given literally reads "***";
+   * a secret's reference ("{{secret:NAME}}") as it is.
+   */
+  async getRequestTransformations(options: CallOptions = {}): Promise<RequestTransformation[]> {
+    const d = await this.client.json<{ transformations?: RequestTransformation[] }>(
+      "GET", this.path + "/network/transformations", options);
+    return d?.transformations ?? [];
+  }
+
+  /** Replace its request transformations (the AI SDK's setRequestTransformations); [] removes them. */
+  async setRequestTransformations(rules: readonly RequestTransformation[], options: CallOptions = {}):
+    Promise<RequestTransformation[]> {
+    const d = await this.client.json<{ transformations?: RequestTransformation[] }>(
+      "PUT", this.path + "/network/transformations", { json: { transformations: rules }, signal: options.signal });
+    return d?.transformations ?? [];
+  }
+
+  /** Add request transformations: a rule whose match equals one held adds its headers to it. */
+  async addRequestTransformations(rules: readonly RequestTransformation[], options: CallOptions = {}):
+    Promise<RequestTransformation[]> {
+    const d = await this.client.json<{ transformations?: RequestTransformation[] }>(
+      "POST", this.path + "/network/transformations", { json: { transformations: rules }, signal: options.signal });
+    return d?.transformations ?? [];
   }
 
   /** Stop it for good (fine if it already stopped). */

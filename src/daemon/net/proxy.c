@@ -218,7 +218,7 @@ char *proxy__head(const struct http1_head *h, const struct secret_set *sec, cons
 	 * Without swap the report alone counts (for the log). */
 	size_t first = (size_t)(h->line2 - h->buf), swapped_len, ruled_len = k - first;
 	int matched = 0;
-	char *ruled = swap && sec->rules ? rules_apply(sec->rules, h, host, sec, rw + first,
+	char *ruled = swap && tls && sec->rules ? rules_apply(sec->rules, h, host, sec, rw + first,
 						       k - first, &ruled_len, &matched)
 					 : NULL;
 	if (ruled && !matched) {

@@ -18,7 +18,9 @@
  * test()). A value's "{{secret:NAME}}" becomes the placeholder of the
  * sandbox's secret NAME, which secret_swap then replaces under that
  * secret's own checks (its hosts, TLS, a credentials header).
- * Pure; unit-tested (tests/unit/daemon/net/test_rules.c).
+ * Rules apply over TLS the proxy ends and checks the server of only (as
+ * a secret without allow_http): nothing proves a plain-HTTP server is the
+ * host. Pure; unit-tested (tests/unit/daemon/net/test_rules.c).
  */
 #ifndef CPUOS_NET_RULES_H
 #define CPUOS_NET_RULES_H

@@ -177,7 +177,7 @@ int secret_bound(const struct secret_set *s, const char *host, int tls)
 	for (size_t i = 0; s && i < s->n; i++)
 		if (bound_to(&s->v[i], host) && (tls || s->v[i].http))
 			return 1;
-	return s && rules_for_host(s->rules, host);
+	return tls && s && rules_for_host(s->rules, host); /* rules: over checked TLS only */
 }
 
 /* Does the header line carry credentials? Values go only there: many

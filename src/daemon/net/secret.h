@@ -49,7 +49,8 @@ int secret_value_ok(const char *value, char *err, size_t errlen);
 int secret_hosts_ok(const json_t *hosts, json_t **out, char *err, size_t errlen);
 
 /* Is host (lower case) one that some secret of s may go to, over TLS
- * (tls) or in plain HTTP, or one a rule of s sets headers for? */
+ * (tls) or in plain HTTP, or one a rule of s sets headers for (over TLS
+ * only: nothing proves a plain-HTTP server is the host)? */
 int secret_bound(const struct secret_set *s, const char *host, int tls);
 
 /* What secret_swap did: how many went in; a secret whose placeholder was

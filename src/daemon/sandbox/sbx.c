@@ -66,6 +66,7 @@ static void sbx_release(struct sbx *s)
 	free(s->ctls);
 	free(s->env_json);
 	free(s->secrets_json);
+	free(s->transforms_json);
 	free(s);
 }
 
@@ -170,6 +171,7 @@ int sbx__new(struct sbx_mgr *m, const struct store_sbx *row, enum sbx_state stat
 	s->net_slot = NET_NO_SLOT;
 	s->env_json = strdup(row->env_json ? row->env_json : "{}");
 	s->secrets_json = strdup(row->secrets_json ? row->secrets_json : "[]");
+	s->transforms_json = strdup(row->transforms_json ? row->transforms_json : "[]");
 	s->wakefd = -1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_condattr_t ca;
@@ -177,7 +179,7 @@ int sbx__new(struct sbx_mgr *m, const struct store_sbx *row, enum sbx_state stat
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	if (!s->env_json || !s->secrets_json) {
+	if (!s->env_json || !s->secrets_json || !s->transforms_json) {
 		sbx_release(s);
 		return -ENOMEM;
 	}
@@ -347,8 +349,7 @@ int sbx__run_vm(struct sbx *s, struct vm *vm, int net_slot)
 	/* A secret that changes from now on reaches it (sbx_secrets_changed):
 	 * both read the store under its lock. */
 	pthread_mutex_lock(&s->mu);
-	if (s->secrets_json)
-		sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
+	sbx__net_secrets(m, s->account, s->secrets_json, s->transforms_json, s->net_slot);
 	pthread_mutex_unlock(&s->mu);
 	return 0;
 }

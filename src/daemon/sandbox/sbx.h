@@ -145,6 +145,13 @@ json_t *sbx_network_json(struct sbx_mgr *m, const char *network_json);
  * resume): 0, -ENOENT, -ESHUTDOWN (stopped), -EBUSY, -EIO. */
 int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
 		    size_t errlen);
+/* Replaces (add: merges into, rules.h's rules_merge) the request
+ * transformations of sandbox id with rules, as rules_check made them
+ * (running: at once; paused: from its resume): 0, -ENOENT (no sandbox, or
+ * a secret a value names is not the account's), -ESHUTDOWN (stopped),
+ * -EBUSY, -EINVAL (too many, or no networks), -errno. */
+int sbx_set_transforms(struct sbx_mgr *m, const char *id, const json_t *rules, int add,
+		       char *err, size_t errlen);
 /* The egress counters of a running sandbox (net.h): 0 or -errno. */
 struct net_counters;
 int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c);

@@ -95,6 +95,7 @@ struct sbx {
 	int net_slot; /* its VM's network, or NET_NO_SLOT */
 	char *env_json;
 	char *secrets_json; /* the secrets it holds placeholders of */
+	char *transforms_json; /* its request transformations (rules.h) */
 	struct vm *vm;
 	int wakefd;
 	pthread_t pump;
@@ -267,9 +268,12 @@ int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json
 /* A running sandbox taken over after a restart keeps its network. */
 void sbx__net_keep(struct sbx_mgr *m, const struct store_sbx *row);
 /* The proxy of slot gets the values of account's secrets named in
- * names_json (a JSON array): what it puts in requests to their hosts.
- * Errors are logged: the requests then go with the placeholders. */
-void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_json, int slot);
+ * names_json (a JSON array) and the request transformations of
+ * transforms_json (a JSON array of rules; NULL: none), with the secrets
+ * they name: what it puts in requests to their hosts. Errors are
+ * logged: the requests then go with the placeholders, and no rules. */
+void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_json,
+		      const char *transforms_json, int slot);
 /* At a create: names_json (a JSON array of the account's secret names,
  * NULL: none) becomes row's secrets_json, and each secret's placeholder
  * goes into row's env under its name. 0, -ENOENT (an unknown secret, or

@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "daemon/net/net.h"
+#include "daemon/net/rules.h"
 #include "daemon/net/secret.h"
 #include "daemon/store/store.h"
 
@@ -80,13 +81,16 @@ out:
 	return r;
 }
 
-void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_json, int slot)
+void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_json,
+		      const char *transforms_json, int slot)
 {
-	json_t *names = json_loads(names_json, 0, NULL);
-	if (!m->cfg.net || slot == NET_NO_SLOT || !json_array_size(names)) {
-		json_decref(names);
+	if (!m->cfg.net || slot == NET_NO_SLOT)
 		return;
-	}
+	json_t *names = json_loads(names_json ? names_json : "[]", 0, NULL);
+	json_t *rules = json_loads(transforms_json ? transforms_json : "[]", 0, NULL);
+	if (!names)
+		names = json_array();
+	rules_secret_names(rules, names); /* the proxy looks their placeholders up */
 	json_t *list = json_array();
 	size_t i;
 	json_t *v;
@@ -103,10 +107,12 @@ void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_
 		store_secret_release(&x);
 	}
 	char err[256];
-	if (net_set_secrets(m->cfg.net, slot, list, NULL, err, sizeof(err)) < 0)
-		log_warn("account '%s': its secrets are not in use: %s", account, err);
+	if (net_set_secrets(m->cfg.net, slot, list, rules, err, sizeof(err)) < 0)
+		log_warn("account '%s': its secrets and request transformations are not in use: %s",
+			 account, err);
 	json_decref(list);
 	json_decref(names);
+	json_decref(rules);
 }
 
 static int holds_secrets_of(const struct sbx *s, const void *account)
@@ -123,9 +129,93 @@ void sbx_secrets_changed(struct sbx_mgr *m, const char *account)
 		struct sbx *s = v[i];
 		/* Under its lock the slot stays its own (sbx_net.c). */
 		pthread_mutex_lock(&s->mu);
-		if (s->secrets_json && strcmp(s->secrets_json, "[]"))
-			sbx__net_secrets(m, s->account, s->secrets_json, s->net_slot);
+		if (strcmp(s->secrets_json, "[]") || strcmp(s->transforms_json, "[]"))
+			sbx__net_secrets(m, s->account, s->secrets_json, s->transforms_json,
+					 s->net_slot);
 		pthread_mutex_unlock(&s->mu);
 	}
 	sbx__put_all(v, n);
+}
+
+/* Are the secrets rules names the account's? 0, or -ENOENT with which. */
+static int names_known(struct sbx_mgr *m, const char *account, const json_t *rules, char *err,
+		       size_t errlen)
+{
+	json_t *names = json_array();
+	rules_secret_names(rules, names);
+	size_t i;
+	json_t *v;
+	int r = 0;
+	json_array_foreach(names, i, v)
+	{
+		struct store_secret x;
+		if (store_secret_get(m->store, account, json_string_value(v), &x) < 0) {
+			snprintf(err, errlen, "no secret '%s'", json_string_value(v));
+			r = -ENOENT;
+			break;
+		}
+		store_secret_release(&x);
+	}
+	json_decref(names);
+	return r;
+}
+
+int sbx_set_transforms(struct sbx_mgr *m, const char *id, const json_t *rules, int add,
+		       char *err, size_t errlen)
+{
+	if (!m->cfg.net) {
+		snprintf(err, errlen, "this daemon runs without networks (--net off): no request "
+				      "transformations");
+		return -EINVAL;
+	}
+	struct sbx *s = sbx__get(m, id);
+	enum sbx_state now = SBX_STOPPED;
+	int r = s ? sbx__hold(s, 60000, &now) : -EPERM;
+	if (r == -EBUSY) {
+		snprintf(err, errlen, "sandbox '%s' is busy", id);
+	} else if (r < 0) {
+		struct store_sbx row;
+		if (store_sbx_get(m->store, id, &row) < 0) {
+			snprintf(err, errlen, "no sandbox '%s'", id);
+			r = -ENOENT;
+		} else {
+			snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
+			store_sbx_release(&row);
+			r = -ESHUTDOWN;
+		}
+	} else {
+		/* Held: no pause, fork or kill meanwhile; the lock keeps the
+		 * slot ours (as sbx_set_network). */
+		pthread_mutex_lock(&s->mu);
+		json_t *old = json_loads(s->transforms_json, 0, NULL);
+		json_t *next = add ? rules_merge(old, rules) : json_deep_copy(rules);
+		char *text = next ? json_dumps(next, JSON_COMPACT) : NULL;
+		if (!text) {
+			snprintf(err, errlen, "out of memory");
+			r = -ENOMEM;
+		} else if (json_array_size(next) > RULES_MAX) {
+			snprintf(err, errlen, "a sandbox has at most %d request transformations",
+				 RULES_MAX);
+			r = -EINVAL;
+		} else if ((r = names_known(m, s->account, next, err, errlen)) == 0 &&
+			   (r = store_sbx_set_transforms(m->store, id, text)) < 0) {
+			snprintf(err, errlen, "cannot record them: %s", strerror(-r));
+		}
+		if (r == 0) {
+			free(s->transforms_json);
+			s->transforms_json = text;
+			text = NULL;
+			if (now == SBX_RUNNING)
+				sbx__net_secrets(m, s->account, s->secrets_json, s->transforms_json,
+						 s->net_slot);
+			log_info("sandbox %s: %zu request transformations", id, json_array_size(next));
+		}
+		pthread_mutex_unlock(&s->mu);
+		free(text);
+		json_decref(old);
+		json_decref(next);
+		sbx__unhold(s);
+	}
+	sbx_put(s);
+	return r;
 }

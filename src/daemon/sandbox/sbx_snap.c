@@ -381,8 +381,9 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 			row->metadata_json = strdup(parent.metadata_json);
 			row->network_json = strdup(parent.network_json);
 			row->secrets_json = strdup(parent.secrets_json);
+			row->transforms_json = strdup(parent.transforms_json);
 			r = row->env_json && row->metadata_json && row->network_json &&
-					    row->secrets_json
+					    row->secrets_json && row->transforms_json
 				    ? sbx__publish(m, row, vm, err, errlen)
 				    : -ENOMEM;
 			if (r == -ENOMEM) {

@@ -159,6 +159,8 @@ static const char *const migrations[] = {
     " updated_at INTEGER NOT NULL,"
     " PRIMARY KEY (account, name)) WITHOUT ROWID;"
     "ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '[]';",
+    /* 13 -> 14: request transformations (rules.h), a JSON array */
+    "ALTER TABLE sandboxes ADD COLUMN transforms TEXT NOT NULL DEFAULT '[]';",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -81,6 +81,8 @@ struct store_sbx {
 	char traffic_token[40]; /* what its port URLs need (32 hex); "" = none */
 	char *secrets_json;  /* names of the secrets it holds placeholders of,
 			      * a JSON array; NULL = "[]"; owned */
+	char *transforms_json; /* request transformations (rules.h), a JSON
+				* array; NULL = "[]"; owned */
 };
 
 /* Frees the strings inside (not the struct). */
@@ -97,6 +99,8 @@ int store_sbx_get(struct store *s, const char *id, struct store_sbx *out);
 int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at);
 /* The egress policy (network_json, as store_sbx's): 0, -ENOENT, -errno. */
 int store_sbx_set_policy(struct store *s, const char *id, const char *network_json);
+/* The request transformations (transforms_json): 0, -ENOENT, -errno. */
+int store_sbx_set_transforms(struct store *s, const char *id, const char *transforms_json);
 
 /* A sandbox's move from one stored state to another (sbx_state.c names
  * each), with what goes with the new state and the usage event that

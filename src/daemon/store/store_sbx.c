@@ -34,7 +34,7 @@
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
-	"key_id, generation, network, net_slot, public, traffic_token, secrets"
+	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms"
 
 /* Sandbox ids: 1..31 printable bytes, no space. */
 static int sbx_id_ok(const char *s)
@@ -67,6 +67,8 @@ void store_sbx_release(struct store_sbx *x)
 	free(x->env_json);
 	free(x->network_json);
 	free(x->secrets_json);
+	free(x->transforms_json);
+	x->transforms_json = NULL;
 	x->metadata_json = NULL;
 	x->env_json = NULL;
 	x->network_json = NULL;
@@ -116,7 +118,7 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		r = store__prep(s,
 				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
 				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
@@ -143,7 +145,9 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		    sqlite3_bind_int(st, 22, x->net_slot) != SQLITE_OK ||
 		    sqlite3_bind_int(st, 23, x->is_public) != SQLITE_OK ||
 		    store__bind_text(st, 24, x->traffic_token) != SQLITE_OK ||
-		    store__bind_text(st, 25, x->secrets_json ? x->secrets_json : "[]") != SQLITE_OK)
+		    store__bind_text(st, 25, x->secrets_json ? x->secrets_json : "[]") != SQLITE_OK ||
+		    store__bind_text(st, 26, x->transforms_json ? x->transforms_json : "[]") !=
+			    SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -250,7 +254,10 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	x->is_public = sqlite3_column_int(st, 22) != 0;
 	const char *sc = (const char *)sqlite3_column_text(st, 24);
 	x->secrets_json = strdup(sc ? sc : "[]");
-	if (!x->metadata_json || !x->env_json || !x->network_json || !x->secrets_json) {
+	const char *tf = (const char *)sqlite3_column_text(st, 25);
+	x->transforms_json = strdup(tf ? tf : "[]");
+	if (!x->metadata_json || !x->env_json || !x->network_json || !x->secrets_json ||
+	    !x->transforms_json) {
 		store_sbx_release(x);
 		return -ENOMEM;
 	}
@@ -354,6 +361,14 @@ int store_sbx_set_policy(struct store *s, const char *id, const char *network_js
 		return -EINVAL;
 	return sbx_update(s, "UPDATE sandboxes SET network = ?2 WHERE id = ?1", id, network_json,
 			  NULL, 0);
+}
+
+int store_sbx_set_transforms(struct store *s, const char *id, const char *transforms_json)
+{
+	if (!transforms_json)
+		return -EINVAL;
+	return sbx_update(s, "UPDATE sandboxes SET transforms = ?2 WHERE id = ?1", id,
+			  transforms_json, NULL, 0);
 }
 
 /* The UPDATE of each stored state a move can go to; ?1 is the id, ?2 the

@@ -319,6 +319,14 @@ int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text,
 	return sbx_pause(m, id, err, errlen);
 }
 
+int sbx_set_transforms(struct sbx_mgr *m, const char *id, const json_t *rules, int add,
+		       char *err, size_t errlen)
+{
+	(void)rules;
+	(void)add;
+	return sbx_pause(m, id, err, errlen);
+}
+
 int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c)
 {
 	(void)m;
