@@ -6,6 +6,7 @@
  */
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/tcp.h"
 #include "daemon/api/api.h"
 #include "daemon/config.h"
 #include "daemon/http/http.h"
@@ -146,6 +147,17 @@ int main(int argc, char **argv)
 		free(trust);
 		return 1;
 	}
+	/* Bound while still root, so that a port below 1024 works, and after
+	 * the helper started, which must not hold them. */
+	int api_fd = -1, url_fd = -1;
+	if ((strcmp(o.listen, "none") && (api_fd = tcp_listen(o.listen, err, sizeof(err))) < 0) ||
+	    (strcmp(o.url_listen, "none") &&
+	     (url_fd = ports_listen(o.url_listen, err, sizeof(err))) < 0)) {
+		log_error("%s", err);
+		priv_close(priv);
+		free(trust);
+		return 1;
+	}
 	if (priv_jailed(priv) && unroot(&o) < 0) {
 		priv_close(priv);
 		free(trust);
@@ -212,7 +224,7 @@ int main(int argc, char **argv)
 	sbx_mgr_restore(mgr);
 	struct ports *ports = NULL;
 	struct ports_config pc = {
-		.listen = o.url_listen, .domain = o.url_domain[0] ? o.url_domain : NULL,
+		.listen = o.url_listen, .fd = url_fd, .domain = o.url_domain[0] ? o.url_domain : NULL,
 		.dial = port_dial, .arg = mgr,
 	};
 	if (strcmp(o.url_listen, "none") && ports_open(&pc, &ports, err, sizeof(err)) < 0) {
@@ -235,7 +247,7 @@ int main(int argc, char **argv)
 		.price_vcpus = (unsigned)o.price_vcpus,
 		.price_memory_gib = (unsigned)o.price_memory_gib,
 		.price_storage_usd_per_gib_month = o.price_storage_gib_month,
-		.ports = ports,
+		.ports = ports, .tcp_fd = api_fd,
 	};
 	int no_sock = !strcmp(o.socket, "none"), no_tcp = !strcmp(o.listen, "none");
 	if (!no_sock) {

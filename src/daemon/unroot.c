@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -101,6 +102,99 @@ static int copy_file(const char *src, const char *dst)
 	return r;
 }
 
+/* Each daemon holds a shared lock on its staged copy's IN_USE file while
+ * it runs (the descriptor stays open, close-on-exec, for its life). */
+#define IN_USE ".in-use"
+
+/* Removes what is in the directory fd (a staged copy: files, links and
+ * templates/, root's alone), links as links, then closes it. */
+static void remove_under(int fd)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0) {
+			remove_under(sub);
+			unlinkat(fd, e->d_name, AT_REMOVEDIR);
+		} else {
+			unlinkat(fd, e->d_name, 0);
+		}
+	}
+	if (d)
+		closedir(d);
+	else
+		close(fd);
+}
+
+/* Staged copies that no running daemon holds (but keep, this one's) are
+ * removed: a daemon stages its copy again at every start, so nothing a
+ * daemon that is not running left (a paused sandbox, a snapshot, a
+ * checkpoint) needs the old one. A copy being staged is held already. */
+static void prune_staged(const char *cache_dir, const char *keep)
+{
+	char dir[PATH_MAX + 16];
+	snprintf(dir, sizeof(dir), "%s/guest", cache_dir);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (dfd < 0 || fstat(dfd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+		if (dfd >= 0)
+			close(dfd);
+		return; /* none, or not root's alone: not ours to clean */
+	}
+	DIR *d = fdopendir(dfd);
+	struct dirent *e;
+	const char *own = keep ? strrchr(keep, '/') + 1 : NULL;
+	while (d && (e = readdir(d))) {
+		if (strlen(e->d_name) != 8 || strspn(e->d_name, "0123456789abcdef") != 8 ||
+		    (own && !strcmp(e->d_name, own)))
+			continue;
+		int fd = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int lk = fd >= 0 ? openat(fd, IN_USE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+		if (fd < 0 || (lk >= 0 && flock(lk, LOCK_EX | LOCK_NB) < 0)) {
+			if (lk >= 0)
+				close(lk);
+			if (fd >= 0)
+				close(fd);
+			continue; /* a daemon runs with it */
+		}
+		/* Held now: a daemon staging it waits, then finds it gone. */
+		remove_under(fd);
+		if (unlinkat(dfd, e->d_name, AT_REMOVEDIR) == 0)
+			log_info("removed the staged guest copy '%s/%s', which no daemon uses", dir,
+				 e->d_name);
+		if (lk >= 0)
+			close(lk);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Holds dst's IN_USE (made if need be) for the daemon's life: 0, or
+ * -errno. One pruned meanwhile (its file no longer at its path) is made
+ * again. */
+static int hold_staged(const char *dst)
+{
+	char path[PATH_MAX + 48], tpl[PATH_MAX + 48];
+	snprintf(path, sizeof(path), "%s/" IN_USE, dst);
+	snprintf(tpl, sizeof(tpl), "%s/templates", dst);
+	for (int tries = 0; tries < 3; tries++) {
+		if (fs_mkdir_p(tpl, 0755, (uid_t)-1, (gid_t)-1) < 0)
+			return -errno;
+		int fd = open(path, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+		struct stat a, b;
+		if (fd < 0)
+			return -errno;
+		if (flock(fd, LOCK_SH) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+			return 0; /* fd stays open: the lock is held until exit */
+		close(fd);
+	}
+	return -EAGAIN;
+}
+
 /* A guest directory the daemon's id cannot reach (a clone under /root,
  * 0700) is staged in the cache: the kernel and initramfs copied, each
  * template linked where it really is. o->guest_dir names the copy. */
@@ -109,8 +203,10 @@ static int stage_guest(struct config *o)
 	char kernel[PATH_MAX + 32], initrd[PATH_MAX + 32];
 	snprintf(kernel, sizeof(kernel), "%s/bzImage", o->guest_dir);
 	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", o->guest_dir);
-	if (open_to_others(o->guest_dir) && open_to_others(kernel) && open_to_others(initrd))
+	if (open_to_others(o->guest_dir) && open_to_others(kernel) && open_to_others(initrd)) {
+		prune_staged(o->cache_dir, NULL);
 		return 0;
+	}
 	uint32_t h = 2166136261u; /* FNV-1a: one copy per guest directory */
 	for (const char *c = o->guest_dir; *c; c++)
 		h = (h ^ (unsigned char)*c) * 16777619u;
@@ -126,6 +222,8 @@ static int stage_guest(struct config *o)
 		if (lstat(mine[n], &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
 		    (st.st_mode & 022) || chmod(mine[n], 0755) < 0)
 			r = -EPERM;
+	if (r == 0)
+		r = hold_staged(dst);
 	const char *files[] = { "bzImage", "initramfs.cpio" };
 	for (int i = 0; r == 0 && i < 2; i++) {
 		snprintf(a, sizeof(a), "%s/%s", o->guest_dir, files[i]);
@@ -153,6 +251,7 @@ static int stage_guest(struct config *o)
 		return r;
 	}
 	log_info("guest files of '%s' (closed to others) staged in '%s'", o->guest_dir, dst);
+	prune_staged(o->cache_dir, dst);
 	if (strlen(dst) >= sizeof(o->guest_dir))
 		return -ENAMETOOLONG;
 	memcpy(o->guest_dir, dst, strlen(dst) + 1);

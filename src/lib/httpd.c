@@ -558,7 +558,8 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err, siz
 	h->c = &h->config;
 	int r = 0;
 	if (c->tcp)
-		r = serve(h, tcp_listen(c->tcp, err, errlen), 1, c->tcp, &h->tcp, err, errlen);
+		r = serve(h, c->tcp_fd > 0 ? c->tcp_fd : tcp_listen(c->tcp, err, errlen), 1, c->tcp,
+			  &h->tcp, err, errlen);
 	if (!r && c->unix_path) {
 		snprintf(h->unix_path, sizeof(h->unix_path), "%s", c->unix_path);
 		r = serve(h, listen_unix(c->unix_path, err, errlen), 0, c->unix_path, &h->unix_,

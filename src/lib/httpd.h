@@ -87,6 +87,8 @@ struct httpd_ops {
 
 struct httpd_config {
 	const char *tcp;       /* "HOST:PORT" (IPv4) to listen on, or NULL */
+	int tcp_fd;            /* > 0: a socket listening on tcp already (bound while the
+				* program was root), taken over; else httpd_start listens */
 	const char *unix_path; /* a Unix socket made 0600 (its opener is local), or NULL */
 	const struct httpd_route *routes; /* ends with a NULL path */
 	const struct httpd_ops *ops;

@@ -126,6 +126,35 @@ def test_a_booted_sandboxs_checkpoint_starts_a_jailed_qemu():
         gen.close()
 
 
+def test_a_port_below_1024_is_bound_before_root_is_dropped():
+    """--listen and --url-listen on privileged ports: bound while cpuosd is root, served after."""
+    import socket
+    from conftest import Daemon
+    def free_low():
+        for p in range(990, 900, -1):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                    return p
+                except OSError:
+                    continue
+        raise AssertionError("no free port below 1024 on 127.0.0.1")
+    d = Daemon(["--template-snapshots", "off", "--net", "off"])
+    d.port = free_low()
+    d.url = f"http://127.0.0.1:{d.port}"
+    url_port = d.port - 1
+    d.extra_args = [a for a in d.extra_args if not a.startswith("127.0.0.1:")]
+    d.extra_args = [a for a in d.extra_args if a != "--url-listen"] + ["--url-listen", f"127.0.0.1:{url_port}"]
+    try:
+        d.start()
+        assert status(d.proc.pid)["Uid"].split()[0] == str(DAEMON_ID)
+        assert d.http("GET", "/v1/health").status == 200
+        with socket.create_connection(("127.0.0.1", url_port), timeout=5):
+            pass
+    finally:
+        d.close()
+
+
 def test_jail_off_keeps_root():
     """Unjailed QEMUs need root to join their namespaces and open /dev/kvm: the daemon keeps it."""
     gen = started_daemon("--jail", "off", "--template-snapshots", "off")
@@ -160,6 +189,11 @@ def test_a_guest_directory_closed_to_others_is_staged(tmp_path):
         shutil.copy2(GUEST_DIR / name, guest / name)
     os.symlink(os.path.realpath(GUEST_DIR / "templates" / "base.erofs"),
                guest / "templates" / "base.erofs")
+    # A copy no daemon holds, left by a guest directory gone since: pruned at the next start.
+    stale = "/var/cache/cpuos/guest/0badc0de"
+    os.makedirs(stale + "/templates", exist_ok=True)
+    open(stale + "/bzImage", "w").close()
+    os.symlink(os.path.realpath(GUEST_DIR / "templates" / "base.erofs"), stale + "/templates/base.erofs")
     gen = started_daemon("--guest-dir", str(guest), "--template-snapshots", "off", "--net", "off")
     d = next(gen)
     staged = None
@@ -167,11 +201,24 @@ def test_a_guest_directory_closed_to_others_is_staged(tmp_path):
         log = d.log_tail(200)
         assert "staged in '" in log, log
         staged = log.split("staged in '", 1)[1].split("'", 1)[0]
+        assert not os.path.exists(stale), os.listdir(stale)
+        assert os.path.exists(os.path.realpath(GUEST_DIR / "templates" / "base.erofs"))
+        # Another daemon's start leaves a copy in use alone.
+        other = started_daemon("--template-snapshots", "off", "--net", "off")
+        next(other)
+        other.close()
+        assert os.path.exists(staged + "/bzImage")
         sbx = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a, api_url=d.url)
         assert sbx.exec("echo staged", timeout=T).stdout == "staged\n"
         cmd = open(f"/proc/{qemu_of(sbx)}/cmdline", "rb").read()
         assert staged.encode() in cmd and str(guest).encode() not in cmd
         sbx.kill()
+        gen.close()
+        # Its daemon gone, the next start removes it.
+        other = started_daemon("--template-snapshots", "off", "--net", "off")
+        next(other)
+        other.close()
+        assert not os.path.exists(staged)
     finally:
         gen.close()
         if staged:

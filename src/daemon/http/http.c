@@ -215,6 +215,7 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 		.max_conns_per_ip = api->max_conns_per_ip,
 		.idle_s = api->conn_timeout_s ? api->conn_timeout_s : 60,
 		.message_max = 512,
+		.tcp_fd = api->tcp_fd,
 	};
 	int r = httpd_start(&c, &h->server, err, errlen);
 	if (r) {

@@ -528,9 +528,10 @@ static void *acceptor_main(void *arg)
 	return NULL;
 }
 
-/* HOST:PORT ([v6]:PORT) into a listening socket: its fd or -errno. */
-static int listen_on(const char *addr, char *host, size_t hostlen, char *port, size_t portlen,
-		     char *err, size_t errlen)
+/* HOST:PORT ([v6]:PORT) into host and port, and a listening socket (or
+ * fd, when > 0, as it is): its fd or -errno. */
+static int listen_on(const char *addr, int fd_in, char *host, size_t hostlen, char *port,
+		     size_t portlen, char *err, size_t errlen)
 {
 	const char *colon = strrchr(addr, ':');
 	if (!colon || colon == addr || !colon[1]) {
@@ -550,6 +551,10 @@ static int listen_on(const char *addr, char *host, size_t hostlen, char *port, s
 		snprintf(err, errlen, "--url-listen '%s' is not a numeric HOST:PORT", addr);
 		return -EINVAL;
 	}
+	if (fd_in > 0) {
+		freeaddrinfo(ai);
+		return fd_in;
+	}
 	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1, e = 0;
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 256) < 0)
@@ -564,14 +569,20 @@ static int listen_on(const char *addr, char *host, size_t hostlen, char *port, s
 	return fd;
 }
 
+int ports_listen(const char *addr, char *err, size_t errlen)
+{
+	char host[256], port[8];
+	return listen_on(addr, -1, host, sizeof(host), port, sizeof(port), err, errlen);
+}
+
 int ports_open(const struct ports_config *c, struct ports **out, char *err, size_t errlen)
 {
 	struct ports *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	char host[256];
-	int r = listen_on(c->listen, host, sizeof(host), p->listen_port, sizeof(p->listen_port), err,
-			  errlen);
+	int r = listen_on(c->listen, c->fd, host, sizeof(host), p->listen_port,
+			  sizeof(p->listen_port), err, errlen);
 	if (r < 0) {
 		free(p);
 		return r;

@@ -37,6 +37,7 @@ typedef int (*ports_dial_fn)(void *arg, const char *id, const char *token, unsig
 
 struct ports_config {
 	const char *listen; /* HOST:PORT */
+	int fd;             /* > 0: ports_listen's socket on it (bound while root) */
 	const char *domain; /* NAME[:PORT] of the wildcard URLs, or NULL: path URLs */
 	ports_dial_fn dial;
 	void *arg;
@@ -44,7 +45,10 @@ struct ports_config {
 
 struct ports;
 
-/* Listens and serves: 0, or -errno with a reason. */
+/* A socket listening on HOST:PORT ([v6]:PORT), for ports_config.fd: its
+ * fd, or -errno with a reason. */
+int ports_listen(const char *addr, char *err, size_t errlen);
+/* Listens (or takes c->fd) and serves: 0, or -errno with a reason. */
 int ports_open(const struct ports_config *c, struct ports **out, char *err, size_t errlen);
 /* Stops accepting and ends every connection; ports_url still answers, so
  * the API may go on until it is stopped too. ports_close then frees p
