@@ -79,7 +79,8 @@ static const char usage[] =
 	"                         (default on when run as root)\n"
 	"  --jail-ids FIRST:COUNT ids the jails take: FIRST is the group they share and the\n"
 	"                         uid cpuosd runs as, each QEMU one of the others as uid and\n"
-	"                         gid (default 1900000000:65536)\n"
+	"                         gid (default: a block of 65536 of its own per state\n"
+	"                         directory, from 1900000000:65536 up)\n"
 	"  --cgroups on|off       each QEMU in a cgroup limiting its memory, processes and\n"
 	"                         CPU time, on cgroup v1 or v2 (default on with --jail)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
@@ -103,6 +104,7 @@ static int set_jail_ids(void *arg, const char *prog, const char *v)
 	}
 	o->jail_first = f;
 	o->jail_count = n;
+	o->jail_ids_given = 1;
 	return 0;
 }
 

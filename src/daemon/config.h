@@ -36,6 +36,8 @@ struct config {
 	 * (FIRST:COUNT) and whether it gets cgroups */
 	int jail, cgroups;
 	long long jail_first, jail_count;
+	int jail_ids_given; /* --jail-ids: else each state directory gets a
+			     * block of its own (jail_block) */
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

@@ -16,6 +16,7 @@
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
 #include "daemon/unroot.h"
+#include "jail/jail.h"
 #include "priv/priv.h"
 
 #include <errno.h>
@@ -57,6 +58,11 @@ static char *read_trust(const char *path)
 	text[n] = '\0';
 	return text;
 }
+
+/* Where each state directory's block of jail ids is recorded, and how
+ * many 65536-id blocks there are (up to uid 1967108863 by default). */
+#define JAIL_BLOCKS "/run/cpuos-jail-blocks"
+#define JAIL_BLOCKS_MAX 1024u
 
 /* The privileged helper (priv.h), forked while this process has no
  * thread yet: it holds what networks and QEMU's jail need root for. */
@@ -141,6 +147,30 @@ int main(int argc, char **argv)
 	if (o.net && o.egress_trust[0] && !(trust = read_trust(o.egress_trust))) {
 		log_error("--egress-trust '%s': %s", o.egress_trust, strerror(errno));
 		return 1;
+	}
+	/* Each state directory its own ids: two daemons on a host then share
+	 * neither a uid nor their QEMUs' group. */
+	unsigned first;
+	if (o.jail && !o.jail_ids_given && geteuid() == 0) {
+		if (jail_block(JAIL_BLOCKS, o.state_dir, (unsigned)o.jail_first,
+			       (unsigned)o.jail_count, JAIL_BLOCKS_MAX, &first, err,
+			       sizeof(err)) < 0) {
+			log_error("%s (or give --jail-ids)", err);
+			free(trust);
+			return 1;
+		}
+		/* What it writes in the cache is its first id's: a daemon of
+		 * another block keeps its own there (block 0 the cache
+		 * itself, as before blocks). */
+		unsigned k = (first - (unsigned)o.jail_first) / (unsigned)o.jail_count;
+		if (k > 0) {
+			char sub[sizeof(o.cache_dir)];
+			snprintf(sub, sizeof(sub), "%.*s/block-%u", (int)sizeof(o.cache_dir) - 24,
+				 o.cache_dir, k);
+			fs_mkdir_p(sub, 0755, (uid_t)-1, (gid_t)-1);
+			snprintf(o.cache_dir, sizeof(o.cache_dir), "%s", sub);
+		}
+		o.jail_first = first;
 	}
 	struct priv *priv = NULL;
 	if (open_priv(&o, argv, &priv) < 0) {

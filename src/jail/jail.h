@@ -58,6 +58,16 @@ void jail_release(struct jail *j, uid_t uid, const char *name);
 int jail_hold(struct jail *j, uid_t uid);
 /* uid is one of the ids QEMUs run as. */
 int jail_owns(const struct jail *j, uid_t uid);
+/* A daemon's own block of ids (jail_block.c), so that two daemons on a
+ * host share neither a uid nor their QEMUs' group: block k holds ids
+ * base + k * size .. + size - 1. The block recorded for state_dir in the
+ * registry dir (root's; a file per block, holding the state directory)
+ * is found again, so a restart keeps its ids (what it owns in its state
+ * directory, the QEMUs it takes over); else the first one that no state
+ * directory that still exists holds, and no process runs as, is taken. 0 with *first, or -errno
+ * with a reason (-ENOSPC: every block is taken). */
+int jail_block(const char *dir, const char *state_dir, unsigned base, unsigned size,
+	       unsigned max, unsigned *first, char *err, size_t errlen);
 /* The real uid of process pid, from /proc: 0 or -errno. */
 int jail_proc_uid(pid_t pid, uid_t *uid);
 

@@ -103,6 +103,13 @@ class Daemon:
         if not any(str(a).startswith("--net-range") for a in self.extra_args):
             n = next(_RANGES) % 2048
             self.extra_args += ["--net-range", f"10.{128 + n // 16}.{(n % 16) * 16}.0/20"]
+        # One uid for the suite's daemons, as before blocks (jail_block): they share the
+        # cache's template snapshots, which are that uid's. A test of blocks says "--jail-ids auto".
+        if "--jail-ids" not in self.extra_args:
+            self.extra_args += ["--jail-ids", "1900000000:65536"]
+        elif "auto" in self.extra_args:
+            i = self.extra_args.index("--jail-ids")
+            del self.extra_args[i:i + 2]
         # Tests reach only what they create: no guest goes out unless it asks.
         if not any(str(a).startswith("--net-default") for a in self.extra_args):
             self.extra_args += ["--net-default", "deny-all"]

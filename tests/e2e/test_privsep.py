@@ -223,3 +223,53 @@ def test_a_guest_directory_closed_to_others_is_staged(tmp_path):
         gen.close()
         if staged:
             shutil.rmtree(staged, ignore_errors=True)
+
+
+def test_two_daemons_on_a_host_have_ids_of_their_own():
+    """Without --jail-ids each state directory gets a block of ids of its own: two daemons run as
+    different uids, their QEMUs' group is their own daemon's, and neither daemon can signal or
+    read the other's QEMU (or the other daemon). A restart finds its block again."""
+    import tempfile
+    caches = tempfile.mkdtemp(prefix="cpuos-caches-", dir="/tmp")
+    os.chmod(caches, 0o711)  # for the daemons, which give up root
+    gens, ds, sbxs = [], [], []
+    try:
+        for name in ("a", "b"):
+            g = started_daemon("--jail-ids", "auto", "--cache-dir", os.path.join(caches, name),
+                               "--template-snapshots", "off", "--net", "off")
+            gens.append(g)
+            ds.append(next(g))
+        for d in ds:
+            sbxs.append(cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a,
+                                             api_url=d.url))
+        uids = [int(status(d.proc.pid)["Uid"].split()[0]) for d in ds]
+        assert uids[0] != uids[1] and all(u >= 1900000000 and (u - 1900000000) % 65536 == 0
+                                          for u in uids), uids
+        qemus = [qemu_of(s) for s in sbxs]
+        for d, uid, q in zip(ds, uids, qemus):
+            s = status(q)
+            quid = int(s["Uid"].split()[0])
+            assert uid < quid < uid + 65536, (uid, quid)
+            assert s["Groups"].split() == [str(uid)], s["Groups"]
+        # As daemon b's uid: daemon a's QEMU and daemon a itself are out of reach.
+        def as_uid(uid, *cmd):
+            return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                                   *cmd], capture_output=True, text=True, timeout=30)
+        run_a = os.path.join(ds[0].state_dir, "vms", sbxs[0].id)
+        for who, other in ((1, 0), (0, 1)):
+            r = as_uid(uids[who], "kill", "-0", str(qemus[other]))
+            assert r.returncode != 0 and "not permitted" in r.stderr, r
+            r = as_uid(uids[who], "kill", "-0", str(ds[other].proc.pid))
+            assert r.returncode != 0 and "not permitted" in r.stderr, r
+        r = as_uid(uids[1], "ls", run_a)
+        assert r.returncode != 0 and "denied" in r.stderr, r
+        assert as_uid(uids[0], "ls", run_a).returncode == 0  # its own daemon reaches it
+        # A restart keeps the block and takes its QEMU over.
+        ds[0].restart(kill=False)
+        assert int(status(ds[0].proc.pid)["Uid"].split()[0]) == uids[0]
+        again = cpuos.Sandbox.connect(sbxs[0].id, api_key=ds[0].key_a, api_url=ds[0].url)
+        assert again.exec("echo mine", timeout=T).stdout == "mine\n"
+    finally:
+        for g in gens:
+            g.close()
+        shutil.rmtree(caches, ignore_errors=True)
