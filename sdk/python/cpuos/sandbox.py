@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import collections
 from types import TracebackType
-from typing import (Any, Callable, Iterable, Iterator, List, Literal, Mapping, Optional, Protocol,
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Protocol,
                     Sequence, TypeVar, Union, overload)
 
 from ._client import (DEFAULT_TIMEOUT, Client, Duration, Response, duration, path_segment,
@@ -394,7 +394,7 @@ class Sandbox(CodeMethods):
         self.network = data.get("policy")
         return self.network
 
-    def get_request_transformations(self) -> list[dict[str, Any]]:
+    def get_request_transformations(self) -> List[Dict[str, Any]]:
         """The sandbox's request transformations: rules whose headers cpuosd's egress proxy
         sets on the requests that match, outside the sandbox. Each header value the caller
         gave literally reads "***"; a secret's reference ("{{secret:NAME}}") as it is.
@@ -403,9 +403,9 @@ class Sandbox(CodeMethods):
             NotFoundError, CpuosError: as for `info`.
         """
         data = self._client.request("GET", self._path + "/network/transformations") or {}
-        return data.get("transformations", [])
+        return _rules(data)
 
-    def set_request_transformations(self, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def set_request_transformations(self, rules: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         """Replace the sandbox's request transformations (the AI SDK's
         setRequestTransformations); an empty list removes them.
 
@@ -426,17 +426,17 @@ class Sandbox(CodeMethods):
             NotFoundError, CpuosError: as for `info`.
         """
         data = self._client.request("PUT", self._path + "/network/transformations",
-                                    json_body={"transformations": list(rules)}) or {}
-        return data.get("transformations", [])
+                                    json_body={"transformations": [dict(r) for r in rules]}) or {}
+        return _rules(data)
 
-    def add_request_transformations(self, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def add_request_transformations(self, rules: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         """Add request transformations (the AI SDK's addRequestTransformations): a rule whose
         "match" equals one the sandbox has adds its headers to that one (the new value wins
         for a name); others are appended. Arguments, result and errors as
         `set_request_transformations`."""
         data = self._client.request("POST", self._path + "/network/transformations",
-                                    json_body={"transformations": list(rules)}) or {}
-        return data.get("transformations", [])
+                                    json_body={"transformations": [dict(r) for r in rules]}) or {}
+        return _rules(data)
 
     def kill(self) -> None:
         """Stop the sandbox (fine if it already stopped).
@@ -748,6 +748,14 @@ def _streamed_result(resp: Response, on_stdout: Optional[OutputCallback],
             return result
         # Other types are for later daemons: skip them.
     raise CpuosError("the exec output stream ended without an exit line")
+
+
+def _rules(data: Any) -> List[Dict[str, Any]]:
+    """The "transformations" list of an API answer, checked to be a list of objects."""
+    rules = data.get("transformations") if isinstance(data, dict) else None
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise CpuosError("the API answered request transformations that are not a list of objects")
+    return [dict(r) for r in rules]
 
 
 def _network_policy(policy: NetworkPolicy) -> dict[str, Any]:
