@@ -159,7 +159,7 @@ static const char *const migrations[] = {
     " updated_at INTEGER NOT NULL,"
     " PRIMARY KEY (account, name)) WITHOUT ROWID;"
     "ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '[]';",
-    /* 13 -> 14: request transformations (rules.h), a JSON array */
+    /* 5 -> 6: request transformations (rules.h), a JSON array */
     "ALTER TABLE sandboxes ADD COLUMN transforms TEXT NOT NULL DEFAULT '[]';",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "5"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "6"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 6", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 7", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 6") != NULL);
+	CHECK(strstr(err, "schema version 7") != NULL);
 	tdb_remove(&t);
 }
 
