@@ -28,6 +28,11 @@ void log_set_level(enum log_level level)
 	max_level = level;
 }
 
+enum log_level log_get_level(void)
+{
+	return max_level;
+}
+
 void log_set_tag(const char *t)
 {
 	snprintf(tag, sizeof(tag), "%s", t ? t : "");

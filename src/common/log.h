@@ -11,6 +11,7 @@ enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 /* Parses "error", "warn", "info", "debug": 0 or -EINVAL. */
 int log_level_parse(const char *s, enum log_level *out);
 void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
 /* Sets this thread's tag (copied; NULL clears it). */
 void log_set_tag(const char *tag);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -64,9 +64,10 @@ static char *read_trust(const char *path)
 #define JAIL_BLOCKS "/run/cpuos-jail-blocks"
 #define JAIL_BLOCKS_MAX 1024u
 
-/* The privileged helper (priv.h), forked while this process has no
- * thread yet: it holds what networks and QEMU's jail need root for. */
-static int open_priv(const struct config *o, char **argv, struct priv **priv)
+/* The privileged helper (priv.h), started while this process has no
+ * thread yet: this binary again, holding what networks and QEMU's jail
+ * need root for. */
+static int open_priv(const struct config *o, struct priv **priv)
 {
 	if (!o->net && !o->jail)
 		return 0;
@@ -85,7 +86,6 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 		.jail_root = root, .jail_locks = "/run/cpuos-jail-ids",
 		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .guest_dir = o->guest_dir,
 		.qemu = o->qemu[0] ? o->qemu : NULL,
-		.argv = argv,
 	};
 	if (priv_start(&pc, priv, err, sizeof(err)) < 0) {
 		log_error("%s (or run with %s)", err,
@@ -98,6 +98,7 @@ static int open_priv(const struct config *o, char **argv, struct priv **priv)
 
 int main(int argc, char **argv)
 {
+	priv_helper_main(argc, argv);
 	struct config o;
 	int pr = config_parse(&o, argc, argv);
 	if (pr != 0)
@@ -173,7 +174,7 @@ int main(int argc, char **argv)
 		o.jail_first = first;
 	}
 	struct priv *priv = NULL;
-	if (open_priv(&o, argv, &priv) < 0) {
+	if (open_priv(&o, &priv) < 0) {
 		free(trust);
 		return 1;
 	}

@@ -206,13 +206,63 @@ void jail_release(struct jail *j, uid_t uid, const char *name)
 	free_id(j, uid);
 }
 
-/* The path as QEMU will see it: absolute, from the daemon's cwd; how as
- * RW, RO or RO_EXEC. */
-static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int how)
+/* path, opened with no symbolic link anywhere on the way: the paths a
+ * plan changes the owner or mode of are the daemon's to name, and a
+ * daemon without root must not get a host file chmod-ed through a link
+ * it planted. A descriptor or -errno. */
+static int open_no_links(int dirfd, const char *path, int flags)
 {
-	struct stat st;
-	if (stat(path, &st) < 0)
-		return -errno;
+	struct open_how how = { .flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	return fd >= 0 ? fd : -errno;
+}
+
+/* path, opened for a bind (O_PATH), so what is bound is what was checked
+ * whatever is renamed meanwhile. A path of the host's (trusted: /usr, the
+ * configured QEMU) as it is. One the daemon named: with no link on the
+ * way, since the daemon (without root) writes its directories and could
+ * plant one toward anything; or, read-only, through links to a regular
+ * file of root's that all may read (a template's image is a link into the
+ * cache of builds, a staged guest's too). A read-only one is a directory
+ * or a file others may read: the jail changes no host file's mode. A
+ * descriptor or -errno. */
+static int open_bind(const char *path, int how, int trusted, struct stat *st)
+{
+	/* Not open_no_links: with O_PATH, its O_NOFOLLOW would open a
+	 * link at the end of the path rather than refuse it. */
+	struct open_how oh = { .flags = O_PATH | O_CLOEXEC,
+			       .resolve = trusted ? 0 : RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &oh, sizeof(oh));
+	if (fd == -1)
+		fd = -errno;
+	if (fd == -ELOOP && how != RW) {
+		oh.resolve = RESOLVE_NO_MAGICLINKS;
+		fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &oh, sizeof(oh));
+		if (fd < 0)
+			return -errno;
+		if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || st->st_uid != 0 ||
+		    !(st->st_mode & S_IROTH)) {
+			close(fd);
+			return -ELOOP;
+		}
+	}
+	if (fd < 0)
+		return fd;
+	int r = fstat(fd, st) < 0 ? -errno : 0;
+	if (r == 0 && how == RO && !trusted && !S_ISDIR(st->st_mode) && !(st->st_mode & S_IROTH))
+		r = -EACCES;
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* The path as QEMU will see it: absolute, from the daemon's cwd; how as
+ * RW, RO or RO_EXEC; trusted as open_bind. */
+static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int how, int trusted)
+{
 	char dst[512];
 	if (snprintf(dst, sizeof(dst), "%s%s%s", path[0] == '/' ? "" : cwd,
 		     path[0] == '/' ? "" : "/", path) >= (int)sizeof(dst))
@@ -220,24 +270,30 @@ static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int 
 	/* A ".." could climb out of the jail's root while it is made. */
 	if (strstr(dst, "/../") || (strlen(dst) >= 3 && !strcmp(dst + strlen(dst) - 3, "/..")))
 		return -EINVAL;
+	struct stat st;
+	int fd = open_bind(path, how, trusted, &st);
+	if (fd < 0)
+		return fd;
 	/* Inside a directory already bound, or under a top-level link into
 	 * /usr: seen through it already, and a mount point made there would
 	 * be made on the host. */
-	for (int i = 0; i < p->nbinds; i++) {
+	int seen = 0;
+	for (int i = 0; i < p->nbinds && !seen; i++) {
 		size_t n = strlen(p->b[i].dst);
-		if (p->b[i].dir && !strncmp(p->b[i].dst, dst, n) && (dst[n] == '/' || !dst[n]))
-			return 0;
+		seen = p->b[i].dir && !strncmp(p->b[i].dst, dst, n) && (dst[n] == '/' || !dst[n]);
 	}
-	for (int i = 0; i < p->nlinks; i++) {
+	for (int i = 0; i < p->nlinks && !seen; i++) {
 		size_t n = strlen(p->links[i].name);
-		if (!strncmp(dst + 1, p->links[i].name, n) && dst[n + 1] == '/')
-			return 0;
+		seen = !strncmp(dst + 1, p->links[i].name, n) && dst[n + 1] == '/';
 	}
-	if (p->nbinds == MAX_BINDS || strlen(path) >= sizeof(p->b[0].src))
-		return -E2BIG;
+	if (seen || p->nbinds == MAX_BINDS || strlen(path) >= sizeof(p->b[0].src)) {
+		close(fd);
+		return seen ? 0 : -E2BIG;
+	}
 	struct bind *b = &p->b[p->nbinds++];
 	snprintf(b->src, sizeof(b->src), "%s", path);
 	snprintf(b->dst, sizeof(b->dst), "%s", dst);
+	b->fd = fd;
 	b->dir = S_ISDIR(st.st_mode);
 	b->ro = how != RW;
 	b->exec = how == RO_EXEC;
@@ -250,7 +306,7 @@ static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int 
 static int add_system(struct jail_plan *p, const struct jail_spec *s)
 {
 	static const char *const top[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" };
-	int r = add_bind(p, "/", "/usr", RO_EXEC);
+	int r = add_bind(p, "/", "/usr", RO_EXEC, 1);
 	for (size_t i = 0; r == 0 && i < sizeof(top) / sizeof(top[0]); i++) {
 		char path[32], target[64];
 		snprintf(path, sizeof(path), "/%s", top[i]);
@@ -261,11 +317,11 @@ static int add_system(struct jail_plan *p, const struct jail_spec *s)
 			snprintf(p->links[p->nlinks].target, sizeof(p->links[0].target), "%s", target);
 			p->nlinks++;
 		} else if (n < 0 && access(path, F_OK) == 0) {
-			r = add_bind(p, "/", path, RO_EXEC);
+			r = add_bind(p, "/", path, RO_EXEC, 1);
 		}
 	}
 	if (r == 0 && access("/etc/ld.so.cache", F_OK) == 0)
-		r = add_bind(p, "/", "/etc/ld.so.cache", RO);
+		r = add_bind(p, "/", "/etc/ld.so.cache", RO, 1);
 	/* Nodes of its own rather than the host's (whose modes vary: tun
 	 * and kvm are 0600 on some hosts): in a mount namespace of one uid
 	 * they serve that uid alone. */
@@ -281,18 +337,6 @@ static int add_system(struct jail_plan *p, const struct jail_spec *s)
 		p->devs[p->ndevs++].rdev = st.st_rdev;
 	}
 	return r;
-}
-
-/* path, opened with no symbolic link anywhere on the way: the paths a
- * plan changes the owner or mode of are the daemon's to name, and a
- * daemon without root must not get a host file chmod-ed through a link
- * it planted. A descriptor or -errno. */
-static int open_no_links(int dirfd, const char *path, int flags)
-{
-	struct open_how how = { .flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
-				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
-	int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-	return fd >= 0 ? fd : -errno;
 }
 
 /* A regular file (through fd) becomes the shared group's to read and
@@ -395,16 +439,19 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 		snprintf(p->cwd, sizeof(p->cwd), "/");
 	snprintf(p->tap, sizeof(p->tap), "%s", s->tap ? s->tap : "");
 	p->own_netns = s->own_netns;
-	const char *what = "the run directory";
-	if ((r = add_bind(p, p->cwd, s->run_dir, RW)) < 0 || (r = add_system(p, s)) < 0)
+	const char *what = s->run_dir;
+	if ((r = add_bind(p, p->cwd, s->run_dir, RW, 0)) < 0)
+		goto fail;
+	what = "what every QEMU needs";
+	if ((r = add_system(p, s)) < 0)
 		goto fail;
 	if (s->binary && (r = readable(what = s->binary)) == 0)
-		r = add_bind(p, p->cwd, s->binary, RO_EXEC);
+		r = add_bind(p, p->cwd, s->binary, RO_EXEC, 1);
 	for (int i = 0; r == 0 && i < JAIL_MAX_PATHS; i++) {
-		if (s->ro[i] && (r = readable(what = s->ro[i])) == 0)
-			r = add_bind(p, p->cwd, s->ro[i], RO);
+		if (s->ro[i])
+			r = add_bind(p, p->cwd, what = s->ro[i], RO, 0);
 		if (r == 0 && s->rw[i] && (r = share_rw(j, what = s->rw[i])) == 0)
-			r = add_bind(p, p->cwd, s->rw[i], RW);
+			r = add_bind(p, p->cwd, s->rw[i], RW, 0);
 	}
 	if (r < 0)
 		goto fail;
@@ -429,16 +476,17 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 		};
 		if ((r = cgroup_create(j->cg, s->name, &l, &p->join, err, errlen)) < 0) {
 			free_id(j, p->uid);
-			free(p);
+			jail_plan_free(p);
 			return r;
 		}
 	}
 	*out = p;
 	return 0;
 fail:
-	snprintf(err, errlen, "cannot jail QEMU: '%s': %s", what, strerror(-r));
+	snprintf(err, errlen, "cannot jail QEMU: '%s': %s%s", what, strerror(-r),
+		 r == -ELOOP ? " (a link where the daemon's path must have none)" : "");
 	free_id(j, p->uid);
-	free(p);
+	jail_plan_free(p);
 	return r;
 }
 
@@ -449,5 +497,9 @@ uid_t jail_plan_uid(const struct jail_plan *p)
 
 void jail_plan_free(struct jail_plan *p)
 {
+	if (!p)
+		return;
+	for (int i = 0; i < p->nbinds; i++)
+		close(p->b[i].fd);
 	free(p);
 }

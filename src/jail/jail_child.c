@@ -80,6 +80,15 @@ static int make_point(char *path, int dir)
 static int build_root(const struct jail_plan *p)
 {
 	char path[800];
+	/* Each bind is of the descriptor the plan opened, never of a name
+	 * looked up again here: a copy of its mount, detached (open_tree
+	 * takes only mounts of this namespace, so before the unshare), then
+	 * moved into the jail's root. */
+	int tree[MAX_BINDS];
+	for (int i = 0; i < p->nbinds; i++)
+		if ((tree[i] = open_tree(p->b[i].fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+						       AT_EMPTY_PATH | AT_RECURSIVE)) < 0)
+			return say(p->b[i].src, errno);
 	/* Nothing done here may reach the host's mounts; and no System V
 	 * IPC object of the host's (or of an earlier holder of this uid)
 	 * is in reach either. */
@@ -96,8 +105,9 @@ static int build_root(const struct jail_plan *p)
 		int r = make_point(path, b->dir);
 		if (r < 0)
 			return say(b->dst, -r);
-		if (mount(b->src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+		if (move_mount(tree[i], "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 			return say(b->src, errno);
+		close(tree[i]);
 		/* A bind takes its flags from a change of its own: on every
 		 * mount under it too (mount_setattr, Linux 5.12), else by a
 		 * remount of the top one. */

@@ -15,6 +15,7 @@
 
 struct bind {
 	char src[512], dst[512];
+	int fd; /* O_PATH of src, opened as open_bind says: what is bound */
 	int dir, ro, exec;
 };
 

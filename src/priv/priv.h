@@ -1,12 +1,18 @@
 /*
  * priv: the helper that holds what cpuosd needs root for, after OpenBSD
- * vmd's priv process. cpuosd forks it first thing, before any thread or
- * socket of its own; from then on every network namespace, nftables rule,
+ * vmd's priv process. cpuosd starts it first thing, before any thread or
+ * socket of its own: a fork that executes the daemon's binary again, so
+ * the helper is a fresh image (its own address layout, none of the
+ * daemon's memory) that reads its configuration from the socket; from
+ * then on every network namespace, nftables rule,
  * socket made inside a namespace, jailed QEMU, cgroup and signal to a
  * jailed QEMU is a request to it: one of a fixed set of typed messages
  * (proto.h frames over a SOCK_SEQPACKET socketpair), each checked for
  * size, count and range before it is acted on (priv_msg.c), and anything
- * else refused. It shows in ps as "cpuosd: priv".
+ * else refused. A request that is not one of them, or out of its bounds,
+ * is one the daemon would never send: the helper takes it as proof that
+ * the daemon is compromised, and ends, and ends the daemon (SIGTERM: its
+ * VMs run on for the next daemon). It shows in ps as "cpuosd: priv".
  *
  * The calls below are the daemon's side: each sends one request and waits
  * for its answer (one at a time: a mutex), and returns 0 or -errno with
@@ -23,8 +29,8 @@ struct jail_spec;
 struct launch_ops;
 struct net_policy;
 
-/* What the helper is given at the fork, and trusts: it is the daemon's
- * configuration, read before any request could have come. */
+/* What the helper is given at its start, and trusts: it is the daemon's
+ * configuration, sent before any request could have come. */
 struct priv_config {
 	/* Networks (net.h): the range and the tag of this daemon's names,
 	 * or net_range NULL for none. */
@@ -39,14 +45,25 @@ struct priv_config {
 	 * either; what it reads in those three; the binary is qemu (NULL:
 	 * one in PATH). */
 	const char *state_dir, *cache_dir, *guest_dir, *qemu;
-	char **argv; /* the daemon's: the helper writes its ps title there */
+	/* The binary that becomes the helper: one whose main() calls
+	 * priv_helper_main first (NULL: this process's own). */
+	const char *exe;
+	/* How long a request may take before the daemon takes the helper
+	 * for stuck, kills it and ends (0: PRIV_TIMEOUT_MS). */
+	unsigned timeout_ms;
 };
+#define PRIV_TIMEOUT_MS 30000
 
 struct priv;
 
-/* Forks the helper and waits for it to be ready (the host's table set
- * up, the cgroups found): 0, or -errno with its reason. */
+/* Starts the helper and waits for it to be ready (the host's table set
+ * up, the cgroups found): 0, or -errno with its reason. Before any
+ * thread, while this process is root. */
 int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t errlen);
+/* First in main() of a program that starts a helper: when this process
+ * is one (priv_start executed it so), it serves its daemon and never
+ * returns; else it returns at once. */
+void priv_helper_main(int argc, char **argv);
 /* Ends the helper (it exits when its socket closes) and reaps it. */
 void priv_close(struct priv *p);
 /* "networks 10.77.0.0/16, ids 1900000001-1900065535, cgroups v1: ...". */

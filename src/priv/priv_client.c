@@ -1,7 +1,8 @@
 /*
- * priv_client: the daemon's side of the helper (priv.h): the fork, and
- * one call per request, each a frame out and a frame back on the
- * SOCK_SEQPACKET socket, under a mutex.
+ * priv_client: the daemon's side of the helper (priv.h): its start (a
+ * fork and an exec of the binary, then the configuration as the first
+ * message), and one call per request, each a frame out and a frame back
+ * on the SOCK_SEQPACKET socket, under a mutex and within a timeout.
  */
 #include "priv/priv_impl.h"
 
@@ -10,12 +11,14 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,7 +34,7 @@ static void put_le32(uint8_t *p, uint32_t v)
 struct priv {
 	int sock;
 	pid_t pid;
-	int jail;
+	int jail, timeout_ms;
 	uint32_t next_id;
 	int gone; /* said once */
 	pthread_mutex_t mu;
@@ -129,25 +132,78 @@ static int launch_release(void *ctx, uid_t uid, const char *name)
 	return priv_release(ctx, uid, name);
 }
 
+/* The configuration as the helper's first message (PR_CONFIG). */
+static int put_config(struct pbuf *b, const struct priv_config *c)
+{
+	const struct {
+		uint16_t tag;
+		const char *s;
+	} strs[] = {
+		{ T_NET_RANGE, c->net_range }, { T_NET_TAG, c->net_tag },
+		{ T_JAIL_ROOT, c->jail_root }, { T_JAIL_LOCKS, c->jail_locks },
+		{ T_STATE_DIR, c->state_dir }, { T_CACHE_DIR, c->cache_dir },
+		{ T_GUEST_DIR, c->guest_dir }, { T_QEMU, c->qemu },
+	};
+	const struct {
+		uint16_t tag;
+		uint32_t v;
+	} nums[] = {
+		{ T_JAIL, (uint32_t)c->jail }, { T_CGROUPS, (uint32_t)c->cgroups },
+		{ T_JAIL_FIRST, c->jail_first }, { T_JAIL_COUNT, c->jail_count },
+		{ T_LOG_LEVEL, (uint32_t)log_get_level() },
+	};
+	int r = proto_begin(b, PR_CONFIG, 0, 0);
+	for (size_t i = 0; r == 0 && i < sizeof(strs) / sizeof(strs[0]); i++)
+		if (strs[i].s)
+			r = proto_put_str(b, strs[i].tag, strs[i].s);
+	for (size_t i = 0; r == 0 && i < sizeof(nums) / sizeof(nums[0]); i++)
+		r = proto_put_u32(b, nums[i].tag, nums[i].v);
+	return r == 0 && b->len <= PRIV_MAX_MSG ? proto_end(b) : -E2BIG;
+}
+
+/* In the child of the fork: the binary again, with the socket at PRIV_FD
+ * and no other descriptor of the daemon's. Never returns. */
+static void exec_helper(const struct priv_config *c, int sock)
+{
+	/* If the daemon dies without closing, so does the helper (kept
+	 * across the exec: the binary is not set-id). */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (sock == PRIV_FD ? fcntl(sock, F_SETFD, 0) < 0 : dup2(sock, PRIV_FD) < 0)
+		_exit(127);
+	close_range(PRIV_FD + 1, ~0u, 0);
+	char *argv[] = { "cpuosd: priv", PRIV_HELPER_ARG, NULL };
+	execv(c->exe ? c->exe : "/proc/self/exe", argv);
+	fprintf(stderr, "cpuosd: cannot execute the helper '%s': %s\n",
+		c->exe ? c->exe : "/proc/self/exe", strerror(errno));
+	_exit(127);
+}
+
 int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t errlen)
 {
 	struct priv *p = calloc(1, sizeof(*p));
+	struct pbuf cfg = { 0 };
 	int sv[2];
-	if (!p || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+	if (!p || put_config(&cfg, c) < 0) {
+		snprintf(err, errlen, "the helper's configuration does not fit a message");
+		pbuf_release(&cfg);
+		free(p);
+		return -E2BIG;
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
 		snprintf(err, errlen, "cannot make the helper's socket: %s", strerror(errno));
+		pbuf_release(&cfg);
 		free(p);
 		return -EIO;
 	}
 	fflush(NULL);
 	pid_t pid = fork();
-	if (pid == 0) {
-		close(sv[0]);
-		priv__serve(c, sv[1]);
-	}
+	if (pid == 0)
+		exec_helper(c, sv[1]);
 	close(sv[1]);
 	p->sock = sv[0];
 	p->pid = pid;
 	p->jail = c->jail;
+	p->timeout_ms = (int)(c->timeout_ms ? c->timeout_ms : PRIV_TIMEOUT_MS);
 	p->launch = (struct launch_ops){ .spawn = launch_spawn, .signal = launch_signal,
 					 .reap = launch_reap, .hold = launch_hold,
 					 .release = launch_release, .ctx = p, .jails = 1 };
@@ -155,8 +211,9 @@ int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t
 	int fd;
 	ssize_t n = -1;
 	struct pollfd pf = { .fd = p->sock, .events = POLLIN };
-	if (pid > 0 && poll(&pf, 1, 60000) == 1)
+	if (pid > 0 && priv__send(p->sock, cfg.data, cfg.len, -1) == 0 && poll(&pf, 1, 60000) == 1)
 		n = recv_one(p->sock, p->what, sizeof(p->what) - 1, &fd);
+	pbuf_release(&cfg);
 	p->what[n > 0 ? n : 0] = '\0';
 	if (n <= 0 || p->what[0] != '+') {
 		snprintf(err, errlen, "%s", n > 0 ? p->what + 1 : "the helper did not start");
@@ -217,13 +274,26 @@ static int call(struct priv *p, struct pbuf *b, int fd, int *fd_out, uint8_t *re
 	uint32_t id = ++p->next_id ? p->next_id : ++p->next_id;
 	put_le32(b->data + 8, id);
 	r = priv__send(p->sock, b->data, b->len, fd);
-	ssize_t n = r < 0 ? r : recv_one(p->sock, reply, REPLY_MAX, &got);
+	struct pollfd pf = { .fd = p->sock, .events = POLLIN };
+	int ready = 0;
+	while (r == 0 && (ready = poll(&pf, 1, p->timeout_ms)) < 0 && errno == EINTR)
+		;
+	ssize_t n = r < 0 ? r : ready == 1 ? recv_one(p->sock, reply, REPLY_MAX, &got)
+		    : ready == 0 ? -ETIMEDOUT : -errno;
+	/* A helper that took too long is stuck, or a request it is still
+	 * on would be answered to the next call: it ends here. */
+	if (n == -ETIMEDOUT && p->pid > 0)
+		kill(p->pid, SIGKILL);
 	pthread_mutex_unlock(&p->mu);
 	pbuf_release(b);
 	if (n <= 0 || proto_parse(reply, (size_t)n, f) != n || f->id != id ||
 	    proto_check_attrs(f) < 0 || (f->type != PR_OK && f->type != PR_ERROR)) {
-		snprintf(err, errlen, "the privileged helper is gone or broken (%s)",
-			 n < 0 ? strerror((int)-n) : "a bad answer");
+		if (n == -ETIMEDOUT)
+			snprintf(err, errlen, "the privileged helper did not answer in %d ms",
+				 p->timeout_ms);
+		else
+			snprintf(err, errlen, "the privileged helper is gone or broken (%s)",
+				 n < 0 ? strerror((int)-n) : "a bad answer");
 		/* Without it nothing can start or stop: the daemon ends (its
 		 * VMs run on) for its supervisor to start it anew. */
 		if (!__atomic_exchange_n(&p->gone, 1, __ATOMIC_RELAXED)) {

@@ -23,6 +23,7 @@ struct privd {
 	struct cgroups *cg;
 	struct jail *jail;
 	char dirs[4][4200];     /* what b's paths point to */
+	pid_t daemon;           /* the parent it serves */
 };
 
 /* An answer being built: PR_OK's attributes go into out, a descriptor
@@ -40,8 +41,6 @@ int privd_net_open(struct privd *d, const char *range, const char *tag, char *er
 int privd_net(struct privd *d, const struct priv_req *r, int fd, struct privd_reply *out,
 	      char *err, size_t errlen);
 
-/* The helper's side of the socket, in the forked child: never returns. */
-void priv__serve(const struct priv_config *c, int sock) __attribute__((noreturn));
 /* One message with fd (-1: none) on sock: 0 or -errno. */
 int priv__send(int sock, const void *p, size_t n, int fd);
 /* One message from sock into buf[cap] and the descriptors that came with

@@ -23,6 +23,8 @@
 
 #define PRIV_MAX_MSG (64u * 1024) /* a request or answer, whole */
 #define PRIV_MAX_ARGS 256         /* QEMU's argv */
+#define PRIV_FD 3                  /* the helper's end of the socket, after its exec */
+#define PRIV_HELPER_ARG "--priv-helper" /* its argv[1] */
 
 enum priv_type {
 	PR_NS_CREATE = 1,
@@ -40,6 +42,7 @@ enum priv_type {
 	PR_NTYPES,
 	PR_OK = 64,
 	PR_ERROR = 65,
+	PR_CONFIG = 66, /* the daemon's first message, read at start, never a request */
 };
 
 enum priv_tag {
@@ -70,6 +73,10 @@ enum priv_tag {
 	T_SENT = 25,   /* u64 */
 	T_ERRNO = 26,  /* u32 */
 	T_MESSAGE = 27, /* str */
+	/* PR_CONFIG's: struct priv_config, and the log level (u32). */
+	T_NET_RANGE = 28, T_NET_TAG = 29, T_JAIL = 30, T_CGROUPS = 31, T_JAIL_FIRST = 32,
+	T_JAIL_COUNT = 33, T_JAIL_ROOT = 34, T_JAIL_LOCKS = 35, T_STATE_DIR = 36,
+	T_CACHE_DIR = 37, T_GUEST_DIR = 38, T_QEMU = 39, T_LOG_LEVEL = 40,
 	T_NTAGS,
 };
 

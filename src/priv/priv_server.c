@@ -1,8 +1,11 @@
 /*
- * priv_server: the helper's loop and the jail's requests. One request at
- * a time, in the order they come; nothing in it is believed before
- * priv_decode has passed it, and a request that fails there is answered
- * with PR_ERROR and changes nothing.
+ * priv_server: the helper's start (its configuration read from the
+ * socket), its loop and the jail's requests. One request at a time, in
+ * the order they come; nothing in it is believed before priv_decode has
+ * passed it. A request that fails there is one the daemon would never
+ * send: the helper ends, and sends the daemon SIGTERM, having changed
+ * nothing. One that passes and fails on the host (a file missing) is
+ * answered with PR_ERROR.
  */
 #include "priv/priv_impl.h"
 
@@ -122,7 +125,8 @@ static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct pr
 	return -EINVAL;
 }
 
-/* One request in, one answer out: 0, or -1 once the daemon is gone. */
+/* One request in, one answer out: 0, or -1 once the daemon is gone. A
+ * request priv_decode refuses ends the helper and the daemon. */
 static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf)
 {
 	int fds[4], nfds;
@@ -136,17 +140,17 @@ static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf
 	struct privd_reply rep = { .out = &out, .fd = -1 };
 	int rc = n > PRIV_MAX_MSG ? -EMSGSIZE
 		 : priv_decode(buf, (size_t)n, nfds, &d->b, r, err, sizeof(err));
-	/* The id an answer carries: the request's, even from a frame that
-	 * was refused, so the daemon can tell which call it ends. */
-	uint32_t id = 0;
-	if (rc == 0 || rc == -EINVAL)
-		id = r->id;
-	else if (n >= PROTO_HDR_SIZE)
-		id = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 |
-		     (uint32_t)buf[11] << 24;
-	if (rc == -EMSGSIZE)
-		snprintf(err, sizeof(err), "a request is at most %u bytes", PRIV_MAX_MSG);
-	if (rc == 0 && proto_begin(&out, PR_OK, 0, id) < 0)
+	if (rc < 0) {
+		if (rc == -EMSGSIZE)
+			snprintf(err, sizeof(err), "%zd bytes, over %u", n, PRIV_MAX_MSG);
+		log_error("a request the daemon would never send (%s): it is not to be trusted; "
+			  "ending it and the helper", err);
+		if (getppid() == d->daemon)
+			kill(d->daemon, SIGTERM);
+		_exit(3);
+	}
+	uint32_t id = r->id;
+	if (proto_begin(&out, PR_OK, 0, id) < 0)
 		rc = -ENOMEM;
 	if (rc == 0)
 		rc = r->type <= PR_NS_COUNTERS ? privd_net(d, r, nfds ? fds[0] : -1, &rep, err, sizeof(err))
@@ -174,21 +178,6 @@ static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf
 	return sent ? 0 : -1;
 }
 
-/* ps shows "cpuosd: priv": the daemon's argv strings, written over. */
-static void set_title(char **argv)
-{
-	prctl(PR_SET_NAME, "cpuosd-priv");
-	if (!argv || !argv[0])
-		return;
-	char *end = argv[0];
-	for (char **a = argv; *a; a++)
-		if (*a == end)
-			end += strlen(*a) + 1;
-	size_t room = (size_t)(end - argv[0]);
-	memset(argv[0], 0, room);
-	snprintf(argv[0], room, "cpuosd: priv");
-}
-
 static int open_all(struct privd *d, const struct priv_config *c, char *err, size_t errlen)
 {
 	snprintf(d->dirs[0], sizeof(d->dirs[0]), "%s/vms", c->state_dir);
@@ -214,13 +203,9 @@ static int open_all(struct privd *d, const struct priv_config *c, char *err, siz
 	return jail_new(&jc, &d->jail, err, errlen);
 }
 
-void priv__serve(const struct priv_config *c, int sock)
+static void serve(const struct priv_config *c, int sock)
 {
-	set_title(c->argv);
-	log_set_tag("cpuosd-priv");
-	/* If the daemon dies without closing, so does the helper. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	struct privd d = { 0 };
+	struct privd d = { .daemon = getppid() };
 	char err[512] = "", what[512];
 	int r = open_all(&d, c, err, sizeof(err));
 	/* The ready line: '+' and what it holds, or '-' and why it cannot
@@ -242,4 +227,68 @@ void priv__serve(const struct priv_config *c, int sock)
 	while (serve_one(&d, sock, &req, buf) == 0)
 		;
 	_exit(0);
+}
+
+/* The daemon's configuration, its first message: 0 with c (its strings
+ * in strs[cap]), or -1. */
+static int read_config(int sock, struct priv_config *c, char *strs, size_t cap)
+{
+	static uint8_t buf[PRIV_MAX_MSG];
+	int fds[4], nfds;
+	ssize_t n = priv__recv(sock, buf, sizeof(buf), fds, 4, &nfds);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	struct proto_frame f;
+	if (n <= 0 || nfds || proto_parse(buf, (size_t)n, &f) != n || f.type != PR_CONFIG ||
+	    proto_check_attrs(&f) < 0)
+		return -1;
+	const struct {
+		uint16_t tag;
+		const char **to;
+	} strs_of[] = {
+		{ T_NET_RANGE, &c->net_range }, { T_NET_TAG, &c->net_tag },
+		{ T_JAIL_ROOT, &c->jail_root }, { T_JAIL_LOCKS, &c->jail_locks },
+		{ T_STATE_DIR, &c->state_dir }, { T_CACHE_DIR, &c->cache_dir },
+		{ T_GUEST_DIR, &c->guest_dir }, { T_QEMU, &c->qemu },
+	};
+	size_t used = 0;
+	for (size_t i = 0; i < sizeof(strs_of) / sizeof(strs_of[0]); i++) {
+		int r = proto_get_str(&f, strs_of[i].tag, strs + used, cap - used);
+		if (r == -ENOENT)
+			continue;
+		if (r < 0)
+			return -1;
+		*strs_of[i].to = strs + used;
+		used += strlen(strs + used) + 1;
+	}
+	uint32_t jail = 0, cgroups = 0, level = LOG_INFO;
+	if (proto_get_u32(&f, T_JAIL, &jail) < 0 || proto_get_u32(&f, T_CGROUPS, &cgroups) < 0 ||
+	    proto_get_u32(&f, T_JAIL_FIRST, &c->jail_first) < 0 ||
+	    proto_get_u32(&f, T_JAIL_COUNT, &c->jail_count) < 0 ||
+	    proto_get_u32(&f, T_LOG_LEVEL, &level) < 0 || level > LOG_DEBUG)
+		return -1;
+	c->jail = jail != 0;
+	c->cgroups = cgroups != 0;
+	log_set_level((enum log_level)level);
+	return 0;
+}
+
+void priv_helper_main(int argc, char **argv)
+{
+	if (argc != 2 || strcmp(argv[1], PRIV_HELPER_ARG))
+		return;
+	log_set_tag("cpuosd-priv");
+	prctl(PR_SET_NAME, "cpuosd-priv");
+	signal(SIGPIPE, SIG_IGN);
+	/* SIGTERM and SIGINT stay blocked, as the daemon blocked them (the
+	 * mask survives exec): a stop sent to the whole group must leave the
+	 * helper to the daemon, which closes its socket last. */
+	static char strs[PRIV_MAX_MSG];
+	struct priv_config c = { 0 };
+	if (read_config(PRIV_FD, &c, strs, sizeof(strs)) < 0) {
+		log_error("no configuration from the daemon on descriptor %d: not started by "
+			  "cpuosd?", PRIV_FD);
+		_exit(2);
+	}
+	serve(&c, PRIV_FD);
 }

@@ -3,6 +3,7 @@ jail range's first id with no capabilities; its helper ("cpuosd: priv" in ps) is
 holds the rest; run directories are the daemon's group's, so each side reads what the other
 writes; jailed QEMUs outlive a daemon restart and are still signalled through the helper."""
 
+import ctypes
 import os
 import shutil
 import stat
@@ -21,13 +22,13 @@ def status(pid):
 
 
 def helper_of(pid):
-    """The daemon's helper: its child whose command line ps shows as "cpuosd: priv"."""
+    """The daemon's helper: its child whose command line ps shows as "cpuosd: priv --priv-helper"."""
     out = subprocess.run(["ps", "-o", "pid=,ppid=,uid=,args=", "-e"], capture_output=True,
                          text=True, check=True).stdout
     found = []
     for line in out.splitlines():
         p, pp, uid, args = line.split(None, 3)
-        if int(pp) == pid and args == "cpuosd: priv":
+        if int(pp) == pid and args == "cpuosd: priv --priv-helper":
             found.append((int(p), int(uid)))
     assert len(found) == 1, f"helpers of {pid} in ps: {found}\n{out}"
     return found[0]
@@ -105,6 +106,72 @@ def test_restart_keeps_sandboxes_and_their_qemu_is_still_killed():
                 break
             subprocess.run(["sleep", "0.05"])
         assert not os.path.exists(f"/proc/{qemu}") or status(qemu)["State"].startswith("Z")
+    finally:
+        gen.close()
+
+
+def pidfd_getfd(pid, fd):
+    """A copy of process pid's descriptor fd (pidfd_getfd(2); root may take any)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd
+        if got < 0:
+            raise OSError(ctypes.get_errno(), f"pidfd_getfd({pid}, {fd})")
+        return got
+    finally:
+        os.close(pidfd)
+
+
+def daemon_end_of_helper(daemon_pid, helper_pid):
+    """The daemon's descriptor of its socket to the helper: the peer of the helper's fd 3
+    (ss -x names each socketpair end with its peer's inode)."""
+    inode = os.readlink(f"/proc/{helper_pid}/fd/3")  # socket:[N]
+    out = subprocess.run(["ss", "-x", "-a", "-n"], capture_output=True, text=True,
+                         check=True).stdout
+    peer = None
+    for line in out.splitlines():
+        f = line.split()
+        # Netid State Recv-Q Send-Q Local-Address Port Peer-Address Port
+        if len(f) >= 8 and f[0] == "u_seq" and f[5] == inode[8:-1]:
+            peer = f[7]
+    assert peer, f"no u_seq socket of inode {inode} in ss:\n{out}"
+    for fd in os.listdir(f"/proc/{daemon_pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{daemon_pid}/fd/{fd}") == f"socket:[{peer}]":
+                return int(fd)
+        except OSError:
+            pass
+    raise AssertionError(f"cpuosd {daemon_pid} holds no socket:[{peer}]")
+
+
+def test_a_malformed_helper_request_ends_the_daemon_and_its_sandboxes_run_on():
+    """What a daemon taken over could send its helper (bytes that are no request) ends the
+    helper, which ends the daemon cleanly; the sandbox's QEMU runs on, and the next daemon
+    takes it over."""
+    gen = started_daemon("--template-snapshots", "off")
+    d = next(gen)
+    try:
+        sbx = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a, api_url=d.url)
+        assert sbx.exec("echo one > /work/f", timeout=T).exit_code == 0
+        qemu = qemu_of(sbx)
+        helper, _ = helper_of(d.proc.pid)
+        sock = pidfd_getfd(d.proc.pid, daemon_end_of_helper(d.proc.pid, helper))
+        try:
+            os.write(sock, b"\x00" * 5 + b"not a request of the helper's")
+        finally:
+            os.close(sock)
+        assert d.proc.wait(30) == 0, d.log_tail()
+        log = d.log_tail(200)
+        assert "a request the daemon would never send (not a frame)" in log, log
+        assert "shutting down" in log or "stopping" in log, log
+        assert not os.path.exists(f"/proc/{helper}")
+        assert status(qemu)["State"][0] in "SR", status(qemu)
+        d.start()
+        sbx = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+        assert sbx.exec("cat /work/f", timeout=T).stdout == "one\n"
+        assert qemu_of(sbx) == qemu
+        sbx.kill()
     finally:
         gen.close()
 

@@ -1,11 +1,14 @@
 /*
  * test_priv: the privileged helper. What its parser refuses (the fuzz
  * target checks it accepts nothing out of shape; this names what must be
- * refused), then a real helper forked as cpuosd forks it: a jailed
- * process spawned, watched, killed and reaped through it, and what it
- * will not do for the daemon (a shell for QEMU, a run directory outside
- * the state, a signal to a process that is not a jail's), and the walk
- * that makes the daemon's tree its own at the drop. Needs root.
+ * refused), then a real helper started as cpuosd starts it (this binary
+ * executed again): a jailed process spawned, watched, killed and reaped
+ * through it; what it will not do for the daemon (a signal to a process
+ * that is not a jail's, a path with a link in the daemon's directories);
+ * a request the daemon would never send (a shell for QEMU, a broken
+ * frame) ending the helper and, by SIGTERM, the daemon; a helper that
+ * does not answer in time killed; and the walk that makes the daemon's
+ * tree its own at the drop. Needs root.
  */
 #include "common/launch.h"
 #include "common/proto.h"
@@ -15,16 +18,17 @@
 #include "tests/lib/tap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char **main_argv;
 static struct priv_req req;
 
 static const struct priv_bounds bounds = {
@@ -113,6 +117,7 @@ static void test_decode_refuses(void)
 	const char *none[] = { NULL };
 	CHECK(decode(PR_OK, 0, none, err) == -EINVAL && strstr(err, "unknown"));
 	CHECK(decode(99, 0, none, err) == -EINVAL);
+	CHECK(decode(PR_CONFIG, 0, none, err) == -EINVAL); /* read at start only */
 }
 
 static char dir[64];
@@ -134,31 +139,50 @@ static const char *field(const char *status, const char *name)
 	return at ? at + strlen(name) : "";
 }
 
-static void test_helper(void)
+/* A directory of the daemon's shape in /tmp and a helper's configuration
+ * for it: 0, or -1 when not root (then the case fails). */
+static char sdir[128], cdir[128], rdir[160], ldir[160], jdir[160];
+
+static int setup_dirs(struct priv_config *c)
 {
 	if (!CHECK(geteuid() == 0)) {
 		t_note("test_priv: the helper's jail needs root");
-		return;
+		return -1;
 	}
 	snprintf(dir, sizeof(dir), "/tmp/cpuos-test-priv-%d", (int)getpid());
-	char state[128], cache[128], run[160], locks[160], root[160];
-	snprintf(state, sizeof(state), "%s/state", dir);
-	snprintf(cache, sizeof(cache), "%s/cache", dir);
-	snprintf(run, sizeof(run), "%s/vms/t1", state);
-	snprintf(locks, sizeof(locks), "%s/locks", dir);
-	snprintf(root, sizeof(root), "%s/jail", state);
+	snprintf(sdir, sizeof(sdir), "%s/sdir", dir);
+	snprintf(cdir, sizeof(cdir), "%s/cdir", dir);
+	snprintf(rdir, sizeof(rdir), "%s/vms/t1", sdir);
+	snprintf(ldir, sizeof(ldir), "%s/ldir", dir);
+	snprintf(jdir, sizeof(jdir), "%s/jail", sdir);
 	mkdir(dir, 0755);
-	mkdir(state, 0755);
-	mkdir(cache, 0755);
+	mkdir(sdir, 0755);
+	mkdir(cdir, 0755);
 	char vms[160];
-	snprintf(vms, sizeof(vms), "%s/vms", state);
+	snprintf(vms, sizeof(vms), "%s/vms", sdir);
 	mkdir(vms, 0700);
-	mkdir(run, 0700);
-	struct priv_config c = {
-		.jail = 1, .jail_first = 1800000000, .jail_count = 16, .jail_root = root,
-		.jail_locks = locks, .state_dir = state, .cache_dir = cache,
-		.qemu = "/usr/bin/sleep", .argv = main_argv,
+	mkdir(rdir, 0700);
+	*c = (struct priv_config){
+		.jail = 1, .jail_first = 1800000000, .jail_count = 16, .jail_root = jdir,
+		.jail_locks = ldir, .state_dir = sdir, .cache_dir = cdir,
+		.qemu = "/usr/bin/sleep",
 	};
+	return 0;
+}
+
+static void remove_dirs(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		t_note("could not remove %s", dir);
+}
+
+static void test_helper(void)
+{
+	struct priv_config c;
+	if (setup_dirs(&c) < 0)
+		return;
 	struct priv *p = NULL;
 	char err[512] = "", buf[4096], path[64];
 	if (!CHECK(priv_start(&c, &p, err, sizeof(err)) == 0)) {
@@ -166,12 +190,19 @@ static void test_helper(void)
 		return;
 	}
 	pid_t helper = priv_pid(p);
-	/* ps shows what it is. */
+	/* ps shows what it is; it is this binary executed again, not a
+	 * fork's copy of this process. */
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)helper);
-	CHECK(read_file(path, buf, sizeof(buf)) > 0 && !strcmp(buf, "cpuosd: priv"));
+	int n = read_file(path, buf, sizeof(buf));
+	CHECK(n > 0 && !strcmp(buf, "cpuosd: priv") &&
+	      n > (int)strlen(buf) + 1 && !strcmp(buf + strlen(buf) + 1, "--priv-helper"));
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)helper);
+	char exe[256] = "", self[256] = "";
+	CHECK(readlink(path, exe, sizeof(exe) - 1) > 0 &&
+	      readlink("/proc/self/exe", self, sizeof(self) - 1) > 0 && !strcmp(exe, self));
 	CHECK(strstr(priv_describe(p), "ids 1800000001-1800000015") != NULL);
 
-	struct jail_spec s = { .name = "t1", .vcpus = 1, .memory_mb = 64, .run_dir = run,
+	struct jail_spec s = { .name = "t1", .vcpus = 1, .memory_mb = 64, .run_dir = rdir,
 			       .own_netns = 1 };
 	char *argv[] = { "/usr/bin/sleep", "30", NULL };
 	pid_t pid = 0;
@@ -201,24 +232,53 @@ static void test_helper(void)
 	/* Not a jail's process: this one runs as root. */
 	CHECK(priv_kill(p, getpid(), SIGKILL) == -EPERM);
 	CHECK(priv_hold(p, getpid(), &uid) < 0);
-	char *sh[] = { "/bin/sh", "-c", "id", NULL };
+	/* A link in the daemon's directories is not followed, even to a
+	 * file a jail could read: a rdir directory that is one, a RAM file
+	 * that is one. */
 	pid_t p2;
 	uid_t u2;
 	int fd2;
-	CHECK(priv_spawn(p, &s, -1, sh, 2, &p2, &u2, &fd2, err, sizeof(err)) == -EINVAL);
-	CHECK(strstr(err, "not the QEMU configured") != NULL);
-	struct jail_spec etc = s;
-	etc.run_dir = "/etc";
-	CHECK(priv_spawn(p, &etc, -1, argv, 2, &p2, &u2, &fd2, err, sizeof(err)) == -EINVAL);
+	char link[200], target[200];
+	snprintf(link, sizeof(link), "%s/vms/t2", sdir);
+	snprintf(target, sizeof(target), "%s/elsewhere", dir);
+	mkdir(target, 0700);
+	CHECK(symlink(target, link) == 0);
+	struct jail_spec linked = s;
+	linked.run_dir = link;
+	linked.name = "t2";
+	CHECK(priv_spawn(p, &linked, -1, argv, 2, &p2, &u2, &fd2, err, sizeof(err)) == -ELOOP);
+	CHECK(strstr(err, "t2") != NULL);
+	char mem[200];
+	snprintf(mem, sizeof(mem), "%s/mem", rdir);
+	CHECK(symlink("/etc/passwd", mem) == 0);
+	linked = s;
+	linked.rw[0] = mem;
+	CHECK(priv_spawn(p, &linked, -1, argv, 2, &p2, &u2, &fd2, err, sizeof(err)) == -ELOOP);
+	/* ... and what is read through one (a template's image links into
+	 * the cache of builds) must be a file of root's, open to all: not a
+	 * file of anyone else's, not a directory. */
+	char ro[200], other[200];
+	snprintf(ro, sizeof(ro), "%s/kernel", sdir);
+	snprintf(other, sizeof(other), "%s/users-file", dir);
+	int ofd = open(other, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CHECK(ofd >= 0 && fchown(ofd, 12345, 12345) == 0);
+	if (ofd >= 0)
+		close(ofd);
+	const char *targets[] = { other, "/" };
+	for (int i = 0; i < 2; i++) {
+		unlink(ro);
+		CHECK(symlink(targets[i], ro) == 0);
+		linked = s;
+		linked.ro[0] = ro;
+		err[0] = '\0';
+		CHECK(priv_spawn(p, &linked, -1, argv, 2, &p2, &u2, &fd2, err, sizeof(err)) < 0);
+		CHECK(strstr(err, "kernel") != NULL);
+	}
 	/* The same calls as the runner's launch ops. */
 	const struct launch_ops *ops = priv_launch_ops(p);
 	CHECK(priv_launch_ops(NULL) == NULL);
 	CHECK(ops && ops->jails && ops->ctx == p && ops->hold && ops->release);
 	CHECK(ops->signal(ops->ctx, getpid(), SIGKILL) == -EPERM);
-	const struct launch_spec ls = { .argv = sh, .logfd = 2, .net_slot = -1, .jail = &s };
-	CHECK(ops->spawn(ops->ctx, &ls, &p2, &u2, &fd2, err, sizeof(err)) == -EINVAL);
-	CHECK(strstr(err, "not the QEMU configured") != NULL);
-	CHECK(priv_ns_open(p, 0) < 0); /* no networks here */
 
 	CHECK(priv_kill(p, pid, SIGKILL) == 0);
 	struct pollfd pf = { .fd = pidfd, .events = POLLIN };
@@ -232,10 +292,112 @@ static void test_helper(void)
 	close(pidfd);
 	priv_close(p);
 	CHECK(kill(helper, 0) < 0 && errno == ESRCH); /* gone with its socket */
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		t_note("could not remove %s", dir);
+	remove_dirs();
+}
+
+/* SIGTERM to this process (the helper's or the client's own, on a
+ * helper gone): blocked, so it can be waited for here. */
+static int got_sigterm(int ms)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	return sigtimedwait(&set, NULL, &ts) == SIGTERM;
+}
+
+static void block_sigterm(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+}
+
+/* The daemon's end of the helper's socket: the one SOCK_SEQPACKET here. */
+static int helper_socket(void)
+{
+	for (int fd = 3; fd < 256; fd++) {
+		int type = 0;
+		socklen_t len = sizeof(type);
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_SEQPACKET)
+			return fd;
+	}
+	return -1;
+}
+
+/* What a daemon that is no longer itself could send: a request out of
+ * bounds (a shell for QEMU), or bytes that are no frame. Either ends the
+ * helper, which sends the daemon SIGTERM; the client then refuses every
+ * call. */
+static void test_helper_refuses(void)
+{
+	struct priv_config c;
+	if (setup_dirs(&c) < 0)
+		return;
+	block_sigterm();
+	for (int round = 0; round < 2; round++) {
+		struct priv *p = NULL;
+		char err[512] = "";
+		if (!CHECK(priv_start(&c, &p, err, sizeof(err)) == 0)) {
+			t_note("%s", err);
+			break;
+		}
+		pid_t helper = priv_pid(p);
+		struct jail_spec s = { .name = "t1", .vcpus = 1, .memory_mb = 64, .run_dir = rdir,
+				       .own_netns = 1 };
+		char *sh[] = { "/bin/sh", "-c", "id", NULL };
+		pid_t pid;
+		uid_t uid;
+		int pidfd;
+		if (round == 0) {
+			CHECK(priv_spawn(p, &s, -1, sh, 2, &pid, &uid, &pidfd, err, sizeof(err)) ==
+			      -EPIPE);
+		} else {
+			static const char junk[] = "not a frame of the helper's protocol";
+			int fd = helper_socket();
+			CHECK(fd >= 0 && send(fd, junk, sizeof(junk), 0) == (ssize_t)sizeof(junk));
+		}
+		CHECK(got_sigterm(5000));
+		int st = -1;
+		CHECK(waitpid(helper, &st, 0) == helper && WIFEXITED(st) && WEXITSTATUS(st) == 3);
+		/* Nothing more goes through; the client says it once, with
+		 * its own SIGTERM. */
+		CHECK(priv_reap(p, 4242, &st) == -EPIPE);
+		got_sigterm(0);
+		CHECK(priv_spawn(p, &s, -1, sh, 2, &pid, &uid, &pidfd, err, sizeof(err)) == -EPIPE);
+		CHECK(!got_sigterm(0));
+		priv_close(p);
+	}
+	remove_dirs();
+}
+
+/* A helper that does not answer in its time (stopped here) is killed,
+ * and the daemon ends. */
+static void test_helper_timeout(void)
+{
+	struct priv_config c;
+	if (setup_dirs(&c) < 0)
+		return;
+	c.timeout_ms = 300;
+	block_sigterm();
+	struct priv *p = NULL;
+	char err[512] = "";
+	if (!CHECK(priv_start(&c, &p, err, sizeof(err)) == 0)) {
+		t_note("%s", err);
+		remove_dirs();
+		return;
+	}
+	pid_t helper = priv_pid(p);
+	int st = -1;
+	CHECK(priv_reap(p, 4242, &st) < 0); /* answered: not its child */
+	CHECK(kill(helper, SIGSTOP) == 0);
+	err[0] = '\0';
+	CHECK(priv_kill(p, 4242, SIGKILL) == -EPIPE);
+	CHECK(got_sigterm(1000));
+	CHECK(waitpid(helper, &st, 0) == helper && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	priv_close(p);
+	remove_dirs();
 }
 
 /* The daemon's own tree becomes its own at the drop, but nothing a jail
@@ -300,10 +462,12 @@ static void test_drop_walk(void)
 
 int main(int argc, char **argv)
 {
-	main_argv = argv;
+	priv_helper_main(argc, argv); /* the helper's start: this binary again */
 	static const struct t_case cases[] = {
 		{ "priv_decode_refuses", test_decode_refuses },
 		{ "priv_helper", test_helper },
+		{ "priv_helper_refuses", test_helper_refuses },
+		{ "priv_helper_timeout", test_helper_timeout },
 		{ "priv_drop_walk", test_drop_walk },
 		{ 0, 0 },
 	};
