@@ -27,7 +27,7 @@ CFLAGS += -fsanitize=fuzzer-no-link
 endif
 # The runner checksums snapshots with OpenSSL (snap.c).
 LDLIBS := -ljansson -lcrypto -lpthread
-DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lpthread
+DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lseccomp -lpthread
 ifndef V
 Q := @
 endif
@@ -212,6 +212,10 @@ $(BUILD)/tests/test_rules: $(call obj,tests/unit/daemon/net/test_rules.c $(TEST_
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+
+$(BUILD)/tests/test_sysfilter: $(call obj,tests/unit/daemon/test_sysfilter.c $(TEST_LIB) src/daemon/sysfilter.c)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lseccomp -lpthread
 
 # The helper and the jail, without the runner.
 $(BUILD)/tests/test_priv: $(call obj,tests/unit/priv/test_priv.c $(TEST_LIB) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))

@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(
 	gcc make libc6-dev libjansson-dev        # host tools and the static agent
 	libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev  # cpuosd, cpuos
+	libseccomp-dev                           # cpuosd's own syscall filter
 	libldns-dev                              # cpuosd's resolver for the guests
 	qemu-system-x86 qemu-utils               # the hypervisor, qcow2 layers
 	e2fsprogs                                # mkfs.ext4 for writable layers

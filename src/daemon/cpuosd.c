@@ -15,6 +15,7 @@
 #include "daemon/ports/ports.h"
 #include "daemon/sandbox/sbx.h"
 #include "daemon/store/store.h"
+#include "daemon/sysfilter.h"
 #include "daemon/unroot.h"
 #include "jail/jail.h"
 #include "priv/priv.h"
@@ -190,6 +191,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (priv_jailed(priv) && unroot(&o) < 0) {
+		priv_close(priv);
+		free(trust);
+		return 1;
+	}
+	/* Without root, and before any thread: the calls it never makes
+	 * kill it from now on (with root it runs QEMU itself, which has a
+	 * filter of its own, so there is none). */
+	if (priv_jailed(priv) && sysfilter_load(err, sizeof(err)) < 0) {
+		log_error("%s", err);
 		priv_close(priv);
 		free(trust);
 		return 1;

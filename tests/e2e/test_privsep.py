@@ -58,9 +58,14 @@ def test_http_process_has_no_root_and_the_helper_has(daemon):
     assert s["Groups"].strip() == "", s["Groups"]
     assert no_caps(s), {c: s[c] for c in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
     assert s["NoNewPrivs"] == "1"
+    # its own seccomp filter (sysfilter.h), on every thread; the helper has none
+    assert s["Seccomp"] == "2" and int(s["Seccomp_filters"]) >= 1, s["Seccomp"]
+    for t in os.listdir(f"/proc/{daemon.proc.pid}/task"):
+        assert status(f"{daemon.proc.pid}/task/{t}")["Seccomp"] == "2", t
     hpid, huid = helper_of(daemon.proc.pid)
     assert huid == 0
     assert int(status(hpid)["CapEff"], 16) != 0
+    assert status(hpid)["Seccomp"] == "0"
     # what the daemon writes is its own: the store, the state directory
     for p in (daemon.state_dir, os.path.join(daemon.state_dir, "cpuos.db")):
         assert os.stat(p).st_uid == DAEMON_ID, p
