@@ -161,6 +161,31 @@ static void test_v2(void)
 	done();
 }
 
+/* The daemon's group with another process in it besides the daemon:
+ * nothing may be written to its subtree_control (pids and cpu would be
+ * taken, and make it a thread root that no leaf could be joined under),
+ * the daemon moves into its leaf, and the open fails, saying why. */
+static void test_v2_populated(void)
+{
+	fresh("v2busy");
+	put("cgroup.controllers", "cpu io memory pids\n");
+	put("self", "0::/svc\n");
+	put("svc/cgroup.type", "domain\n");
+	put("svc/cgroup.controllers", "cpu memory pids\n");
+	put("svc/cgroup.procs", "1\n");
+	put("svc/cgroup.subtree_control", "");
+	put("svc/cpuosd/cgroup.procs", "");
+	char self[200], err[256] = "", pid[24];
+	snprintf(self, sizeof(self), "%s/self", root);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	struct cgroups *cg = NULL;
+	CHECK(cgroup_open(root, self, &cg, err, sizeof(err)) == -EBUSY);
+	CHECK(strstr(err, "cannot hand cgroup controllers down") != NULL);
+	CHECK(has("svc/cgroup.subtree_control", ""));
+	CHECK(has("svc/cpuosd/cgroup.procs", pid));
+	done();
+}
+
 static void test_nothing_mounted(void)
 {
 	fresh("none");
@@ -178,6 +203,7 @@ int main(int argc, char **argv)
 	static const struct t_case cases[] = {
 		{ "cgroup_v1", test_v1 },
 		{ "cgroup_v2", test_v2 },
+		{ "cgroup_v2_populated", test_v2_populated },
 		{ "cgroup_nothing_mounted", test_nothing_mounted },
 		{ 0, 0 },
 	};
