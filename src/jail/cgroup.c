@@ -89,13 +89,65 @@ static int read_self(const char *self, int v2, char own[CG_NCTL][256], char moun
 	return 0;
 }
 
+/* A group with a process of its own: its cgroup.procs is not empty. */
+static int has_procs(const char *dir)
+{
+	char path[800], c;
+	if (snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= (int)sizeof(path))
+		return 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	int r = read(fd, &c, 1) == 1;
+	close(fd);
+	return r;
+}
+
+/* Clears have[i] for each controller dir is not offered (its
+ * cgroup.controllers); when that cannot be read, the writes decide. */
+static void v2_offered(const char *dir, int *have)
+{
+	char path[800], list[260] = " ";
+	if (snprintf(path, sizeof(path), "%s/cgroup.controllers", dir) >= (int)sizeof(path))
+		return;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, list + 1, sizeof(list) - 3);
+	close(fd);
+	if (n < 0)
+		return;
+	list[n + 1] = '\0';
+	list[strcspn(list, "\n")] = '\0';
+	strcat(list, " ");
+	for (int i = 0; i < CG_NCTL; i++) {
+		char want[16];
+		snprintf(want, sizeof(want), " %s ", v2_name[i]);
+		if (!strstr(list, want))
+			have[i] = 0;
+	}
+}
+
 /* v2 hands a controller down only through subtree_control, and only from
  * a group with no processes of its own: a daemon in a delegated group
- * (systemd's Delegate=yes) moves itself into a leaf of it first. */
+ * (systemd's Delegate=yes) moves itself into a leaf of it first. That is
+ * asked before any write (the root, without cgroup.type, is exempt): to
+ * a group with processes the kernel refuses memory and io (EBUSY) but
+ * takes pids and cpu, which makes it a thread root, and under a thread
+ * root no process may join a domain group (EOPNOTSUPP): not even the
+ * daemon a leaf of its own. */
 static int v2_enable(const char *dir, int *have)
 {
+	v2_offered(dir, have);
+	int any = 0;
+	for (int i = 0; i < CG_NCTL; i++)
+		any |= have[i];
+	if (any && has_file(dir, "cgroup.type") && has_procs(dir))
+		return -EBUSY;
 	int busy = 0;
 	for (int i = 0; i < CG_NCTL; i++) {
+		if (!have[i])
+			continue;
 		char op[16];
 		snprintf(op, sizeof(op), "+%s", v2_name[i]);
 		int r = write_file(dir, "cgroup.subtree_control", op);
