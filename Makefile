@@ -197,7 +197,7 @@ $(BUILD)/tests/test_policy: $(call obj,tests/unit/daemon/net/test_policy.c $(TES
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread
 
-$(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_proxy: $(call obj,tests/unit/daemon/net/test_proxy.c $(TEST_LIB) $(wildcard src/daemon/net/*.c) src/daemon/sysfilter.c $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
@@ -208,6 +208,10 @@ $(BUILD)/tests/test_secret: $(call obj,tests/unit/daemon/net/test_secret.c $(TES
 $(BUILD)/tests/test_rules: $(call obj,tests/unit/daemon/net/test_rules.c $(TEST_LIB) src/daemon/net/rules.c src/daemon/net/secret.c src/daemon/net/policy.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcrypto -ljansson -lpthread
+
+$(BUILD)/tests/test_netd: $(call obj,tests/unit/daemon/net/test_netd.c $(TEST_LIB) src/daemon/net/netd_msg.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lpthread
 
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
@@ -229,7 +233,7 @@ $(BUILD)/tests/test_cgroup: $(call obj,tests/unit/jail/test_cgroup.c $(TEST_LIB)
 # The sandbox layer over a real store and fake VMs (fake_vm.c stands in for
 # the runner's vm.c and vm_snap.c), whose agent is cpuos-agent --listen.
 SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
-	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) \
+	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) src/daemon/sysfilter.c \
 	$(filter-out src/runner/vm.c src/runner/vm_snap.c,$(RUNNER_SRCS)) $(PRIV_SRCS) $(JAIL_SRCS) \
 	$(LIB_SRCS) $(COMMON_SRCS)
 $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))

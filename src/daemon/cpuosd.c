@@ -11,6 +11,7 @@
 #include "daemon/config.h"
 #include "daemon/http/http.h"
 #include "daemon/net/net.h"
+#include "daemon/net/netd.h"
 #include "daemon/net/policy.h"
 #include "daemon/ports/ports.h"
 #include "daemon/sandbox/sbx.h"
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,7 +70,7 @@ static char *read_trust(const char *path)
 /* The privileged helper (priv.h), started while this process has no
  * thread yet: this binary again, holding what networks and QEMU's jail
  * need root for. */
-static int open_priv(const struct config *o, struct priv **priv)
+static int open_priv(const struct config *o, int netd_sock, struct priv **priv)
 {
 	if (!o->net && !o->jail)
 		return 0;
@@ -86,7 +88,7 @@ static int open_priv(const struct config *o, struct priv **priv)
 		.jail_first = (unsigned)o->jail_first, .jail_count = (unsigned)o->jail_count,
 		.jail_root = root, .jail_locks = "/run/cpuos-jail-ids",
 		.state_dir = o->state_dir, .cache_dir = o->cache_dir, .guest_dir = o->guest_dir,
-		.qemu = o->qemu[0] ? o->qemu : NULL,
+		.qemu = o->qemu[0] ? o->qemu : NULL, .netd_sock = netd_sock,
 	};
 	if (priv_start(&pc, priv, err, sizeof(err)) < 0) {
 		log_error("%s (or run with %s)", err,
@@ -97,9 +99,36 @@ static int open_priv(const struct config *o, struct priv **priv)
 	return 0;
 }
 
+/* cpuos-netd (netd.h), started while root and after the helper, whose
+ * second socket it gets: the resolver, the proxy, the CA and the secrets
+ * in a process of their own. It becomes the last id of the daemon's block
+ * (kept from the jail's), or stays root with no jail. */
+static int open_netd(const struct config *o, const char *trust, int priv_sock, struct netd **out)
+{
+	char err[512], ca_dir[sizeof(o->cache_dir) + 16];
+	/* The CA is the cache's, as the template snapshots that trust it
+	 * are: daemons that share a cache share both. */
+	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", o->cache_dir);
+	int nslots = net_slots(o->net_range, err, sizeof(err));
+	struct netd_config nc = {
+		.nslots = nslots, .ca_dir = ca_dir,
+		.dns_upstream = o->dns_upstream[0] ? o->dns_upstream : NULL, .trust_pem = trust,
+		.uid = o->jail && geteuid() == 0 ? (uid_t)(o->jail_first + o->jail_count) : 0,
+		.priv_sock = priv_sock,
+	};
+	if (nslots < 0 || netd_start(&nc, out, err, sizeof(err)) < 0) {
+		log_error("networks: %s (or run with --net off)", err);
+		return -EIO;
+	}
+	log_info("cpuos-netd (pid %d) as uid %u: the guests' resolver and egress proxy",
+		 (int)netd_pid(*out), (unsigned)(nc.uid ? nc.uid : geteuid()));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	priv_helper_main(argc, argv);
+	netd_main(argc, argv);
 	struct config o;
 	int pr = config_parse(&o, argc, argv);
 	if (pr != 0)
@@ -174,11 +203,31 @@ int main(int argc, char **argv)
 		}
 		o.jail_first = first;
 	}
-	struct priv *priv = NULL;
-	if (open_priv(&o, &priv) < 0) {
+	/* The last id of the block is cpuos-netd's, never a QEMU's. */
+	if (o.net && o.jail)
+		o.jail_count--;
+	/* The helper serves netd on a second socket. */
+	int hn[2] = { -1, -1 };
+	if (o.net && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, hn) < 0) {
+		log_error("cannot make cpuos-netd's socket to the helper: %s", strerror(errno));
 		free(trust);
 		return 1;
 	}
+	struct priv *priv = NULL;
+	struct netd *netd = NULL;
+	pr = open_priv(&o, hn[1] > 2 ? hn[1] : 0, &priv);
+	if (hn[1] >= 0)
+		close(hn[1]);
+	if (pr == 0 && o.net && open_netd(&o, trust, hn[0], &netd) < 0) {
+		priv_close(priv);
+		pr = -1;
+	}
+	if (hn[0] >= 0)
+		close(hn[0]);
+	free(trust); /* netd's now */
+	trust = NULL;
+	if (pr < 0)
+		return 1;
 	/* Bound while still root, so that a port below 1024 works, and after
 	 * the helper started, which must not hold them. */
 	int api_fd = -1, url_fd = -1;
@@ -186,13 +235,13 @@ int main(int argc, char **argv)
 	    (strcmp(o.url_listen, "none") &&
 	     (url_fd = ports_listen(o.url_listen, err, sizeof(err))) < 0)) {
 		log_error("%s", err);
+		netd_close(netd);
 		priv_close(priv);
-		free(trust);
 		return 1;
 	}
 	if (priv_jailed(priv) && unroot(&o) < 0) {
+		netd_close(netd);
 		priv_close(priv);
-		free(trust);
 		return 1;
 	}
 	/* Without root, and before any thread: the calls it never makes
@@ -200,16 +249,16 @@ int main(int argc, char **argv)
 	 * filter of its own, so there is none). */
 	if (priv_jailed(priv) && sysfilter_load(err, sizeof(err)) < 0) {
 		log_error("%s", err);
+		netd_close(netd);
 		priv_close(priv);
-		free(trust);
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/cpuos.db", o.state_dir);
 	struct store *store;
 	if (store_open(db, &store, err, sizeof(err)) < 0) {
 		log_error("%s", err);
+		netd_close(netd);
 		priv_close(priv);
-		free(trust);
 		return 1;
 	}
 	/* The default policy is checked now, not at the first create. */
@@ -220,27 +269,20 @@ int main(int argc, char **argv)
 		log_error("--net-default: %s", nd ? err : je.text);
 		json_decref(nd);
 		store_close(store);
+		netd_close(netd);
 		priv_close(priv);
-		free(trust);
 		return 1;
 	}
 	json_decref(nd);
 	net_policy_free(&np);
 	struct net *net = NULL;
-	/* The CA is the cache's, as the template snapshots that trust it
-	 * are: daemons that share a cache share both. */
-	char ca_dir[sizeof(o.cache_dir) + 16];
-	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", o.cache_dir);
-	if (o.net && net_open(o.net_range, o.state_dir, ca_dir,
-			      o.dns_upstream[0] ? o.dns_upstream : NULL, trust, priv, &net, err,
-			      sizeof(err)) < 0) {
-		free(trust);
+	if (o.net && net_open(o.net_range, o.state_dir, netd, priv, &net, err, sizeof(err)) < 0) {
 		log_error("networks: %s (or run with --net off)", err);
 		store_close(store);
+		netd_close(netd);
 		priv_close(priv);
 		return 1;
 	}
-	free(trust); /* in the proxy's TLS context now */
 	struct sbx_config sc = {
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
 		.qemu = o.qemu[0] ? o.qemu : NULL, .accel = accel,
@@ -257,6 +299,7 @@ int main(int argc, char **argv)
 	struct sbx_mgr *mgr;
 	if (sbx_mgr_new(&sc, store, &mgr) < 0) {
 		log_error("cannot start the sandbox manager");
+		netd_close(netd);
 		priv_close(priv);
 		net_close(net);
 		store_close(store);
@@ -271,6 +314,7 @@ int main(int argc, char **argv)
 	if (strcmp(o.url_listen, "none") && ports_open(&pc, &ports, err, sizeof(err)) < 0) {
 		log_error("%s (or run with --url-listen none)", err);
 		sbx_mgr_free(mgr);
+		netd_close(netd);
 		priv_close(priv);
 		net_close(net);
 		store_close(store);
@@ -302,6 +346,7 @@ int main(int argc, char **argv)
 		log_error("%s", err);
 		ports_close(ports);
 		sbx_mgr_free(mgr);
+		netd_close(netd);
 		priv_close(priv);
 		net_close(net);
 		store_close(store);
@@ -322,6 +367,7 @@ int main(int argc, char **argv)
 	http_stop(http);
 	ports_close(ports); /* after the API, whose answers name port URLs */
 	sbx_mgr_free(mgr);
+	netd_close(netd);
 	priv_close(priv);
 	net_close(net);
 	store_close(store);

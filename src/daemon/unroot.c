@@ -264,11 +264,11 @@ static int stage_guest(struct config *o)
  * first. */
 int unroot(struct config *o)
 {
-	char snaps[PATH_MAX + 16], scratch[PATH_MAX + 16], ca[PATH_MAX + 16], sock[PATH_MAX];
+	/* Not the egress CA's directory: cpuos-netd's (netd.h), root's. */
+	char snaps[PATH_MAX + 16], scratch[PATH_MAX + 16], sock[PATH_MAX];
 	snprintf(snaps, sizeof(snaps), "%s/snapshots", o->cache_dir);
 	snprintf(scratch, sizeof(scratch), "%s/scratch", o->cache_dir);
-	snprintf(ca, sizeof(ca), "%s/egress-ca", o->cache_dir);
-	const char *dirs[] = { o->state_dir, snaps, scratch, ca, NULL };
+	const char *dirs[] = { o->state_dir, snaps, scratch, NULL };
 	for (int i = 1; dirs[i]; i++)
 		fs_mkdir_p(dirs[i], 0755, (uid_t)-1, (gid_t)-1);
 	uid_t uid = (uid_t)o->jail_first;

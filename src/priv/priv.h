@@ -51,6 +51,10 @@ struct priv_config {
 	/* How long a request may take before the daemon takes the helper
 	 * for stuck, kills it and ends (0: PRIV_TIMEOUT_MS). */
 	unsigned timeout_ms;
+	/* The helper's end of a socket to cpuos-netd (netd.h), above 2, or
+	 * 0 for none: served too, for two requests only (a socket to dial
+	 * from a namespace, the addresses a name resolved to). */
+	int netd_sock;
 };
 #define PRIV_TIMEOUT_MS 30000
 
@@ -64,6 +68,10 @@ int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t
  * is one (priv_start executed it so), it serves its daemon and never
  * returns; else it returns at once. */
 void priv_helper_main(int argc, char **argv);
+/* A client of a helper another process started, on sock (cpuos-netd's
+ * end of the helper's second socket): calls only. 0 with *out, or
+ * -ENOMEM. */
+int priv_attach(int sock, unsigned timeout_ms, struct priv **out);
 /* Ends the helper (it exits when its socket closes) and reaps it. */
 void priv_close(struct priv *p);
 /* "networks 10.77.0.0/16, ids 1900000001-1900065535, cgroups v1: ...". */

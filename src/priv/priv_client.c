@@ -150,7 +150,7 @@ static int put_config(struct pbuf *b, const struct priv_config *c)
 	} nums[] = {
 		{ T_JAIL, (uint32_t)c->jail }, { T_CGROUPS, (uint32_t)c->cgroups },
 		{ T_JAIL_FIRST, c->jail_first }, { T_JAIL_COUNT, c->jail_count },
-		{ T_LOG_LEVEL, (uint32_t)log_get_level() },
+		{ T_LOG_LEVEL, (uint32_t)log_get_level() }, { T_NETD, c->netd_sock > 2 },
 	};
 	int r = proto_begin(b, PR_CONFIG, 0, 0);
 	for (size_t i = 0; r == 0 && i < sizeof(strs) / sizeof(strs[0]); i++)
@@ -168,9 +168,13 @@ static void exec_helper(const struct priv_config *c, int sock)
 	/* If the daemon dies without closing, so does the helper (kept
 	 * across the exec: the binary is not set-id). */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (sock == PRIV_FD ? fcntl(sock, F_SETFD, 0) < 0 : dup2(sock, PRIV_FD) < 0)
+	/* Both moved above their places first, so neither dup2 overwrites
+	 * the other. */
+	int a = fcntl(sock, F_DUPFD, 10);
+	int b = c->netd_sock > 2 ? fcntl(c->netd_sock, F_DUPFD, 10) : -1;
+	if (a < 0 || dup2(a, PRIV_FD) < 0 || (b >= 0 && dup2(b, PRIV_NETD_FD) < 0))
 		_exit(127);
-	close_range(PRIV_FD + 1, ~0u, 0);
+	close_range(b >= 0 ? PRIV_NETD_FD + 1 : PRIV_FD + 1, ~0u, 0);
 	char *argv[] = { "cpuosd: priv", PRIV_HELPER_ARG, NULL };
 	execv(c->exe ? c->exe : "/proc/self/exe", argv);
 	fprintf(stderr, "cpuosd: cannot execute the helper '%s': %s\n",
@@ -221,6 +225,18 @@ int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t
 		return -EIO;
 	}
 	memmove(p->what, p->what + 1, strlen(p->what));
+	*out = p;
+	return 0;
+}
+
+int priv_attach(int sock, unsigned timeout_ms, struct priv **out)
+{
+	struct priv *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->sock = sock;
+	p->timeout_ms = (int)(timeout_ms ? timeout_ms : PRIV_TIMEOUT_MS);
+	pthread_mutex_init(&p->mu, NULL);
 	*out = p;
 	return 0;
 }

@@ -24,6 +24,7 @@
 #define PRIV_MAX_MSG (64u * 1024) /* a request or answer, whole */
 #define PRIV_MAX_ARGS 256         /* QEMU's argv */
 #define PRIV_FD 3                  /* the helper's end of the socket, after its exec */
+#define PRIV_NETD_FD 4             /* its end of cpuos-netd's, if any */
 #define PRIV_HELPER_ARG "--priv-helper" /* its argv[1] */
 
 enum priv_type {
@@ -76,7 +77,7 @@ enum priv_tag {
 	/* PR_CONFIG's: struct priv_config, and the log level (u32). */
 	T_NET_RANGE = 28, T_NET_TAG = 29, T_JAIL = 30, T_CGROUPS = 31, T_JAIL_FIRST = 32,
 	T_JAIL_COUNT = 33, T_JAIL_ROOT = 34, T_JAIL_LOCKS = 35, T_STATE_DIR = 36,
-	T_CACHE_DIR = 37, T_GUEST_DIR = 38, T_QEMU = 39, T_LOG_LEVEL = 40,
+	T_CACHE_DIR = 37, T_GUEST_DIR = 38, T_QEMU = 39, T_LOG_LEVEL = 40, T_NETD = 41,
 	T_NTAGS,
 };
 

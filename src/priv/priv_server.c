@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,9 +126,17 @@ static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct pr
 	return -EINVAL;
 }
 
-/* One request in, one answer out: 0, or -1 once the daemon is gone. A
- * request priv_decode refuses ends the helper and the daemon. */
-static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf)
+/* What cpuos-netd may ask for: a socket to dial from a namespace, and
+ * the addresses a name resolved to. */
+static int netd_may(const struct priv_req *r)
+{
+	return r->type == PR_NS_RESOLVED || (r->type == PR_NS_SOCKET && r->kind == PRIV_SOCK_DIAL);
+}
+
+/* One request in, one answer out: 0, or -1 once the daemon (or netd, on
+ * its socket) is gone. A request priv_decode refuses, or one netd may not
+ * make, ends the helper and the daemon. */
+static int serve_one(struct privd *d, int sock, int netd, struct priv_req *r, uint8_t *buf)
 {
 	int fds[4], nfds;
 	ssize_t n = priv__recv(sock, buf, PRIV_MAX_MSG + 1, fds, 4, &nfds);
@@ -140,6 +149,10 @@ static int serve_one(struct privd *d, int sock, struct priv_req *r, uint8_t *buf
 	struct privd_reply rep = { .out = &out, .fd = -1 };
 	int rc = n > PRIV_MAX_MSG ? -EMSGSIZE
 		 : priv_decode(buf, (size_t)n, nfds, &d->b, r, err, sizeof(err));
+	if (rc == 0 && netd && !netd_may(r)) {
+		snprintf(err, sizeof(err), "request %u from cpuos-netd", r->type);
+		rc = -EINVAL;
+	}
 	if (rc < 0) {
 		if (rc == -EMSGSIZE)
 			snprintf(err, sizeof(err), "%zd bytes, over %u", n, PRIV_MAX_MSG);
@@ -224,8 +237,24 @@ static void serve(const struct priv_config *c, int sock)
 		_exit(1);
 	static struct priv_req req;
 	static uint8_t buf[PRIV_MAX_MSG + 1];
-	while (serve_one(&d, sock, &req, buf) == 0)
-		;
+	/* The daemon's socket, and netd's: one request at a time from
+	 * either. netd gone, the daemon is still served; the daemon gone,
+	 * the helper ends. */
+	struct pollfd pf[2] = { { .fd = sock, .events = POLLIN },
+				{ .fd = c->netd_sock > 2 ? PRIV_NETD_FD : -1, .events = POLLIN } };
+	for (;;) {
+		if (poll(pf, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pf[0].revents && serve_one(&d, sock, 0, &req, buf) < 0)
+			break;
+		if (pf[1].revents && serve_one(&d, pf[1].fd, 1, &req, buf) < 0) {
+			close(pf[1].fd);
+			pf[1].fd = -1;
+		}
+	}
 	_exit(0);
 }
 
@@ -261,14 +290,16 @@ static int read_config(int sock, struct priv_config *c, char *strs, size_t cap)
 		*strs_of[i].to = strs + used;
 		used += strlen(strs + used) + 1;
 	}
-	uint32_t jail = 0, cgroups = 0, level = LOG_INFO;
+	uint32_t jail = 0, cgroups = 0, level = LOG_INFO, netd = 0;
 	if (proto_get_u32(&f, T_JAIL, &jail) < 0 || proto_get_u32(&f, T_CGROUPS, &cgroups) < 0 ||
 	    proto_get_u32(&f, T_JAIL_FIRST, &c->jail_first) < 0 ||
 	    proto_get_u32(&f, T_JAIL_COUNT, &c->jail_count) < 0 ||
 	    proto_get_u32(&f, T_LOG_LEVEL, &level) < 0 || level > LOG_DEBUG)
 		return -1;
+	proto_get_u32(&f, T_NETD, &netd);
 	c->jail = jail != 0;
 	c->cgroups = cgroups != 0;
+	c->netd_sock = netd ? PRIV_NETD_FD : 0;
 	log_set_level((enum log_level)level);
 	return 0;
 }

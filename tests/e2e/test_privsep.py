@@ -3,6 +3,7 @@ jail range's first id with no capabilities; its helper ("cpuosd: priv" in ps) is
 holds the rest; run directories are the daemon's group's, so each side reads what the other
 writes; jailed QEMUs outlive a daemon restart and are still signalled through the helper."""
 
+import base64
 import ctypes
 import os
 import shutil
@@ -69,6 +70,71 @@ def test_http_process_has_no_root_and_the_helper_has(daemon):
     # what the daemon writes is its own: the store, the state directory
     for p in (daemon.state_dir, os.path.join(daemon.state_dir, "cpuos.db")):
         assert os.stat(p).st_uid == DAEMON_ID, p
+
+
+def netd_of(pid):
+    """The daemon's cpuos-netd: its child whose command line is "cpuos-netd --netd"."""
+    found = [int(p) for p in os.listdir("/proc") if p.isdigit()
+             and status(p).get("PPid") == str(pid)
+             and open(f"/proc/{p}/cmdline", "rb").read() == b"cpuos-netd\0--netd\0"]
+    assert len(found) == 1, f"cpuos-netd of {pid}: {found}"
+    return found[0]
+
+
+def memory_has(pid, needles):
+    """Which of needles (bytes) are in process pid's memory: every readable private mapping
+    of at most 1 GiB (ASan's shadow is larger, and never holds data), read through
+    /proc/PID/mem."""
+    found = set()
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            f = line.split()
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            if f[1][0] != "r" or hi - lo > 1 << 30 or (len(f) > 5 and f[5] in ("[vvar]", "[vsyscall]")):
+                continue
+            keep = max(len(n) for n in needles)
+            tail = b""
+            for at in range(lo, hi, 1 << 20):
+                try:
+                    mem.seek(at)
+                    chunk = tail + mem.read(min(1 << 20, hi - at))
+                except OSError:
+                    tail = b""
+                    continue
+                found.update(n for n in needles if n in chunk)
+                tail = chunk[-keep:]
+    return found
+
+
+def ca_key_scalar(path):
+    """The egress CA's private key (P-256, PKCS#8 PEM): its 32-byte scalar, from the
+    ECPrivateKey inside (version 1, then an OCTET STRING of 32)."""
+    der = base64.b64decode("".join(l for l in open(path).read().splitlines() if "-----" not in l))
+    at = der.index(b"\x02\x01\x01\x04\x20") + 5
+    return der[at:at + 32]
+
+
+def test_the_network_side_runs_apart_and_cpuosd_holds_no_ca_key(daemon, make_sandbox):
+    """cpuos-netd holds the resolver, the proxy and the CA's key: a uid of its own (the
+    block's last), no capabilities, a seccomp filter; the key's directory is root's, and
+    cpuosd's memory, with a sandbox on a network running, holds the CA's certificate but not
+    its key."""
+    npid = netd_of(daemon.proc.pid)
+    s = status(npid)
+    assert s["Uid"].split() == [str(DAEMON_ID + 65535)] * 4, s["Uid"]
+    assert no_caps(s) and s["NoNewPrivs"] == "1" and s["Seccomp"] == "2", s
+    ca = "/var/cache/cpuos/egress-ca"  # the suite's daemons' cache (the default)
+    for p, mode in ((ca, 0o700), (os.path.join(ca, "ca.key"), 0o600)):
+        st = os.stat(p)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, mode), (p, st)
+    sbx = make_sandbox(template="base")
+    assert sbx.exec("true", timeout=T).exit_code == 0
+    key = ca_key_scalar(os.path.join(ca, "ca.key"))
+    cert = open(os.path.join(ca, "ca.pem")).read().splitlines()[1].encode()
+    # the key as DER and as OpenSSL's BIGNUM keeps it (little-endian words)
+    forms = {key, key[::-1]}
+    assert memory_has(daemon.proc.pid, forms | {cert}) == {cert}
+    assert memory_has(npid, forms), "the scan finds no key in cpuos-netd either"
 
 
 def test_run_directory_is_shared_with_the_jail(daemon, make_sandbox):

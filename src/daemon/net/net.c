@@ -1,21 +1,20 @@
 /*
- * net: the slots of the range, the policies' marks, and the resolver and
- * proxy that serve each namespace. What needs root (the namespaces, their
- * links and nftables rules, sockets made inside them) is the privileged
- * helper's (src/priv/priv_net.c). See net.h for the layout.
+ * net: the slots of the range, the policies' marks, and what serves each
+ * namespace. What needs root (the namespaces, their links and nftables
+ * rules, sockets made inside them) is the privileged helper's
+ * (src/priv/priv_net.c); the resolver and proxy that serve them, the
+ * egress CA and the secrets are cpuos-netd's (netd.h), given each
+ * namespace's sockets and told its policy and secrets. See net.h for the
+ * layout.
  */
 #include "daemon/net/net.h"
 
 #include "common/log.h"
 #include "common/netconst.h"
 #include "common/tcp.h"
-#include "daemon/net/ca.h"
-#include "daemon/net/dns.h"
 #include "daemon/net/net_impl.h"
+#include "daemon/net/netd.h"
 #include "daemon/net/policy.h"
-#include "daemon/net/proxy.h"
-#include "daemon/net/rules.h"
-#include "daemon/net/secret.h"
 #include "priv/priv.h"
 
 #include <arpa/inet.h>
@@ -42,9 +41,7 @@ struct net {
 	unsigned marks;
 	pthread_mutex_t mu;
 	uint8_t *used;      /* one byte per slot */
-	struct dns *dns;
-	struct proxy *proxy;
-	struct ca *ca;
+	struct netd *netd;  /* the resolver, the proxy, the CA: cpuos-netd */
 };
 
 int net__dial(struct priv *priv, int slot, int nsfd, const struct sockaddr_in *dst, int ms)
@@ -98,45 +95,40 @@ void net_tag(const char *state_dir, char out[8])
 	snprintf(out, 8, "%02x%02x", md[0], md[1]);
 }
 
-int net_open(const char *range, const char *state_dir, const char *ca_dir,
-	     const char *dns_upstream, const char *trust_pem, struct priv *priv,
-	     struct net **out, char *err, size_t errlen)
+int net_slots(const char *range, char *err, size_t errlen)
 {
 	struct net_cidr c;
 	if (net_cidr_parse(range, &c) < 0 || c.family != AF_INET || c.prefix < 16 || c.prefix > 24) {
 		snprintf(err, errlen, "--net-range '%s' is not an IPv4 range of /16 to /24", range);
 		return -EINVAL;
 	}
+	return 1 << (32 - c.prefix - 2);
+}
+
+int net_open(const char *range, const char *state_dir, struct netd *netd, struct priv *priv,
+	     struct net **out, char *err, size_t errlen)
+{
+	int nslots = net_slots(range, err, errlen);
+	if (nslots < 0)
+		return nslots;
 	struct net *n = calloc(1, sizeof(*n));
-	if (!n)
+	if (!n || !(n->used = calloc((size_t)nslots, 1))) {
+		free(n);
 		return -ENOMEM;
+	}
 	net_tag(state_dir, n->tag);
 	n->priv = priv;
-	n->nslots = 1 << (32 - c.prefix - 2);
-	n->used = calloc((size_t)n->nslots, 1);
+	n->netd = netd;
+	n->nslots = nslots;
 	pthread_mutex_init(&n->mu, NULL);
-	int r = -ENOMEM;
-	if (!n->used)
-		goto fail;
-	if ((r = ca_open(ca_dir, &n->ca, err, errlen)) < 0 ||
-	    (r = dns_open(dns_upstream, n->nslots, priv, &n->dns, err, errlen)) < 0 ||
-	    (r = proxy_open(n->dns, n->nslots, n->ca, trust_pem, priv, &n->proxy, err,
-			    errlen)) < 0)
-		goto fail;
 	*out = n;
 	return 0;
-fail:
-	net_close(n);
-	return r;
 }
 
 void net_close(struct net *n)
 {
 	if (!n)
 		return;
-	proxy_close(n->proxy);
-	dns_close(n->dns);
-	ca_close(n->ca);
 	pthread_mutex_destroy(&n->mu);
 	free(n->used);
 	free(n);
@@ -176,8 +168,8 @@ static char *policy_text(const struct net_policy *p)
 	return t;
 }
 
-/* Our sockets in the namespace: the resolver's and the proxy's, made
- * there by the helper. */
+/* The sockets netd serves the namespace on: the resolver's and the
+ * proxy's, made there by the helper. */
 static int serve(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen)
 {
 	char *text = policy_text(p);
@@ -192,17 +184,8 @@ static int serve(struct net *n, int slot, const struct net_policy *p, char *err,
 		r = dfd < 0 ? dfd : pfd;
 		goto fail;
 	}
-	/* Each takes its socket and a namespace descriptor of its own. */
-	int nsfd2 = fcntl(nsfd, F_DUPFD_CLOEXEC, 3);
-	if (nsfd2 < 0) {
-		r = -errno;
-		goto fail;
-	}
-	r = dns_attach(n->dns, slot, nsfd2, dfd, text, err, errlen);
-	dfd = -1;
-	if (r == 0 && (r = proxy_attach(n->proxy, slot, nsfd, pfd, err, errlen)) < 0)
-		dns_detach(n->dns, slot);
-	nsfd = pfd = -1;
+	r = netd_attach(n->netd, slot, nsfd, dfd, pfd, text, err, errlen);
+	nsfd = dfd = pfd = -1; /* netd's now, or closed */
 fail:
 	free(text);
 	if (nsfd >= 0)
@@ -257,47 +240,49 @@ int net_apply(struct net *n, int slot, const struct net_policy *p, char *err, si
 	char *text = policy_text(p);
 	if (!text)
 		return -ENOMEM;
-	dns_set_policy(n->dns, slot, text);
+	int r = netd_policy(n->netd, slot, text, err, errlen);
 	free(text);
-	int r = priv_ns_policy(n->priv, slot, p, next_mark(n), err, errlen);
-	proxy_cut(n->proxy, slot); /* its connections are asked again */
+	if (r == 0)
+		r = priv_ns_policy(n->priv, slot, p, next_mark(n), err, errlen);
+	char cerr[256];
+	netd_cut(n->netd, slot, cerr, sizeof(cerr)); /* its connections are asked again */
 	return r;
 }
 
 int net_set_secrets(struct net *n, int slot, const json_t *secrets, const json_t *rules,
 		    char *err, size_t errlen)
 {
-	struct secret_set *set = NULL;
-	json_t *none = json_array();
-	int r = json_array_size(secrets) || json_array_size(rules)
-			? secret_set_parse(secrets ? secrets : none, &set, err, errlen)
-			: 0;
-	json_decref(none);
-	if (r == 0 && set && json_array_size(rules) &&
-	    (r = rules_parse(rules, &set->rules, err, errlen)) < 0)
-		secret_set_free(set);
-	if (r < 0)
-		set = NULL; /* none then: never the old values */
-	proxy_set_secrets(n->proxy, slot, set);
-	dns_set_secrets(n->dns, slot, set != NULL);
+	json_t *j = json_object();
+	if (j && secrets)
+		json_object_set(j, "secrets", (json_t *)secrets);
+	if (j && rules)
+		json_object_set(j, "rules", (json_t *)rules);
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!text)
+		return -ENOMEM;
+	int r = netd_secrets(n->netd, slot, text, err, errlen);
+	/* The values go no further in this process's memory. */
+	explicit_bzero(text, strlen(text));
+	free(text);
 	return r;
 }
 
 const char *net_ca_pem(const struct net *n)
 {
-	return ca_pem(n->ca);
+	return netd_ca_pem(n->netd);
 }
 
 const char *net_ca_id(const struct net *n)
 {
-	return ca_id(n->ca);
+	return netd_ca_id(n->netd);
 }
 
 void net_destroy(struct net *n, int slot)
 {
-	proxy_detach(n->proxy, slot);
-	dns_detach(n->dns, slot);
 	char err[256];
+	if (netd_detach(n->netd, slot, err, sizeof(err)) < 0)
+		log_warn("network %d: %s", slot, err);
 	if (priv_ns_destroy(n->priv, slot, err, sizeof(err)) < 0)
 		log_warn("network %d: %s", slot, err);
 	put_slot(n, slot);

@@ -26,14 +26,15 @@ struct priv;
 
 #define NET_NO_SLOT (-1)
 
+/* The slots of range (an IPv4 CIDR of /16 to /24; each slot takes a
+ * /30): their number, or -EINVAL with a reason. */
+int net_slots(const char *range, char *err, size_t errlen);
 /* The networks of the helper priv (priv.h, started with this range and
- * state_dir's tag, which set up the host's part): loads or makes the
- * egress CA in ca_dir (ca.h) and starts the guests' resolver (dns.h; dns_upstream NULL: the
- * host's) and proxy (proxy.h; trust_pem: the roots servers are checked
- * by, NULL: the host's). range: an IPv4 CIDR of /16 to /24 (each slot
- * takes a /30). 0 or -errno with a reason. */
-int net_open(const char *range, const char *state_dir, const char *ca_dir,
-	     const char *dns_upstream, const char *trust_pem, struct priv *priv,
+ * state_dir's tag, which set up the host's part), served by netd (netd.h:
+ * the guests' resolver and proxy, the egress CA). 0 or -errno with a
+ * reason. */
+struct netd;
+int net_open(const char *range, const char *state_dir, struct netd *netd, struct priv *priv,
 	     struct net **out, char *err, size_t errlen);
 /* The tag of the names a daemon with state_dir gives its networks. */
 void net_tag(const char *state_dir, char out[8]);

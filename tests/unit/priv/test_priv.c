@@ -372,6 +372,52 @@ static void test_helper_refuses(void)
 	remove_dirs();
 }
 
+/* cpuos-netd's socket to the helper: what it may ask is a dial socket and
+ * resolved addresses; anything else ends the helper and the daemon. Its
+ * socket closing ends nothing. */
+static void test_helper_netd(void)
+{
+	struct priv_config c;
+	if (setup_dirs(&c) < 0)
+		return;
+	block_sigterm();
+	for (int round = 0; round < 2; round++) {
+		int sv[2];
+		if (!CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0))
+			break;
+		c.netd_sock = sv[1];
+		struct priv *p = NULL, *n = NULL;
+		char err[512] = "";
+		int ok = CHECK(priv_start(&c, &p, err, sizeof(err)) == 0);
+		close(sv[1]);
+		if (!ok || !CHECK(priv_attach(sv[0], 0, &n) == 0)) {
+			t_note("%s", err);
+			close(sv[0]);
+			priv_close(p);
+			break;
+		}
+		pid_t helper = priv_pid(p);
+		int st = -1;
+		if (round == 0) {
+			/* gone (priv_close closes its socket): the daemon is
+			 * served on */
+			priv_close(n);
+			CHECK(priv_reap(p, 4242, &st) == -ECHILD);
+			CHECK(!got_sigterm(0));
+			priv_close(p);
+			CHECK(kill(helper, 0) < 0 && errno == ESRCH);
+			continue;
+		}
+		/* a reap is the daemon's to ask, not netd's */
+		CHECK(priv_reap(n, 4242, &st) == -EPIPE);
+		CHECK(got_sigterm(5000));
+		CHECK(waitpid(helper, &st, 0) == helper && WIFEXITED(st) && WEXITSTATUS(st) == 3);
+		priv_close(n);
+		priv_close(p);
+	}
+	remove_dirs();
+}
+
 /* A helper that does not answer in its time (stopped here) is killed,
  * and the daemon ends. */
 static void test_helper_timeout(void)
@@ -468,6 +514,7 @@ int main(int argc, char **argv)
 		{ "priv_helper", test_helper },
 		{ "priv_helper_refuses", test_helper_refuses },
 		{ "priv_helper_timeout", test_helper_timeout },
+		{ "priv_helper_netd", test_helper_netd },
 		{ "priv_drop_walk", test_drop_walk },
 		{ 0, 0 },
 	};

@@ -1,0 +1,311 @@
+/*
+ * netd: cpuos-netd's own side (netd.h): its start, and a loop that turns
+ * each request (netd_msg.h) into a call of the resolver or the proxy.
+ */
+#include "daemon/net/netd.h"
+
+#include "common/log.h"
+#include "common/proto.h"
+#include "daemon/net/ca.h"
+#include "daemon/net/dns.h"
+#include "daemon/net/netd_msg.h"
+#include "daemon/net/proxy.h"
+#include "daemon/net/rules.h"
+#include "daemon/net/secret.h"
+#include "daemon/sysfilter.h"
+#include "priv/priv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct server {
+	int sock, nslots;
+	struct ca *ca;
+	struct dns *dns;
+	struct proxy *proxy;
+	struct priv *priv;
+};
+
+/* One message and its descriptors from sock: its size, 0 at the end, or
+ * -errno (-EMSGSIZE: cut short). */
+static ssize_t recv_msg(int sock, uint8_t *buf, size_t cap, int *fds, int *nfds)
+{
+	union {
+		char space[CMSG_SPACE(sizeof(int) * NETD_MAX_FDS)];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = { buf, cap };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.space,
+			    .msg_controllen = sizeof(c.space) };
+	ssize_t n;
+	while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	*nfds = 0;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); n >= 0 && h; h = CMSG_NXTHDR(&m, h))
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+				if (*nfds < NETD_MAX_FDS)
+					fds[(*nfds)++] = fd;
+				else
+					close(fd);
+			}
+	if (n < 0)
+		return -errno;
+	return m.msg_flags & (MSG_TRUNC | MSG_CTRUNC) ? -EMSGSIZE : n;
+}
+
+static void close_all(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/* A body of exactly size bytes from fd (a memfd cpuosd wrote: a regular
+ * file, never a pipe that could hold netd), NUL-terminated: or NULL. */
+static char *read_body(int fd, uint32_t size)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)size)
+		return NULL;
+	char *b = malloc((size_t)size + 1);
+	size_t got = 0;
+	while (b && got < size) {
+		ssize_t n = pread(fd, b + got, size - got, (off_t)got);
+		if (n <= 0) {
+			free(b);
+			return NULL;
+		}
+		got += (size_t)n;
+	}
+	if (b)
+		b[size] = '\0';
+	return b;
+}
+
+static int answer(int sock, uint32_t id, int rc, const char *msg, const char *pem, const char *ca_id)
+{
+	struct pbuf b = { 0 };
+	int r = proto_begin(&b, rc < 0 ? ND_ERROR : pem ? ND_READY : ND_OK, 0, id);
+	if (r == 0 && rc < 0)
+		r = proto_put_u32(&b, NT_ERRNO, (uint32_t)-rc) < 0 ||
+				    proto_put_str(&b, NT_MESSAGE, msg[0] ? msg : strerror(-rc)) < 0
+			    ? -ENOMEM
+			    : 0;
+	if (r == 0 && rc >= 0 && pem)
+		r = proto_put_str(&b, NT_PEM, pem) < 0 || proto_put_str(&b, NT_CA_ID, ca_id) < 0
+			    ? -ENOMEM
+			    : 0;
+	if (r == 0)
+		r = proto_end(&b);
+	ssize_t w = -1, len = (ssize_t)b.len;
+	if (r == 0)
+		while ((w = send(sock, b.data, b.len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+			;
+	pbuf_release(&b);
+	return r == 0 && w == len ? 0 : -EPIPE;
+}
+
+/* {"secrets": [...], "rules": [...]}, as net_set_secrets takes them. */
+static int set_secrets(struct server *s, int slot, const char *text, char *err, size_t errlen)
+{
+	json_error_t je;
+	json_t *j = json_loads(text, 0, &je);
+	json_t *secrets = json_object_get(j, "secrets"), *rules = json_object_get(j, "rules");
+	struct secret_set *set = NULL;
+	int r = 0;
+	if (!json_is_object(j) || (secrets && !json_is_array(secrets)) ||
+	    (rules && !json_is_array(rules))) {
+		snprintf(err, errlen, "secrets: not an object of two arrays");
+		r = -EINVAL;
+	} else if (json_array_size(secrets) || json_array_size(rules)) {
+		json_t *none = json_array();
+		r = secret_set_parse(secrets ? secrets : none, &set, err, errlen);
+		json_decref(none);
+		if (r == 0 && json_array_size(rules) &&
+		    (r = rules_parse(rules, &set->rules, err, errlen)) < 0)
+			secret_set_free(set);
+	}
+	json_decref(j);
+	if (r < 0)
+		set = NULL; /* none then: never the old values */
+	proxy_set_secrets(s->proxy, slot, set);
+	dns_set_secrets(s->dns, slot, set != NULL);
+	return r;
+}
+
+static int handle(struct server *s, const struct netd_req *q, int *fds, char *err, size_t errlen)
+{
+	char *body = NULL;
+	int r = 0;
+	if (q->body) {
+		int bfd = fds[q->type == ND_ATTACH ? 3 : 0];
+		if (!(body = read_body(bfd, q->body))) {
+			snprintf(err, errlen, "a body that is not %u bytes of a file", q->body);
+			return -EINVAL;
+		}
+	}
+	switch (q->type) {
+	case ND_ATTACH: {
+		int nsfd2 = fcntl(fds[0], F_DUPFD_CLOEXEC, 3);
+		if (nsfd2 < 0) {
+			r = -errno;
+			break;
+		}
+		/* Each takes its socket and a namespace descriptor of its own,
+		 * whatever the outcome. */
+		r = dns_attach(s->dns, q->slot, nsfd2, fds[1], body, err, errlen);
+		fds[1] = -1;
+		if (r < 0)
+			break;
+		r = proxy_attach(s->proxy, q->slot, fds[0], fds[2], err, errlen);
+		fds[0] = fds[2] = -1;
+		if (r < 0)
+			dns_detach(s->dns, q->slot);
+		break;
+	}
+	case ND_POLICY:
+		dns_set_policy(s->dns, q->slot, body);
+		break;
+	case ND_CUT:
+		proxy_cut(s->proxy, q->slot);
+		break;
+	case ND_SECRETS:
+		r = set_secrets(s, q->slot, body, err, errlen);
+		break;
+	case ND_DETACH:
+		proxy_detach(s->proxy, q->slot);
+		dns_detach(s->dns, q->slot);
+		break;
+	}
+	free(body);
+	return r;
+}
+
+static void serve(struct server *s)
+{
+	static uint8_t buf[NETD_MAX_MSG + 1];
+	for (;;) {
+		int fds[NETD_MAX_FDS], nfds;
+		ssize_t n = recv_msg(s->sock, buf, sizeof(buf), fds, &nfds);
+		if (n == 0 || (n < 0 && n != -EMSGSIZE))
+			return; /* cpuosd is gone or stopping */
+		struct netd_req q;
+		char err[512] = "";
+		int r = n < 0 ? -EMSGSIZE
+			: netd_decode(buf, (size_t)n, nfds, s->nslots, &q, err, sizeof(err));
+		if (r < 0) {
+			log_error("a request cpuosd would never send (%s): ending", err[0] ? err : "too long");
+			_exit(3);
+		}
+		r = handle(s, &q, fds, err, sizeof(err));
+		close_all(fds, nfds);
+		if (answer(s->sock, q.id, r, err, NULL, NULL) < 0)
+			return;
+	}
+}
+
+/* The CA's directory and files root's, closed to others: before netd,
+ * cpuosd owned them. Opened with no link followed: one cpuosd planted
+ * must not get a host file chowned. Missing: ca_open makes them. */
+static void own_ca_dir(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	if (fchown(dfd, 0, 0) < 0 || fchmod(dfd, 0700) < 0)
+		log_warn("cannot make %s root's: %s", dir, strerror(errno));
+	const char *files[] = { "ca.pem", "ca.key", "lock" };
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		int fd = openat(dfd, files[i], O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		struct stat st;
+		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+		    (fchown(fd, 0, 0) < 0 || fchmod(fd, 0600) < 0))
+			log_warn("cannot make %s/%s root's: %s", dir, files[i], strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	close(dfd);
+}
+
+/* The configuration (ND_CONFIG) into s and the strings' room: 0 or -1. */
+static int start(struct server *s, char *err, size_t errlen, char **pem_out, char **id_out)
+{
+	static uint8_t buf[NETD_MAX_MSG + 1];
+	int fds[NETD_MAX_FDS], nfds;
+	ssize_t n = recv_msg(s->sock, buf, sizeof(buf), fds, &nfds);
+	struct proto_frame f;
+	char ca_dir[4096] = "", upstream[256] = "";
+	uint32_t nslots = 0, uid = 0, level = LOG_INFO, body = 0;
+	if (n <= 0 || proto_parse(buf, (size_t)n, &f) != n || f.type != ND_CONFIG ||
+	    proto_check_attrs(&f) < 0 || proto_get_u32(&f, NT_NSLOTS, &nslots) < 0 ||
+	    nslots == 0 || nslots > (1u << 14) || proto_get_str(&f, NT_CA_DIR, ca_dir, sizeof(ca_dir)) < 0 ||
+	    proto_get_u32(&f, NT_UID, &uid) < 0 || proto_get_u32(&f, NT_LOG_LEVEL, &level) < 0 ||
+	    level > LOG_DEBUG || nfds > 1) {
+		close_all(fds, nfds);
+		snprintf(err, errlen, "no configuration from cpuosd on descriptor %d", NETD_FD);
+		return -EPROTO;
+	}
+	log_set_level((enum log_level)level);
+	int has_upstream = proto_get_str(&f, NT_UPSTREAM, upstream, sizeof(upstream)) == 0;
+	char *trust = NULL;
+	if (proto_get_u32(&f, NT_BODY, &body) == 0 &&
+	    (nfds != 1 || body > NETD_MAX_BODY || !(trust = read_body(fds[0], body)))) {
+		close_all(fds, nfds);
+		snprintf(err, errlen, "--egress-trust's text did not come whole");
+		return -EPROTO;
+	}
+	close_all(fds, nfds);
+	s->nslots = (int)nslots;
+	own_ca_dir(ca_dir);
+	int r = ca_open(ca_dir, &s->ca, err, errlen);
+	if (r == 0 && uid) {
+		const char *none[] = { NULL };
+		r = priv_drop((uid_t)uid, 0, none, err, errlen);
+	}
+	if (r == 0 && (r = priv_attach(NETD_PRIV_FD, 0, &s->priv)) < 0)
+		snprintf(err, errlen, "no helper on descriptor %d", NETD_PRIV_FD);
+	if (r == 0)
+		r = dns_open(has_upstream ? upstream : NULL, s->nslots, s->priv, &s->dns, err, errlen);
+	if (r == 0)
+		r = proxy_open(s->dns, s->nslots, s->ca, trust, s->priv, &s->proxy, err, errlen);
+	free(trust);
+	if (r == 0)
+		r = sysfilter_load(err, errlen);
+	if (r == 0) {
+		*pem_out = (char *)ca_pem(s->ca);
+		*id_out = (char *)ca_id(s->ca);
+	}
+	return r;
+}
+
+void netd_main(int argc, char **argv)
+{
+	if (argc != 2 || strcmp(argv[1], NETD_ARG))
+		return;
+	log_set_tag("cpuos-netd");
+	prctl(PR_SET_NAME, "cpuos-netd");
+	signal(SIGPIPE, SIG_IGN);
+	/* SIGTERM stays blocked as cpuosd blocked it (the mask survives
+	 * exec): netd ends when cpuosd closes its socket, last. */
+	struct server s = { .sock = NETD_FD };
+	char err[512] = "", *pem = NULL, *id = NULL;
+	int r = start(&s, err, sizeof(err), &pem, &id);
+	if (answer(s.sock, 0, r, err, r == 0 ? pem : NULL, id) < 0 || r < 0)
+		_exit(1);
+	serve(&s);
+	/* What cpuosd's close leaves: the resolver's and proxy's threads end
+	 * with the process. */
+	_exit(0);
+}
