@@ -9,8 +9,12 @@
 - a GET and a download from a server in the guest through its port URL (sbx.url), from the host,
   beside the same request made inside the guest;
 - an HTTPS GET and download with an egress secret's placeholder in a header, through the proxy
-  that ends the guest's TLS and puts the value in, beside the same request straight out.
-Run as root on a built tree: python3 bench/bench_net.py [N]. Prints figures; asserts nothing."""
+  that ends the guest's TLS and puts the value in, beside the same request straight out;
+- with CPUOSD_BEFORE=PATH (a cpuosd built before the resolver and proxy moved to cpuos-netd), the
+  split's cost: exec round trip, create -> first exec, an HTTP download through the proxy and an
+  HTTPS GET and download with a secret, on this cpuosd and on that one side by side, alternating.
+Run as root on a built tree: python3 bench/bench_net.py [N]; CPUOSD_BEFORE=PATH python3
+bench/bench_net.py N split for the split alone. Prints figures; asserts nothing."""
 
 import hashlib
 import json
@@ -36,7 +40,7 @@ GUEST_DIR = os.environ.get("CPUOS_GUEST_DIR", os.path.join(ROOT, "build", "guest
 
 
 class Daemon:
-    def __init__(self, *args):
+    def __init__(self, *args, binary=None):
         self.dir = tempfile.mkdtemp(prefix="cpuos-bench-net-")
         os.chmod(self.dir, 0o711)  # for cpuosd, which gives up root, to reach its state
         s = socket.socket()
@@ -46,7 +50,7 @@ class Daemon:
         self.url = f"http://127.0.0.1:{self.port}"
         sock = os.path.join(self.dir, "run", "d.sock")  # made, so owned, by cpuosd
         self.proc = subprocess.Popen(
-            [os.path.join(ROOT, "build", "bin", "cpuosd"), "--state-dir", os.path.join(self.dir, "s"),
+            [binary or os.path.join(ROOT, "build", "bin", "cpuosd"), "--state-dir", os.path.join(self.dir, "s"),
              "--socket", sock, "--listen", f"127.0.0.1:{self.port}", "--guest-dir", GUEST_DIR,
              "--pool-python", "0", *args],
             stdout=open(os.path.join(self.dir, "log"), "wb"), stderr=subprocess.STDOUT)
@@ -189,8 +193,70 @@ def secrets(d, net):
         held.kill()
 
 
+def split(before, net):
+    """This cpuosd (resolver and proxy in cpuos-netd) beside the one at before (in cpuosd),
+    each measure taken on both in turn."""
+    args = ("--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}", "--url-listen", "none",
+            "--egress-trust", net.cert)
+    both = {"after": Daemon("--net-range", "10.250.16.0/20", *args),
+            "before": Daemon("--net-range", "10.250.32.0/20", *args, binary=before)}
+    name, pin = "allowed.test", f"--resolve allowed.test:80:{ADDRS[0]}"
+    got = {k: {} for k in both}
+    made = []
+    try:
+        for k, d in both.items():
+            ready(d)
+        for _ in range(2):  # alternating halves, so drift falls on both
+            for k, d in both.items():
+                got[k].setdefault("create", []).extend(timed_creates(d, max(1, N // 2)))
+        for k, d in both.items():
+            cpuos.Secret.set("BENCH_KEY", "bench-value", ["allowed.test"], api_key=d.key, api_url=d.url)
+            byname = d.create(network={"mode": "custom", "allowedHosts": [name]})
+            held = d.create(network="allow-all", secrets=["BENCH_KEY"])
+            made += [byname, held]
+            byname.exec(f"getent ahostsv4 {name}")
+            got[k]["boxes"] = (byname, held)
+        hdr = "-H \"X-Key: $BENCH_KEY\""
+        for _ in range(2):
+            for k in both:
+                byname, held = got[k]["boxes"]
+                t = []
+                for _ in range(max(1, N // 2) * 10):
+                    t0 = time.monotonic()
+                    byname.exec("true")
+                    t.append((time.monotonic() - t0) * 1000)
+                got[k].setdefault("exec", []).extend(t)
+                got[k].setdefault("http", []).extend(
+                    curl_stat(byname, f"http://{name}/bytes/{BIG}", "speed_download", pin))
+                got[k].setdefault("tls", []).extend(
+                    curl_stat(held, "https://allowed.test/headers", "time_total", hdr))
+                got[k].setdefault("tls_dl", []).extend(
+                    curl_stat(held, f"https://allowed.test/bytes/{16 << 20}", "speed_download", hdr))
+        rows = [("exec round trip (p50)", "exec", 1, "ms"),
+                ("create -> first exec (base, restored, p50)", "create", 1, "ms"),
+                (f"HTTP download of {BIG >> 20} MiB through the proxy (p50)", "http", 1e-6, "MB/s"),
+                ("HTTPS GET with a secret, through the proxy (p50)", "tls", 1000, "ms"),
+                ("16 MiB HTTPS download with a secret (p50)", "tls_dl", 1e-6, "MB/s")]
+        print("the netd split, side by side (after: cpuos-netd; before: " + before + "):")
+        for label, key, scale, unit in rows:
+            a, b = p50(got["after"][key]) * scale, p50(got["before"][key]) * scale
+            print(f"  {label}: after {a:.1f} {unit}, before {b:.1f} {unit} ({a / b:.3f}x)")
+    finally:
+        for sbx in made:
+            sbx.kill()
+        for d in both.values():
+            d.stop()
+
+
 def main():
     net = Internet().start()
+    before = os.environ.get("CPUOSD_BEFORE")
+    if before and sys.argv[2:3] == ["split"]:
+        try:
+            split(before, net)
+        finally:
+            net.stop()
+        return
     on = Daemon("--net-range", "10.250.0.0/20", "--dns-upstream", f"{DNS_ADDR}:{DNS_PORT}",
                 "--url-listen", f"127.0.0.1:{free_port()}", "--egress-trust", net.cert)
     off = Daemon("--net", "off", "--url-listen", "none")
@@ -234,6 +300,8 @@ def main():
             byname.kill()
         port_urls(on)
         secrets(on, net)
+        if before:
+            split(before, net)
     finally:
         on.stop()
         off.stop()

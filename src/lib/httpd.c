@@ -556,15 +556,18 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err, siz
 		return -ENOMEM;
 	h->config = *c;
 	h->c = &h->config;
+	/* The Unix socket first: a TCP listener bound earlier (while root)
+	 * has queued connections already, answered the moment its server
+	 * runs, and whoever saw an answer there may use the socket next. */
 	int r = 0;
-	if (c->tcp)
-		r = serve(h, c->tcp_fd > 0 ? c->tcp_fd : tcp_listen(c->tcp, err, errlen), 1, c->tcp,
-			  &h->tcp, err, errlen);
-	if (!r && c->unix_path) {
+	if (c->unix_path) {
 		snprintf(h->unix_path, sizeof(h->unix_path), "%s", c->unix_path);
 		r = serve(h, listen_unix(c->unix_path, err, errlen), 0, c->unix_path, &h->unix_,
 			  err, errlen);
 	}
+	if (!r && c->tcp)
+		r = serve(h, c->tcp_fd > 0 ? c->tcp_fd : tcp_listen(c->tcp, err, errlen), 1, c->tcp,
+			  &h->tcp, err, errlen);
 	if (r) {
 		httpd_stop(h);
 		return r;
