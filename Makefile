@@ -297,7 +297,7 @@ FUZZ_TARGET ?= $(FUZZ_TARGETS)
 FUZZ_BUILD ?= build-fuzz
 FUZZ_MAX_LEN ?= 4096
 fuzz-build:
-	@command -v clang >/dev/null || { echo "fuzz: needs clang (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@command -v clang >/dev/null || { echo "fuzz: needs clang and libFuzzer (scripts/deps.sh installs them)"; exit 1; }
 	CFLAGS='-g -O1' $(MAKE) BUILD=$(FUZZ_BUILD) CC=clang SANITIZE=address,undefined LIBFUZZER=1 \
 	  $(foreach t,$(FUZZ_TARGET),$(FUZZ_BUILD)/fuzz/fuzz_$(t))
 
