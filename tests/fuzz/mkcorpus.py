@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of a fuzz target: mkcorpus.py proto|agentc|http|priv|gateway OUTDIR.
+"""Writes the seed corpus of a fuzz target: mkcorpus.py TARGET OUTDIR (TARGET: see TARGETS).
 
 proto: well-formed frames of each kind and a few broken ones.
 agentc: what an agent sends back to the operations fuzz_agentc starts (ids 1..14,
@@ -13,6 +13,9 @@ priv: the privileged helper's requests, each kind well-formed and the ones it mu
 gateway: an upstream's streamed and whole answers (text, tool calls in pieces, errors, broken
       events) and cpuosd's execution objects (figures, errors, hostile images); the first
       byte is how many bytes fuzz_gateway feeds the event parser at a time, less one.
+dns: guests' queries (A, AAAA, other classes, names of any case, DNS over HTTPS endpoints,
+      a label with a dot, compression loops, answers, updates, EDNS); the first byte picks
+      fuzz_dns's policy (0 allow-all, 1 deny-all, 2 api.example.com and *.pypi.org, 3 "*").
 """
 import base64
 import json
@@ -407,8 +410,50 @@ def gateway_seeds():
     return {name: bytes([i % 16]) + data for i, (name, data) in enumerate(seeds.items())}
 
 
+def dns_seeds():
+    ALLOW_ALL, DENY_ALL, HOSTS, STAR = 0, 1, 2, 3
+    A, NS, TXT, AAAA, OPT, ANY = 1, 2, 16, 28, 41, 255
+    IN, CH = 1, 3
+
+    def name(n):
+        if isinstance(n, bytes):
+            return n
+        return b"".join(bytes([len(label)]) + label.encode() for label in n.split(".") if label) + b"\0"
+
+    def query(qname, qtype=A, qclass=IN, flags=0x0100, qd=1, extra=b"", ar=0, id_=0x1234):
+        return struct.pack(">HHHHHH", id_, flags, qd, 0, 0, ar) + name(qname) + struct.pack(">HH", qtype, qclass) + extra
+
+    opt = b"\0" + struct.pack(">HHIH", OPT, 1232, 0, 0)
+    seeds = {
+        "a_api": (HOSTS, query("api.example.com")),
+        "a_pypi": (HOSTS, query("files.pypi.org")),
+        "a_pypi_bare": (HOSTS, query("pypi.org")),
+        "a_other": (HOSTS, query("evil.example.net")),
+        "aaaa": (HOSTS, query("api.example.com", AAAA)),
+        "any": (ALLOW_ALL, query("example.com", ANY)),
+        "chaos": (ALLOW_ALL, query("version.bind", TXT, CH)),
+        "upper_dot": (HOSTS, query("API.Example.COM")),
+        "doh_star": (STAR, query("cloudflare-dns.com")),
+        "doh_named": (STAR, query("dns.google")),
+        "deny_all": (DENY_ALL, query("api.example.com")),
+        "label_dot": (HOSTS, query(b"\x06x.pypi\x03org\0")),
+        "label_nul": (HOSTS, query(b"\x04a\0bc\x04pypi\x03org\0")),
+        "root": (ALLOW_ALL, query(b"\0", NS)),
+        "edns": (HOSTS, query("api.example.com", extra=opt, ar=1)),
+        "answer": (ALLOW_ALL, query("example.com", flags=0x8180)),
+        "update": (ALLOW_ALL, query("example.com", flags=0x2800)),
+        "two_questions": (ALLOW_ALL, query("a.com", qd=2) + name("b.com") + struct.pack(">HH", A, IN)),
+        "no_question": (ALLOW_ALL, struct.pack(">HHHHHH", 1, 0x0100, 0, 0, 0, 0)),
+        "loop": (ALLOW_ALL, struct.pack(">HHHHHH", 1, 0x0100, 1, 0, 0, 0) + b"\xc0\x0c" + struct.pack(">HH", A, IN)),
+        "long_name": (ALLOW_ALL, query(".".join(["a" * 63] * 3 + ["b" * 61]))),
+        "truncated": (HOSTS, query("api.example.com")[:20]),
+        "header_only": (ALLOW_ALL, struct.pack(">HHHHHH", 1, 0x0100, 1, 0, 0, 0)),
+    }
+    return {k: bytes([p]) + q for k, (p, q) in seeds.items()}
+
+
 TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
-           "gateway": gateway_seeds}
+           "gateway": gateway_seeds, "dns": dns_seeds}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in TARGETS:
