@@ -3,7 +3,8 @@
  * query (dns_query_read, src/daemon/net/dns.c): the datagram a guest
  * sends to port 53, judged under one of four fixed policies (the first
  * byte picks it). Checks: what is not dropped is a parsed query whose
- * name is lower case without a final dot; deny-all refuses everything;
+ * name is lower case without a final dot; a name with a byte ldns
+ * escapes is refused by every policy; deny-all refuses everything;
  * the custom policies let through only hostname-shaped names that match
  * an allowedHosts entry, and no DNS over HTTPS endpoint they do not name.
  */
@@ -88,7 +89,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < len; i++)
 			if (n[i] >= 'A' && n[i] <= 'Z')
 				BUG("'%s' is not lower case", n);
-		if (len && n[len - 1] == '.')
+		/* A byte ldns escaped (a dot or NUL inside a label: "a\.b")
+		 * is in no hostname: every policy refuses it. Else the name
+		 * ends in no dot (one escaped, "versio\.", is the label's). */
+		if (strchr(n, '\\') && v != DNS_REFUSE)
+			BUG("'%s' let through", n);
+		if (!strchr(n, '\\') && len && n[len - 1] == '.')
 			BUG("'%s' ends in a dot", n);
 	}
 	if (v != DNS_REFUSE) {
