@@ -110,13 +110,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			BUG("the name '%s' from a head that does not parse", name);
 		return 0;
 	}
-	/* The name is the Host (lower case already) less a final dot. */
+	/* The name is the Host (lower case already) less a final dot, if
+	 * that leaves a name. */
 	char want[sizeof(h.host)];
 	size_t wl = strlen(h.host);
 	memcpy(want, h.host, wl + 1);
 	if (wl && want[wl - 1] == '.')
 		want[--wl] = '\0';
-	if (r != (want[0] ? 1 : -1) || (r == 1 && strcmp(name, want)))
+	if (r != (wl && want[wl - 1] != '.' ? 1 : -1) || (r == 1 && strcmp(name, want)))
 		BUG("the name (%d, '%s') is not the head's Host '%s'", r, r == 1 ? name : "", h.host);
 	if (h.target[0] != '/' || h.target + h.target_len > buf + hl || h.line2 > buf + hl ||
 	    h.body < 0 || (h.websocket && (h.body || h.chunked)) || strlen(h.host) >= sizeof(h.host))
