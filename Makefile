@@ -80,7 +80,7 @@ endif
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http priv gateway
+FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
@@ -91,6 +91,16 @@ FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
 FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c src/common/buf.c
 FUZZ_LIBS_gateway := -ljansson
+# The egress side: the resolver's queries, the proxy's ClientHello and
+# request heads (and the secrets and rules it puts in), over the whole of
+# src/daemon/net (dns.c and proxy.c hold their threads too).
+FUZZ_NET_SRCS := $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS)
+FUZZ_SRCS_dns := $(FUZZ_NET_SRCS)
+FUZZ_LIBS_dns := $(DAEMON_LIBS)
+FUZZ_SRCS_proxy_sni := $(FUZZ_NET_SRCS)
+FUZZ_LIBS_proxy_sni := $(DAEMON_LIBS)
+FUZZ_SRCS_proxy_head := $(FUZZ_NET_SRCS)
+FUZZ_LIBS_proxy_head := $(DAEMON_LIBS)
 FUZZ_REPLAY := $(patsubst %,$(BUILD)/tests/replay_%,$(FUZZ_TARGETS))
 
 # The TypeScript packages are built in their own trees (dist/), where npm
@@ -305,7 +315,7 @@ FUZZ_TARGET ?= $(FUZZ_TARGETS)
 FUZZ_BUILD ?= build-fuzz
 FUZZ_MAX_LEN ?= 4096
 fuzz-build:
-	@command -v clang >/dev/null || { echo "fuzz: needs clang (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@command -v clang >/dev/null || { echo "fuzz: needs clang and libFuzzer (scripts/deps.sh installs them)"; exit 1; }
 	CFLAGS='-g -O1' $(MAKE) BUILD=$(FUZZ_BUILD) CC=clang SANITIZE=address,undefined LIBFUZZER=1 \
 	  $(foreach t,$(FUZZ_TARGET),$(FUZZ_BUILD)/fuzz/fuzz_$(t))
 

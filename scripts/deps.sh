@@ -14,6 +14,9 @@ pkgs=(
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
 	python3 python3-pytest procps curl openssl  # tests, benchmarks
 	python3-pytest-timeout                   # a limit per pytest test (tests/e2e/conftest.py)
+	# make fuzz: clang 14 and its libFuzzer (libclang_rt.fuzzer), which
+	# clang only recommends, and --no-install-recommends leaves out.
+	clang libclang-rt-14-dev
 )
 # Node.js for the TypeScript SDK (AbortSignal.any: 20.3 or later). Debian 12
 # has 18: its npm then installs npm's node@22, a build of Node with its own

@@ -6,9 +6,9 @@
  * is accepted is a known type with the descriptors it takes, every
  * number within its range, every string NUL-terminated inside the
  * request's arena, every path of the shape its place allows (a run
- * directory one of the daemon's, what QEMU may write in the snapshots or
- * its run directory, argv[0] the configured QEMU); what is refused has a
- * reason.
+ * directory one of the daemon's, what QEMU may write in the snapshots,
+ * the checkpoints or its run directory, argv[0] the configured QEMU);
+ * what is refused has a reason.
  */
 #include "common/netconst.h"
 #include "common/proto.h"
@@ -72,7 +72,7 @@ static void check_spawn(void)
 		BUG("run directory '%s' accepted", req.run_dir);
 	for (int i = 0; i < req.nrw; i++)
 		if (!under(req.rw[i], "/c/snapshots") && !under(req.rw[i], "/s/snapshots") &&
-		    !under(req.rw[i], req.run_dir))
+		    !under(req.rw[i], "/s/checkpoints") && !under(req.rw[i], req.run_dir))
 			BUG("rw '%s' accepted", req.rw[i]);
 	for (int i = 0; i < req.nro; i++)
 		if ((!under(req.ro[i], "/g") && !under(req.ro[i], "/c") && !under(req.ro[i], "/s")))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of a fuzz target: mkcorpus.py proto|agentc|http|priv|gateway OUTDIR.
+"""Writes the seed corpus of a fuzz target: mkcorpus.py TARGET OUTDIR (TARGET: see TARGETS).
 
 proto: well-formed frames of each kind and a few broken ones.
 agentc: what an agent sends back to the operations fuzz_agentc starts (ids 1..14,
@@ -13,6 +13,16 @@ priv: the privileged helper's requests, each kind well-formed and the ones it mu
 gateway: an upstream's streamed and whole answers (text, tool calls in pieces, errors, broken
       events) and cpuosd's execution objects (figures, errors, hostile images); the first
       byte is how many bytes fuzz_gateway feeds the event parser at a time, less one.
+dns: guests' queries (A, AAAA, other classes, names of any case, DNS over HTTPS endpoints,
+      a label with a dot, compression loops, answers, updates, EDNS); the first byte picks
+      fuzz_dns's policy (0 allow-all, 1 deny-all, 2 api.example.com and *.pypi.org, 3 "*").
+proxy_sni: TLS ClientHellos (1.2 and 1.3 shapes, in one record or several, with an SNI
+      of any case, none, an empty or overlong one, a NUL in it) and what is not one; the
+      first byte is the name buffer's size less one.
+proxy_head: HTTP/1 request heads to hosts with and without secrets, with placeholders (also
+      in Basic credentials), what the rules match, and what http1.h refuses (two Hosts, a
+      port with more after it, both framings, folded lines, h2c); the first byte is
+      fuzz_proxy_head's flags (1 TLS, 2 swap, 4 secrets and rules).
 """
 import base64
 import json
@@ -407,8 +417,145 @@ def gateway_seeds():
     return {name: bytes([i % 16]) + data for i, (name, data) in enumerate(seeds.items())}
 
 
+def dns_seeds():
+    ALLOW_ALL, DENY_ALL, HOSTS, STAR = 0, 1, 2, 3
+    A, NS, TXT, AAAA, OPT, ANY = 1, 2, 16, 28, 41, 255
+    IN, CH = 1, 3
+
+    def name(n):
+        if isinstance(n, bytes):
+            return n
+        return b"".join(bytes([len(label)]) + label.encode() for label in n.split(".") if label) + b"\0"
+
+    def query(qname, qtype=A, qclass=IN, flags=0x0100, qd=1, extra=b"", ar=0, id_=0x1234):
+        return struct.pack(">HHHHHH", id_, flags, qd, 0, 0, ar) + name(qname) + struct.pack(">HH", qtype, qclass) + extra
+
+    opt = b"\0" + struct.pack(">HHIH", OPT, 1232, 0, 0)
+    seeds = {
+        "a_api": (HOSTS, query("api.example.com")),
+        "a_pypi": (HOSTS, query("files.pypi.org")),
+        "a_pypi_bare": (HOSTS, query("pypi.org")),
+        "a_other": (HOSTS, query("evil.example.net")),
+        "aaaa": (HOSTS, query("api.example.com", AAAA)),
+        "any": (ALLOW_ALL, query("example.com", ANY)),
+        "chaos": (ALLOW_ALL, query("version.bind", TXT, CH)),
+        "upper_dot": (HOSTS, query("API.Example.COM")),
+        "doh_star": (STAR, query("cloudflare-dns.com")),
+        "doh_named": (STAR, query("dns.google")),
+        "deny_all": (DENY_ALL, query("api.example.com")),
+        "label_dot": (HOSTS, query(b"\x06x.pypi\x03org\0")),
+        "label_nul": (HOSTS, query(b"\x04a\0bc\x04pypi\x03org\0")),
+        "root": (ALLOW_ALL, query(b"\0", NS)),
+        "edns": (HOSTS, query("api.example.com", extra=opt, ar=1)),
+        "answer": (ALLOW_ALL, query("example.com", flags=0x8180)),
+        "update": (ALLOW_ALL, query("example.com", flags=0x2800)),
+        "two_questions": (ALLOW_ALL, query("a.com", qd=2) + name("b.com") + struct.pack(">HH", A, IN)),
+        "no_question": (ALLOW_ALL, struct.pack(">HHHHHH", 1, 0x0100, 0, 0, 0, 0)),
+        "loop": (ALLOW_ALL, struct.pack(">HHHHHH", 1, 0x0100, 1, 0, 0, 0) + b"\xc0\x0c" + struct.pack(">HH", A, IN)),
+        "long_name": (ALLOW_ALL, query(".".join(["a" * 63] * 3 + ["b" * 61]))),
+        "truncated": (HOSTS, query("api.example.com")[:20]),
+        "header_only": (ALLOW_ALL, struct.pack(">HHHHHH", 1, 0x0100, 1, 0, 0, 0)),
+    }
+    return {k: bytes([p]) + q for k, (p, q) in seeds.items()}
+
+
+def proxy_sni_seeds():
+    def ext(t, body):
+        return struct.pack(">HH", t, len(body)) + body
+
+    def sni(host):
+        entry = b"\0" + struct.pack(">H", len(host)) + host
+        return ext(0, struct.pack(">H", len(entry)) + entry)
+
+    groups = ext(10, struct.pack(">HHH", 4, 0x001d, 0x0017))
+    sigalgs = ext(13, struct.pack(">HHHH", 6, 0x0403, 0x0804, 0x0401))
+    versions13 = ext(43, bytes([4]) + struct.pack(">HH", 0x0304, 0x0303))
+    key_share = ext(51, struct.pack(">HHH", 36, 0x001d, 32) + bytes(range(32)))
+    alpn = ext(16, struct.pack(">H", 12) + b"\x02h2\x08http/1.1")
+
+    def hello(exts, suites=(0xc02f, 0xc030, 0x009c), legacy=0x0303):
+        body = struct.pack(">H", legacy) + bytes(range(32)) + b"\x20" + bytes(32)
+        body += struct.pack(">H", 2 * len(suites)) + b"".join(struct.pack(">H", c) for c in suites)
+        body += b"\x01\x00" + struct.pack(">H", len(exts)) + exts
+        return b"\x01" + struct.pack(">I", len(body))[1:] + body
+
+    def record(hs, version=0x0301):
+        return b"\x16" + struct.pack(">HH", version, len(hs)) + hs
+
+    h12 = hello(sni(b"api.example.com") + groups + sigalgs + alpn)
+    h13 = hello(sni(b"api.example.com") + groups + sigalgs + versions13 + key_share + alpn,
+                suites=(0x1301, 0x1302, 0x1303, 0xc02f))
+    seeds = {
+        "tls12": record(h12),
+        "tls13": record(h13),
+        "upper_dot": record(hello(sni(b"API.Example.COM.") + groups + sigalgs)),
+        "no_sni": record(hello(groups + sigalgs + versions13 + key_share, suites=(0x1301,))),
+        "empty_sni": record(hello(sni(b"") + groups + sigalgs)),
+        "dot_sni": record(hello(sni(b".") + groups + sigalgs)),
+        "nul_sni": record(hello(sni(b"a\0b.example.com") + groups + sigalgs)),
+        "long_sni": record(hello(sni(b"a" * 300) + groups + sigalgs)),
+        "two_names": record(hello(ext(0, struct.pack(">H", 10) + b"\0\0\x03a.b\0\0\x02cd") + sigalgs)),
+        "two_records": record(h13[:50]) + record(h13[50:]),
+        "record_only": record(h13)[:5],
+        "half": record(h13)[: len(record(h13)) // 2],
+        "sslv3": record(hello(sni(b"old.example.com"), legacy=0x0300), version=0x0300),
+        "http": b"GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+        "alert": b"\x15\x03\x03\x00\x02\x02\x28",
+    }
+    out = {k: b"\xff" + v for k, v in seeds.items()}
+    out["small_buffer"] = b"\x07" + record(h12)
+    return out
+
+
+def proxy_head_seeds():
+    TLS, SWAP, SECRETS = 1, 2, 4
+    ph_a = "cpuos-secret-0123456789abcdef0123456789abcdef"
+    ph_b = "cpuos-secret-ffffffffffffffffffffffffffffffff"
+    basic = base64.b64encode(("user:" + ph_a).encode()).decode()
+
+    def head(host, *hdrs, line="GET / HTTP/1.1", body=""):
+        return (line + "\r\n" + ("Host: " + host + "\r\n" if host is not None else "")
+                + "".join(h + "\r\n" for h in hdrs) + "\r\n" + body).encode()
+
+    seeds = {
+        "plain": (0, head("api.example.com", "Accept: */*")),
+        "bearer_tls": (TLS | SWAP | SECRETS, head("api.example.com", "Authorization: Bearer " + ph_a)),
+        "bearer_plain": (SWAP | SECRETS, head("api.example.com", "Authorization: Bearer " + ph_a)),
+        "bearer_noswap": (TLS | SECRETS, head("api.example.com", "Authorization: Bearer " + ph_a)),
+        "basic": (TLS | SWAP | SECRETS, head("api.example.com", "Authorization: Basic " + basic)),
+        "cookie_b": (SWAP | SECRETS, head("a.example.org", "Cookie: s=" + ph_b, "X-Note: " + ph_b)),
+        "wrong_host": (TLS | SWAP | SECRETS, head("evil.example.net", "Authorization: " + ph_a + ph_b)),
+        "rule": (TLS | SWAP | SECRETS, head("api.example.com", "x-a: aab", "Authorization: mine",
+                                              "Content-Length: 5", line="POST /v1/chat HTTP/1.1", body="hello")),
+        "rule_query": (TLS | SWAP | SECRETS, head("a.example.org", line="GET /p?z=1&k=2 HTTP/1.1")),
+        "connection": (SECRETS, head("api.example.com", "Connection: keep-alive, Upgrade",
+                                     "HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA", "Expect: 100-continue")),
+        "websocket": (0, head("ws.example.com:8080", "Upgrade: websocket", "Connection: Upgrade",
+                              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==")),
+        "h2c": (0, head("api.example.com", "Upgrade: h2c")),
+        "two_hosts": (0, head("a.example.com", "Host: b.example.com")),
+        "host_port_junk": (0, head("api.example.com:80/x")),
+        "host_dot": (0, head(".")),
+        "host_upper_dot": (0, head("API.Example.COM.:443")),
+        "no_host": (0, head(None, "Accept: */*")),
+        "both_framings": (0, head("a.com", "Content-Length: 3", "Transfer-Encoding: chunked")),
+        "chunked": (SWAP | SECRETS, head("a.example.org", "Transfer-Encoding: chunked",
+                                         line="POST / HTTP/1.1", body="3\r\nabc\r\n0\r\n\r\n")),
+        "folded": (0, head("a.com", "X-A: b", " folded")),
+        "space_colon": (0, head("a.com", "X-A : b")),
+        "bare_lf": (0, b"GET / HTTP/1.1\nHost: a.com\n\n"),
+        "http10": (0, head("a.com", line="GET / HTTP/1.0")),
+        "absolute": (0, head("a.com", line="GET http://a.com/ HTTP/1.1")),
+        "long_host": (0, head("a" * 300)),
+        "big_length": (0, head("a.com", "Content-Length: 999999999999999", line="PUT /x HTTP/1.1")),
+        "incomplete": (0, head("api.example.com")[:-2]),
+    }
+    return {k: bytes([f]) + v for k, (f, v) in seeds.items()}
+
+
 TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
-           "gateway": gateway_seeds}
+           "gateway": gateway_seeds, "dns": dns_seeds, "proxy_sni": proxy_sni_seeds,
+           "proxy_head": proxy_head_seeds}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in TARGETS:

@@ -192,32 +192,62 @@ static void allow_addrs(struct query *q, const char *name, const ldns_rr_list *r
 		priv_ns_resolved(q->d->priv, q->slot, q->nsfd, 0, addrs, n, err, sizeof(err));
 }
 
-/* The answer to send: rcode alone (with the question), or the upstream's
- * answer less what the policy refuses. */
-static ldns_pkt *answer(struct query *q, const ldns_pkt *query, const struct net_policy *p)
+enum dns_verdict dns_query_read(const uint8_t *buf, size_t len, const struct net_policy *p,
+				struct dns_query *q)
 {
-	ldns_rr *qrr = ldns_rr_list_rr(ldns_pkt_question(query), 0);
+	*q = (struct dns_query){ 0 };
+	ldns_pkt *pkt = NULL;
+	/* One question, a query (not an answer or an update): anything else
+	 * is not worth an answer. */
+	if (ldns_wire2pkt(&pkt, buf, len) != LDNS_STATUS_OK || ldns_pkt_qr(pkt) ||
+	    ldns_pkt_get_opcode(pkt) != LDNS_PACKET_QUERY || ldns_pkt_qdcount(pkt) != 1 ||
+	    !ldns_rr_list_rr(ldns_pkt_question(pkt), 0)) {
+		ldns_pkt_free(pkt);
+		return DNS_DROP;
+	}
+	ldns_rr *qrr = ldns_rr_list_rr(ldns_pkt_question(pkt), 0);
+	q->pkt = pkt;
+	q->type = (uint16_t)ldns_rr_get_type(qrr);
+	q->cls = (uint16_t)ldns_rr_get_class(qrr);
+	q->name = ldns_rdf2str(ldns_rr_owner(qrr));
+	size_t n = q->name ? strlen(q->name) : 0;
+	if (n && q->name[n - 1] == '.')
+		q->name[--n] = '\0';
+	for (size_t i = 0; i < n; i++) /* names are the same in any case */
+		q->name[i] = (char)tolower((unsigned char)q->name[i]);
+	if (!q->name || !name_allowed(p, q->name))
+		return DNS_REFUSE;
+	if (q->type == LDNS_RR_TYPE_AAAA || q->cls != LDNS_RR_CLASS_IN)
+		return DNS_EMPTY; /* no IPv6 here: an empty answer sends the guest to IPv4 */
+	return DNS_ASK;
+}
+
+void dns_query_release(struct dns_query *q)
+{
+	ldns_pkt_free(q->pkt);
+	free(q->name);
+	*q = (struct dns_query){ 0 };
+}
+
+/* The answer to send query dq, read as v: rcode alone (with the
+ * question), or the upstream's answer less what the policy refuses. */
+static ldns_pkt *answer(struct query *q, const struct dns_query *dq, enum dns_verdict v,
+			const struct net_policy *p)
+{
+	ldns_rr *qrr = ldns_rr_list_rr(ldns_pkt_question(dq->pkt), 0);
 	ldns_pkt *out = ldns_pkt_new();
 	if (!out)
 		return NULL;
-	ldns_pkt_set_id(out, ldns_pkt_id(query));
+	ldns_pkt_set_id(out, ldns_pkt_id(dq->pkt));
 	ldns_pkt_set_qr(out, true);
-	ldns_pkt_set_rd(out, ldns_pkt_rd(query));
+	ldns_pkt_set_rd(out, ldns_pkt_rd(dq->pkt));
 	ldns_pkt_set_ra(out, true);
 	ldns_pkt_push_rr(out, LDNS_SECTION_QUESTION, ldns_rr_clone(qrr));
-	char *text = ldns_rdf2str(ldns_rr_owner(qrr));
-	size_t n = text ? strlen(text) : 0;
-	if (n && text[n - 1] == '.')
-		text[n - 1] = '\0';
-	for (size_t i = 0; i < n; i++) /* names are the same in any case */
-		text[i] = (char)tolower((unsigned char)text[i]);
-	ldns_rr_type type = ldns_rr_get_type(qrr);
-	if (!text || !name_allowed(p, text)) {
+	if (v == DNS_REFUSE)
 		ldns_pkt_set_rcode(out, LDNS_RCODE_REFUSED);
-		goto done;
-	}
-	if (type == LDNS_RR_TYPE_AAAA || ldns_rr_get_class(qrr) != LDNS_RR_CLASS_IN)
-		goto done; /* no IPv6 here: an empty answer sends the guest to IPv4 */
+	if (v != DNS_ASK)
+		return out;
+	ldns_rr_type type = ldns_rr_get_type(qrr);
 	ldns_resolver *res = resolver(q->d);
 	ldns_pkt *up = NULL;
 	if (!res || ldns_resolver_send(&up, res, ldns_rr_owner(qrr), type, LDNS_RR_CLASS_IN,
@@ -225,7 +255,7 @@ static ldns_pkt *answer(struct query *q, const ldns_pkt *query, const struct net
 		ldns_pkt_set_rcode(out, LDNS_RCODE_SERVFAIL);
 		if (res)
 			ldns_resolver_deep_free(res);
-		goto done;
+		return out;
 	}
 	ldns_resolver_deep_free(res);
 	ldns_pkt_set_rcode(out, ldns_pkt_get_rcode(up));
@@ -252,27 +282,23 @@ static ldns_pkt *answer(struct query *q, const ldns_pkt *query, const struct net
 	 * that a placeholder sent in plain HTTP to a host it is not bound to
 	 * is seen (and logged). */
 	if (kept && (p->mode != NET_ALLOW_ALL || q->secrets))
-		allow_addrs(q, text, kept);
+		allow_addrs(q, dq->name, kept);
 	ldns_rr_list_deep_free(kept);
 	ldns_pkt_free(up);
-done:
-	free(text);
 	return out;
 }
 
 static void answer_main(void *arg)
 {
 	struct query *q = arg;
-	ldns_pkt *query = NULL;
+	struct dns_query dq = { 0 };
+	enum dns_verdict v;
 	struct net_policy p = { 0 };
 	json_t *pj = json_loads(q->policy, 0, NULL);
 	char err[256];
-	/* One question, a query (not an answer or an update): anything else
-	 * is not worth an answer. */
 	if (pj && net_policy_parse(pj, &p, err, sizeof(err)) == 0 &&
-	    ldns_wire2pkt(&query, q->buf, q->len) == LDNS_STATUS_OK && !ldns_pkt_qr(query) &&
-	    ldns_pkt_get_opcode(query) == LDNS_PACKET_QUERY && ldns_pkt_qdcount(query) == 1) {
-		ldns_pkt *out = answer(q, query, &p);
+	    (v = dns_query_read(q->buf, q->len, &p, &dq)) != DNS_DROP) {
+		ldns_pkt *out = answer(q, &dq, v, &p);
 		uint8_t *wire = NULL;
 		size_t size = 0;
 		if (out && ldns_pkt2wire(&wire, out, &size) == LDNS_STATUS_OK && size > MAX_ANSWER) {
@@ -291,7 +317,7 @@ static void answer_main(void *arg)
 		free(wire);
 		ldns_pkt_free(out);
 	}
-	ldns_pkt_free(query);
+	dns_query_release(&dq);
 	net_policy_free(&p);
 	json_decref(pj);
 	close(q->fd);

@@ -52,4 +52,26 @@ void dns_set_secrets(struct dns *d, int slot, int on);
 #define DNS_NAMED 2
 int dns_check(struct dns *d, int slot, const char *name, uint32_t addr);
 
+/* A guest's query, read (pure: no I/O, no state; fuzzed by
+ * tests/fuzz/fuzz_dns.c). */
+struct ldns_struct_pkt;
+struct net_policy;
+enum dns_verdict {
+	DNS_DROP,   /* not a query with one question: not worth an answer */
+	DNS_REFUSE, /* the policy does not let the guest look the name up */
+	DNS_EMPTY,  /* answered with no records: AAAA (no IPv6 here), a class not IN */
+	DNS_ASK,    /* the upstream resolver answers it */
+};
+struct dns_query {
+	struct ldns_struct_pkt *pkt; /* the query, parsed */
+	char *name;        /* its question's name as ldns writes it (an odd byte
+			    * is \DDD), lower case, no final dot; NULL: no memory */
+	uint16_t type, cls;
+};
+/* Reads the datagram buf[0..len) under policy p. DNS_DROP leaves q empty;
+ * otherwise q holds the query, and dns_query_release frees it. */
+enum dns_verdict dns_query_read(const uint8_t *buf, size_t len, const struct net_policy *p,
+				struct dns_query *q);
+void dns_query_release(struct dns_query *q);
+
 #endif

@@ -150,6 +150,10 @@ int proxy_name(int tls, const unsigned char *buf, size_t len, char *out, size_t 
 			out[--k] = '\0';
 		for (size_t i = 0; i < k; i++)
 			out[i] = (char)tolower((unsigned char)out[i]);
+		/* The root alone ("."), or a last label empty ("a.."): no name
+		 * (fuzz_proxy_head and fuzz_proxy_sni found them). */
+		if (!k || out[k - 1] == '.')
+			r = -1;
 	}
 	return r;
 }

@@ -58,9 +58,10 @@ void proxy_cut(struct proxy *p, int slot);
 void proxy_set_secrets(struct proxy *p, int slot, struct secret_set *s);
 
 /* The name a connection's first bytes ask for: 1 with it in out, 0 when
- * more bytes are needed, -1 when they name none (not TLS or HTTP, or no
- * SNI or Host). tls: the bytes are a TLS ClientHello, else an HTTP
- * request. Exposed for the unit tests. */
+ * more bytes are needed, -1 when they name none (not TLS or HTTP, no SNI
+ * or Host, or one that is "." or ends in ".."). The name is lower case,
+ * without its final dot. tls: the bytes are a TLS ClientHello, else an
+ * HTTP request. Exposed for the unit and fuzz tests. */
 int proxy_name(int tls, const unsigned char *buf, size_t len, char *out, size_t n);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * proxy_impl: what proxy.c lends proxy_tls.c (the connections to a host
  * a secret is bound to, whose TLS ends in the proxy). Included by those
- * two only.
+ * two only, and by the fuzz target of proxy__head (fuzz_proxy_head.c).
  */
 #ifndef CPUOS_NET_PROXY_IMPL_H
 #define CPUOS_NET_PROXY_IMPL_H

@@ -67,6 +67,8 @@ static void test_http_host(void)
 	CHECK(host("GET / HTTP/1.1\r\nAccept: */*\r\n\r\n", name) == -1);
 	CHECK(host("GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", name) == -1);
 	CHECK(host("GET / HTTP/1.1\r\nHost:\r\n\r\n", name) == -1);
+	CHECK(host("GET / HTTP/1.1\r\nHost: .:80\r\n\r\n", name) == -1); /* the root */
+	CHECK(host("GET / HTTP/1.1\r\nHost: a.test..\r\n\r\n", name) == -1);
 	CHECK(host("GET / HTTP/1.1\r\nX-Host: a.test\r\n\r\n", name) == -1);
 	CHECK(host("GET http://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", name) == -1);
 	/* heads a server could read otherwise (http1.h) name nothing */
