@@ -80,9 +80,10 @@ endif
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head
+FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head netd
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
+FUZZ_SRCS_netd := src/daemon/net/netd_msg.c src/common/proto.c
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
 FUZZ_LIBS_agentc := -ljansson -lpthread
 FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(PRIV_SRCS) \
@@ -94,7 +95,7 @@ FUZZ_LIBS_gateway := -ljansson
 # The egress side: the resolver's queries, the proxy's ClientHello and
 # request heads (and the secrets and rules it puts in), over the whole of
 # src/daemon/net (dns.c and proxy.c hold their threads too).
-FUZZ_NET_SRCS := $(wildcard src/daemon/net/*.c) $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS)
+FUZZ_NET_SRCS := $(wildcard src/daemon/net/*.c) src/daemon/sysfilter.c $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS)
 FUZZ_SRCS_dns := $(FUZZ_NET_SRCS)
 FUZZ_LIBS_dns := $(DAEMON_LIBS)
 FUZZ_SRCS_proxy_sni := $(FUZZ_NET_SRCS)

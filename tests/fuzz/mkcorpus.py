@@ -19,6 +19,9 @@ dns: guests' queries (A, AAAA, other classes, names of any case, DNS over HTTPS 
 proxy_sni: TLS ClientHellos (1.2 and 1.3 shapes, in one record or several, with an SNI
       of any case, none, an empty or overlong one, a NUL in it) and what is not one; the
       first byte is the name buffer's size less one.
+netd: cpuosd's requests to cpuos-netd (src/daemon/net/netd_msg.h), each kind well-formed and
+      the ones it must refuse (the configuration again, an answer, a slot past the range, a
+      body of 0 or too many bytes, the wrong descriptors); the first byte is the descriptors.
 proxy_head: HTTP/1 request heads to hosts with and without secrets, with placeholders (also
       in Basic credentials), what the rules match, and what http1.h refuses (two Hosts, a
       port with more after it, both framings, folded lines, h2c); the first byte is
@@ -372,6 +375,34 @@ def priv_seeds():
     }
 
 
+def netd_seeds():
+    ND = {"CONFIG": 1, "ATTACH": 2, "POLICY": 3, "CUT": 4, "SECRETS": 5, "DETACH": 6, "OK": 64}
+    NT_SLOT, NT_BODY, NT_NSLOTS = 1, 2, 3
+
+    def req(t, *attrs, fds=0):
+        return bytes([fds]) + frame(ND[t], b"".join(attrs))
+
+    slot, body = u32(NT_SLOT, 5), u32(NT_BODY, 200)
+    return {
+        "attach": req("ATTACH", slot, body, fds=4),
+        "policy": req("POLICY", slot, body, fds=1),
+        "cut": req("CUT", slot),
+        "secrets": req("SECRETS", slot, u32(NT_BODY, 4 << 20), fds=1),
+        "detach": req("DETACH", slot),
+        "attach_3fds": req("ATTACH", slot, body, fds=3),
+        "config_again": req("CONFIG", u32(NT_NSLOTS, 8)),
+        "answer": req("OK"),
+        "slot_past": req("DETACH", u32(NT_SLOT, 64)),
+        "body_empty": req("POLICY", slot, u32(NT_BODY, 0), fds=1),
+        "body_huge": req("SECRETS", slot, u32(NT_BODY, (4 << 20) + 1), fds=1),
+        "body_on_cut": req("CUT", slot, body),
+        "slot_twice": req("CUT", slot, slot),
+        "slot_string": req("CUT", s(NT_SLOT, "5")),
+        "truncated": req("CUT", slot)[:-1],
+        "unknown_type": bytes([0]) + frame(40, b""),
+    }
+
+
 def gateway_seeds():
     def events(*objs, done=True, sep="\n\n"):
         text = "".join(f"data: {json.dumps(o) if not isinstance(o, str) else o}{sep}" for o in objs)
@@ -555,7 +586,7 @@ def proxy_head_seeds():
 
 TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
            "gateway": gateway_seeds, "dns": dns_seeds, "proxy_sni": proxy_sni_seeds,
-           "proxy_head": proxy_head_seeds}
+           "proxy_head": proxy_head_seeds, "netd": netd_seeds}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in TARGETS:
