@@ -25,6 +25,7 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Port URLs reach the guests through the sandboxes. */
@@ -228,6 +230,9 @@ int main(int argc, char **argv)
 	trust = NULL;
 	if (pr < 0)
 		return 1;
+	/* Watched to the end: a helper or netd that dies ends the daemon. */
+	int priv_pfd = priv ? (int)syscall(SYS_pidfd_open, priv_pid(priv), 0) : -1;
+	int netd_pfd = netd ? (int)syscall(SYS_pidfd_open, netd_pid(netd), 0) : -1;
 	/* Bound while still root, so that a port below 1024 works, and after
 	 * the helper started, which must not hold them. */
 	int api_fd = -1, url_fd = -1;
@@ -355,11 +360,24 @@ int main(int argc, char **argv)
 	log_info("serving on %s%s%s (guest %s, accel %s)", no_tcp ? "" : o.listen,
 		 !no_tcp && !no_sock ? " and " : "", no_sock ? "" : o.socket, o.guest_dir,
 		 qemu_accel_name(accel));
+	/* Until a signal, or the helper or cpuos-netd ends: without the one
+	 * nothing starts or stops, without the other no guest resolves or
+	 * reaches a proxied host, so the daemon ends for its supervisor to
+	 * start all three anew (the VMs run on and are taken over). */
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
-	struct signalfd_siginfo si;
-	while (sfd >= 0 && read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)
+	struct pollfd pf[3] = { { .fd = sfd, .events = POLLIN }, { .fd = priv_pfd, .events = POLLIN },
+				{ .fd = netd_pfd, .events = POLLIN } };
+	while (sfd >= 0 && poll(pf, 3, -1) < 0 && errno == EINTR)
 		;
-	log_info("signal %u: shutting down; sandboxes keep running", sfd >= 0 ? si.ssi_signo : 0);
+	struct signalfd_siginfo si = { 0 };
+	if (sfd < 0 || pf[0].revents) {
+		while (sfd >= 0 && read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)
+			;
+		log_info("signal %u: shutting down; sandboxes keep running", si.ssi_signo);
+	} else {
+		log_error("%s ended: shutting down; sandboxes keep running",
+			  pf[1].revents ? "the privileged helper" : "cpuos-netd");
+	}
 	/* Let go of the VMs first: requests waiting on them then end, and the
 	 * HTTP threads can be joined. */
 	ports_stop(ports); /* first: a port request may resume a sandbox */
@@ -371,5 +389,9 @@ int main(int argc, char **argv)
 	priv_close(priv);
 	net_close(net);
 	store_close(store);
+	if (priv_pfd >= 0)
+		close(priv_pfd);
+	if (netd_pfd >= 0)
+		close(netd_pfd);
 	return 0;
 }

@@ -7,6 +7,7 @@ import base64
 import ctypes
 import os
 import shutil
+import signal
 import stat
 import subprocess
 
@@ -242,6 +243,35 @@ def test_a_malformed_helper_request_ends_the_daemon_and_its_sandboxes_run_on():
         sbx = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
         assert sbx.exec("cat /work/f", timeout=T).stdout == "one\n"
         assert qemu_of(sbx) == qemu
+        sbx.kill()
+    finally:
+        gen.close()
+
+
+def test_a_dead_netd_ends_the_daemon_and_the_next_one_serves_the_network():
+    """cpuos-netd killed (as a crash would end it): cpuosd sees it end and shuts down at once,
+    the sandbox runs on, and the next daemon, with a netd of its own, serves its network."""
+    gen = started_daemon("--template-snapshots", "off")
+    d = next(gen)
+    try:
+        sbx = cpuos.Sandbox.create(template="base", timeout="5m",
+                                   network={"mode": "custom", "allowedHosts": ["allowed.test"]},
+                                   api_key=d.key_a, api_url=d.url)
+        # a name the policy refuses: the resolver answers at once (a dead one: glibc's 5 s
+        # timeouts, twice)
+        lookup = ("s=$(date +%s%N); getent hosts denied.test; e=$(date +%s%N); "
+                  "echo $(( (e - s) / 1000000 ))")
+        assert int(sbx.exec(lookup, timeout=T).stdout.split()[-1]) < 3000
+        qemu = qemu_of(sbx)
+        os.kill(netd_of(d.proc.pid), signal.SIGKILL)
+        assert d.proc.wait(30) == 0, d.log_tail()
+        assert "cpuos-netd ended: shutting down" in d.log_tail(200)
+        assert status(qemu)["State"][0] in "SR", status(qemu)
+        d.start()
+        sbx = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+        # the new netd answers for it
+        out = sbx.exec(lookup, timeout=T).stdout
+        assert int(out.split()[-1]) < 3000, out
         sbx.kill()
     finally:
         gen.close()
