@@ -318,8 +318,11 @@ static int v2_group(pid_t pid, char *out, size_t len)
 	if (!l || (l != buf && l[-1] != '\n'))
 		return -ENOENT;
 	l += 3;
-	l[strcspn(l, "\n")] = '\0';
-	snprintf(out, len, "%s", l);
+	size_t n = strcspn(l, "\n");
+	if (n >= len)
+		return -ENAMETOOLONG;
+	memcpy(out, l, n);
+	out[n] = '\0';
 	return 0;
 }
 
