@@ -1,5 +1,6 @@
 /* unixsock: a retrying Unix socket connect that follows no symlink, and
- * waits for its socket to appear on an inotify watch, not by sleeping. */
+ * waits for its socket to appear on an inotify watch, not by sleeping;
+ * and messages with descriptors beside them. */
 #include "common/unixsock.h"
 #include "common/clock.h"
 
@@ -101,4 +102,58 @@ int unix_connect(const char *path, int timeout_ms)
 		int ms = left > INT_MAX ? INT_MAX : (int)left;
 		wait_change(in, e == ENOENT && in >= 0 ? ms : ms < REFUSED_MS ? ms : REFUSED_MS);
 	}
+}
+
+int unix_send_fds(int sock, const void *p, size_t n, const int *fds, int nfds)
+{
+	union {
+		char space[CMSG_SPACE(sizeof(int) * UNIX_MAX_FDS)];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = { (void *)p, n };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds < 0 || nfds > UNIX_MAX_FDS)
+		return -EINVAL;
+	if (nfds > 0) {
+		memset(&c, 0, sizeof(c));
+		m.msg_control = c.space;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(h), fds, sizeof(int) * (size_t)nfds);
+	}
+	ssize_t w;
+	while ((w = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return w == (ssize_t)n ? 0 : w < 0 ? -errno : -EIO;
+}
+
+ssize_t unix_recv_fds(int sock, void *buf, size_t cap, int *fds, int max, int *nfds)
+{
+	union {
+		char space[CMSG_SPACE(sizeof(int) * UNIX_MAX_FDS)];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = { buf, cap };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.space,
+			    .msg_controllen = sizeof(c.space) };
+	ssize_t n;
+	while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	*nfds = 0;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); n >= 0 && h; h = CMSG_NXTHDR(&m, h))
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+				int got;
+				memcpy(&got, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+				if (*nfds < max)
+					fds[(*nfds)++] = got;
+				else
+					close(got);
+			}
+	if (n < 0)
+		return -errno;
+	return m.msg_flags & (MSG_TRUNC | MSG_CTRUNC) ? -EMSGSIZE : n;
 }

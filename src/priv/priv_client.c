@@ -9,6 +9,7 @@
 #include "common/jail_spec.h"
 #include "common/launch.h"
 #include "common/log.h"
+#include "common/unixsock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,63 +43,11 @@ struct priv {
 	struct launch_ops launch; /* the runner's way to jailed QEMUs */
 };
 
-int priv__send(int sock, const void *p, size_t n, int fd)
-{
-	union {
-		char space[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} c;
-	struct iovec iov = { (void *)p, n };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (fd >= 0) {
-		memset(&c, 0, sizeof(c));
-		m.msg_control = c.space;
-		m.msg_controllen = sizeof(c.space);
-		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(h), &fd, sizeof(int));
-	}
-	ssize_t w;
-	while ((w = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	return w == (ssize_t)n ? 0 : w < 0 ? -errno : -EIO;
-}
-
-ssize_t priv__recv(int sock, void *buf, size_t cap, int *fds, int max, int *nfds)
-{
-	union {
-		char space[CMSG_SPACE(sizeof(int) * 4)];
-		struct cmsghdr align;
-	} c;
-	struct iovec iov = { buf, cap };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.space,
-			    .msg_controllen = sizeof(c.space) };
-	ssize_t n;
-	while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
-	*nfds = 0;
-	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); n >= 0 && h; h = CMSG_NXTHDR(&m, h))
-		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
-			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-				int got;
-				memcpy(&got, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
-				if (*nfds < max)
-					fds[(*nfds)++] = got;
-				else
-					close(got);
-			}
-	if (n < 0)
-		return -errno;
-	return m.msg_flags & (MSG_TRUNC | MSG_CTRUNC) ? -EMSGSIZE : n;
-}
-
 /* One message and the descriptor that came with it (-1: none). */
 static ssize_t recv_one(int sock, void *buf, size_t cap, int *fd)
 {
 	int nfds;
-	ssize_t n = priv__recv(sock, buf, cap, fd, 1, &nfds);
+	ssize_t n = unix_recv_fds(sock, buf, cap, fd, 1, &nfds);
 	if (!nfds)
 		*fd = -1;
 	return n;
@@ -215,7 +164,7 @@ int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t
 	int fd;
 	ssize_t n = -1;
 	struct pollfd pf = { .fd = p->sock, .events = POLLIN };
-	if (pid > 0 && priv__send(p->sock, cfg.data, cfg.len, -1) == 0 && poll(&pf, 1, 60000) == 1)
+	if (pid > 0 && unix_send_fds(p->sock, cfg.data, cfg.len, NULL, 0) == 0 && poll(&pf, 1, 60000) == 1)
 		n = recv_one(p->sock, p->what, sizeof(p->what) - 1, &fd);
 	pbuf_release(&cfg);
 	p->what[n > 0 ? n : 0] = '\0';
@@ -289,7 +238,7 @@ static int call(struct priv *p, struct pbuf *b, int fd, int *fd_out, uint8_t *re
 	pthread_mutex_lock(&p->mu);
 	uint32_t id = ++p->next_id ? p->next_id : ++p->next_id;
 	put_le32(b->data + 8, id);
-	r = priv__send(p->sock, b->data, b->len, fd);
+	r = unix_send_fds(p->sock, b->data, b->len, &fd, fd >= 0);
 	struct pollfd pf = { .fd = p->sock, .events = POLLIN };
 	int ready = 0;
 	while (r == 0 && (ready = poll(&pf, 1, p->timeout_ms)) < 0 && errno == EINTR)

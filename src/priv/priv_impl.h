@@ -1,8 +1,7 @@
 /*
  * priv_impl: the helper's own state and handlers, shared by
  * priv_server.c (the loop, the jail's requests) and priv_net.c (the
- * networks'), and the transport priv_client.c shares. Included by
- * src/priv/ only.
+ * networks'). Included by src/priv/ only.
  */
 #ifndef CPUOS_PRIV_IMPL_H
 #define CPUOS_PRIV_IMPL_H
@@ -40,13 +39,5 @@ int privd_net_open(struct privd *d, const char *range, const char *tag, char *er
 /* A network request (PR_NS_*): 0 or -errno with err. */
 int privd_net(struct privd *d, const struct priv_req *r, int fd, struct privd_reply *out,
 	      char *err, size_t errlen);
-
-/* One message with fd (-1: none) on sock: 0 or -errno. */
-int priv__send(int sock, const void *p, size_t n, int fd);
-/* One message from sock into buf[cap] and the descriptors that came with
- * it, up to max into fds (*nfds of them; the rest closed): its size, 0 at
- * the end, -EMSGSIZE when it was cut short (buf and fds hold what came),
- * or -errno. */
-ssize_t priv__recv(int sock, void *buf, size_t cap, int *fds, int max, int *nfds);
 
 #endif

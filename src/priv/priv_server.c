@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "common/spawn.h"
+#include "common/unixsock.h"
 #include "jail/cgroup.h"
 #include "jail/jail.h"
 
@@ -139,7 +140,7 @@ static int netd_may(const struct priv_req *r)
 static int serve_one(struct privd *d, int sock, int netd, struct priv_req *r, uint8_t *buf)
 {
 	int fds[4], nfds;
-	ssize_t n = priv__recv(sock, buf, PRIV_MAX_MSG + 1, fds, 4, &nfds);
+	ssize_t n = unix_recv_fds(sock, buf, PRIV_MAX_MSG + 1, fds, 4, &nfds);
 	if (n == -EMSGSIZE)
 		n = PRIV_MAX_MSG + 1;
 	else if (n <= 0)
@@ -184,7 +185,7 @@ static int serve_one(struct privd *d, int sock, int netd, struct priv_req *r, ui
 	}
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
-	int sent = proto_end(&out) == 0 && priv__send(sock, out.data, out.len, rep.fd) == 0;
+	int sent = proto_end(&out) == 0 && unix_send_fds(sock, out.data, out.len, &rep.fd, rep.fd >= 0) == 0;
 	if (rep.fd >= 0)
 		close(rep.fd);
 	pbuf_release(&out);
@@ -233,7 +234,7 @@ static void serve(const struct priv_config *c, int sock)
 	} else {
 		snprintf(what, sizeof(what), "-%s", err);
 	}
-	if (priv__send(sock, what, strlen(what) + 1, -1) < 0 || r < 0)
+	if (unix_send_fds(sock, what, strlen(what) + 1, NULL, 0) < 0 || r < 0)
 		_exit(1);
 	static struct priv_req req;
 	static uint8_t buf[PRIV_MAX_MSG + 1];
@@ -264,7 +265,7 @@ static int read_config(int sock, struct priv_config *c, char *strs, size_t cap)
 {
 	static uint8_t buf[PRIV_MAX_MSG];
 	int fds[4], nfds;
-	ssize_t n = priv__recv(sock, buf, sizeof(buf), fds, 4, &nfds);
+	ssize_t n = unix_recv_fds(sock, buf, sizeof(buf), fds, 4, &nfds);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 	struct proto_frame f;

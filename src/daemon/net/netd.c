@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/unixsock.h"
 #include "daemon/net/ca.h"
 #include "daemon/net/dns.h"
 #include "daemon/net/netd_msg.h"
@@ -34,36 +35,6 @@ struct server {
 	struct proxy *proxy;
 	struct priv *priv;
 };
-
-/* One message and its descriptors from sock: its size, 0 at the end, or
- * -errno (-EMSGSIZE: cut short). */
-static ssize_t recv_msg(int sock, uint8_t *buf, size_t cap, int *fds, int *nfds)
-{
-	union {
-		char space[CMSG_SPACE(sizeof(int) * NETD_MAX_FDS)];
-		struct cmsghdr align;
-	} c;
-	struct iovec iov = { buf, cap };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.space,
-			    .msg_controllen = sizeof(c.space) };
-	ssize_t n;
-	while ((n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
-	*nfds = 0;
-	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); n >= 0 && h; h = CMSG_NXTHDR(&m, h))
-		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
-			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-				int fd;
-				memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
-				if (*nfds < NETD_MAX_FDS)
-					fds[(*nfds)++] = fd;
-				else
-					close(fd);
-			}
-	if (n < 0)
-		return -errno;
-	return m.msg_flags & (MSG_TRUNC | MSG_CTRUNC) ? -EMSGSIZE : n;
-}
 
 static void close_all(int *fds, int n)
 {
@@ -198,7 +169,7 @@ static void serve(struct server *s)
 	static uint8_t buf[NETD_MAX_MSG + 1];
 	for (;;) {
 		int fds[NETD_MAX_FDS], nfds;
-		ssize_t n = recv_msg(s->sock, buf, sizeof(buf), fds, &nfds);
+		ssize_t n = unix_recv_fds(s->sock, buf, sizeof(buf), fds, NETD_MAX_FDS, &nfds);
 		if (n == 0 || (n < 0 && n != -EMSGSIZE))
 			return; /* cpuosd is gone or stopping */
 		struct netd_req q;
@@ -244,7 +215,7 @@ static int start(struct server *s, char *err, size_t errlen, char **pem_out, cha
 {
 	static uint8_t buf[NETD_MAX_MSG + 1];
 	int fds[NETD_MAX_FDS], nfds;
-	ssize_t n = recv_msg(s->sock, buf, sizeof(buf), fds, &nfds);
+	ssize_t n = unix_recv_fds(s->sock, buf, sizeof(buf), fds, NETD_MAX_FDS, &nfds);
 	struct proto_frame f;
 	char ca_dir[4096] = "", upstream[256] = "";
 	uint32_t nslots = 0, uid = 0, level = LOG_INFO, body = 0;

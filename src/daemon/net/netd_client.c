@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/unixsock.h"
 #include "daemon/net/netd_msg.h"
 #include "priv/priv.h"
 
@@ -50,30 +51,6 @@ static int body_fd(const char *text, size_t len)
 		off += (size_t)w;
 	}
 	return fd;
-}
-
-static int send_msg(int sock, const struct pbuf *b, const int *fds, int nfds)
-{
-	union {
-		char space[CMSG_SPACE(sizeof(int) * NETD_MAX_FDS)];
-		struct cmsghdr align;
-	} c;
-	struct iovec iov = { b->data, b->len };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (nfds > 0) {
-		memset(&c, 0, sizeof(c));
-		m.msg_control = c.space;
-		m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(h), fds, sizeof(int) * (size_t)nfds);
-	}
-	ssize_t w;
-	while ((w = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	return w == (ssize_t)b->len ? 0 : w < 0 ? -errno : -EIO;
 }
 
 /* The answer to id, waited for within the timeout: 0 (ND_OK, or
@@ -139,7 +116,7 @@ static int call(struct netd *d, uint16_t type, int slot, int *fds, int nfds, con
 		       proto_put_u32(&b, NT_SLOT, (uint32_t)slot) < 0 ||
 		       (body && proto_put_u32(&b, NT_BODY, (uint32_t)blen) < 0) || proto_end(&b) < 0))
 		r = -ENOMEM;
-	if (r == 0 && (r = send_msg(d->sock, &b, all, n)) < 0)
+	if (r == 0 && (r = unix_send_fds(d->sock, b.data, b.len, all, n)) < 0)
 		snprintf(err, errlen, "cpuos-netd is gone (%s)", strerror(-r));
 	if (r == 0)
 		r = recv_answer(d, id, err, errlen);
@@ -236,7 +213,7 @@ int netd_start(const struct netd_config *c, struct netd **out, char *err, size_t
 		       (tlen && proto_put_u32(&b, NT_BODY, (uint32_t)tlen) < 0) || proto_end(&b) < 0))
 		r = -ENOMEM;
 	if (r == 0)
-		r = send_msg(d->sock, &b, &tfd, tfd >= 0);
+		r = unix_send_fds(d->sock, b.data, b.len, &tfd, tfd >= 0);
 	pbuf_release(&b);
 	if (tfd >= 0)
 		close(tfd);

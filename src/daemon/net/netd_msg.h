@@ -17,7 +17,7 @@
 
 #define NETD_MAX_MSG (16u * 1024)      /* a frame, whole */
 #define NETD_MAX_BODY (4u << 20)       /* a body: secrets, a policy */
-#define NETD_MAX_FDS 4
+#define NETD_MAX_FDS 4                 /* UNIX_MAX_FDS (unixsock.h) */
 #define NETD_FD 3                      /* netd's end to cpuosd, after its exec */
 #define NETD_PRIV_FD 4                 /* its end to the helper */
 #define NETD_ARG "--netd"              /* its argv[1] */
