@@ -204,6 +204,12 @@ int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int f
  * -EBUSY, or -EPERM when s settled in another state (*now). */
 int sbx__hold(struct sbx *s, int timeout_ms, enum sbx_state *now);
 void sbx__unhold(struct sbx *s);
+/* sbx_net.c: the sandbox id, found and held (sbx__hold, up to 60 s): 0
+ * with *sp (for sbx__unhold, then sbx_put) and its state in *now, or
+ * -errno with err: -EBUSY, -ENOENT none, -ESHUTDOWN neither running nor
+ * paused. */
+int sbx__hold_id(struct sbx_mgr *m, const char *id, struct sbx **sp, enum sbx_state *now,
+		 char *err, size_t errlen);
 enum sbx_state sbx__state(struct sbx *s);
 /* Waits up to timeout_ms for s to be in state want: 0 or -ETIMEDOUT. */
 int sbx__wait_state(struct sbx *s, enum sbx_state want, int timeout_ms);

@@ -154,12 +154,12 @@ int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *er
 	return r;
 }
 
-int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
-		    size_t errlen)
+int sbx__hold_id(struct sbx_mgr *m, const char *id, struct sbx **sp, enum sbx_state *now,
+		 char *err, size_t errlen)
 {
 	struct sbx *s = sbx__get(m, id);
-	enum sbx_state now = SBX_STOPPED;
-	int r = s ? sbx__hold(s, 60000, &now) : -EPERM;
+	*now = SBX_STOPPED;
+	int r = s ? sbx__hold(s, 60000, now) : -EPERM;
 	if (r == -EBUSY) {
 		snprintf(err, errlen, "sandbox '%s' is busy", id);
 	} else if (r < 0) {
@@ -172,21 +172,36 @@ int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text,
 			store_sbx_release(&row);
 			r = -ESHUTDOWN;
 		}
-	} else {
-		/* The hold keeps pause, fork and kill away, the lock a VM that
-		 * ends by itself (pump_ended): the slot stays ours. Paused, it
-		 * applies at the resume. */
-		if (now == SBX_RUNNING) {
-			pthread_mutex_lock(&s->mu);
-			r = sbx__net_set(m, s->net_slot, network_text, err, errlen);
-			pthread_mutex_unlock(&s->mu);
-		}
-		if (r == 0 && (r = store_sbx_set_policy(m->store, id, network_text)) < 0)
-			snprintf(err, errlen, "cannot record the policy: %s", strerror(-r));
-		if (r == 0)
-			log_info("sandbox %s: network policy now %s", id, network_text);
-		sbx__unhold(s);
 	}
+	if (r < 0) {
+		sbx_put(s);
+		return r;
+	}
+	*sp = s;
+	return 0;
+}
+
+int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
+		    size_t errlen)
+{
+	struct sbx *s;
+	enum sbx_state now;
+	int r = sbx__hold_id(m, id, &s, &now, err, errlen);
+	if (r < 0)
+		return r;
+	/* The hold keeps pause, fork and kill away, the lock a VM that ends
+	 * by itself (pump_ended): the slot stays ours. Paused, it applies at
+	 * the resume. */
+	if (now == SBX_RUNNING) {
+		pthread_mutex_lock(&s->mu);
+		r = sbx__net_set(m, s->net_slot, network_text, err, errlen);
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (r == 0 && (r = store_sbx_set_policy(m->store, id, network_text)) < 0)
+		snprintf(err, errlen, "cannot record the policy: %s", strerror(-r));
+	if (r == 0)
+		log_info("sandbox %s: network policy now %s", id, network_text);
+	sbx__unhold(s);
 	sbx_put(s);
 	return r;
 }

@@ -168,54 +168,42 @@ int sbx_set_transforms(struct sbx_mgr *m, const char *id, const json_t *rules, i
 				      "transformations");
 		return -EINVAL;
 	}
-	struct sbx *s = sbx__get(m, id);
-	enum sbx_state now = SBX_STOPPED;
-	int r = s ? sbx__hold(s, 60000, &now) : -EPERM;
-	if (r == -EBUSY) {
-		snprintf(err, errlen, "sandbox '%s' is busy", id);
-	} else if (r < 0) {
-		struct store_sbx row;
-		if (store_sbx_get(m->store, id, &row) < 0) {
-			snprintf(err, errlen, "no sandbox '%s'", id);
-			r = -ENOENT;
-		} else {
-			snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
-			store_sbx_release(&row);
-			r = -ESHUTDOWN;
-		}
-	} else {
-		/* Held: no pause, fork or kill meanwhile; the lock keeps the
-		 * slot ours (as sbx_set_network). */
-		pthread_mutex_lock(&s->mu);
-		json_t *old = json_loads(s->transforms_json, 0, NULL);
-		json_t *next = add ? rules_merge(old, rules) : json_deep_copy(rules);
-		char *text = next ? json_dumps(next, JSON_COMPACT) : NULL;
-		if (!text) {
-			snprintf(err, errlen, "out of memory");
-			r = -ENOMEM;
-		} else if (json_array_size(next) > RULES_MAX) {
-			snprintf(err, errlen, "a sandbox has at most %d request transformations",
-				 RULES_MAX);
-			r = -EINVAL;
-		} else if ((r = names_known(m, s->account, next, err, errlen)) == 0 &&
-			   (r = store_sbx_set_transforms(m->store, id, text)) < 0) {
-			snprintf(err, errlen, "cannot record them: %s", strerror(-r));
-		}
-		if (r == 0) {
-			free(s->transforms_json);
-			s->transforms_json = text;
-			text = NULL;
-			if (now == SBX_RUNNING)
-				sbx__net_secrets(m, s->account, s->secrets_json, s->transforms_json,
-						 s->net_slot);
-			log_info("sandbox %s: %zu request transformations", id, json_array_size(next));
-		}
-		pthread_mutex_unlock(&s->mu);
-		free(text);
-		json_decref(old);
-		json_decref(next);
-		sbx__unhold(s);
+	struct sbx *s;
+	enum sbx_state now;
+	int r = sbx__hold_id(m, id, &s, &now, err, errlen);
+	if (r < 0)
+		return r;
+	/* Held: no pause, fork or kill meanwhile; the lock keeps the
+	 * slot ours (as sbx_set_network). */
+	pthread_mutex_lock(&s->mu);
+	json_t *old = json_loads(s->transforms_json, 0, NULL);
+	json_t *next = add ? rules_merge(old, rules) : json_deep_copy(rules);
+	char *text = next ? json_dumps(next, JSON_COMPACT) : NULL;
+	if (!text) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+	} else if (json_array_size(next) > RULES_MAX) {
+		snprintf(err, errlen, "a sandbox has at most %d request transformations",
+			 RULES_MAX);
+		r = -EINVAL;
+	} else if ((r = names_known(m, s->account, next, err, errlen)) == 0 &&
+		   (r = store_sbx_set_transforms(m->store, id, text)) < 0) {
+		snprintf(err, errlen, "cannot record them: %s", strerror(-r));
 	}
+	if (r == 0) {
+		free(s->transforms_json);
+		s->transforms_json = text;
+		text = NULL;
+		if (now == SBX_RUNNING)
+			sbx__net_secrets(m, s->account, s->secrets_json, s->transforms_json,
+					 s->net_slot);
+		log_info("sandbox %s: %zu request transformations", id, json_array_size(next));
+	}
+	pthread_mutex_unlock(&s->mu);
+	free(text);
+	json_decref(old);
+	json_decref(next);
+	sbx__unhold(s);
 	sbx_put(s);
 	return r;
 }
