@@ -185,7 +185,8 @@ static int serve_one(struct privd *d, int sock, int netd, struct priv_req *r, ui
 	}
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
-	int sent = proto_end(&out) == 0 && unix_send_fds(sock, out.data, out.len, &rep.fd, rep.fd >= 0) == 0;
+	int sent = proto_end(&out) == 0 &&
+		   unix_send_fds(sock, out.data, out.len, &rep.fd, rep.fd >= 0) == 0;
 	if (rep.fd >= 0)
 		close(rep.fd);
 	pbuf_release(&out);

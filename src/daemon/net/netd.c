@@ -65,7 +65,8 @@ static char *read_body(int fd, uint32_t size)
 	return b;
 }
 
-static int answer(int sock, uint32_t id, int rc, const char *msg, const char *pem, const char *ca_id)
+static int answer(int sock, uint32_t id, int rc, const char *msg, const char *pem,
+		  const char *ca_id)
 {
 	struct pbuf b = { 0 };
 	int r = proto_begin(&b, rc < 0 ? ND_ERROR : pem ? ND_READY : ND_OK, 0, id);
@@ -221,7 +222,8 @@ static int start(struct server *s, char *err, size_t errlen, char **pem_out, cha
 	uint32_t nslots = 0, uid = 0, level = LOG_INFO, body = 0;
 	if (n <= 0 || proto_parse(buf, (size_t)n, &f) != n || f.type != ND_CONFIG ||
 	    proto_check_attrs(&f) < 0 || proto_get_u32(&f, NT_NSLOTS, &nslots) < 0 ||
-	    nslots == 0 || nslots > (1u << 14) || proto_get_str(&f, NT_CA_DIR, ca_dir, sizeof(ca_dir)) < 0 ||
+	    nslots == 0 || nslots > (1u << 14) ||
+	    proto_get_str(&f, NT_CA_DIR, ca_dir, sizeof(ca_dir)) < 0 ||
 	    proto_get_u32(&f, NT_UID, &uid) < 0 || proto_get_u32(&f, NT_LOG_LEVEL, &level) < 0 ||
 	    level > LOG_DEBUG || nfds > 1) {
 		close_all(fds, nfds);

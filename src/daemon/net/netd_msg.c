@@ -1,10 +1,10 @@
 /* netd_msg: the requests netd takes (netd_msg.h). */
 #include "daemon/net/netd_msg.h"
 
+#include "common/errbuf.h"
 #include "common/proto.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #define BIT(t) (1u << (t))
@@ -21,18 +21,6 @@ static const struct {
 	[ND_DETACH] = { BIT(NT_SLOT), BIT(NT_SLOT), 0 },
 };
 
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
-
 int netd_decode(const uint8_t *buf, size_t n, int nfds, int nslots, struct netd_req *r,
 		char *err, size_t errlen)
 {
@@ -46,9 +34,9 @@ int netd_decode(const uint8_t *buf, size_t n, int nfds, int nslots, struct netd_
 	r->type = f.type;
 	r->id = f.id;
 	if (f.type == 0 || f.type >= ND_NTYPES || f.type == ND_CONFIG)
-		return bad(err, errlen, "unknown request %u", f.type);
+		return errbuf_set(err, errlen, -EINVAL, "unknown request %u", f.type);
 	if (nfds != shape[f.type].fds)
-		return bad(err, errlen, "request %u takes %d descriptors, not %d", f.type,
+		return errbuf_set(err, errlen, -EINVAL, "request %u takes %d descriptors, not %d", f.type,
 			   shape[f.type].fds, nfds);
 	uint32_t seen = 0;
 	size_t off = 0;
@@ -56,25 +44,25 @@ int netd_decode(const uint8_t *buf, size_t n, int nfds, int nslots, struct netd_
 	while (proto_next(&f, &off, &a) == 1) {
 		uint32_t bit = a.tag < NT_NTAGS ? BIT(a.tag) : 0;
 		if (!(shape[f.type].takes & bit))
-			return bad(err, errlen, "request %u takes no attribute %u", f.type, a.tag);
+			return errbuf_set(err, errlen, -EINVAL, "request %u takes no attribute %u", f.type, a.tag);
 		if (seen & bit)
-			return bad(err, errlen, "attribute %u twice", a.tag);
+			return errbuf_set(err, errlen, -EINVAL, "attribute %u twice", a.tag);
 		seen |= bit;
 		if (a.len != 4)
-			return bad(err, errlen, "attribute %u: %u bytes, not 4", a.tag, a.len);
+			return errbuf_set(err, errlen, -EINVAL, "attribute %u: %u bytes, not 4", a.tag, a.len);
 		uint32_t v = (uint32_t)a.val[0] | (uint32_t)a.val[1] << 8 |
 			     (uint32_t)a.val[2] << 16 | (uint32_t)a.val[3] << 24;
 		if (a.tag == NT_SLOT) {
 			if (v >= (uint32_t)nslots)
-				return bad(err, errlen, "slot %u is not one of the %d", v, nslots);
+				return errbuf_set(err, errlen, -EINVAL, "slot %u is not one of the %d", v, nslots);
 			r->slot = (int)v;
 		} else {
 			if (v == 0 || v > NETD_MAX_BODY)
-				return bad(err, errlen, "a body of %u bytes", v);
+				return errbuf_set(err, errlen, -EINVAL, "a body of %u bytes", v);
 			r->body = v;
 		}
 	}
 	if ((seen & shape[f.type].needs) != shape[f.type].needs)
-		return bad(err, errlen, "request %u lacks an attribute", f.type);
+		return errbuf_set(err, errlen, -EINVAL, "request %u lacks an attribute", f.type);
 	return 0;
 }
