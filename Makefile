@@ -224,6 +224,10 @@ $(BUILD)/tests/test_netd: $(call obj,tests/unit/daemon/net/test_netd.c $(TEST_LI
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lpthread
 
+$(BUILD)/tests/test_seal: $(call obj,tests/unit/daemon/net/test_seal.c $(TEST_LIB) src/daemon/net/seal.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/test_ports: $(call obj,tests/unit/daemon/ports/test_ports.c $(TEST_LIB) src/daemon/ports/ports.c $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)

@@ -66,7 +66,7 @@ UNIT_TESTS=(
 	test_sbx                           # daemon/sandbox
 	test_api                           # daemon/api
 	test_store test_store_usage        # daemon/store
-	test_policy test_proxy test_rules test_secret test_netd # daemon/net
+	test_policy test_proxy test_rules test_secret test_netd test_seal # daemon/net
 	test_ports                         # daemon/ports
 	test_gateway test_gateway_store    # gateway
 )
