@@ -16,6 +16,8 @@ void buf_init(struct buf *b, size_t max)
 
 void buf_release(struct buf *b)
 {
+	if (b->secret && b->p)
+		explicit_bzero(b->p, b->cap);
 	free(b->p);
 	b->p = NULL;
 	b->len = b->cap = 0;
@@ -38,9 +40,16 @@ int buf_reserve(struct buf *b, size_t n)
 	size_t cap = b->cap ? b->cap : BUF_FIRST;
 	while (cap < need)
 		cap *= 2;
-	char *p = realloc(b->p, cap);
+	/* A secret's bytes are copied by hand: realloc would free the old
+	 * block as it is. */
+	char *p = b->secret ? malloc(cap) : realloc(b->p, cap);
 	if (!p)
 		return -ENOMEM;
+	if (b->secret && b->p) {
+		memcpy(p, b->p, b->len + 1);
+		explicit_bzero(b->p, b->cap);
+		free(b->p);
+	}
 	b->p = p;
 	b->cap = cap;
 	return 0;

@@ -17,11 +17,12 @@ struct buf {
 	size_t len; /* bytes held, the NUL not counted */
 	size_t cap; /* bytes allocated at p */
 	size_t max; /* the most len may reach; 0: no cap */
+	int secret; /* set by its owner: bytes overwritten when moved or freed */
 };
 
 /* An empty buffer that may hold up to max bytes (0: any number). */
 void buf_init(struct buf *b, size_t max);
-/* Frees what b holds and makes it empty (max kept). */
+/* Frees what b holds and makes it empty (max and secret kept). */
 void buf_release(struct buf *b);
 /* The same, overwriting the bytes first: for secrets. */
 void buf_wipe(struct buf *b);

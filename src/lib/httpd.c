@@ -405,7 +405,11 @@ static int take_body(struct conn *c, const char *data, size_t n)
 		c->too_big = 1;
 		return 0;
 	}
-	return buf_add(&c->body, data, n);
+	int rc = buf_add(&c->body, data, n);
+	/* Taken: MHD moves past it in its connection's buffer, where a
+	 * secret's value would otherwise stay until the next request. */
+	explicit_bzero((char *)data, n);
+	return rc;
 }
 
 /* The body is in: the handler answers. */
@@ -441,6 +445,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
 		*con_cls = c;
 		c->h = h;
 		buf_init(&c->body, 0);
+		c->body.secret = 1; /* a secret's value may be in it */
 		c->r = (struct httpd_req){
 			.con = con, .method = method, .url = url, .arg = h->c->arg, .app = c->app
 		};
@@ -520,7 +525,11 @@ static int listen_unix(const char *path, char *err, size_t errlen)
 /* Thread per connection, so every connection costs a thread: at most
  * max_conns of them, idle ones closed after idle_s, and on TCP at most
  * max_conns_per_ip from one address, so one client cannot take them all.
- * (The Unix socket is the administrator's alone.) */
+ * (The Unix socket is the administrator's alone.) Each connection's
+ * memory, where MHD reads requests, is over 32 KiB so that MHD maps it
+ * rather than mallocs it: unmapped when the connection ends, and zeroed
+ * between its requests, it leaves no body (a secret's value) behind. */
+#define CONN_MEMORY (64u * 1024)
 static struct MHD_Daemon *start_mhd(struct httpd *h, int fd, int tcp)
 {
 	const struct httpd_config *c = h->c;
@@ -531,6 +540,7 @@ static struct MHD_Daemon *start_mhd(struct httpd *h, int fd, int tcp)
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 				MHD_OPTION_CONNECTION_LIMIT, c->max_conns,
 				MHD_OPTION_CONNECTION_TIMEOUT, c->idle_s,
+				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
 				MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
 }
 

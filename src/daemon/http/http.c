@@ -44,6 +44,12 @@ static json_t *error_body(const char *type, const char *code, const char *msg)
 	return body;
 }
 
+void req_wipe_body(struct req *r)
+{
+	if (r->http->body)
+		explicit_bzero(r->http->body, r->http->len);
+}
+
 int reply_json(struct req *r, unsigned status, json_t *body)
 {
 	return httpd_reply_json(r->http, status, body);

@@ -89,6 +89,9 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 void http_stop(struct http *h);
 
 /* Response helpers: each queues one response on r and returns 0. */
+/* Overwrites the request's body where it is kept whole (a secret's value
+ * was in it); r->body, its JSON, is the caller's to wipe. */
+void req_wipe_body(struct req *r);
 int reply_json(struct req *r, unsigned status, json_t *body); /* steals body */
 int reply_error(struct req *r, unsigned status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
