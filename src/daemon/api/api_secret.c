@@ -1,11 +1,13 @@
 /*
  * api_secret: an account's egress secrets (docs/api.md "Egress
  * secrets"). A value goes in and never comes out: answers carry the
- * name, the hosts and the placeholder.
+ * name, the hosts and the placeholder. It goes to cpuos-netd at once to
+ * be sealed (net/seal.h), and only its sealed text is stored.
  */
 #include "daemon/api/api.h"
 
 #include "common/clock.h"
+#include "daemon/net/seal.h"
 #include "daemon/net/secret.h"
 
 #include <errno.h>
@@ -59,7 +61,7 @@ int api_secret_get(struct req *r)
 	return 0;
 }
 
-int api_secret_put(struct req *r)
+static int put(struct req *r)
 {
 	if (!r->body)
 		return reply_error(r, 400, "bad_request",
@@ -79,12 +81,23 @@ int api_secret_put(struct req *r)
 	    secret_hosts_ok(json_object_get(r->body, "hosts"), &hosts, err, sizeof(err)) < 0)
 		return reply_error(r, 422, "invalid_argument", "%s", err);
 	unsigned char rnd[16];
-	struct store_secret x = { .value = (char *)value, .allow_http = allow_http,
+	struct store_secret x = { .allow_http = allow_http, .sealed = 1,
 				  .updated_at = (long long)time(NULL) };
-	x.hosts_json = json_dumps(hosts, JSON_COMPACT);
-	json_decref(hosts);
 	snprintf(x.account, sizeof(x.account), "%s", r->account);
 	snprintf(x.name, sizeof(x.name), "%.64s", r->param[0]); /* checked: at most 64 */
+	/* Sealed by cpuos-netd: this process keeps no value it can read. */
+	char sealed[SEAL_TEXT_MAX(SECRET_MAX_VALUE)];
+	int e = sbx_secret_seal(r->api->sbx, r->account, x.name, hosts, allow_http, value, sealed,
+				sizeof(sealed), err, sizeof(err));
+	if (e < 0) {
+		json_decref(hosts);
+		if (e == -ENOTSUP)
+			return reply_error(r, 409, "conflict", "%s", err);
+		return reply_error(r, 503, "unavailable", "cannot seal it: %s", err);
+	}
+	x.value = sealed;
+	x.hosts_json = json_dumps(hosts, JSON_COMPACT);
+	json_decref(hosts);
 	int n = snprintf(x.placeholder, sizeof(x.placeholder), "%s", SECRET_PREFIX);
 	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd) || !x.hosts_json) {
 		free(x.hosts_json);
@@ -92,7 +105,8 @@ int api_secret_put(struct req *r)
 	}
 	for (int i = 0; i < 16; i++)
 		n += snprintf(x.placeholder + n, sizeof(x.placeholder) - (size_t)n, "%02x", rnd[i]);
-	int created = 0, e = store_secret_put(r->api->store, &x, &created);
+	int created = 0;
+	e = store_secret_put(r->api->store, &x, &created);
 	free(x.hosts_json);
 	if (e < 0)
 		return reply_error(r, 500, "internal", "cannot store the secret: %s", strerror(-e));
@@ -103,6 +117,19 @@ int api_secret_put(struct req *r)
 	reply_json(r, created ? 201 : 200, secret_json(&now));
 	store_secret_release(&now);
 	return 0;
+}
+
+/* The value is overwritten before the answer goes: where the request's
+ * body was kept and in its JSON (freed later, when the request is over,
+ * and then by a free that wipes: cpuosd.c). */
+int api_secret_put(struct req *r)
+{
+	int rc = put(r);
+	const char *value = json_string_value(json_object_get(r->body, "value"));
+	if (value)
+		explicit_bzero((char *)value, strlen(value));
+	req_wipe_body(r);
+	return rc;
 }
 
 int api_secret_delete(struct req *r)

@@ -9,6 +9,7 @@
  */
 #include "daemon/net/net.h"
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/netconst.h"
 #include "common/tcp.h"
@@ -249,10 +250,10 @@ int net_apply(struct net *n, int slot, const struct net_policy *p, char *err, si
 	return r;
 }
 
-int net_set_secrets(struct net *n, int slot, const json_t *secrets, const json_t *rules,
-		    char *err, size_t errlen)
+int net_set_secrets(struct net *n, int slot, const char *account, const json_t *secrets,
+		    const json_t *rules, char *err, size_t errlen)
 {
-	json_t *j = json_object();
+	json_t *j = json_pack("{s:s}", "account", account);
 	if (j && secrets)
 		json_object_set(j, "secrets", (json_t *)secrets);
 	if (j && rules)
@@ -262,7 +263,21 @@ int net_set_secrets(struct net *n, int slot, const json_t *secrets, const json_t
 	if (!text)
 		return -ENOMEM;
 	int r = netd_secrets(n->netd, slot, text, err, errlen);
-	/* The values go no further in this process's memory. */
+	free(text);
+	return r;
+}
+
+int net_seal(struct net *n, const char *account, const char *name, const json_t *hosts, int http,
+	     const char *value, char *out, size_t outlen, char *err, size_t errlen)
+{
+	json_t *j = json_pack("{s:s, s:s, s:O, s:b, s:s}", "account", account, "name", name,
+			      "hosts", hosts, "http", http, "value", value);
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!text)
+		return errbuf_set(err, errlen, -ENOMEM, "out of memory");
+	int r = netd_seal(n->netd, text, out, outlen, err, errlen);
+	/* The value goes no further in this process's memory. */
 	explicit_bzero(text, strlen(text));
 	free(text);
 	return r;

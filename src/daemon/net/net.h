@@ -47,12 +47,19 @@ void net_close(struct net *n);
 int net_create(struct net *n, const struct net_policy *p, int *slot, char *err, size_t errlen);
 /* Replaces the policy of a live namespace at once (one nft transaction). */
 int net_apply(struct net *n, int slot, const struct net_policy *p, char *err, size_t errlen);
-/* The egress secrets of slot from now on, a JSON array as secret.h's
- * secret_set_parse reads, and its request transformations, as rules.h's
+/* The egress secrets of slot from now on, account's: a JSON array as
+ * secret.h's secret_set_parse reads, but each value sealed (net_seal), in
+ * "sealed" for "value"; and its request transformations, as rules.h's
  * rules_parse reads (NULL or empty: none). 0, or -EINVAL with a reason,
- * and then none of either. */
-int net_set_secrets(struct net *n, int slot, const json_t *secrets, const json_t *rules,
-		    char *err, size_t errlen);
+ * and then none of either. A secret whose value does not open is left
+ * out (netd says so in the log). */
+int net_set_secrets(struct net *n, int slot, const char *account, const json_t *secrets,
+		    const json_t *rules, char *err, size_t errlen);
+/* Secret name's value sealed by netd to account, name, hosts (a JSON
+ * array, as secret_hosts_ok gives it) and http: the text into
+ * out[outlen], or -errno with a reason. */
+int net_seal(struct net *n, const char *account, const char *name, const json_t *hosts, int http,
+	     const char *value, char *out, size_t outlen, char *err, size_t errlen);
 /* The egress CA's certificate (PEM), which guests must trust, and its
  * SHA-256 (hex): what a template snapshot made with it is known by. */
 const char *net_ca_pem(const struct net *n);

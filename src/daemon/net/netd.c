@@ -4,6 +4,7 @@
  */
 #include "daemon/net/netd.h"
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/unixsock.h"
@@ -12,6 +13,7 @@
 #include "daemon/net/netd_msg.h"
 #include "daemon/net/proxy.h"
 #include "daemon/net/rules.h"
+#include "daemon/net/seal.h"
 #include "daemon/net/secret.h"
 #include "daemon/sysfilter.h"
 #include "priv/priv.h"
@@ -34,6 +36,7 @@ struct server {
 	struct dns *dns;
 	struct proxy *proxy;
 	struct priv *priv;
+	struct seal *seal;
 };
 
 static void close_all(int *fds, int n)
@@ -65,11 +68,14 @@ static char *read_body(int fd, uint32_t size)
 	return b;
 }
 
+/* The answer to request id: ND_ERROR with msg when rc < 0, else ND_READY
+ * when pem is given, ND_SEALED when sealed is, ND_OK. */
 static int answer(int sock, uint32_t id, int rc, const char *msg, const char *pem,
-		  const char *ca_id)
+		  const char *ca_id, const char *sealed)
 {
 	struct pbuf b = { 0 };
-	int r = proto_begin(&b, rc < 0 ? ND_ERROR : pem ? ND_READY : ND_OK, 0, id);
+	int r = proto_begin(&b, rc < 0 ? ND_ERROR : pem ? ND_READY : sealed ? ND_SEALED : ND_OK, 0,
+			    id);
 	if (r == 0 && rc < 0)
 		r = proto_put_u32(&b, NT_ERRNO, (uint32_t)-rc) < 0 ||
 				    proto_put_str(&b, NT_MESSAGE, msg[0] ? msg : strerror(-rc)) < 0
@@ -79,6 +85,8 @@ static int answer(int sock, uint32_t id, int rc, const char *msg, const char *pe
 		r = proto_put_str(&b, NT_PEM, pem) < 0 || proto_put_str(&b, NT_CA_ID, ca_id) < 0
 			    ? -ENOMEM
 			    : 0;
+	if (r == 0 && rc >= 0 && sealed)
+		r = proto_put(&b, NT_SEALED, sealed, strlen(sealed));
 	if (r == 0)
 		r = proto_end(&b);
 	ssize_t w = -1, len = (ssize_t)b.len;
@@ -89,7 +97,86 @@ static int answer(int sock, uint32_t id, int rc, const char *msg, const char *pe
 	return r == 0 && w == len ? 0 : -EPIPE;
 }
 
-/* {"secrets": [...], "rules": [...]}, as net_set_secrets takes them. */
+/* What a secret's value is bound to when sealed (seal.h): its account,
+ * name, hosts (as secret_hosts_ok spells them) and whether it may go in
+ * plain HTTP. A malloc'd text, or NULL. */
+static char *bound_to(const char *account, const char *name, const json_t *hosts, int http)
+{
+	json_t *j = json_pack("{s:i, s:s, s:s, s:O, s:b}", "v", 1, "account", account, "name", name,
+			      "hosts", hosts, "http", http);
+	char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	json_decref(j);
+	return t;
+}
+
+static int account_ok(const char *a)
+{
+	return a && a[0] && strlen(a) < 128;
+}
+
+/* ND_SEAL: {"account", "name", "hosts", "http", "value"} checked as the
+ * API checks a secret, and the value sealed to the rest: 0 with *sealed,
+ * or -errno with a reason. */
+static int seal_value(struct server *s, const char *text, char **sealed, char *err,
+		      size_t errlen)
+{
+	json_t *j = json_loads(text, 0, NULL), *hosts = NULL;
+	const char *account = json_string_value(json_object_get(j, "account"));
+	const char *name = json_string_value(json_object_get(j, "name"));
+	const char *value = json_string_value(json_object_get(j, "value"));
+	const json_t *http = json_object_get(j, "http");
+	int r;
+	if (!account_ok(account) || !secret_name_ok(name) || !json_is_boolean(http))
+		r = errbuf_set(err, errlen, -EINVAL, "seal: no account, name or http");
+	else if ((r = secret_value_ok(value, err, errlen)) == 0 &&
+		 (r = secret_hosts_ok(json_object_get(j, "hosts"), &hosts, err, errlen)) == 0) {
+		char *aad = bound_to(account, name, hosts, json_is_true(http));
+		*sealed = aad ? seal_wrap(s->seal, aad, value, strlen(value)) : NULL;
+		free(aad);
+		if (!*sealed)
+			r = errbuf_set(err, errlen, -ENOMEM, "seal: out of memory");
+	}
+	json_decref(hosts);
+	json_decref(j);
+	return r;
+}
+
+/* Each secret's value opened from its "sealed" text into "value"; one that
+ * does not open (sealed with another key, or bound to other hosts than
+ * those cpuosd now gives) is dropped, and said so. */
+static void open_values(struct server *s, const char *account, json_t *secrets)
+{
+	for (size_t i = 0; i < json_array_size(secrets);) {
+		json_t *e = json_array_get(secrets, i), *hosts = NULL;
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *sealed = json_string_value(json_object_get(e, "sealed"));
+		char err[256], *aad = NULL, *value = NULL;
+		size_t n = 0;
+		int http = json_is_true(json_object_get(e, "http"));
+		if (account_ok(account) && secret_name_ok(name) && sealed &&
+		    secret_hosts_ok(json_object_get(e, "hosts"), &hosts, err, sizeof(err)) == 0 &&
+		    (aad = bound_to(account, name, hosts, http)))
+			value = seal_unwrap(s->seal, aad, sealed, &n);
+		free(aad);
+		json_decref(hosts);
+		if (value) {
+			json_object_set_new(e, "value", json_string(value));
+			explicit_bzero(value, n);
+			free(value);
+			i++;
+			continue;
+		}
+		log_warn("secret %.64s of account %.128s is not used: its value does not open with "
+			 "this host's key (sealed with another, or its hosts changed since); "
+			 "set it again",
+			 secret_name_ok(name) ? name : "?", account_ok(account) ? account : "?");
+		json_array_remove(secrets, i);
+	}
+}
+
+/* {"account", "secrets": [...], "rules": [...]}: the values sealed, as
+ * sbx_secret.c sends them; then as secret_set_parse and rules_parse take
+ * them. */
 static int set_secrets(struct server *s, int slot, const char *text, char *err, size_t errlen)
 {
 	json_error_t je;
@@ -103,6 +190,7 @@ static int set_secrets(struct server *s, int slot, const char *text, char *err, 
 		r = -EINVAL;
 	} else if (json_array_size(secrets) || json_array_size(rules)) {
 		json_t *none = json_array();
+		open_values(s, json_string_value(json_object_get(j, "account")), secrets);
 		r = secret_set_parse(secrets ? secrets : none, &set, err, errlen);
 		json_decref(none);
 		if (r == 0 && json_array_size(rules) &&
@@ -117,7 +205,9 @@ static int set_secrets(struct server *s, int slot, const char *text, char *err, 
 	return r;
 }
 
-static int handle(struct server *s, const struct netd_req *q, int *fds, char *err, size_t errlen)
+/* One request: 0 (with *sealed for ND_SEAL), or -errno with a reason. */
+static int handle(struct server *s, const struct netd_req *q, int *fds, char **sealed, char *err,
+		  size_t errlen)
 {
 	char *body = NULL;
 	int r = 0;
@@ -160,7 +250,12 @@ static int handle(struct server *s, const struct netd_req *q, int *fds, char *er
 		proxy_detach(s->proxy, q->slot);
 		dns_detach(s->dns, q->slot);
 		break;
+	case ND_SEAL:
+		r = seal_value(s, body, sealed, err, errlen);
+		break;
 	}
+	if (body)
+		explicit_bzero(body, q->body); /* a value, maybe */
 	free(body);
 	return r;
 }
@@ -181,9 +276,12 @@ static void serve(struct server *s)
 			log_error("a request cpuosd would never send (%s): ending", err[0] ? err : "too long");
 			_exit(3);
 		}
-		r = handle(s, &q, fds, err, sizeof(err));
+		char *sealed = NULL;
+		r = handle(s, &q, fds, &sealed, err, sizeof(err));
 		close_all(fds, nfds);
-		if (answer(s->sock, q.id, r, err, NULL, NULL) < 0)
+		int w = answer(s->sock, q.id, r, err, NULL, NULL, sealed);
+		free(sealed);
+		if (w < 0)
 			return;
 	}
 }
@@ -198,7 +296,7 @@ static void own_ca_dir(const char *dir)
 		return;
 	if (fchown(dfd, 0, 0) < 0 || fchmod(dfd, 0700) < 0)
 		log_warn("cannot make %s root's: %s", dir, strerror(errno));
-	const char *files[] = { "ca.pem", "ca.key", "lock" };
+	const char *files[] = { "ca.pem", "ca.key", "lock", SEAL_KEY_FILE };
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		int fd = openat(dfd, files[i], O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		struct stat st;
@@ -243,6 +341,8 @@ static int start(struct server *s, char *err, size_t errlen, char **pem_out, cha
 	s->nslots = (int)nslots;
 	own_ca_dir(ca_dir);
 	int r = ca_open(ca_dir, &s->ca, err, errlen);
+	if (r == 0)
+		r = seal_load(ca_dir, &s->seal, err, errlen);
 	if (r == 0 && uid) {
 		const char *none[] = { NULL };
 		r = priv_drop((uid_t)uid, 0, none, err, errlen);
@@ -275,7 +375,7 @@ void netd_main(int argc, char **argv)
 	struct server s = { .sock = NETD_FD };
 	char err[512] = "", *pem = NULL, *id = NULL;
 	int r = start(&s, err, sizeof(err), &pem, &id);
-	if (answer(s.sock, 0, r, err, r == 0 ? pem : NULL, id) < 0 || r < 0)
+	if (answer(s.sock, 0, r, err, r == 0 ? pem : NULL, id, NULL) < 0 || r < 0)
 		_exit(1);
 	serve(&s);
 	/* What cpuosd's close leaves: the resolver's and proxy's threads end

@@ -2,22 +2,25 @@
  * netd: cpuos-netd, the process that holds the network side of the
  * sandboxes, after OpenBSD vmd's split of roles into processes: the
  * guests' resolver (dns.h), the egress proxy with its TLS termination
- * (proxy.h), the egress CA's key (ca.h) and the secrets the proxy puts in
- * requests. All of them parse what guests send; none of them needs the
- * store, the API keys or the sandboxes' agents, which stay in cpuosd.
+ * (proxy.h), the egress CA's key (ca.h), and the secrets the proxy puts
+ * in requests with the key that seals them for the store (seal.h): cpuosd
+ * keeps only sealed values and hands a value it is given to netd to seal.
+ * All of them parse what guests send; none of them needs the store, the
+ * API keys or the sandboxes' agents, which stay in cpuosd.
  *
  * cpuosd starts it while root, before it drops root itself: a fork that
  * executes the daemon's binary again ("cpuos-netd --netd"), with a socket
  * to cpuosd at NETD_FD and one to the privileged helper at NETD_PRIV_FD
  * (for the two requests it makes: a socket to dial from a sandbox's
  * namespace, and the addresses a name resolved to; the helper refuses any
- * other from it). netd reads its configuration, loads the CA as root
- * (the CA's directory is root's, closed to cpuosd), becomes a uid of its
- * own (the last of the daemon's block), starts the resolver and proxy,
- * loads the daemon's seccomp filter (sysfilter.h) and answers READY with
- * the CA's certificate. Then it serves one request at a time (netd_msg.h)
- * until cpuosd closes the socket. A request it cannot decode ends it;
- * cpuosd, whose calls then fail, shuts down as when its helper is gone.
+ * other from it). netd reads its configuration, loads the CA and the
+ * sealing key as root (the CA's directory is root's, closed to cpuosd),
+ * becomes a uid of its own (the last of the daemon's block), starts the
+ * resolver and proxy, loads the daemon's seccomp filter (sysfilter.h) and
+ * answers READY with the CA's certificate. Then it serves one request at
+ * a time (netd_msg.h) until cpuosd closes the socket. A request it cannot
+ * decode ends it; cpuosd, whose calls then fail, shuts down as when its
+ * helper is gone.
  */
 #ifndef CPUOS_NET_NETD_H
 #define CPUOS_NET_NETD_H
@@ -62,6 +65,11 @@ int netd_cut(struct netd *d, int slot, char *err, size_t errlen);
  * takes them: a JSON object {"secrets": [...], "rules": [...]}. */
 int netd_secrets(struct netd *d, int slot, const char *json, char *err, size_t errlen);
 int netd_detach(struct netd *d, int slot, char *err, size_t errlen);
+/* A secret's value sealed (seal.h) to what it is bound to: json is
+ * {"account", "name", "hosts", "http", "value"}; the sealed text into
+ * out[outlen] (SEAL_TEXT_MAX of the value's size is enough). */
+int netd_seal(struct netd *d, const char *json, char *out, size_t outlen, char *err,
+	      size_t errlen);
 
 /* First in cpuosd's main(): when this process is netd (netd_start
  * executed it so), it serves and never returns; else it returns. */

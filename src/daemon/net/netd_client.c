@@ -53,9 +53,11 @@ static int body_fd(const char *text, size_t len)
 	return fd;
 }
 
-/* The answer to id, waited for within the timeout: 0 (ND_OK, or
- * ND_READY with the CA's certificate kept), or -errno with err. */
-static int recv_answer(struct netd *d, uint32_t id, char *err, size_t errlen)
+/* The answer to id, waited for within the timeout: 0 (ND_OK, ND_READY
+ * with the CA's certificate kept, or ND_SEALED with its text in
+ * out[outlen]), or -errno with err. */
+static int recv_answer(struct netd *d, uint32_t id, char *out, size_t outlen, char *err,
+		       size_t errlen)
 {
 	static __thread uint8_t buf[NETD_MAX_MSG];
 	struct pollfd pf = { .fd = d->sock, .events = POLLIN };
@@ -67,7 +69,8 @@ static int recv_answer(struct netd *d, uint32_t id, char *err, size_t errlen)
 		n = -errno;
 	struct proto_frame f;
 	if (n <= 0 || proto_parse(buf, (size_t)n, &f) != n || proto_check_attrs(&f) < 0 ||
-	    f.id != id || (f.type != ND_OK && f.type != ND_ERROR && f.type != ND_READY)) {
+	    f.id != id ||
+	    (f.type != ND_OK && f.type != ND_ERROR && f.type != ND_READY && f.type != ND_SEALED)) {
 		if (n == -ETIMEDOUT)
 			snprintf(err, errlen, "cpuos-netd did not answer in %d ms", d->timeout_ms);
 		else
@@ -88,13 +91,27 @@ static int recv_answer(struct netd *d, uint32_t id, char *err, size_t errlen)
 		snprintf(err, errlen, "cpuos-netd sent no CA");
 		return -EPIPE;
 	}
+	if ((f.type == ND_SEALED) != (out != NULL)) {
+		snprintf(err, errlen, "cpuos-netd answered with what was not asked");
+		return -EPIPE;
+	}
+	if (out) {
+		uint32_t len = 0;
+		const uint8_t *v = proto_get(&f, NT_SEALED, &len);
+		if (!v || len >= outlen || memchr(v, '\0', len)) {
+			snprintf(err, errlen, "cpuos-netd sent no sealed text that fits");
+			return -EPIPE;
+		}
+		memcpy(out, v, len);
+		out[len] = '\0';
+	}
 	return 0;
 }
 
-/* One request: type for slot, with fds (given up here) and a body; 0 or
- * -errno with err. */
+/* One request: type for slot (-1: none), with fds (given up here) and a
+ * body; 0 (with ND_SEALED's text in out[outlen]) or -errno with err. */
 static int call(struct netd *d, uint16_t type, int slot, int *fds, int nfds, const char *body,
-		char *err, size_t errlen)
+		char *out, size_t outlen, char *err, size_t errlen)
 {
 	int all[NETD_MAX_FDS], n = 0, r = 0;
 	for (int i = 0; i < nfds; i++)
@@ -113,13 +130,13 @@ static int call(struct netd *d, uint16_t type, int slot, int *fds, int nfds, con
 	pthread_mutex_lock(&d->mu);
 	uint32_t id = ++d->next_id ? d->next_id : ++d->next_id;
 	if (r == 0 && (proto_begin(&b, type, 0, id) < 0 ||
-		       proto_put_u32(&b, NT_SLOT, (uint32_t)slot) < 0 ||
+		       (slot >= 0 && proto_put_u32(&b, NT_SLOT, (uint32_t)slot) < 0) ||
 		       (body && proto_put_u32(&b, NT_BODY, (uint32_t)blen) < 0) || proto_end(&b) < 0))
 		r = -ENOMEM;
 	if (r == 0 && (r = unix_send_fds(d->sock, b.data, b.len, all, n)) < 0)
 		snprintf(err, errlen, "cpuos-netd is gone (%s)", strerror(-r));
 	if (r == 0)
-		r = recv_answer(d, id, err, errlen);
+		r = recv_answer(d, id, out, outlen, err, errlen);
 	if (r == -EPIPE && d->pid > 0 && strstr(err, "did not answer"))
 		kill(d->pid, SIGKILL); /* a late answer would be read as the next call's */
 	pthread_mutex_unlock(&d->mu);
@@ -139,27 +156,33 @@ int netd_attach(struct netd *d, int slot, int nsfd, int dns_fd, int proxy_fd,
 		const char *policy, char *err, size_t errlen)
 {
 	int fds[] = { nsfd, dns_fd, proxy_fd };
-	return call(d, ND_ATTACH, slot, fds, 3, policy, err, errlen);
+	return call(d, ND_ATTACH, slot, fds, 3, policy, NULL, 0, err, errlen);
 }
 
 int netd_policy(struct netd *d, int slot, const char *policy, char *err, size_t errlen)
 {
-	return call(d, ND_POLICY, slot, NULL, 0, policy, err, errlen);
+	return call(d, ND_POLICY, slot, NULL, 0, policy, NULL, 0, err, errlen);
 }
 
 int netd_cut(struct netd *d, int slot, char *err, size_t errlen)
 {
-	return call(d, ND_CUT, slot, NULL, 0, NULL, err, errlen);
+	return call(d, ND_CUT, slot, NULL, 0, NULL, NULL, 0, err, errlen);
 }
 
 int netd_secrets(struct netd *d, int slot, const char *json, char *err, size_t errlen)
 {
-	return call(d, ND_SECRETS, slot, NULL, 0, json, err, errlen);
+	return call(d, ND_SECRETS, slot, NULL, 0, json, NULL, 0, err, errlen);
+}
+
+int netd_seal(struct netd *d, const char *json, char *out, size_t outlen, char *err,
+	      size_t errlen)
+{
+	return call(d, ND_SEAL, -1, NULL, 0, json, out, outlen, err, errlen);
 }
 
 int netd_detach(struct netd *d, int slot, char *err, size_t errlen)
 {
-	return call(d, ND_DETACH, slot, NULL, 0, NULL, err, errlen);
+	return call(d, ND_DETACH, slot, NULL, 0, NULL, NULL, 0, err, errlen);
 }
 
 /* In the child of the fork: the binary again, with the socket to cpuosd
@@ -220,7 +243,7 @@ int netd_start(const struct netd_config *c, struct netd **out, char *err, size_t
 	if (r < 0)
 		snprintf(err, errlen, "cannot start cpuos-netd: %s", strerror(-r));
 	/* READY comes after the CA, the resolver and the proxy. */
-	if (r == 0 && (r = recv_answer(d, 0, err, errlen)) == 0 && !d->pem[0]) {
+	if (r == 0 && (r = recv_answer(d, 0, NULL, 0, err, errlen)) == 0 && !d->pem[0]) {
 		snprintf(err, errlen, "cpuos-netd did not say it was ready");
 		r = -EPROTO;
 	}

@@ -19,6 +19,7 @@ static const struct {
 	[ND_CUT] = { BIT(NT_SLOT), BIT(NT_SLOT), 0 },
 	[ND_SECRETS] = { BIT(NT_SLOT) | BIT(NT_BODY), BIT(NT_SLOT) | BIT(NT_BODY), 1 },
 	[ND_DETACH] = { BIT(NT_SLOT), BIT(NT_SLOT), 0 },
+	[ND_SEAL] = { BIT(NT_BODY), BIT(NT_BODY), 1 },
 };
 
 int netd_decode(const uint8_t *buf, size_t n, int nfds, int nslots, struct netd_req *r,

@@ -3,8 +3,8 @@
  * message is one proto.h frame over a SOCK_SEQPACKET socket pair: its type
  * one of enum netd_type, its attributes of enum netd_tag, and with it the
  * descriptors its type takes. Texts too long for a frame (a policy, a
- * sandbox's secrets) come in a body: a memfd the sender wrote, whose size
- * the frame gives. netd_decode is all netd believes of a request: the
+ * sandbox's secrets, a value to seal) come in a body: a memfd the sender
+ * wrote, whose size the frame gives. netd_decode is all netd believes of a request: the
  * type known, each attribute one the type takes, once, of its size, the
  * slot in range, the descriptors counted. Pure, so it is fuzzed
  * (tests/fuzz/fuzz_netd.c).
@@ -29,10 +29,12 @@ enum netd_type {
 	ND_CUT = 4,     /* slot: the proxy's connections end (its policy changed) */
 	ND_SECRETS = 5, /* slot; fd: body: {"secrets": [...], "rules": [...]} */
 	ND_DETACH = 6,  /* slot */
+	ND_SEAL = 7,    /* fd: body: {"account", "name", "hosts", "http", "value"} (netd.c) */
 	ND_NTYPES,
 	ND_OK = 64,
 	ND_ERROR = 65,  /* errno, message */
 	ND_READY = 66,  /* the answer to ND_CONFIG: the CA's certificate and id */
+	ND_SEALED = 67, /* the answer to ND_SEAL: the sealed text (seal.h) */
 };
 
 enum netd_tag {
@@ -47,6 +49,7 @@ enum netd_tag {
 	NT_CA_ID = 9,     /* str */
 	NT_ERRNO = 10,    /* u32 */
 	NT_MESSAGE = 11,  /* str */
+	NT_SEALED = 12,   /* bytes: a sealed text, longer than a str may be */
 	NT_NTAGS,
 };
 

@@ -833,6 +833,8 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 {
 	struct store_sbx *rows;
 	size_t n;
+	/* Before any sandbox's proxy asks for them. */
+	sbx__secrets_seal_old(m);
 	/* Paused ones first: a running row may become paused below. */
 	if (store_sbx_paused(m->store, &rows, &n) == 0) {
 		for (size_t i = 0; i < n; i++) {

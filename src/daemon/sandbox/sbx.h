@@ -158,6 +158,13 @@ int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c);
 /* account's secrets changed (set or deleted): its running sandboxes'
  * proxies get the new values, or lose them, at once. */
 void sbx_secrets_changed(struct sbx_mgr *m, const char *account);
+/* Secret name's value sealed for the store by cpuos-netd (net_seal), bound
+ * to account, name, hosts (a JSON array, as secret_hosts_ok gives it) and
+ * http: the sealed text into out[outlen] (SEAL_TEXT_MAX of the value's
+ * size), or -errno with a reason: -ENOTSUP without networks. */
+int sbx_secret_seal(struct sbx_mgr *m, const char *account, const char *name,
+		    const json_t *hosts, int http, const char *value, char *out, size_t outlen,
+		    char *err, size_t errlen);
 
 /* Port URLs: a connection to port of sandbox id for a client that shows
  * token (NULL: none), which a public sandbox does not need; a paused one

@@ -280,6 +280,9 @@ void sbx__net_keep(struct sbx_mgr *m, const struct store_sbx *row);
  * logged: the requests then go with the placeholders, and no rules. */
 void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_json,
 		      const char *transforms_json, int slot);
+/* At the start: each secret a daemon from before stored plaintext is
+ * sealed (sbx_secret_seal) in the store, which is then scrubbed. */
+void sbx__secrets_seal_old(struct sbx_mgr *m);
 /* At a create: names_json (a JSON array of the account's secret names,
  * NULL: none) becomes row's secrets_json, and each secret's placeholder
  * goes into row's env under its name. 0, -ENOENT (an unknown secret, or

@@ -5,13 +5,18 @@
  * forks, resumes and a restarted daemon give the same ones to the proxy
  * of its network again (sbx__run_vm). The values are read from the store
  * each time: a secret set again or deleted reaches running sandboxes at
- * once (sbx_secrets_changed).
+ * once (sbx_secrets_changed). The store and this process hold each value
+ * sealed by cpuos-netd, which alone opens it (net/seal.h): a value given
+ * to the API is sealed at once (sbx_secret_seal), and one a daemon from
+ * before kept plaintext is sealed at the start (sbx__secrets_seal_old).
  */
 #include "daemon/sandbox/sbx_impl.h"
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "daemon/net/net.h"
 #include "daemon/net/rules.h"
+#include "daemon/net/seal.h"
 #include "daemon/net/secret.h"
 #include "daemon/store/store.h"
 
@@ -100,19 +105,70 @@ void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_
 		const char *name = json_string_value(v);
 		if (!name || store_secret_get(m->store, account, name, &x) < 0)
 			continue; /* deleted since: its placeholder stays one */
+		if (!x.sealed) { /* not yet sealed: it waits for that */
+			log_warn("secret %s of account %s is not sealed: not used", x.name,
+				 account);
+			store_secret_release(&x);
+			continue;
+		}
 		json_t *hosts = json_loads(x.hosts_json, 0, NULL);
 		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o*, s:b}", "name", x.name,
-						      "placeholder", x.placeholder, "value", x.value,
-						      "hosts", hosts, "http", x.allow_http));
+						      "placeholder", x.placeholder, "sealed",
+						      x.value, "hosts", hosts, "http",
+						      x.allow_http));
 		store_secret_release(&x);
 	}
 	char err[256];
-	if (net_set_secrets(m->cfg.net, slot, list, rules, err, sizeof(err)) < 0)
+	if (net_set_secrets(m->cfg.net, slot, account, list, rules, err, sizeof(err)) < 0)
 		log_warn("account '%s': its secrets and request transformations are not in use: %s",
 			 account, err);
 	json_decref(list);
 	json_decref(names);
 	json_decref(rules);
+}
+
+int sbx_secret_seal(struct sbx_mgr *m, const char *account, const char *name,
+		    const json_t *hosts, int http, const char *value, char *out, size_t outlen,
+		    char *err, size_t errlen)
+{
+	if (!m->cfg.net)
+		return errbuf_set(err, errlen, -ENOTSUP,
+				  "this daemon runs without networks (--net off): no secrets");
+	return net_seal(m->cfg.net, account, name, hosts, http, value, out, outlen, err, errlen);
+}
+
+void sbx__secrets_seal_old(struct sbx_mgr *m)
+{
+	struct store_secret *xs = NULL;
+	size_t n = 0, done = 0;
+	if (!m->cfg.net || store_secret_list(m->store, NULL, NULL, &xs, &n) < 0)
+		return;
+	size_t cap = SEAL_TEXT_MAX(SECRET_MAX_VALUE);
+	char *sealed = malloc(cap);
+	for (size_t i = 0; sealed && i < n; i++) {
+		struct store_secret *x = &xs[i];
+		json_t *hosts = json_loads(x->hosts_json, 0, NULL);
+		char err[256];
+		int r = x->sealed ? 1
+				  : sbx_secret_seal(m, x->account, x->name, hosts, x->allow_http,
+						    x->value, sealed, cap, err, sizeof(err));
+		json_decref(hosts);
+		if (r == 0 && (r = store_secret_seal(m->store, x->account, x->name, x->value,
+						     sealed)) < 0)
+			snprintf(err, sizeof(err), "cannot store it: %s", strerror(-r));
+		if (r < 0)
+			log_warn("secret %s of account %s: not sealed (%s): not used until "
+				 "set again", x->name, x->account, err);
+		done += r == 0;
+	}
+	free(sealed);
+	store_secret_free_list(xs, n);
+	/* The plaintext overwritten lives on in free pages and the WAL. */
+	if (done && store_scrub(m->store) < 0)
+		log_warn("the store could not be rewritten: the values sealed now may be left "
+			 "plaintext in its free pages");
+	if (done)
+		log_info("secrets an earlier daemon stored plaintext, sealed now: %zu", done);
 }
 
 static int holds_secrets_of(const struct sbx *s, const void *account)

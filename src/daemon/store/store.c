@@ -161,6 +161,10 @@ static const char *const migrations[] = {
     "ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '[]';",
     /* 5 -> 6: request transformations (rules.h), a JSON array */
     "ALTER TABLE sandboxes ADD COLUMN transforms TEXT NOT NULL DEFAULT '[]';",
+    /* 6 -> 7: values sealed by cpuos-netd (net/seal.h). Those stored
+     * before are plaintext (0) until the daemon, at its start, has each
+     * sealed and the old bytes scrubbed (store_secret_seal, store_scrub). */
+    "ALTER TABLE secrets ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -244,10 +248,25 @@ int store_open(const char *path, struct store **out, char *err, size_t errlen)
 	if (!s)
 		return errbuf_set(err, errlen, -ENOMEM, "out of memory");
 	int r = db_open(path, migrations, SCHEMA_VERSION, "cpuosd", &s->lock, &s->db, err, errlen);
+	/* What is deleted or overwritten is zeroed, not left in free pages:
+	 * a secret's value from before it was sealed, an API key's hash. */
+	if (r == 0 && db_exec(s->db, "PRAGMA secure_delete = ON")) {
+		errbuf_set(err, errlen, -EIO, "cannot set secure_delete on '%s'", path);
+		db_close(&s->lock, s->db);
+		r = -EIO;
+	}
 	if (r)
 		free(s);
 	else
 		*out = s;
+	return r;
+}
+
+int store_scrub(struct store *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int r = db_exec(s->db, "VACUUM; PRAGMA wal_checkpoint(TRUNCATE)") ? -EIO : 0;
+	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 

@@ -23,6 +23,9 @@ struct store;
  * schema. 0 or -errno with a reason in err. */
 int store_open(const char *path, struct store **out, char *err, size_t errlen);
 void store_close(struct store *s);
+/* Rewrites the database (VACUUM) and empties its WAL, so no free page or
+ * old frame still holds what was overwritten: 0 or -EIO. */
+int store_scrub(struct store *s);
 
 /* ---- API keys ---- */
 /* The account of the Unix socket (the administrator): no key may have it,
@@ -166,9 +169,10 @@ struct store_secret {
 	char account[128];
 	char name[65];        /* an environment variable's name */
 	char placeholder[64]; /* what sandboxes see instead of the value */
-	char *value;          /* malloc'd, owned */
+	char *value;          /* sealed (net/seal.h); malloc'd, owned */
 	char *hosts_json;     /* the names it may go to, a JSON array; owned */
 	int allow_http;       /* in plain HTTP too, not only over checked TLS */
+	int sealed;           /* 0: value is plaintext, from a daemon before */
 	long long created_at, updated_at;
 };
 void store_secret_release(struct store_secret *x);
@@ -177,13 +181,18 @@ void store_secret_free_list(struct store_secret *xs, size_t n);
  * allow_http of an existing one (which keeps its placeholder and
  * created_at); x->updated_at is now. *created (may be NULL): which. */
 int store_secret_put(struct store *s, const struct store_secret *x, int *created);
-/* The account's secrets by name (name NULL: all of them). */
+/* The account's secrets by name (name NULL: all of them; account NULL:
+ * every account's). */
 int store_secret_list(struct store *s, const char *account, const char *name,
 		      struct store_secret **out, size_t *n);
 /* One by name: 0 with *out (release it), -ENOENT, -errno. */
 int store_secret_get(struct store *s, const char *account, const char *name,
 		     struct store_secret *out);
 int store_secret_delete(struct store *s, const char *account, const char *name); /* -ENOENT */
+/* A plaintext value (was) replaced by its sealed text: 0, or -ENOENT when
+ * the secret is gone, sealed or set again since. */
+int store_secret_seal(struct store *s, const char *account, const char *name, const char *was,
+		      const char *sealed);
 
 /* ---- usage: one event per state change, integrated by queries ---- */
 struct store_usage_event {

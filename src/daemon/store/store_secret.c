@@ -1,8 +1,9 @@
 /*
  * store_secret: the secrets table (see store.c): a value an account keeps
  * for its sandboxes' egress, with the hosts it may go to and the
- * placeholder its sandboxes see instead. The value never leaves the
- * daemon through the API; the proxy puts it in requests (net/secret.h).
+ * placeholder its sandboxes see instead. The value is kept sealed by
+ * cpuos-netd (net/seal.h), which alone opens it, to put it in requests
+ * (net/secret.h); it never leaves through the API.
  */
 #include "daemon/store/store.h"
 #include "daemon/store/store_impl.h"
@@ -13,12 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SECRET_COLS "account, name, value, hosts, placeholder, created_at, updated_at, allow_http"
+#define SECRET_COLS \
+	"account, name, value, hosts, placeholder, created_at, updated_at, allow_http, sealed"
 
 void store_secret_release(struct store_secret *x)
 {
 	if (!x)
 		return;
+	if (x->value) /* sealed, but a row from before may hold plaintext */
+		explicit_bzero(x->value, strlen(x->value));
 	free(x->value);
 	free(x->hosts_json);
 	x->value = x->hosts_json = NULL;
@@ -46,9 +50,10 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 	 * it go on working with the new value. */
 	if (!r)
 		r = store__prep(s,
-				"INSERT INTO secrets (" SECRET_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7) "
+				"INSERT INTO secrets (" SECRET_COLS ") "
+				"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8) "
 				"ON CONFLICT (account, name) DO UPDATE SET value = ?3, hosts = ?4, "
-				"updated_at = ?6, allow_http = ?7",
+				"updated_at = ?6, allow_http = ?7, sealed = ?8",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->account) != SQLITE_OK ||
@@ -57,7 +62,8 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 		    store__bind_text(st, 4, x->hosts_json) != SQLITE_OK ||
 		    store__bind_text(st, 5, x->placeholder) != SQLITE_OK ||
 		    sqlite3_bind_int64(st, 6, x->updated_at) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 7, x->allow_http != 0) != SQLITE_OK)
+		    sqlite3_bind_int(st, 7, x->allow_http != 0) != SQLITE_OK ||
+		    sqlite3_bind_int(st, 8, x->sealed != 0) != SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -98,6 +104,7 @@ static int read_secret(sqlite3_stmt *st, struct store_secret *x)
 	x->created_at = sqlite3_column_int64(st, 5);
 	x->updated_at = sqlite3_column_int64(st, 6);
 	x->allow_http = sqlite3_column_int(st, 7) != 0;
+	x->sealed = sqlite3_column_int(st, 8) != 0;
 	if (!x->value || !x->hosts_json) {
 		store_secret_release(x);
 		return -ENOMEM;
@@ -115,10 +122,11 @@ int store_secret_list(struct store *s, const char *account, const char *name,
 	sqlite3_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
-			    "SELECT " SECRET_COLS " FROM secrets WHERE account = ?1 "
-			    "AND (?2 IS NULL OR name = ?2) ORDER BY name",
+			    "SELECT " SECRET_COLS " FROM secrets WHERE (?1 IS NULL OR account = ?1) "
+			    "AND (?2 IS NULL OR name = ?2) ORDER BY account, name",
 			    &st);
-	if (!r && (store__bind_text(st, 1, account) != SQLITE_OK ||
+	if (!r && ((account ? store__bind_text(st, 1, account) : sqlite3_bind_null(st, 1)) !=
+			   SQLITE_OK ||
 		   (name ? store__bind_text(st, 2, name) : sqlite3_bind_null(st, 2)) != SQLITE_OK))
 		r = -EIO;
 	while (!r) {
@@ -175,6 +183,29 @@ int store_secret_delete(struct store *s, const char *account, const char *name)
 	if (!r) {
 		if (store__bind_text(st, 1, account) != SQLITE_OK ||
 		    store__bind_text(st, 2, name) != SQLITE_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ENOENT;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_secret_seal(struct store *s, const char *account, const char *name, const char *was,
+		      const char *sealed)
+{
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "UPDATE secrets SET value = ?4, sealed = 1 WHERE account = ?1 AND "
+			    "name = ?2 AND value = ?3 AND sealed = 0",
+			    &st);
+	if (!r) {
+		if (store__bind_text(st, 1, account) != SQLITE_OK ||
+		    store__bind_text(st, 2, name) != SQLITE_OK ||
+		    store__bind_text(st, 3, was) != SQLITE_OK ||
+		    store__bind_text(st, 4, sealed) != SQLITE_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
 			r = -ENOENT;

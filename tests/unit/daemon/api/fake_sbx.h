@@ -14,11 +14,12 @@
 struct fake_sbx {
 	/* What the next calls answer. */
 	int acquire_err;        /* sbx_acquire: 0, or this -errno with "fake: why" */
+	int seal_err;           /* sbx_secret_seal: 0, or this -errno */
 	int create_err;
 	struct sop_state st;    /* every operation ends so */
 	char out[2][256];       /* and printed this on stdout and stderr */
 	/* What the handlers asked. */
-	unsigned requests, acquires, creates, kills;
+	unsigned requests, acquires, creates, kills, seals;
 	struct sbx_request req; /* the last request, its strings copied below */
 	char strs[24][512];     /* cmd, argv, env, cwd, user, path, path2, context, ... */
 	char acquired_id[64], acquired_account[128];

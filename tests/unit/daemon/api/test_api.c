@@ -409,6 +409,36 @@ static void test_create_is_typed(void)
 	done(&r);
 }
 
+/* A secret's value goes to be sealed, and only what comes back is stored;
+ * a daemon that cannot seal (no networks) says so and stores nothing. */
+static void test_a_secret_is_stored_sealed(void)
+{
+	struct resp r;
+	call(&r, "PUT", "/v1/secrets/API_KEY",
+	     "{\"value\": \"sk-0123456789\", \"hosts\": [\"API.test\"]}", E.key);
+	CHECK(r.status == 201 && fake.seals == 1 && !strstr(r.body, "sk-0123"));
+	done(&r);
+	struct store_secret x;
+	CHECK(store_secret_get(E.store, "alice", "API_KEY", &x) == 0 && x.sealed &&
+	      !strcmp(x.value, "sealed1:13") && !strcmp(x.hosts_json, "[\"api.test\"]"));
+	store_secret_release(&x);
+	fake.seal_err = -ENOTSUP;
+	call(&r, "PUT", "/v1/secrets/OTHER", "{\"value\": \"v\", \"hosts\": [\"a.test\"]}", E.key);
+	CHECK(is_error(&r, 409, "fake"));
+	done(&r);
+	fake.seal_err = -EPIPE;
+	call(&r, "PUT", "/v1/secrets/OTHER", "{\"value\": \"v\", \"hosts\": [\"a.test\"]}", E.key);
+	CHECK(is_error(&r, 503, "cannot seal it"));
+	done(&r);
+	CHECK(store_secret_get(E.store, "alice", "OTHER", &x) == -ENOENT);
+	/* a value that is no value is not sent to be sealed */
+	fake.seal_err = 0;
+	call(&r, "PUT", "/v1/secrets/OTHER", "{\"value\": \"a\\nb\", \"hosts\": [\"a.test\"]}",
+	     E.key);
+	CHECK(is_error(&r, 422, "printable") && fake.seals == 3);
+	done(&r);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -422,6 +452,7 @@ int main(int argc, char **argv)
 		{ "api_acquire_errors_map", test_acquire_errors_map },
 		{ "api_accounts", test_accounts },
 		{ "api_create_is_typed", test_create_is_typed },
+		{ "api_a_secret_is_stored_sealed", test_a_secret_is_stored_sealed },
 		{ NULL, NULL },
 	};
 	return t_main(argc, argv, cases);

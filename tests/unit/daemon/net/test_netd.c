@@ -40,6 +40,9 @@ static void test_decode_takes_its_requests(void)
 	const uint32_t slot[] = { NT_SLOT, 7 };
 	CHECK(decode(ND_CUT, 0, slot, 2) == 0 && req.slot == 7 && req.body == 0);
 	CHECK(decode(ND_DETACH, 0, slot, 2) == 0);
+	/* a value to seal: a body, no slot */
+	const uint32_t body[] = { NT_BODY, 64 };
+	CHECK(decode(ND_SEAL, 1, body, 2) == 0 && req.slot == -1 && req.body == 64);
 }
 
 static void test_decode_refuses(void)
@@ -60,12 +63,16 @@ static void test_decode_refuses(void)
 	CHECK(decode(ND_POLICY, 1, noslot, 2) == -EINVAL && strstr(err, "lacks"));
 	const uint32_t extra[] = { NT_SLOT, 1, NT_UID, 0 };
 	CHECK(decode(ND_CUT, 0, extra, 4) == -EINVAL && strstr(err, "takes no"));
+	CHECK(decode(ND_SEAL, 1, attach, 4) == -EINVAL && strstr(err, "takes no"));
+	CHECK(decode(ND_SEAL, 0, noslot, 2) == -EINVAL && strstr(err, "descriptors"));
+	CHECK(decode(ND_SEAL, 1, NULL, 0) == -EINVAL && strstr(err, "lacks"));
 	const uint32_t twice[] = { NT_SLOT, 1, NT_SLOT, 2 };
 	CHECK(decode(ND_DETACH, 0, twice, 4) == -EINVAL && strstr(err, "twice"));
 	/* the configuration comes once, first, and is no request; answers and
 	 * unknown types are none either */
 	CHECK(decode(ND_CONFIG, 0, NULL, 0) == -EINVAL && strstr(err, "unknown"));
 	CHECK(decode(ND_OK, 0, NULL, 0) == -EINVAL);
+	CHECK(decode(ND_SEALED, 0, NULL, 0) == -EINVAL);
 	CHECK(decode(99, 0, NULL, 0) == -EINVAL);
 	/* a string where a number goes */
 	struct pbuf b = { 0 };

@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "6"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "7"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 7", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 8", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 7") != NULL);
+	CHECK(strstr(err, "schema version 8") != NULL);
 	tdb_remove(&t);
 }
 
@@ -843,6 +843,52 @@ static void test_egress_secrets(void)
 	tdb_remove(&t);
 }
 
+/* A value a daemon from before stored plaintext is sealed in its row, once
+ * (not over a value set again since), and after the scrub neither the
+ * database nor its WAL holds the plaintext. */
+static void test_old_secret_values_are_sealed_and_scrubbed(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	const char *plain = "sk-plaintext-from-an-older-daemon-0123456789";
+	struct store_secret x = { .account = "alice", .name = "OLD",
+				  .placeholder = "cpuos-secret-000000000000000000000000000000aa",
+				  .value = (char *)plain, .hosts_json = "[\"api.test\"]",
+				  .updated_at = 100 };
+	CHECK(store_secret_put(t.s, &x, NULL) == 0);
+	struct store_secret y = x;
+	snprintf(y.name, sizeof(y.name), "NEW");
+	snprintf(y.placeholder, sizeof(y.placeholder), "%s",
+		 "cpuos-secret-000000000000000000000000000000bb");
+	y.value = "sealed1:bmV3";
+	y.sealed = 1;
+	CHECK(store_secret_put(t.s, &y, NULL) == 0);
+	struct store_secret *xs = NULL;
+	size_t n = 0;
+	CHECK(store_secret_list(t.s, NULL, NULL, &xs, &n) == 0 && n == 2 &&
+	      !strcmp(xs[0].name, "NEW") && xs[0].sealed && !strcmp(xs[1].name, "OLD") &&
+	      !xs[1].sealed && !strcmp(xs[1].value, plain));
+	store_secret_free_list(xs, n);
+	/* sealed once; a second time, or over another value, is -ENOENT */
+	CHECK(store_secret_seal(t.s, "alice", "OLD", "other", "sealed1:eA==") == -ENOENT);
+	CHECK(store_secret_seal(t.s, "alice", "OLD", plain, "sealed1:b2xk") == 0);
+	CHECK(store_secret_seal(t.s, "alice", "OLD", plain, "sealed1:b2xk") == -ENOENT);
+	CHECK(store_secret_seal(t.s, "alice", "NEW", "sealed1:bmV3", "sealed1:eA==") == -ENOENT);
+	struct store_secret one;
+	CHECK(store_secret_get(t.s, "alice", "OLD", &one) == 0 && one.sealed &&
+	      !strcmp(one.value, "sealed1:b2xk") && one.updated_at == 100);
+	store_secret_release(&one);
+	CHECK(store_scrub(t.s) == 0);
+	store_close(t.s);
+	t.s = NULL;
+	char wal[80];
+	snprintf(wal, sizeof(wal), "%s-wal", t.path);
+	CHECK(file_has(t.path, "sealed1:b2xk") || file_has(wal, "sealed1:b2xk"));
+	CHECK(!file_has(t.path, plain) && !file_has(wal, plain));
+	tdb_remove(&t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -859,6 +905,8 @@ int main(int argc, char **argv)
 	    {"store_running", test_running},
 	    {"store_concurrent_inserts", test_concurrent_inserts},
 	    {"store_egress_secrets", test_egress_secrets},
+	    {"store_old_secret_values_are_sealed_and_scrubbed",
+	     test_old_secret_values_are_sealed_and_scrubbed},
 	    {0, 0},
 	};
 	return t_main(argc, argv, cases);
