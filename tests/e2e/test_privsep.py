@@ -13,6 +13,7 @@ import subprocess
 
 import cpuos
 from conftest import DAEMON_BIN, GUEST_DIR, started_daemon
+from procmem import memory_has, netd_of
 
 T = 60
 DAEMON_ID = 1900000000  # the default --jail-ids range's first id
@@ -71,40 +72,6 @@ def test_http_process_has_no_root_and_the_helper_has(daemon):
     # what the daemon writes is its own: the store, the state directory
     for p in (daemon.state_dir, os.path.join(daemon.state_dir, "cpuos.db")):
         assert os.stat(p).st_uid == DAEMON_ID, p
-
-
-def netd_of(pid):
-    """The daemon's cpuos-netd: its child whose command line is "cpuos-netd --netd"."""
-    found = [int(p) for p in os.listdir("/proc") if p.isdigit()
-             and status(p).get("PPid") == str(pid)
-             and open(f"/proc/{p}/cmdline", "rb").read() == b"cpuos-netd\0--netd\0"]
-    assert len(found) == 1, f"cpuos-netd of {pid}: {found}"
-    return found[0]
-
-
-def memory_has(pid, needles):
-    """Which of needles (bytes) are in process pid's memory: every readable private mapping
-    of at most 1 GiB (ASan's shadow is larger, and never holds data), read through
-    /proc/PID/mem."""
-    found = set()
-    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-        for line in maps:
-            f = line.split()
-            lo, hi = (int(x, 16) for x in f[0].split("-"))
-            if f[1][0] != "r" or hi - lo > 1 << 30 or (len(f) > 5 and f[5] in ("[vvar]", "[vsyscall]")):
-                continue
-            keep = max(len(n) for n in needles)
-            tail = b""
-            for at in range(lo, hi, 1 << 20):
-                try:
-                    mem.seek(at)
-                    chunk = tail + mem.read(min(1 << 20, hi - at))
-                except OSError:
-                    tail = b""
-                    continue
-                found.update(n for n in needles if n in chunk)
-                tail = chunk[-keep:]
-    return found
 
 
 def ca_key_scalar(path):

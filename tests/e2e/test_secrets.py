@@ -10,7 +10,9 @@ import base64
 import hashlib
 import json
 import os
+import secrets as pysecrets
 import socket
+import sqlite3
 import subprocess
 import time
 import zipfile
@@ -20,6 +22,7 @@ import pytest
 import cpuos
 from conftest import started_daemon, sandbox_factory
 from internet import DNS_ADDR, DNS_PORT, SPARE, running
+from procmem import memory_has, netd_of
 
 VALUE = "sk-test-0123456789abcdef-the-real-one"
 
@@ -174,6 +177,83 @@ def test_the_value_is_not_in_the_memory_of_the_process_that_sent_it(secd, make_s
         assert json.loads(r.stdout) == {"MEM_KEY": True}, r.stdout
     finally:
         sender.kill()
+
+
+def db_files(d):
+    """The bytes of daemon d's database and its WAL."""
+    db = os.path.join(d.state_dir, "cpuos.db")
+    out = b""
+    for p in (db, db + "-wal"):
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                out += f.read()
+    return out
+
+
+def test_cpuosd_keeps_no_value_it_can_read(secd, make_sandbox):
+    """A value given to the API goes to cpuos-netd to be sealed at once: once it is set, set
+    again and used, neither cpuosd's memory nor its database holds either value, only sealed
+    texts; cpuos-netd's memory holds the value in use. Their random tails are looked for:
+    malloc writes its own pointers over the head of a block it takes back."""
+    first, second = (f"sk-unsealed-{pysecrets.token_hex(16)}" for _ in range(2))
+    tails = {first[-24:].encode(), second[-24:].encode()}
+    set_secret(secd, "SEALED_KEY", first, ["allowed.test"])
+    assert memory_has(secd.proc.pid, tails) == set()  # the request's body, its JSON: wiped
+    set_secret(secd, "SEALED_KEY", second, ["allowed.test"])  # over the first
+    assert memory_has(secd.proc.pid, tails) == set()
+    sbx = make_sandbox(secrets=["SEALED_KEY"])
+    got = headers_seen(sbx, "https://allowed.test/headers", "Authorization: Bearer $SEALED_KEY")
+    assert got["authorization"] == sha("Bearer " + second)
+    assert memory_has(secd.proc.pid, tails) == set()
+    assert second[-24:].encode() in memory_has(netd_of(secd.proc.pid), tails)
+    stored = db_files(secd)
+    assert b"sealed1:" in stored and not any(t in stored for t in tails)
+
+
+def edit_db(d, *statements):
+    """Runs statements on daemon d's database while it is stopped, as an older daemon (or one
+    who can write the file) would have left it; the files stay the daemon's."""
+    db = os.path.join(d.state_dir, "cpuos.db")
+    st = os.stat(db)
+    con = sqlite3.connect(db)
+    with con:
+        for sql, args in statements:
+            con.execute(sql, args)
+    con.close()
+    for p in (db, db + "-wal", db + "-shm"):
+        if os.path.exists(p):
+            os.chown(p, st.st_uid, st.st_gid)
+
+
+def test_values_from_before_are_sealed_and_bindings_hold(secd, make_sandbox):
+    """A value an older daemon stored plaintext is sealed when the daemon starts, and the old
+    bytes scrubbed from the database; a sealed value whose row was given other hosts (what a
+    cpuosd taken over could tell cpuos-netd) does not open, so it goes nowhere."""
+    set_secret(secd, "BOUND_KEY", "bound-value", ["allowed.test"])
+    account = sqlite3.connect(f"file:{secd.state_dir}/cpuos.db?mode=ro", uri=True).execute(
+        "SELECT account FROM secrets WHERE name = 'BOUND_KEY'").fetchone()[0]
+    old = f"sk-plaintext-{pysecrets.token_hex(16)}"
+    secd.stop()
+    try:
+        edit_db(secd,
+                ("INSERT INTO secrets (account, name, value, hosts, placeholder, created_at, "
+                 "updated_at, allow_http, sealed) VALUES (?, 'OLD_KEY', ?, '[\"allowed.test\"]', "
+                 "?, 1, 1, 0, 0)", (account, old, "cpuos-secret-" + pysecrets.token_hex(16))),
+                ("UPDATE secrets SET hosts = '[\"other.test\"]' WHERE name = 'BOUND_KEY'", ()))
+        assert old.encode() in db_files(secd)
+    finally:
+        secd.start()
+    assert "secrets an earlier daemon stored plaintext, sealed now: 1" in secd.log_tail(400)
+    assert old.encode() not in db_files(secd)
+    sbx = make_sandbox(secrets=["OLD_KEY", "BOUND_KEY"])
+    url = "https://allowed.test/headers"
+    assert headers_seen(sbx, url, "X-Old-Key: $OLD_KEY")["x-old-key"] == sha(old)
+    ph = sh(sbx, "printf %s \"$BOUND_KEY\"").stdout
+    got = headers_seen(sbx, "https://other.test/headers", "X-Bound-Key: $BOUND_KEY", "-k")
+    assert got["x-bound-key"] == sha(ph)
+    assert "secret BOUND_KEY of account" in secd.log_tail(400)
+    assert "does not open with this host's key" in secd.log_tail(400)
+    assert memory_has(secd.proc.pid, {old[-24:].encode()}) == set()
 
 
 def test_node_trusts_the_daemons_ca(secd, make_sandbox):
