@@ -18,14 +18,13 @@
 #include "daemon/store/store.h"
 #include "daemon/sysfilter.h"
 #include "daemon/unroot.h"
+#include "daemon/wipe.h"
 #include "jail/jail.h"
 #include "priv/priv.h"
 
 #include <errno.h>
 #include <getopt.h>
-#include <jansson.h>
 #include <libgen.h>
-#include <malloc.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -129,18 +128,12 @@ static int open_netd(const struct config *o, const char *trust, int priv_sock, s
 	return 0;
 }
 
-/* jansson's free: what it held (a request's body, a secret's value on its
- * way to cpuos-netd) is overwritten before it goes back to malloc. */
-static void wiping_free(void *p)
-{
-	if (p)
-		explicit_bzero(p, malloc_usable_size(p));
-	free(p);
-}
-
 int main(int argc, char **argv)
 {
-	json_set_alloc_funcs(malloc, wiping_free);
+	if (wipe_install() < 0) {
+		fprintf(stderr, "cpuosd: SQLite would not take an allocator that wipes\n");
+		return 1;
+	}
 	priv_helper_main(argc, argv);
 	netd_main(argc, argv);
 	struct config o;
