@@ -43,14 +43,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			BUG("refused without a reason");
 		return 0;
 	}
-	static const int fds_of[ND_NTYPES] = { [ND_ATTACH] = 4, [ND_POLICY] = 1, [ND_SECRETS] = 1 };
+	static const int fds_of[ND_NTYPES] = { [ND_ATTACH] = 4, [ND_POLICY] = 1, [ND_SECRETS] = 1,
+						[ND_SEAL] = 1 };
 	if (r.type == 0 || r.type >= ND_NTYPES || r.type == ND_CONFIG)
 		BUG("took type %u", r.type);
 	if (nfds != fds_of[r.type])
 		BUG("type %u with %d descriptors", r.type, nfds);
-	if (r.slot < 0 || r.slot >= NSLOTS)
+	if (r.type == ND_SEAL ? r.slot != -1 : r.slot < 0 || r.slot >= NSLOTS)
 		BUG("slot %d", r.slot);
-	int has_body = r.type == ND_ATTACH || r.type == ND_POLICY || r.type == ND_SECRETS;
+	int has_body = r.type == ND_ATTACH || r.type == ND_POLICY || r.type == ND_SECRETS ||
+		       r.type == ND_SEAL;
 	if (has_body != (r.body != 0) || r.body > NETD_MAX_BODY)
 		BUG("type %u with a body of %u", r.type, r.body);
 	return 0;

@@ -125,9 +125,9 @@ static int put(struct req *r)
 int api_secret_put(struct req *r)
 {
 	int rc = put(r);
-	const char *value = json_string_value(json_object_get(r->body, "value"));
-	if (value)
-		explicit_bzero((char *)value, strlen(value));
+	const json_t *v = json_object_get(r->body, "value");
+	if (json_is_string(v))
+		explicit_bzero((char *)json_string_value(v), json_string_length(v));
 	req_wipe_body(r);
 	return rc;
 }

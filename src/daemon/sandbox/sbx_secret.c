@@ -118,7 +118,7 @@ void sbx__net_secrets(struct sbx_mgr *m, const char *account, const char *names_
 						      x.allow_http));
 		store_secret_release(&x);
 	}
-	char err[256];
+	char err[256] = "out of memory";
 	if (net_set_secrets(m->cfg.net, slot, account, list, rules, err, sizeof(err)) < 0)
 		log_warn("account '%s': its secrets and request transformations are not in use: %s",
 			 account, err);

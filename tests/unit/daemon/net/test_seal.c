@@ -116,6 +116,7 @@ static void test_a_key_file_that_is_no_key_is_refused(void)
 	struct seal *s = NULL;
 	int fd = open(key_path(), O_WRONLY | O_CREAT | O_EXCL, 0644);
 	CHECK(fd >= 0 && write(fd, "0123456789abcdef0123456789abcdef", 32) == 32);
+	CHECK(fchmod(fd, 0644) == 0); /* whatever the umask */
 	close(fd);
 	/* open to others */
 	CHECK(seal_load(dir, &s, err, sizeof(err)) == -EPERM && strstr(err, "not a key"));
