@@ -221,6 +221,21 @@ int store__step_done(sqlite3_stmt *st)
 	return db_step_done(st);
 }
 
+int store__change(struct store *s, const char *sql, int n, const char *const *texts)
+{
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, sql, &st);
+	for (int i = 0; !r && i < n; i++)
+		if (store__bind_text(st, i + 1, texts[i]) != SQLITE_OK)
+			r = -EIO;
+	if (!r && !(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+		r = -ENOENT;
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 int store__ensure_account(struct store *s, const char *account)
 {
 	sqlite3_stmt *st;

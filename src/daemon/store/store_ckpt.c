@@ -173,16 +173,5 @@ int store_ckpt_list(struct store *s, const char *account, struct store_ckpt **ou
 
 int store_ckpt_delete(struct store *s, const char *id)
 {
-	sqlite3_stmt *st;
-	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s, "DELETE FROM checkpoints WHERE id = ?1", &st);
-	if (!r) {
-		if (store__bind_text(st, 1, id) != SQLITE_OK)
-			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
-			r = -ENOENT;
-		sqlite3_finalize(st);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return r;
+	return store__change(s, "DELETE FROM checkpoints WHERE id = ?1", 1, &id);
 }

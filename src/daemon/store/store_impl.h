@@ -35,6 +35,9 @@ int store__commit(struct store *s);
 void store__rollback(struct store *s);
 /* Steps a statement that returns no rows: 0, -EEXIST on a primary key clash, -EIO. */
 int store__step_done(sqlite3_stmt *st);
+/* Runs sql, which returns no rows, with the n texts bound to ?1..?n,
+ * under the store's lock: 0, -ENOENT when it changed no row, -errno. */
+int store__change(struct store *s, const char *sql, int n, const char *const *texts);
 /* Creates the account if new, inside the caller's transaction: 0 or -EIO. */
 int store__ensure_account(struct store *s, const char *account);
 struct store_usage_event;

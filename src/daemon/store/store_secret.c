@@ -177,40 +177,16 @@ int store_secret_get(struct store *s, const char *account, const char *name,
 
 int store_secret_delete(struct store *s, const char *account, const char *name)
 {
-	sqlite3_stmt *st;
-	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s, "DELETE FROM secrets WHERE account = ?1 AND name = ?2", &st);
-	if (!r) {
-		if (store__bind_text(st, 1, account) != SQLITE_OK ||
-		    store__bind_text(st, 2, name) != SQLITE_OK)
-			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
-			r = -ENOENT;
-		sqlite3_finalize(st);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return r;
+	const char *v[] = { account, name };
+	return store__change(s, "DELETE FROM secrets WHERE account = ?1 AND name = ?2", 2, v);
 }
 
 int store_secret_seal(struct store *s, const char *account, const char *name, const char *was,
 		      const char *sealed)
 {
-	sqlite3_stmt *st;
-	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s,
-			    "UPDATE secrets SET value = ?4, sealed = 1 WHERE account = ?1 AND "
-			    "name = ?2 AND value = ?3 AND sealed = 0",
-			    &st);
-	if (!r) {
-		if (store__bind_text(st, 1, account) != SQLITE_OK ||
-		    store__bind_text(st, 2, name) != SQLITE_OK ||
-		    store__bind_text(st, 3, was) != SQLITE_OK ||
-		    store__bind_text(st, 4, sealed) != SQLITE_OK)
-			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
-			r = -ENOENT;
-		sqlite3_finalize(st);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return r;
+	const char *v[] = { account, name, was, sealed };
+	return store__change(s,
+			     "UPDATE secrets SET value = ?4, sealed = 1 WHERE account = ?1 AND "
+			     "name = ?2 AND value = ?3 AND sealed = 0",
+			     4, v);
 }
