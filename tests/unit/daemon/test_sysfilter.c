@@ -2,8 +2,9 @@
  * test_sysfilter: cpuosd's seccomp filter, loaded in a child of its own
  * per call: what it refuses kills the process with SIGSYS, what the
  * daemon does (files, threads, a fork and an exec, sockets) goes on, and
- * clone3 answers ENOSYS so that glibc's threads fall back to clone, as
- * io_uring and bpf do for the libraries that probe for them.
+ * what it does not name answers ENOSYS: clone3, so that glibc's threads
+ * fall back to clone, io_uring and bpf for the libraries that probe for
+ * them, and any other call.
  */
 #include "daemon/sysfilter.h"
 #include "tests/lib/tap.h"
@@ -85,6 +86,18 @@ static int daemon_like(void)
 	errno = 0;
 	if (syscall(SYS_bpf, 0, NULL, 0) != -1 || errno != ENOSYS)
 		return 7;
+	/* Nothing the list does not name: what the daemon never calls
+	 * answers ENOSYS, whether the kernel has it or not. */
+	errno = 0;
+	if (syscall(SYS_msgget, 0, 0) != -1 || errno != ENOSYS)
+		return 8;
+	errno = 0;
+	if (syscall(SYS_setuid, 0) != -1 || errno != ENOSYS)
+		return 9;
+	/* ioctl but TIOCSTI, and clone without a namespace */
+	int flags = 0;
+	if (ioctl(sv[0], FIONBIO, &flags) != 0)
+		return 10;
 	return 0;
 }
 
