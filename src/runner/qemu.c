@@ -173,11 +173,8 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 		 * do not each hold a gigabyte of code cache. */
 		add(&b, "-accel");
 		add(&b, "tcg,thread=multi,tb-size=128");
-		/* No AVX2: QEMU 7.2's new TCG AVX2 miscomputes numpy's
-		 * vectorised sort (argsort of 2000 ints segfaults); with it
-		 * off numpy picks its SSE/AVX paths, which are right. */
 		add(&b, "-cpu");
-		add(&b, "max,-avx2");
+		add(&b, QEMU_TCG_CPU);
 	}
 	add(&b, "-smp");
 	add(&b, "%u", c->vcpus);

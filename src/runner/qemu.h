@@ -9,6 +9,10 @@
 #include <stddef.h>
 
 enum qemu_accel { QEMU_ACCEL_AUTO = 0, QEMU_ACCEL_KVM, QEMU_ACCEL_TCG };
+/* The vCPU under TCG. No AVX2: QEMU 7.2's TCG AVX2 miscomputes numpy's
+ * vectorised sort (argsort of 2000 ints segfaults); with it off numpy
+ * picks its SSE/AVX paths, which are right. */
+#define QEMU_TCG_CPU "max,-avx2"
 
 struct qemu_config {
 	const char *binary;   /* qemu-system-x86_64 */

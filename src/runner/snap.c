@@ -9,6 +9,7 @@
 #include "runner/snap.h"
 
 #include "common/fs.h"
+#include "runner/qemu.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -111,6 +112,57 @@ static int cached_sha(const char *path, char out[65])
 	return 0;
 }
 
+/* The host CPU as a VM saved with -cpu host sees it: the first
+ * processor's vendor, family, model and a checksum of its flags. */
+static void host_cpu(char *out, size_t n)
+{
+	char vendor[32] = "?", family[16] = "?", model[16] = "?", line[4096];
+	unsigned char md[32];
+	unsigned len = 0;
+	int flags = 0;
+	FILE *f = fopen("/proc/cpuinfo", "re");
+	while (f && fgets(line, sizeof(line), f) && strcmp(line, "\n")) {
+		char *v = strchr(line, ':');
+		if (!v)
+			continue;
+		size_t k = strcspn(line, "\t:");
+		v += 1 + (v[1] == ' ');
+		v[strcspn(v, "\n")] = '\0';
+		if (k == 9 && !strncmp(line, "vendor_id", k))
+			snprintf(vendor, sizeof(vendor), "%s", v);
+		else if (k == 10 && !strncmp(line, "cpu family", k))
+			snprintf(family, sizeof(family), "%s", v);
+		else if (k == 5 && !strncmp(line, "model", k))
+			snprintf(model, sizeof(model), "%s", v);
+		else if (k == 5 && !strncmp(line, "flags", k))
+			flags = EVP_Digest(v, strlen(v), md, &len, EVP_sha256(), NULL) == 1 && len == 32;
+	}
+	if (f)
+		fclose(f);
+	char sum[17] = "?";
+	for (unsigned i = 0; flags && i < 8; i++)
+		snprintf(sum + 2 * i, 3, "%02x", md[i]);
+	snprintf(out, n, "host %s %s/%s %s", vendor, family, model, sum);
+}
+
+static char host_cpu_id[96];
+
+static void host_cpu_once(void)
+{
+	host_cpu(host_cpu_id, sizeof(host_cpu_id));
+}
+
+static void cpu_model(struct snap_env *e)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	if (strcmp(e->accel, "kvm")) {
+		snprintf(e->cpu, sizeof(e->cpu), "%s", QEMU_TCG_CPU);
+		return;
+	}
+	pthread_once(&once, host_cpu_once);
+	snprintf(e->cpu, sizeof(e->cpu), "%s", host_cpu_id);
+}
+
 int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
 		   const char *template, char *err, size_t errlen)
 {
@@ -120,7 +172,8 @@ int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
 		return r;
 	}
 	/* The image is big and immutable once built (templates are rebuilt
-	 * under a new name): its real path, size and mtime name it. */
+	 * under a new name): checksummed once per daemon, then known by its
+	 * real path, size and mtime, which also name it in old manifests. */
 	char real[PATH_MAX];
 	struct stat st;
 	if (!realpath(template, real) || stat(real, &st) < 0) {
@@ -128,8 +181,15 @@ int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
 		snprintf(err, errlen, "cannot find template image '%s': %s", template, strerror(errno));
 		return r;
 	}
-	snprintf(e->template, sizeof(e->template), "%.400s:%lld:%lld", real, (long long)st.st_size,
-		 (long long)st.st_mtim.tv_sec);
+	snprintf(e->template_was, sizeof(e->template_was), "%.400s:%lld:%lld", real,
+		 (long long)st.st_size, (long long)st.st_mtim.tv_sec);
+	char sha[65];
+	if ((r = cached_sha(real, sha)) < 0) {
+		snprintf(err, errlen, "cannot checksum template image '%s': %s", real, strerror(-r));
+		return r;
+	}
+	snprintf(e->template, sizeof(e->template), "sha256:%s", sha);
+	cpu_model(e);
 	return 0;
 }
 
@@ -145,10 +205,11 @@ static int fsync_path(const char *path, int dir)
 
 static json_t *env_json(const struct snap_env *e)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}", "qemu", e->qemu, "accel",
-			 e->accel, "kernel_sha256", e->kernel_sha, "initrd_sha256", e->initrd_sha,
-			 "template", e->template, "vcpus", (int)e->vcpus, "memory_mb",
-			 (int)e->memory_mb, "disk_mb", (int)e->disk_mb, "nic", e->nic);
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}", "qemu", e->qemu,
+			 "accel", e->accel, "cpu", e->cpu, "kernel_sha256", e->kernel_sha,
+			 "initrd_sha256", e->initrd_sha, "template", e->template, "vcpus",
+			 (int)e->vcpus, "memory_mb", (int)e->memory_mb, "disk_mb", (int)e->disk_mb,
+			 "nic", e->nic);
 }
 
 int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen)
@@ -249,9 +310,10 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 	int r = 0, format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0;
 	json_int_t created = 0;
 	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
+	const char *cpu = "";
 	json_t *files = NULL;
-	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}, s:s, s:b, s:I, s:o}",
-			"format", &format, "made_with", "qemu", &qemu, "accel", &accel,
+	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}, s:s, s:b, s:I, s:o}",
+			"format", &format, "made_with", "qemu", &qemu, "accel", &accel, "cpu", &cpu,
 			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
 			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "ram", &ram, "sealed", &sealed,
 			"created_ns", &created, "files", &files) < 0) {
@@ -268,7 +330,12 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 	snprintf(m->env.accel, sizeof(m->env.accel), "%s", accel);
 	snprintf(m->env.kernel_sha, sizeof(m->env.kernel_sha), "%s", ksha);
 	snprintf(m->env.initrd_sha, sizeof(m->env.initrd_sha), "%s", isha);
-	snprintf(m->env.template, sizeof(m->env.template), "%s", tpl);
+	/* A name of the image that fits neither form cannot match. */
+	if (!strncmp(tpl, "sha256:", 7))
+		snprintf(m->env.template, sizeof(m->env.template), "%s", tpl);
+	else
+		snprintf(m->env.template_was, sizeof(m->env.template_was), "%s", tpl);
+	snprintf(m->env.cpu, sizeof(m->env.cpu), "%s", cpu);
 	m->env.vcpus = (unsigned)vcpus;
 	m->env.memory_mb = (unsigned)mem;
 	m->env.disk_mb = (unsigned)disk;
@@ -341,8 +408,12 @@ int snap_check(const struct snap_manifest *m, const struct snap_env *now, char *
 		what = "guest kernel", was = e->kernel_sha, is = now->kernel_sha;
 	else if (strcmp(e->initrd_sha, now->initrd_sha))
 		what = "agent (initramfs)", was = e->initrd_sha, is = now->initrd_sha;
-	else if (strcmp(e->template, now->template))
-		what = "template image", was = e->template, is = now->template;
+	else if (e->cpu[0] && strcmp(e->cpu, now->cpu))
+		what = "vCPU model", was = e->cpu, is = now->cpu;
+	else if (e->template[0] ? strcmp(e->template, now->template)
+				: strcmp(e->template_was, now->template_was))
+		what = "template image", was = e->template[0] ? e->template : e->template_was,
+		is = now->template;
 	else if (e->vcpus != now->vcpus || e->memory_mb != now->memory_mb) {
 		snprintf(a, sizeof(a), "%u vCPU %u MB", e->vcpus, e->memory_mb);
 		snprintf(b, sizeof(b), "%u vCPU %u MB", now->vcpus, now->memory_mb);

@@ -1,7 +1,7 @@
 /*
  * snap: a VM snapshot as a directory. manifest.json says what made it (the
- * exact QEMU, kernel, initramfs, template image, accelerator and machine
- * size) and lists its files with sizes and checksums:
+ * exact QEMU, kernel, initramfs, template image, accelerator, vCPU model and
+ * machine size) and lists its files with sizes and checksums:
  *   state  QEMU's device state; also the RAM when "ram" is "stream"
  *   mem    the guest RAM, page for page, when "ram" is "file"
  *   disk   the writable layer (qcow2)
@@ -23,7 +23,17 @@ struct snap_env {
 	char qemu[128];     /* QMP query-version: "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" */
 	char accel[8];      /* "tcg" or "kvm": CPU state does not cross them */
 	char kernel_sha[65], initrd_sha[65];
-	char template[512]; /* the image's real path, size and mtime */
+	/* The template image by content, "sha256:" + hex, so the same image
+	 * names itself the same on every host. */
+	char template[80];
+	/* Its real path, size and mtime: how a cpuos before named it, still
+	 * compared when a manifest has that form (not written any more). */
+	char template_was[512];
+	/* The vCPU model: TCG's (QEMU_TCG_CPU), or under KVM the host's
+	 * vendor, family, model and a checksum of its feature flags, since a
+	 * VM saved with -cpu host restores only on such a CPU. "" in a
+	 * manifest of a cpuos before: not compared. */
+	char cpu[96];
 	unsigned vcpus, memory_mb, disk_mb;
 	int nic;            /* has the network device: its state is in the save */
 };
@@ -44,8 +54,9 @@ struct snap_manifest {
 	} files[SNAP_NFILES];
 };
 
-/* The environment of files kernel/initrd/template (checksums are cached
- * per path, size and mtime, so asking again is cheap). 0 or -errno. */
+/* The environment of files kernel/initrd/template and the vCPU model for
+ * e->accel, which is set before (checksums are cached per path, size and
+ * mtime, so asking again is cheap). 0 or -errno. */
 int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
 		   const char *template, char *err, size_t errlen);
 

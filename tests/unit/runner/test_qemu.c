@@ -9,6 +9,7 @@
 #include "tests/lib/tap.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,6 +443,68 @@ static void test_run_dir_symlinks(void)
 	CHECK(system(cmd) == 0);
 }
 
+/* A snapshot names its template image by content, so the same image at
+ * another path (another host's cache) restores it and another image does
+ * not; manifests of a cpuos before, which named it by path, size and
+ * mtime, still restore where that is still true. The vCPU model is
+ * compared when the manifest has one. */
+static void test_snap_names_image_by_content(void)
+{
+	char dir[] = "/tmp/cpuos-snapenv-XXXXXX", p[5][256], err[256], cmd[300];
+	CHECK(mkdtemp(dir) != NULL);
+	static const char *const names[] = { "vmlinuz", "initrd", "a.erofs", "b.erofs", "c.erofs" };
+	static const char *const texts[] = { "kernel", "initrd", "image", "image", "another" };
+	for (int i = 0; i < 5; i++) {
+		put_file(dir, names[i], texts[i]);
+		snprintf(p[i], sizeof(p[i]), "%s/%s", dir, names[i]);
+	}
+	struct snap_env a = { .accel = "tcg" }, b = a, c = a, k = { .accel = "kvm" };
+	CHECK(snap_env_files(&a, p[0], p[1], p[2], err, sizeof(err)) == 0);
+	CHECK(snap_env_files(&b, p[0], p[1], p[3], err, sizeof(err)) == 0);
+	CHECK(snap_env_files(&c, p[0], p[1], p[4], err, sizeof(err)) == 0);
+	CHECK(snap_env_files(&k, p[0], p[1], p[2], err, sizeof(err)) == 0);
+	/* sha256("image") */
+	CHECK(!strcmp(a.template, "sha256:"
+				  "6105d6cc76af400325e94d588ce511be5bfdbb73b437dc51eca43917d7a43e3d"));
+	CHECK(!strcmp(a.template, b.template) && strcmp(a.template, c.template));
+	CHECK(strcmp(a.template_was, b.template_was) && strstr(a.template_was, "/a.erofs:5:"));
+	CHECK(!strcmp(a.cpu, QEMU_TCG_CPU) && !strncmp(k.cpu, "host ", 5));
+
+	struct snap_manifest m;
+	memset(&m, 0, sizeof(m));
+	m.env = a;
+	snprintf(m.files[SNAP_STATE].name, sizeof(m.files[0].name), "state");
+	snprintf(m.files[SNAP_DISK].name, sizeof(m.files[0].name), "disk.qcow2");
+	put_file(dir, "state", "device state");
+	put_file(dir, "disk.qcow2", "layer");
+	CHECK(snap_seal(dir, &m, err, sizeof(err)) == 0);
+	memset(&m, 0, sizeof(m));
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
+	CHECK(!strcmp(m.env.cpu, QEMU_TCG_CPU) && !strcmp(m.env.template, a.template));
+	CHECK(snap_check(&m, &b, err, sizeof(err)) == 0);
+	CHECK(snap_check(&m, &c, err, sizeof(err)) == -EPROTO && strstr(err, "template image"));
+	struct snap_env o = b; /* the same but for the CPU (another host's, under KVM) */
+	snprintf(o.cpu, sizeof(o.cpu), "%s", k.cpu);
+	CHECK(snap_check(&m, &o, err, sizeof(err)) == -EPROTO && strstr(err, "vCPU model"));
+
+	/* The manifest as a cpuos before wrote it: the image by path, no cpu. */
+	char mpath[300];
+	snprintf(mpath, sizeof(mpath), "%s/" SNAP_MANIFEST, dir);
+	json_t *doc = json_load_file(mpath, 0, NULL);
+	json_t *with = json_object_get(doc, "made_with");
+	CHECK(with && json_object_del(with, "cpu") == 0 &&
+	      json_object_set_new(with, "template", json_string(a.template_was)) == 0 &&
+	      json_dump_file(doc, mpath, 0) == 0);
+	json_decref(doc);
+	memset(&m, 0, sizeof(m));
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
+	CHECK(!m.env.cpu[0] && !m.env.template[0]);
+	CHECK(snap_check(&m, &a, err, sizeof(err)) == 0);
+	CHECK(snap_check(&m, &b, err, sizeof(err)) == -EPROTO && strstr(err, "template image"));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -456,6 +519,7 @@ int main(int argc, char **argv)
 		{ "qmp_line_cap", test_qmp_line_cap },
 		{ "migrate_events", test_migrate_events },
 		{ "run_dir_symlinks", test_run_dir_symlinks },
+		{ "snap_names_image_by_content", test_snap_names_image_by_content },
 		{ 0, 0 },
 	};
 	return t_main(argc, argv, cases);
