@@ -18,13 +18,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int disk_run(char *const argv[], char *err, size_t errlen)
+/* disk_run with the environment envp (NULL: ours). */
+static int run_env(char *const argv[], char *const envp[], char *err, size_t errlen)
 {
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC) < 0)
 		return -errno;
 	pid_t pid;
-	struct spawn_opts o = { .argv = argv, .fd = { -1, pfd[1], pfd[1] } };
+	struct spawn_opts o = { .argv = argv, .fd = { -1, pfd[1], pfd[1] }, .envp = envp };
 	int r = spawn(&o, &pid);
 	close(pfd[1]);
 	if (r < 0) {
@@ -59,9 +60,14 @@ int disk_run(char *const argv[], char *err, size_t errlen)
 	return -EIO;
 }
 
+int disk_run(char *const argv[], char *err, size_t errlen)
+{
+	return run_env(argv, NULL, err, errlen);
+}
+
 int disk_base_path(const char *cache_dir, unsigned size_mb, char *out, size_t len)
 {
-	return snprintf(out, len, "%s/scratch/ext4-%um.raw", cache_dir, size_mb) >= (int)len
+	return snprintf(out, len, "%s/scratch/ext4-%um-r1.raw", cache_dir, size_mb) >= (int)len
 		       ? -ENAMETOOLONG
 		       : 0;
 }
@@ -85,17 +91,25 @@ int disk_layer_base(const char *cache_dir, const char *path, char *out, size_t l
 		    pread(fd, name, n, (off_t)off) == (ssize_t)n) {
 			name[n] = '\0';
 			unsigned mb;
-			char want[1100];
+			char want[1100], was[1100];
 			size_t cl = strlen(cache_dir);
+			/* This cpuos's name of a base, or that of one before,
+			 * whose bases were not the same bytes on every host. */
 			if (n > cl && !strncmp(name, cache_dir, cl) &&
 			    sscanf(name + cl, "/scratch/ext4-%u", &mb) == 1 &&
-			    disk_base_path(cache_dir, mb, want, sizeof(want)) == 0 && !strcmp(want, name))
+			    disk_base_path(cache_dir, mb, want, sizeof(want)) == 0 &&
+			    (size_t)snprintf(was, sizeof(was), "%s/scratch/ext4-%um.raw", cache_dir,
+					     mb) < sizeof(was) &&
+			    (!strcmp(want, name) || !strcmp(was, name)))
 				r = snprintf(out, len, "%s", name) >= (int)len ? -ENAMETOOLONG : 0;
 		}
 	}
 	close(fd);
 	return r;
 }
+
+/* Every base's UUID and directory hash seed (any fixed value would do). */
+#define BASE_UUID "5f1e2a6c-7d8b-4c3a-9e0f-1a2b3c4d5e6f"
 
 static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size_t baselen,
 		       char *err, size_t errlen)
@@ -126,12 +140,19 @@ static int ensure_base(const char *cache_dir, unsigned size_mb, char *base, size
 	snprintf(size, sizeof(size), "%um", size_mb);
 	/* Lazy init keeps the base sparse: a 10 GiB layer costs a few MB. The
 	 * root of the new filesystem is owned by nobody in particular; the
-	 * agent makes upper/ and work/ inside it at first boot. */
-	char *argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "scratch",
-			 "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp, size, NULL };
+	 * agent makes upper/ and work/ inside it at first boot. The same
+	 * bytes on every host (a fixed UUID, hash seed and time), since a
+	 * layer saved on one host is restored over another's base. */
+	char *argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "scratch", "-U", BASE_UUID,
+			 "-E", "lazy_itable_init=1,lazy_journal_init=1,hash_seed=" BASE_UUID,
+			 tmp, size, NULL };
+	char path[4200];
+	snprintf(path, sizeof(path), "PATH=%s",
+		 getenv("PATH") ? getenv("PATH") : "/usr/sbin:/usr/bin:/sbin:/bin");
+	char *envp[] = { path, "E2FSPROGS_FAKE_TIME=1", NULL };
 	int mkfs_failed = 0;
 	r = ftruncate(fd, (off_t)size_mb << 20) < 0 || fchmod(fd, 0644) < 0 ? -errno : 0;
-	if (r == 0 && (r = disk_run(argv, err, errlen)) < 0)
+	if (r == 0 && (r = run_env(argv, envp, err, errlen)) < 0)
 		mkfs_failed = 1; /* err says why */
 	/* On disk before it is cached: a crash must not leave a torn base
 	 * that every later sandbox would mount. */

@@ -1,7 +1,7 @@
 /*
  * test_disk: writable layers. Many creators of one layer size on a cold
  * cache (parallel sandbox creates after a fresh install) must all succeed
- * and leave one sound, cached base behind.
+ * and leave one sound, cached base behind, the same bytes on every host.
  */
 #include "runner/disk.h"
 #include "tests/lib/tap.h"
@@ -49,8 +49,8 @@ static void test_parallel_cold_creates(void)
 			t_note("creator %d: %s", i, c[i].err);
 	}
 	/* One base, whole; no temporary file left behind. */
-	char base[128], cmd[256], dir[96];
-	snprintf(base, sizeof(base), "%s/scratch/ext4-96m.raw", cache);
+	char base[128], cmd[800], dir[96];
+	snprintf(base, sizeof(base), "%s/scratch/ext4-96m-r1.raw", cache);
 	snprintf(cmd, sizeof(cmd), "e2fsck -fn '%s' >/dev/null 2>&1", base);
 	int st = system(cmd);
 	if (!CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0))
@@ -78,7 +78,35 @@ static void test_parallel_cold_creates(void)
 	CHECK(disk_layer_base(cache, layer, got, sizeof(got)) == -EINVAL);
 	snprintf(layer, sizeof(layer), "%s/scratch", cache);
 	CHECK(disk_layer_base(cache, layer, got, sizeof(got)) < 0); /* not a file */
+	/* a layer on a base named as a cpuos before named it */
+	char old[160];
+	snprintf(old, sizeof(old), "%s/scratch/ext4-96m.raw", cache);
+	snprintf(layer, sizeof(layer), "%s/old.qcow2", cache);
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s' && qemu-img create -q -f qcow2 -F raw -b '%s' '%s'",
+		 base, old, old, layer);
+	CHECK(system(cmd) == 0);
+	CHECK(disk_layer_base(cache, layer, got, sizeof(got)) == 0 && !strcmp(got, old));
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cache);
+	CHECK(system(cmd) == 0);
+}
+
+/* A layer saved on one host is restored over another's base: two caches
+ * (two hosts), made a second apart, hold the same bytes. */
+static void test_bases_are_the_same_everywhere(void)
+{
+	char a[96], b[96], pa[160], pb[160], err[256], cmd[800];
+	snprintf(a, sizeof(a), "/tmp/cpuos-disk-a-%d", (int)getpid());
+	snprintf(b, sizeof(b), "/tmp/cpuos-disk-b-%d", (int)getpid());
+	snprintf(pa, sizeof(pa), "%s/layer.qcow2", a);
+	snprintf(pb, sizeof(pb), "%s/layer.qcow2", b);
+	CHECK(mkdir(a, 0700) == 0 && mkdir(b, 0700) == 0);
+	CHECK(disk_scratch_create(a, 96, pa, err, sizeof(err)) == 0);
+	sleep(1); /* a clock that moved on changes nothing */
+	CHECK(disk_scratch_create(b, 96, pb, err, sizeof(err)) == 0);
+	snprintf(cmd, sizeof(cmd), "cmp -s '%s/scratch/ext4-96m-r1.raw' '%s/scratch/ext4-96m-r1.raw'",
+		 a, b);
+	CHECK(system(cmd) == 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", a, b);
 	CHECK(system(cmd) == 0);
 }
 
@@ -86,6 +114,7 @@ int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
 		{ "disk_parallel_cold_creates", test_parallel_cold_creates },
+		{ "disk_bases_are_the_same_everywhere", test_bases_are_the_same_everywhere },
 		{ 0, 0 },
 	};
 	return t_main(argc, argv, cases);
