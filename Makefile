@@ -27,7 +27,7 @@ CFLAGS += -fsanitize=fuzzer-no-link
 endif
 # The runner checksums snapshots with OpenSSL (snap.c).
 LDLIBS := -ljansson -lcrypto -lpthread
-DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lseccomp -lpthread
+DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lseccomp -lcurl -lpthread
 ifndef V
 Q := @
 endif
@@ -267,8 +267,13 @@ $(BUILD)/tests/test_api: $(call obj,$(API_TEST_SRCS)) $(BUILD)/obj/gen/openapi.o
 
 # The library's tests (tests/unit/lib mirrors src/lib), each over all of it
 # (it is small).
-LIB_TESTS := $(patsubst tests/unit/lib/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/lib/test_*.c))
+# test_s3 starts a real object store (tests/lib/objstore).
+LIB_TESTS := $(filter-out %/test_s3,$(patsubst tests/unit/lib/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/lib/test_*.c)))
 $(LIB_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/lib/%.c $(TEST_LIB) $(LIB_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+
+$(BUILD)/tests/test_s3: $(call obj,tests/unit/lib/test_s3.c tests/lib/objstore.c $(TEST_LIB) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 

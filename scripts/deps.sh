@@ -14,6 +14,9 @@ pkgs=(
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
 	python3 python3-pytest procps curl openssl  # tests, benchmarks
 	python3-pytest-timeout                   # a limit per pytest test (tests/e2e/conftest.py)
+	# An S3 object store for the tests (scripts/objstore.sh): Swift's
+	# s3api, whose tempauth keeps S3 credentials in memcached.
+	swift-proxy swift-account swift-container swift-object memcached
 	# make fuzz: clang 14 and its libFuzzer (libclang_rt.fuzzer), which
 	# clang only recommends, and --no-install-recommends leaves out.
 	clang libclang-rt-14-dev

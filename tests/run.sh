@@ -62,6 +62,7 @@ UNIT_TESTS=(
 	test_priv                          # priv
 	test_workers test_loop test_db     # lib
 	test_httpd test_opts               # lib
+	test_s3                            # lib, with a real object store
 	test_sysfilter                     # daemon
 	test_sbx                           # daemon/sandbox
 	test_api                           # daemon/api
