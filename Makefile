@@ -277,6 +277,12 @@ $(BUILD)/tests/test_s3: $(call obj,tests/unit/lib/test_s3.c tests/lib/objstore.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
+# Snapshots to and from the object store (a real one, as test_s3).
+$(BUILD)/tests/test_snapblob: $(call obj,tests/unit/daemon/blob/test_snapblob.c tests/lib/objstore.c $(TEST_LIB) \
+			      src/daemon/blob/snapblob.c $(RUNNER_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code
 $(RAWAGENT_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/agent/%.c tests/lib/rawagent.c $(TEST_LIB) $(COMMON_SRCS))

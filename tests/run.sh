@@ -69,6 +69,7 @@ UNIT_TESTS=(
 	test_store test_store_usage        # daemon/store
 	test_policy test_proxy test_rules test_secret test_netd test_seal # daemon/net
 	test_ports                         # daemon/ports
+	test_snapblob                      # daemon/blob, with a real object store
 	test_gateway test_gateway_store    # gateway
 )
 VM_TESTS=(test_vm test_snap)

@@ -204,6 +204,33 @@ static size_t on_read(char *p, size_t size, size_t nmemb, void *arg)
 	return want;
 }
 
+/* Writes p[0..n) at off, leaving a hole for each whole block of zeros
+ * (the file was truncated before, its size is set at the end): a RAM file
+ * is mostly zeros. 0 or an errno. */
+static int write_sparse(int fd, const char *p, size_t n, uint64_t off)
+{
+	static const char zero[4096];
+	while (n > 0) {
+		size_t chunk = sizeof(zero) - (size_t)(off % sizeof(zero));
+		if (chunk > n)
+			chunk = n;
+		if (chunk < sizeof(zero) || memcmp(p, zero, chunk)) {
+			for (size_t done = 0; done < chunk;) {
+				ssize_t w = pwrite(fd, p + done, chunk - done, (off_t)(off + done));
+				if (w < 0 && errno == EINTR)
+					continue;
+				if (w <= 0)
+					return w < 0 ? errno : EIO;
+				done += (size_t)w;
+			}
+		}
+		p += chunk;
+		n -= chunk;
+		off += chunk;
+	}
+	return 0;
+}
+
 static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct req *r = arg;
@@ -220,16 +247,8 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 		return 0; /* aborts the transfer */
 	}
 	if (r->out_fd >= 0) {
-		for (size_t done = 0; done < n;) {
-			ssize_t w = pwrite(r->out_fd, p + done, n - done, (off_t)(r->out_len + done));
-			if (w < 0) {
-				if (errno == EINTR)
-					continue;
-				r->write_err = errno;
-				return 0;
-			}
-			done += (size_t)w;
-		}
+		if ((r->write_err = write_sparse(r->out_fd, p, n, r->out_len)) != 0)
+			return 0;
 	} else if (r->out_mem) {
 		if (buf_add(r->out_mem, p, n) < 0) {
 			r->out_over = 1;
@@ -688,6 +707,8 @@ int s3_get_fd(struct s3 *s, const char *key, int fd, uint64_t limit, uint64_t *s
 	if (ret == 0 && r.length >= 0 && (uint64_t)r.length != r.out_len)
 		ret = errbuf_set(err, errlen, -EIO, "object store: GET %s: %llu bytes of %lld", key,
 				 (unsigned long long)r.out_len, r.length);
+	if (ret == 0 && ftruncate(fd, (off_t)r.out_len) < 0) /* the holes at the end */
+		ret = errbuf_set(err, errlen, -errno, "object store: GET %s: %s", key, strerror(errno));
 	if (ret == 0) {
 		if (size)
 			*size = r.out_len;

@@ -67,7 +67,8 @@ int s3_put_mem(struct s3 *s, const char *key, const void *p, size_t n, char *err
 
 /* Writes object key into fd from offset 0 (fd is truncated first; a
  * retry starts over), at most limit bytes: 0 with its size in *size and
- * with sha256 set its SHA-256, or -EFBIG past the limit. */
+ * with sha256 set its SHA-256, or -EFBIG past the limit. Each aligned
+ * 4 KiB of zeros is left a hole: a RAM file takes on disk what it held. */
 int s3_get_fd(struct s3 *s, const char *key, int fd, uint64_t limit, uint64_t *size,
 	      char sha256[65], char *err, size_t errlen);
 /* Appends object key to b, at most limit bytes. */

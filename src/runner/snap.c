@@ -207,17 +207,77 @@ static json_t *env_json(const struct snap_env *e)
 {
 	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}", "qemu", e->qemu,
 			 "accel", e->accel, "cpu", e->cpu, "kernel_sha256", e->kernel_sha,
-			 "initrd_sha256", e->initrd_sha, "template", e->template, "vcpus",
+			 "initrd_sha256", e->initrd_sha, "template",
+			 e->template[0] ? e->template : e->template_was, "vcpus",
 			 (int)e->vcpus, "memory_mb", (int)e->memory_mb, "disk_mb", (int)e->disk_mb,
 			 "nic", e->nic);
 }
 
-int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen)
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+char *snap_manifest_json(const struct snap_manifest *m)
+{
+	json_t *files = json_object();
+	for (int i = 0; i < SNAP_NFILES && files; i++) {
+		if (!m->files[i].name[0])
+			continue;
+		json_t *f = json_pack("{s:s, s:I}", "name", m->files[i].name, "size",
+				      (json_int_t)m->files[i].size);
+		if (f && m->files[i].sha256[0])
+			json_object_set_new(f, "sha256", json_string(m->files[i].sha256));
+		json_object_set_new(files, file_keys[i], f);
+	}
+	json_t *doc = files ? json_pack("{s:i, s:o, s:s, s:b, s:I, s:o}", "format", SNAP_FORMAT,
+					"made_with", env_json(&m->env), "ram",
+					m->ram_in_file ? "file" : "stream", "sealed", m->sealed,
+					"created_ns", (json_int_t)m->created_ns, "files", files)
+			    : NULL;
+	char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
+	json_decref(doc);
+	return text;
+}
+
+int snap_manifest_write(const char *dir, const struct snap_manifest *m, char *err, size_t errlen)
 {
 	char path[600], tmp[600];
-	json_t *files = json_object();
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
+	snprintf(tmp, sizeof(tmp), "%s/" SNAP_MANIFEST ".tmp", dir);
+	unlink(tmp);
+	char *text = snap_manifest_json(m);
+	int r = 0, fd = text ? fs_open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600) : -ENOMEM;
+	if (fd < 0)
+		r = fd;
+	else if ((r = write_all(fd, text, strlen(text))) == 0 && fsync(fd) < 0)
+		r = -errno;
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r == 0)
+		r = fsync_path(dir, 1);
+	if (r < 0)
+		snprintf(err, errlen, "cannot write the manifest of '%s': %s", dir, strerror(-r));
+	return r;
+}
+
+int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen)
+{
+	char path[600];
 	int r = 0;
-	for (int i = 0; i < SNAP_NFILES && files; i++) {
+	for (int i = 0; i < SNAP_NFILES; i++) {
 		if (!m->files[i].name[0])
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
@@ -228,7 +288,7 @@ int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen
 			snprintf(err, errlen, "snapshot file '%s': %s", path, strerror(-r));
 			if (fd >= 0)
 				close(fd);
-			break;
+			return r;
 		}
 		m->files[i].size = st.st_size;
 		m->files[i].sha256[0] = '\0';
@@ -239,42 +299,13 @@ int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen
 		close(fd);
 		if (r < 0) {
 			snprintf(err, errlen, "cannot seal '%s': %s", path, strerror(-r));
-			break;
+			return r;
 		}
-		json_t *f = json_pack("{s:s, s:I}", "name", m->files[i].name, "size",
-				      (json_int_t)m->files[i].size);
-		if (f && m->files[i].sha256[0])
-			json_object_set_new(f, "sha256", json_string(m->files[i].sha256));
-		json_object_set_new(files, file_keys[i], f);
-	}
-	if (!files || r < 0) {
-		json_decref(files);
-		return r < 0 ? r : -ENOMEM;
 	}
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	m->created_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
-	json_t *doc = json_pack("{s:i, s:o, s:s, s:b, s:I, s:o}", "format", SNAP_FORMAT, "made_with",
-				env_json(&m->env), "ram", m->ram_in_file ? "file" : "stream", "sealed",
-				m->sealed, "created_ns", (json_int_t)m->created_ns, "files", files);
-	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
-	snprintf(tmp, sizeof(tmp), "%s/" SNAP_MANIFEST ".tmp", dir);
-	unlink(tmp);
-	int fd = doc ? fs_open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600) : -ENOMEM;
-	if (fd < 0 || json_dumpfd(doc, fd, JSON_INDENT(1) | JSON_SORT_KEYS) < 0)
-		r = fd < 0 ? fd : -EIO;
-	else if (fsync(fd) < 0)
-		r = -errno;
-	if (fd >= 0)
-		close(fd);
-	if (r == 0 && rename(tmp, path) < 0)
-		r = -errno;
-	json_decref(doc);
-	if (r == 0)
-		r = fsync_path(dir, 1);
-	if (r < 0)
-		snprintf(err, errlen, "cannot write the manifest of '%s': %s", dir, strerror(-r));
-	return r;
+	return snap_manifest_write(dir, m, err, errlen);
 }
 
 static int bad(char *err, size_t errlen, const char *dir, const char *what)
@@ -283,31 +314,26 @@ static int bad(char *err, size_t errlen, const char *dir, const char *what)
 	return -EBADMSG;
 }
 
-int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, size_t errlen)
+/* 1 if name may name a snapshot's file: [A-Za-z0-9._-], not first a dot,
+ * not the manifest's. A manifest may come from another host. */
+static int file_name_ok(const char *name)
 {
-	char path[600];
+	size_t n = strlen(name);
+	return n > 0 && n < 64 && name[0] != '.' && strcmp(name, SNAP_MANIFEST) &&
+	       strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+static int sha_ok(const char *s)
+{
+	return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+}
+
+/* Reads manifest doc of the snapshot called what (for errors) into m. */
+static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m, char *err,
+			  size_t errlen)
+{
 	memset(m, 0, sizeof(*m));
-	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
-	json_error_t je;
-	/* A manifest is a few hundred bytes; a pause's is in a directory
-	 * its jailed QEMU may write, so one of any size is not read. */
-	int mfd = fs_open_file(path, O_RDONLY, 0);
-	struct stat mst;
-	if (mfd >= 0 && (fstat(mfd, &mst) < 0 || mst.st_size > 65536)) {
-		close(mfd);
-		return bad(err, errlen, dir, "the manifest is too big");
-	}
-	json_t *doc = mfd >= 0 ? json_loadfd(mfd, 0, &je) : NULL;
-	if (mfd >= 0)
-		close(mfd);
-	if (!doc) {
-		if (access(path, F_OK) < 0) {
-			snprintf(err, errlen, "no snapshot in '%s' (no manifest)", dir);
-			return -ENOENT;
-		}
-		return bad(err, errlen, dir, "the manifest is not JSON");
-	}
-	int r = 0, format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0;
+	int format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0;
 	json_int_t created = 0;
 	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
 	const char *cpu = "";
@@ -316,16 +342,16 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 			"format", &format, "made_with", "qemu", &qemu, "accel", &accel, "cpu", &cpu,
 			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
 			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "ram", &ram, "sealed", &sealed,
-			"created_ns", &created, "files", &files) < 0) {
-		r = bad(err, errlen, dir, "the manifest lacks a field");
-		goto out;
-	}
+			"created_ns", &created, "files", &files) < 0 ||
+	    !json_is_object(files))
+		return bad(err, errlen, what, "the manifest lacks a field");
 	if (format != SNAP_FORMAT) {
-		snprintf(err, errlen, "snapshot '%s' has format %d; this cpuos reads %d", dir, format,
+		snprintf(err, errlen, "snapshot '%s' has format %d; this cpuos reads %d", what, format,
 			 SNAP_FORMAT);
-		r = -EPROTO;
-		goto out;
+		return -EPROTO;
 	}
+	if (vcpus < 0 || mem < 0 || disk < 0)
+		return bad(err, errlen, what, "the manifest has a negative size");
 	snprintf(m->env.qemu, sizeof(m->env.qemu), "%s", qemu);
 	snprintf(m->env.accel, sizeof(m->env.accel), "%s", accel);
 	snprintf(m->env.kernel_sha, sizeof(m->env.kernel_sha), "%s", ksha);
@@ -350,19 +376,64 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 		const char *name, *sha = NULL;
 		json_int_t size;
 		if (json_unpack(f, "{s:s, s:I, s?s}", "name", &name, "size", &size, "sha256", &sha) < 0 ||
-		    strchr(name, '/') || strlen(name) >= sizeof(m->files[i].name)) {
-			r = bad(err, errlen, dir, "a file entry is malformed");
-			goto out;
-		}
+		    !file_name_ok(name) || size < 0 || (sha && !sha_ok(sha)))
+			return bad(err, errlen, what, "a file entry is malformed");
+		for (int j = 0; j < i; j++)
+			if (!strcmp(m->files[j].name, name))
+				return bad(err, errlen, what, "two files have one name");
 		snprintf(m->files[i].name, sizeof(m->files[i].name), "%s", name);
 		snprintf(m->files[i].sha256, sizeof(m->files[i].sha256), "%s", sha ? sha : "");
 		m->files[i].size = size;
 	}
 	if (!m->files[SNAP_STATE].name[0] || !m->files[SNAP_DISK].name[0] ||
-	    (m->ram_in_file && !m->files[SNAP_MEM].name[0])) {
-		r = bad(err, errlen, dir, "a file is missing from the manifest");
-		goto out;
+	    (m->ram_in_file && !m->files[SNAP_MEM].name[0]))
+		return bad(err, errlen, what, "a file is missing from the manifest");
+	return 0;
+}
+
+int snap_manifest_parse(const char *text, size_t len, const char *what, struct snap_manifest *m,
+			char *err, size_t errlen)
+{
+	memset(m, 0, sizeof(*m));
+	if (len > SNAP_MANIFEST_MAX)
+		return bad(err, errlen, what, "the manifest is too big");
+	json_error_t je;
+	json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	if (!doc)
+		return bad(err, errlen, what, "the manifest is not JSON");
+	int r = manifest_parse(doc, what, m, err, errlen);
+	json_decref(doc);
+	return r;
+}
+
+int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, size_t errlen)
+{
+	char path[600];
+	memset(m, 0, sizeof(*m));
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
+	json_error_t je;
+	/* A manifest is a few hundred bytes; a pause's is in a directory
+	 * its jailed QEMU may write, so one of any size is not read. */
+	int mfd = fs_open_file(path, O_RDONLY, 0);
+	struct stat mst;
+	if (mfd >= 0 && (fstat(mfd, &mst) < 0 || mst.st_size > SNAP_MANIFEST_MAX)) {
+		close(mfd);
+		return bad(err, errlen, dir, "the manifest is too big");
 	}
+	json_t *doc = mfd >= 0 ? json_loadfd(mfd, 0, &je) : NULL;
+	if (mfd >= 0)
+		close(mfd);
+	if (!doc) {
+		if (access(path, F_OK) < 0) {
+			snprintf(err, errlen, "no snapshot in '%s' (no manifest)", dir);
+			return -ENOENT;
+		}
+		return bad(err, errlen, dir, "the manifest is not JSON");
+	}
+	int r = manifest_parse(doc, dir, m, err, errlen);
+	json_decref(doc);
+	if (r < 0)
+		return r;
 	for (int i = 0; i < SNAP_NFILES; i++) {
 		if (!m->files[i].name[0])
 			continue;
@@ -372,26 +443,22 @@ int snap_load(const char *dir, struct snap_manifest *m, int full, char *err, siz
 			char what[128];
 			snprintf(what, sizeof(what), "'%s' is %s", m->files[i].name,
 				 access(path, F_OK) ? "missing" : "of the wrong size (truncated?)");
-			r = bad(err, errlen, dir, what);
-			goto out;
+			return bad(err, errlen, dir, what);
 		}
 		if (!m->files[i].sha256[0] || (i != SNAP_STATE && !full))
 			continue;
 		char sha[65];
 		if ((r = sha256_path(path, sha, 1)) < 0) {
 			snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-r));
-			goto out;
+			return r;
 		}
 		if (strcmp(sha, m->files[i].sha256)) {
 			char what[128];
 			snprintf(what, sizeof(what), "'%s' does not match its checksum", m->files[i].name);
-			r = bad(err, errlen, dir, what);
-			goto out;
+			return bad(err, errlen, dir, what);
 		}
 	}
-out:
-	json_decref(doc);
-	return r;
+	return 0;
 }
 
 int snap_check(const struct snap_manifest *m, const struct snap_env *now, char *err,

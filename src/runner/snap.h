@@ -16,6 +16,8 @@
 
 #define SNAP_FORMAT 1
 #define SNAP_MANIFEST "manifest.json"
+/* A manifest is a few hundred bytes; one over this is refused unread. */
+#define SNAP_MANIFEST_MAX 65536
 
 /* What a snapshot depends on; the restoring side fills the same struct
  * and snap_check compares. */
@@ -63,6 +65,19 @@ int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
 /* Fills the sizes (and with sealed, checksums) of m's named files in dir
  * and writes the manifest atomically, everything fsync'ed. 0 or -errno. */
 int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen);
+
+/* Writes m as dir's manifest as it is (sizes and checksums not taken
+ * again), atomically and fsync'ed: 0 or -errno. */
+int snap_manifest_write(const char *dir, const struct snap_manifest *m, char *err, size_t errlen);
+
+/* m as manifest text (malloc'd, NUL-terminated), or NULL without memory. */
+char *snap_manifest_json(const struct snap_manifest *m);
+
+/* Reads manifest text from elsewhere (another host, an object store) into
+ * m, as hostile as any: 0, or -EBADMSG/-EPROTO with a reason naming what.
+ * Files' names are plain names in a directory, checksums 64 hex digits. */
+int snap_manifest_parse(const char *text, size_t len, const char *what, struct snap_manifest *m,
+			char *err, size_t errlen);
 
 /* Reads dir's manifest and checks that every file is there with its size,
  * the state's checksum, and with full also the others' (full costs a read

@@ -1,0 +1,209 @@
+/*
+ * snapblob: a snapshot directory to and from an object store; see
+ * snapblob.h. What the store hands back is read like anything from
+ * another host: the manifest bounded and parsed as hostile, each file
+ * bounded by the size the manifest gives and checked against its
+ * checksum, nothing kept from a snapshot that fails a check.
+ */
+#include "daemon/blob/snapblob.h"
+
+#include "common/buf.h"
+#include "common/errbuf.h"
+#include "common/fs.h"
+#include "lib/s3.h"
+#include "runner/snap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The objects' names under a prefix, by enum snap_file. */
+static const char *const kinds[SNAP_NFILES] = { "state", "mem", "disk" };
+
+static int key_of(char *out, size_t n, const char *prefix, const char *name, char *err,
+		  size_t errlen)
+{
+	int len = snprintf(out, n, "%s/%s", prefix, name);
+	if (len < 0 || (size_t)len >= n || !s3_key_ok(out))
+		return errbuf_set(err, errlen, -EINVAL, "object store: prefix '%.64s' cannot name a snapshot",
+				  prefix);
+	return 0;
+}
+
+static void sha_hex(const void *p, size_t n, char out[65])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	EVP_Digest(p, n, md, &mdlen, EVP_sha256(), NULL);
+	for (int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+int snapblob_push(struct s3 *s, const char *dir, const char *prefix, char manifest_sha[65],
+		  char *err, size_t errlen)
+{
+	struct snap_manifest m;
+	char key[S3_KEY_MAX + 1], path[600], sha[65];
+	int r = snap_load(dir, &m, 0, err, errlen);
+	if (r < 0)
+		return r;
+	if ((r = key_of(key, sizeof(key), prefix, SNAP_MANIFEST, err, errlen)) < 0)
+		return r;
+	for (int i = 0; i < SNAP_NFILES; i++) {
+		if (!m.files[i].name[0])
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, m.files[i].name);
+		int fd = fs_open_file(path, O_RDONLY, 0);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0) {
+			r = fd < 0 ? fd : -errno;
+			if (fd >= 0)
+				close(fd);
+			return errbuf_set(err, errlen, r, "snapshot file '%s': %s", path, strerror(-r));
+		}
+		if (st.st_size != m.files[i].size) {
+			close(fd);
+			return errbuf_set(err, errlen, -EBADMSG,
+					  "snapshot '%s' changed: '%s' is %lld bytes, its manifest says %lld",
+					  dir, m.files[i].name, (long long)st.st_size, m.files[i].size);
+		}
+		if ((r = key_of(key, sizeof(key), prefix, kinds[i], err, errlen)) == 0)
+			r = s3_put_fd(s, key, fd, (uint64_t)st.st_size, sha, err, errlen);
+		close(fd);
+		if (r < 0)
+			return r;
+		if (m.files[i].sha256[0] && strcmp(m.files[i].sha256, sha))
+			return errbuf_set(err, errlen, -EBADMSG,
+					  "snapshot '%s' changed: '%s' does not match its checksum", dir,
+					  m.files[i].name);
+		memcpy(m.files[i].sha256, sha, sizeof(sha));
+	}
+	/* The stored manifest says every file's checksum: sealed. */
+	m.sealed = 1;
+	char *text = snap_manifest_json(&m);
+	if (!text)
+		return errbuf_set(err, errlen, -ENOMEM, "out of memory");
+	sha_hex(text, strlen(text), manifest_sha);
+	key_of(key, sizeof(key), prefix, SNAP_MANIFEST, err, errlen);
+	r = s3_put_mem(s, key, text, strlen(text), err, errlen);
+	free(text);
+	return r;
+}
+
+/* Removes what pull made of dir. */
+static void pull_undo(const char *dir, const struct snap_manifest *m)
+{
+	char path[600];
+	for (int i = 0; i < SNAP_NFILES; i++) {
+		if (!m->files[i].name[0])
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST ".tmp", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
+	unlink(path);
+	rmdir(dir);
+}
+
+int snapblob_pull(struct s3 *s, const char *prefix, const char *manifest_sha, const char *dir,
+		  char *err, size_t errlen)
+{
+	char key[S3_KEY_MAX + 1], path[600], sha[65];
+	struct snap_manifest m;
+	struct buf text;
+	memset(&m, 0, sizeof(m));
+	buf_init(&text, 0);
+	int r = key_of(key, sizeof(key), prefix, SNAP_MANIFEST, err, errlen);
+	if (r == 0)
+		r = s3_get_mem(s, key, &text, SNAP_MANIFEST_MAX, err, errlen);
+	if (r == -EFBIG)
+		r = errbuf_set(err, errlen, -EBADMSG,
+			       "snapshot '%s' in the object store is damaged: the manifest is too big",
+			       prefix);
+	if (r < 0)
+		goto out;
+	if (manifest_sha) {
+		sha_hex(text.p ? text.p : "", text.len, sha);
+		if (strcmp(sha, manifest_sha)) {
+			r = errbuf_set(err, errlen, -EBADMSG,
+				       "snapshot '%s' in the object store is not the one recorded: its "
+				       "manifest's checksum differs",
+				       prefix);
+			goto out;
+		}
+	}
+	char what[S3_KEY_MAX + 32];
+	snprintf(what, sizeof(what), "%s (object store)", prefix);
+	if ((r = snap_manifest_parse(text.p ? text.p : "", text.len, what, &m, err, errlen)) < 0)
+		goto out;
+	for (int i = 0; i < SNAP_NFILES; i++) {
+		if (m.files[i].name[0] && !m.files[i].sha256[0]) {
+			r = errbuf_set(err, errlen, -EBADMSG,
+				       "snapshot '%s' in the object store is damaged: '%s' has no checksum",
+				       prefix, m.files[i].name);
+			goto out;
+		}
+	}
+	if (mkdir(dir, 0700) < 0) {
+		r = errbuf_set(err, errlen, -errno, "cannot make '%s': %s", dir, strerror(errno));
+		goto out;
+	}
+	for (int i = 0; i < SNAP_NFILES && r == 0; i++) {
+		if (!m.files[i].name[0])
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, m.files[i].name);
+		int fd = fs_open_file(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd < 0) {
+			r = errbuf_set(err, errlen, fd, "cannot make '%s': %s", path, strerror(-fd));
+			break;
+		}
+		uint64_t size = 0;
+		if ((r = key_of(key, sizeof(key), prefix, kinds[i], err, errlen)) == 0)
+			r = s3_get_fd(s, key, fd, (uint64_t)m.files[i].size, &size, sha, err, errlen);
+		if (r == -EFBIG || (r == 0 && size != (uint64_t)m.files[i].size))
+			r = errbuf_set(err, errlen, -EBADMSG,
+				       "snapshot '%s' in the object store is damaged: '%s' is %s %lld "
+				       "bytes its manifest says",
+				       prefix, kinds[i], r == -EFBIG ? "over the" : "short of the",
+				       m.files[i].size);
+		else if (r == -ENOENT)
+			r = errbuf_set(err, errlen, -EBADMSG,
+				       "snapshot '%s' in the object store is damaged: '%s' is missing",
+				       prefix, kinds[i]);
+		else if (r == 0 && strcmp(sha, m.files[i].sha256))
+			r = errbuf_set(err, errlen, -EBADMSG,
+				       "snapshot '%s' in the object store is damaged: '%s' does not match "
+				       "its checksum",
+				       prefix, kinds[i]);
+		if (r == 0 && fsync(fd) < 0)
+			r = errbuf_set(err, errlen, -errno, "cannot write '%s': %s", path, strerror(errno));
+		close(fd);
+	}
+	/* The manifest last, as a pause writes it: a directory with one is whole. */
+	if (r == 0)
+		r = snap_manifest_write(dir, &m, err, errlen);
+	if (r < 0)
+		pull_undo(dir, &m);
+out:
+	buf_release(&text);
+	return r;
+}
+
+int snapblob_delete(struct s3 *s, const char *prefix, char *err, size_t errlen)
+{
+	char key[S3_KEY_MAX + 1];
+	int r = key_of(key, sizeof(key), prefix, SNAP_MANIFEST, err, errlen);
+	if (r == 0)
+		r = s3_delete(s, key, err, errlen);
+	for (int i = 0; i < SNAP_NFILES && r == 0; i++)
+		if ((r = key_of(key, sizeof(key), prefix, kinds[i], err, errlen)) == 0)
+			r = s3_delete(s, key, err, errlen);
+	return r;
+}
