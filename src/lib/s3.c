@@ -27,6 +27,7 @@ struct s3 {
 	struct s3_conf c;
 	CURL *h;
 	char sigv4[96];
+	const int *cancel; /* s3_set_cancel's flag, or NULL */
 };
 
 struct req {
@@ -383,6 +384,19 @@ static void hash_hex(EVP_MD_CTX *h, char out[65])
 	hex(md, 32, out);
 }
 
+void s3_set_cancel(struct s3 *s, const int *flag)
+{
+	s->cancel = flag;
+}
+
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	const int *flag = arg;
+	return __atomic_load_n(flag, __ATOMIC_RELAXED) != 0;
+}
+
 /* One attempt: 0 with r->status set, or a libcurl failure as -EAGAIN
  * (worth another try) / -EFBIG / -errno, with the reason in err. */
 static int attempt(struct s3 *s, struct req *r, char *err, size_t errlen)
@@ -422,6 +436,16 @@ static int attempt(struct s3 *s, struct req *r, char *err, size_t errlen)
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+	if (s->cancel) {
+		if (__atomic_load_n(s->cancel, __ATOMIC_RELAXED)) {
+			curl_slist_free_all(hdrs);
+			return errbuf_set(err, errlen, -ECANCELED, "object store: %s %s: cancelled",
+					  r->method, r->key ? r->key : s->c.bucket);
+		}
+		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)s->cancel);
+	}
 	if (!strcmp(r->method, "HEAD")) {
 		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
 	} else if (!strcmp(r->method, "PUT")) {
@@ -448,6 +472,9 @@ static int attempt(struct s3 *s, struct req *r, char *err, size_t errlen)
 	if (r->write_err)
 		return errbuf_set(err, errlen, -r->write_err, "object store: %s %s: %s", r->method,
 				  r->key ? r->key : s->c.bucket, strerror(r->write_err));
+	if (rc == CURLE_ABORTED_BY_CALLBACK)
+		return errbuf_set(err, errlen, -ECANCELED, "object store: %s %s: cancelled",
+				  r->method, r->key ? r->key : s->c.bucket);
 	if (rc != CURLE_OK)
 		return errbuf_set(err, errlen, -EAGAIN, "object store: %s %s: %s", r->method,
 				  r->key ? r->key : s->c.bucket, curl_easy_strerror(rc));
@@ -650,12 +677,16 @@ static int put_multipart(struct s3 *s, const char *key, int fd, uint64_t size, E
 	}
 	buf_release(&done);
 	if (ret < 0) {
-		/* Leave no parts behind; a failure here is the store's to sweep. */
+		/* Leave no parts behind, also when cancelled; a failure here
+		 * is the store's to sweep. */
 		char e2[64];
+		const int *cancel = s->cancel;
+		s->cancel = NULL;
 		snprintf(query, sizeof(query), "uploadId=%s", upload_q);
 		req_init(&r, "DELETE", key, query);
 		call(s, &r, e2, sizeof(e2));
 		buf_release(&r.err);
+		s->cancel = cancel;
 	}
 	return ret;
 }

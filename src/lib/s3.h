@@ -18,7 +18,8 @@
  * Errors are -errno with a reason in err[errlen]: -ENOENT no such object
  * (or bucket), -EACCES refused credentials, -EFBIG over the limit,
  * -EAGAIN the store did not answer well after the retries, -EINVAL a bad
- * name or setting, -EIO anything else (an unexpected answer).
+ * name or setting, -ECANCELED (s3_set_cancel), -EIO anything else (an
+ * unexpected answer).
  */
 #ifndef CPUOS_S3_H
 #define CPUOS_S3_H
@@ -48,6 +49,11 @@ struct s3;
 /* Checks c and makes a client: 0 or -EINVAL/-ENOMEM. */
 int s3_open(struct s3 **out, const struct s3_conf *c, char *err, size_t errlen);
 void s3_close(struct s3 *s);
+
+/* From now on a transfer stops soon after *flag becomes nonzero (another
+ * thread sets it; read atomically) and its call fails with -ECANCELED,
+ * never retried. NULL: none. */
+void s3_set_cancel(struct s3 *s, const int *flag);
 
 /* 1 if key may name an object: 1..S3_KEY_MAX bytes of [A-Za-z0-9._-/],
  * segments between slashes neither empty nor "." or "..", no slash first

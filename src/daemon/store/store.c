@@ -165,6 +165,9 @@ static const char *const migrations[] = {
      * before are plaintext (0) until the daemon, at its start, has each
      * sealed and the old bytes scrubbed (store_secret_seal, store_scrub). */
     "ALTER TABLE secrets ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;",
+    /* 7 -> 8: the pause kept in the object store, "<generation> <SHA-256
+     * of its manifest>" ('': none), which outlives the host's disk */
+    "ALTER TABLE sandboxes ADD COLUMN stored TEXT NOT NULL DEFAULT '';",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

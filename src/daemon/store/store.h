@@ -86,6 +86,8 @@ struct store_sbx {
 			      * a JSON array; NULL = "[]"; owned */
 	char *transforms_json; /* request transformations (rules.h), a JSON
 				* array; NULL = "[]"; owned */
+	char stored[80];     /* the pause in the object store: "<generation>
+			      * <SHA-256 of its manifest>"; "" = none */
 };
 
 /* Frees the strings inside (not the struct). */
@@ -140,6 +142,15 @@ int store_sbx_list(struct store *s, const char *account, const char *state,
 		   struct store_sbx **out, size_t *n, char *next_cursor, size_t cursorlen);
 /* Every paused sandbox (retention expiry); *out as for store_sbx_list. */
 int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n);
+
+/* The pause of sandbox id at generation is in the object store as stored
+ * (store_sbx's form): 0, or -ESTALE when the row is no longer paused at
+ * that generation (nothing written), -ENOENT, -EINVAL. */
+int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, const char *stored);
+/* Forgets the stored pause of id if it is still was: 0, -ESTALE. */
+int store_sbx_clear_stored(struct store *s, const char *id, const char *was);
+/* Ended sandboxes (stopped, lost) whose stored pause is still to delete. */
+int store_sbx_stored_ended(struct store *s, struct store_sbx **out, size_t *n);
 
 /* ---- checkpoints: a sandbox's whole state, kept under a name ---- */
 struct store_ckpt {

@@ -34,7 +34,7 @@
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
-	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms"
+	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, stored"
 
 /* Sandbox ids: 1..31 printable bytes, no space. */
 static int sbx_id_ok(const char *s)
@@ -118,7 +118,7 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		r = store__prep(s,
 				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
 				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
@@ -147,7 +147,8 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		    store__bind_text(st, 24, x->traffic_token) != SQLITE_OK ||
 		    store__bind_text(st, 25, x->secrets_json ? x->secrets_json : "[]") != SQLITE_OK ||
 		    store__bind_text(st, 26, x->transforms_json ? x->transforms_json : "[]") !=
-			    SQLITE_OK)
+			    SQLITE_OK ||
+		    store__bind_text(st, 27, x->stored) != SQLITE_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -234,6 +235,7 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	    store__col_copy(st, 17, x->parent, sizeof(x->parent)) ||
 	    store__col_copy(st, 18, x->key_id, sizeof(x->key_id)) ||
 	    store__col_copy(st, 23, x->traffic_token, sizeof(x->traffic_token)) ||
+	    store__col_copy(st, 26, x->stored, sizeof(x->stored)) ||
 	    col_unsigned(st, 19, &x->generation))
 		return -EIO;
 	x->timeout_left_s = sqlite3_column_int64(st, 15);
@@ -652,6 +654,49 @@ int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n)
 {
 	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'paused' "
 			   "ORDER BY paused_at, id", out, n);
+}
+
+int store_sbx_stored_ended(struct store *s, struct store_sbx **out, size_t *n)
+{
+	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state IN ('stopped', 'lost') "
+			   "AND stored != '' ORDER BY created_at, id", out, n);
+}
+
+int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, const char *stored)
+{
+	if (!sbx_id_ok(id))
+		return -ENOENT;
+	if (!stored || !store__text_ok(stored, sizeof(((struct store_sbx *)0)->stored), 1, 1))
+		return -EINVAL;
+	sqlite3_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "UPDATE sandboxes SET stored = ?2 WHERE id = ?1 AND state = 'paused' "
+			    "AND generation = ?3",
+			    &st);
+	if (!r) {
+		if (store__bind_text(st, 1, id) != SQLITE_OK ||
+		    store__bind_text(st, 2, stored) != SQLITE_OK ||
+		    sqlite3_bind_int64(st, 3, generation) != SQLITE_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+			r = -ESTALE;
+		sqlite3_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r == -EEXIST ? -EIO : r;
+}
+
+int store_sbx_clear_stored(struct store *s, const char *id, const char *was)
+{
+	if (!sbx_id_ok(id))
+		return -ENOENT;
+	if (!was)
+		return -EINVAL;
+	const char *texts[] = { id, was };
+	int r = store__change(s, "UPDATE sandboxes SET stored = '' WHERE id = ?1 AND stored = ?2",
+			      2, texts);
+	return r == -ENOENT ? -ESTALE : r == -EEXIST ? -EIO : r;
 }
 
 static int by_state(struct store *s, const char *sql, struct store_sbx **out, size_t *n)

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int store_up;
@@ -153,6 +154,51 @@ static void test_a_file_in_one_put(void)
 static void test_a_file_in_parts(void)
 {
 	round_trip_file(S3_PART_MIN, 2 * S3_PART_MIN + 4097, "files/in-parts");
+}
+
+static int cancel_flag;
+
+static void *cancel_soon(void *arg)
+{
+	(void)arg;
+	struct timespec ts = { 0, 100 * 1000000L };
+	nanosleep(&ts, NULL);
+	__atomic_store_n(&cancel_flag, 1, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/* Cancelled before it starts, and in the middle of a multipart upload:
+ * -ECANCELED at once, not retried, and no object left behind. */
+static void test_a_transfer_is_cancelled(void)
+{
+	struct s3 *s = client(S3_PART_MIN);
+	if (!s)
+		return;
+	char err[256], sha[65], in[128];
+	s3_set_cancel(s, &cancel_flag);
+	cancel_flag = 1;
+	CHECK(s3_put_mem(s, "cancel/before", "x", 1, err, sizeof(err)) == -ECANCELED);
+	t_note("%s", err);
+	cancel_flag = 0;
+	snprintf(in, sizeof(in), "%s/cancel-%d", tmpdir, (int)getpid());
+	size_t n = 40 * S3_PART_MIN; /* 200 MiB: far more than 100 ms of work */
+	int fd = make_file(in, n, 3, sha);
+	pthread_t t;
+	CHECK(fd >= 0 && pthread_create(&t, NULL, cancel_soon, NULL) == 0);
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	int r = s3_put_fd(s, "cancel/during", fd, n, NULL, err, sizeof(err));
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	pthread_join(t, NULL);
+	CHECK(r == -ECANCELED);
+	t_note("%s, after %.0f ms", err,
+	       (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+	s3_set_cancel(s, NULL);
+	uint64_t size;
+	CHECK(s3_head(s, "cancel/during", &size, err, sizeof(err)) == -ENOENT);
+	close(fd);
+	unlink(in);
+	s3_close(s);
 }
 
 static void test_names_and_settings_refused(void)
@@ -350,6 +396,7 @@ int main(int argc, char **argv)
 		{ "small_objects_round_trip", test_small_objects_round_trip },
 		{ "a_file_in_one_put", test_a_file_in_one_put },
 		{ "a_file_in_parts", test_a_file_in_parts },
+		{ "a_transfer_is_cancelled", test_a_transfer_is_cancelled },
 		{ "names_and_settings_refused", test_names_and_settings_refused },
 		{ "a_wrong_secret_is_refused", test_a_wrong_secret_is_refused },
 		{ "no_store_listening", test_no_store_listening },

@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "7"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "8"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 8", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 9", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 8") != NULL);
+	CHECK(strstr(err, "schema version 9") != NULL);
 	tdb_remove(&t);
 }
 
@@ -892,6 +892,44 @@ static void test_old_secret_values_are_sealed_and_scrubbed(void)
 	tdb_remove(&t);
 }
 
+/* A pause in the object store: recorded only while the row is paused at
+ * that generation, forgotten only if unchanged, listed once ended. */
+static void test_stored_pauses(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	const char *id = "sbx_00000000000000aa";
+	CHECK(insert(t.s, id, "alice", 1000, "{}") == 0);
+	const char *rec = "0 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	/* Running: nothing to record. */
+	CHECK(store_sbx_set_stored(t.s, id, 0, rec) == -ESTALE);
+	struct store_sbx_move mv = { .id = id, .from = "running", .to = "paused", .paused_at = 1001 };
+	CHECK(store_sbx_move(t.s, &mv) == 0);
+	CHECK(store_sbx_set_stored(t.s, id, 1, rec) == -ESTALE); /* another generation */
+	CHECK(store_sbx_set_stored(t.s, id, 0, rec) == 0);
+	CHECK(store_sbx_set_stored(t.s, "sbx_none", 0, rec) == -ESTALE);
+	CHECK(store_sbx_set_stored(t.s, id, 0, "") == -EINVAL);
+	CHECK(store_sbx_set_stored(t.s, id, 0, "a\nb") == -EINVAL);
+	struct store_sbx y;
+	if (CHECK(store_sbx_get(t.s, id, &y) == 0)) {
+		CHECK(!strcmp(y.stored, rec));
+		store_sbx_release(&y);
+	}
+	struct store_sbx *xs;
+	size_t n;
+	CHECK(store_sbx_stored_ended(t.s, &xs, &n) == 0 && n == 0);
+	mv = (struct store_sbx_move){ .id = id, .from = "paused", .to = "stopped",
+				      .end_reason = "killed" };
+	CHECK(store_sbx_move(t.s, &mv) == 0);
+	CHECK(store_sbx_stored_ended(t.s, &xs, &n) == 0 && n == 1 && !strcmp(xs[0].stored, rec));
+	store_sbx_free_list(xs, n);
+	CHECK(store_sbx_clear_stored(t.s, id, "1 other") == -ESTALE);
+	CHECK(store_sbx_clear_stored(t.s, id, rec) == 0);
+	CHECK(store_sbx_stored_ended(t.s, &xs, &n) == 0 && n == 0);
+	tdb_remove(&t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -910,6 +948,7 @@ int main(int argc, char **argv)
 	    {"store_egress_secrets", test_egress_secrets},
 	    {"store_old_secret_values_are_sealed_and_scrubbed",
 	     test_old_secret_values_are_sealed_and_scrubbed},
+	    {"store_stored_pauses", test_stored_pauses},
 	    {0, 0},
 	};
 	return t_main(argc, argv, cases);
