@@ -248,7 +248,7 @@ $(BUILD)/tests/test_cgroup: $(call obj,tests/unit/jail/test_cgroup.c $(TEST_LIB)
 # The sandbox layer over a real store and fake VMs (fake_vm.c stands in for
 # the runner's vm.c and vm_snap.c), whose agent is cpuos-agent --listen.
 SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
-	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c) src/daemon/sysfilter.c \
+	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c src/daemon/blob/*.c) src/daemon/sysfilter.c \
 	$(filter-out src/runner/vm.c src/runner/vm_snap.c,$(RUNNER_SRCS)) $(PRIV_SRCS) $(JAIL_SRCS) \
 	$(LIB_SRCS) $(COMMON_SRCS)
 $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))

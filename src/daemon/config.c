@@ -83,6 +83,15 @@ static const char usage[] =
 	"                         directory, from 1900000000:65536 up)\n"
 	"  --cgroups on|off       each QEMU in a cgroup limiting its memory, processes and\n"
 	"                         CPU time, on cgroup v1 or v2 (default on with --jail)\n"
+	"  --s3-endpoint URL      an S3-compatible object store (http[s]://host[:port]) that\n"
+	"                         keeps a copy of every pause, uploaded in the background,\n"
+	"                         so a paused sandbox outlives this host's disk (default:\n"
+	"                         none)\n"
+	"  --s3-bucket NAME       its bucket (needed with --s3-endpoint)\n"
+	"  --s3-region NAME       its region (default us-east-1)\n"
+	"  --s3-credentials FILE  a file of two lines, the access key and the secret, that\n"
+	"                         only its owner may read (default: the environment's\n"
+	"                         CPUOS_S3_ACCESS_KEY and CPUOS_S3_SECRET_KEY)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --help                 this text\n"
 	"Logs go to stderr, one JSON object per line unless stderr is a terminal.\n"
@@ -164,6 +173,10 @@ static const struct opt table[] = {
 	OPT_ON_OFF_OF("jail", struct config, jail),
 	OPT_FN_OF("jail-ids", set_jail_ids),
 	OPT_ON_OFF_OF("cgroups", struct config, cgroups),
+	OPT_TEXT_OF("s3-endpoint", struct config, s3_endpoint),
+	OPT_TEXT_OF("s3-bucket", struct config, s3_bucket),
+	OPT_TEXT_OF("s3-region", struct config, s3_region),
+	OPT_TEXT_OF("s3-credentials", struct config, s3_credentials),
 	OPT_TEXT_OF("log-level", struct config, log_level),
 	{ 0 },
 };
@@ -179,6 +192,7 @@ static void defaults(struct config *o)
 	snprintf(o->cache_dir, sizeof(o->cache_dir), "/var/cache/cpuos");
 	snprintf(o->accel, sizeof(o->accel), "auto");
 	snprintf(o->log_level, sizeof(o->log_level), "info");
+	snprintf(o->s3_region, sizeof(o->s3_region), "us-east-1");
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n > 0) {

@@ -38,6 +38,9 @@ struct config {
 	long long jail_first, jail_count;
 	int jail_ids_given; /* --jail-ids: else each state directory gets a
 			     * block of its own (jail_block) */
+	/* an object store that keeps every pause ("" endpoint: none), and
+	 * the file its access key and secret are read from */
+	char s3_endpoint[256], s3_bucket[64], s3_region[64], s3_credentials[PATH_MAX];
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

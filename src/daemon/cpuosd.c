@@ -20,9 +20,11 @@
 #include "daemon/unroot.h"
 #include "daemon/wipe.h"
 #include "jail/jail.h"
+#include "lib/s3.h"
 #include "priv/priv.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
@@ -63,6 +65,76 @@ static char *read_trust(const char *path)
 	}
 	text[n] = '\0';
 	return text;
+}
+
+/* The object store of --s3-*, checked (lib/s3.h): 0 without one (c
+ * untouched), 1 with c filled, -1 after saying what is wrong. The key and
+ * secret come from --s3-credentials (two lines; a file only its owner
+ * reads) or from the environment, which then forgets them. */
+static int read_s3(const struct config *o, struct s3_conf *c)
+{
+	if (!o->s3_endpoint[0])
+		return 0;
+	memset(c, 0, sizeof(*c));
+	snprintf(c->endpoint, sizeof(c->endpoint), "%s", o->s3_endpoint);
+	snprintf(c->bucket, sizeof(c->bucket), "%s", o->s3_bucket);
+	snprintf(c->region, sizeof(c->region), "%s", o->s3_region);
+	if (o->s3_credentials[0]) {
+		int fd = open(o->s3_credentials, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		struct stat st;
+		char text[300];
+		ssize_t n = -1;
+		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !(st.st_mode & 077))
+			n = read(fd, text, sizeof(text) - 1);
+		else if (fd >= 0)
+			errno = EPERM;
+		if (fd >= 0)
+			close(fd);
+		char *nl = n > 0 ? (text[n] = '\0', strchr(text, '\n')) : NULL;
+		if (!nl) {
+			log_error("--s3-credentials '%s': %s", o->s3_credentials,
+				  n < 0 ? (errno == EPERM ? "not a regular file only its owner may read"
+							  : strerror(errno))
+					: "not two lines (access key, secret)");
+			explicit_bzero(text, sizeof(text));
+			return -1;
+		}
+		*nl = '\0';
+		nl[1 + strcspn(nl + 1, "\r\n")] = '\0';
+		int fits = strlen(text) < sizeof(c->access_key) && strlen(nl + 1) < sizeof(c->secret_key);
+		if (fits) {
+			memcpy(c->access_key, text, strlen(text) + 1);
+			memcpy(c->secret_key, nl + 1, strlen(nl + 1) + 1);
+		}
+		explicit_bzero(text, sizeof(text));
+		if (!fits) {
+			log_error("--s3-credentials '%s': a line is too long", o->s3_credentials);
+			return -1;
+		}
+	} else {
+		const char *a = getenv("CPUOS_S3_ACCESS_KEY"), *k = getenv("CPUOS_S3_SECRET_KEY");
+		if ((a && strlen(a) >= sizeof(c->access_key)) ||
+		    (k && strlen(k) >= sizeof(c->secret_key))) {
+			log_error("CPUOS_S3_ACCESS_KEY or CPUOS_S3_SECRET_KEY is too long");
+			return -1;
+		}
+		memcpy(c->access_key, a ? a : "", a ? strlen(a) + 1 : 1);
+		memcpy(c->secret_key, k ? k : "", k ? strlen(k) + 1 : 1);
+		unsetenv("CPUOS_S3_SECRET_KEY");
+	}
+	struct s3 *s3;
+	char err[256];
+	if (s3_open(&s3, c, err, sizeof(err)) < 0) {
+		log_error("%s (--s3-endpoint, --s3-bucket, --s3-region, --s3-credentials)", err);
+		return -1;
+	}
+	/* The bucket made if it is not there yet, which also says whether
+	 * the store answers and knows us: a warning only, since a store away
+	 * now may be back by the first pause. */
+	if (s3_bucket_create(s3, err, sizeof(err)) < 0)
+		log_warn("%s", err);
+	s3_close(s3);
+	return 1;
 }
 
 /* Where each state directory's block of jail ids is recorded, and how
@@ -186,6 +258,12 @@ int main(int argc, char **argv)
 		log_error("--egress-trust '%s': %s", o.egress_trust, strerror(errno));
 		return 1;
 	}
+	static struct s3_conf s3c;
+	int have_s3 = read_s3(&o, &s3c);
+	if (have_s3 < 0) {
+		free(trust);
+		return 1;
+	}
 	/* Each state directory its own ids: two daemons on a host then share
 	 * neither a uid nor their QEMUs' group. */
 	unsigned first;
@@ -305,6 +383,7 @@ int main(int argc, char **argv)
 		.pool_python = (unsigned)o.pool_python, .pool_other = (unsigned)o.pool_other,
 		.pool_max_mb = (unsigned long long)o.pool_max_mb,
 		.net = net, .net_default = o.net_default, .priv = priv_jailed(priv) ? priv : NULL,
+		.blob = have_s3 ? &s3c : NULL,
 	};
 	struct sbx_mgr *mgr;
 	if (sbx_mgr_new(&sc, store, &mgr) < 0) {

@@ -115,6 +115,8 @@ json_t *api_sandbox_json(struct req *r, const struct store_sbx *row)
 	json_object_set_new(o, "session_id", json_string(session));
 	json_object_set_new(o, "on_timeout", json_string(row->on_timeout[0] ? row->on_timeout : "pause"));
 	json_object_set_new(o, "paused_at", row->paused_at ? rfc3339(row->paused_at) : json_null());
+	json_object_set_new(o, "stored",
+			    json_boolean(!strcmp(row->state, "paused") && sbx_pause_stored(row)));
 	json_object_set_new(o, "parent", row->parent[0] ? json_string(row->parent) : json_null());
 	json_t *net = sbx_network_json(r->api->sbx, row->network_json);
 	json_object_set_new(o, "network", net ? net : json_null());

@@ -414,6 +414,8 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 	crash_point("kill.before_store");
 	struct sbx_facts f = { .end_reason = reason };
 	sbx__fire(s, SBX_EV_STOPPED, &f, SBX_FIRE_FORCE, err, sizeof(err));
+	if (now == SBX_PAUSED)
+		sbx__blob_kick(m); /* its stored pause, if any, goes too */
 	sbx_put(s);
 	return 0;
 }
@@ -878,6 +880,7 @@ void sbx_mgr_stop(struct sbx_mgr *m)
 	pthread_cond_broadcast(&m->quit_cv);
 	pthread_mutex_unlock(&m->mu);
 	sbx__pools_stop(m);
+	sbx__blob_stop(m);
 	pthread_join(m->expiry, NULL);
 	struct sbx **v;
 	size_t n = sbx__each(m, pumped, NULL, &v);

@@ -20,6 +20,7 @@
 #include "daemon/store/store.h"
 
 struct priv;
+struct s3_conf;
 
 struct sbx_config {
 	const char *state_dir; /* vms/<id>/ run directories live here */
@@ -40,6 +41,8 @@ struct sbx_config {
 	struct net *net;       /* networks (net.h); NULL: no VM gets a NIC */
 	const char *net_default; /* the policy of a sandbox that names none (JSON) */
 	struct priv *priv;     /* the helper that jails QEMUs (priv.h); NULL: not jailed */
+	const struct s3_conf *blob; /* an object store that keeps every pause
+				     * (lib/s3.h); NULL: pauses are local only */
 };
 
 struct sbx_params {
@@ -174,6 +177,11 @@ int sbx_secret_seal(struct sbx_mgr *m, const char *account, const char *name,
  * or sbx_resume's. */
 int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned port, int *fd,
 		  char *err, size_t errlen);
+
+/* Whether paused row's pause is also in the object store (sbx_config's
+ * blob), at the generation it is paused at: it then resumes even when the
+ * copy on this host's disk is gone. */
+int sbx_pause_stored(const struct store_sbx *row);
 
 /* The environment every command of the sandbox gets (JSON object). */
 const char *sbx_env_json(const struct sbx *s);

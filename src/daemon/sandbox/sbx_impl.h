@@ -85,6 +85,8 @@ struct sbx {
 	long long paused_at;  /* paused: since when */
 	int pause_on_timeout;
 	int expiring;        /* a killer thread has it */
+	int storing;         /* its pause is being uploaded, under a hold */
+	int store_cancel;    /* asks that upload to stop (read atomically) */
 	int refs;
 	int listed;          /* in the manager's table */
 	struct sbx *next;    /* the table's chain */
@@ -139,6 +141,7 @@ struct sbx_mgr {
 	} starting[MAX_STARTING];
 	struct sbx_stats stats; /* under mu */
 	struct sbx_pools *pools;
+	struct sbx_blob *blob;  /* the object store's worker; NULL: none */
 };
 
 /* sbx_state.c: the state table and transitions. */
@@ -300,6 +303,18 @@ int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *er
  * snapshots of forks a dead daemon left. */
 long long sbx__paused_bytes(const char *run_dir);
 void sbx__snap_cleanup(struct sbx_mgr *m);
+
+/* sbx_blob.c: pauses kept in the object store (cfg.blob). Starts the
+ * worker that uploads each pause in the background and deletes what
+ * ended sandboxes left there: 0 or -errno with a reason. */
+int sbx__blob_start(struct sbx_mgr *m, char *err, size_t errlen);
+/* A sandbox paused: its upload is due. */
+void sbx__blob_kick(struct sbx_mgr *m);
+void sbx__blob_stop(struct sbx_mgr *m);
+/* In a resume (the caller owns the transition): when row's pause is not
+ * whole in its run directory but the object store has it, fetches it
+ * there. 0 (also when there is nothing to do), or -errno with a reason. */
+int sbx__blob_fetch(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen);
 
 /* sbx_pool.c. Runs shell in vm as user (with env, "NAME=value", if not
  * NULL) and waits for its end: 0 when it exited 0, -EIO when not,

@@ -173,4 +173,7 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 	sbx__snap_cleanup(m);
 	if (sbx__pools_start(m) < 0)
 		log_error("template snapshots and warm pools could not start");
+	char err[256];
+	if (sbx__blob_start(m, err, sizeof(err)) < 0)
+		log_error("pauses will not be kept in the object store: %s", err);
 }

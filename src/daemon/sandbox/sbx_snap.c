@@ -149,6 +149,7 @@ int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		s->paused_at = now;
 		pthread_mutex_unlock(&m->mu);
 		r = sbx__fire(s, SBX_EV_PAUSED, &f, SBX_FIRE_FORCE, err, errlen);
+		sbx__blob_kick(m);
 		count(m, &m->stats.pauses, &m->stats.pause_ms, clock_ms_f() - t0);
 		log_info("sandbox %s paused in %.0f ms", id, clock_ms_f() - t0);
 	}
@@ -180,6 +181,13 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	int held = sbx__reserve(m, row.account, row.vcpus, row.memory_mb, err, errlen);
 	if (held < 0) {
 		r = held;
+		goto out;
+	}
+	/* Its pause gone from this disk: the object store's copy. */
+	if ((r = sbx__blob_fetch(m, &row, err, errlen)) < 0) {
+		log_error("sandbox %s did not resume: %s", id, err);
+		r = -EIO;
+		sbx__unreserve(m, held);
 		goto out;
 	}
 	const struct sbx_config *c = &m->cfg;

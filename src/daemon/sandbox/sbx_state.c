@@ -192,12 +192,17 @@ int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int f
 	return r;
 }
 
-/* Waits (m->mu held) until s is stable and holds no hold, or until. */
+/* Waits (m->mu held) until s is stable and holds no hold, or until. A
+ * hold that uploads the pause (sbx_blob.c) is asked to stop: whoever
+ * waits needs the sandbox now, the upload can come again. */
 static int settle_locked(struct sbx_mgr *m, struct sbx *s, const struct timespec *until)
 {
-	while (sbx__transitional(s->state) || s->held)
+	while (sbx__transitional(s->state) || s->held) {
+		if (s->storing)
+			__atomic_store_n(&s->store_cancel, 1, __ATOMIC_RELAXED);
 		if (pthread_cond_timedwait(&m->state_cv, &m->mu, until) == ETIMEDOUT)
 			return sbx__transitional(s->state) || s->held ? -EBUSY : 0;
+	}
 	return 0;
 }
 

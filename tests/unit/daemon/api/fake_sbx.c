@@ -312,6 +312,12 @@ json_t *sbx_network_json(struct sbx_mgr *m, const char *network_json)
 	return NULL;
 }
 
+/* As sbx_blob.c's: the record names the row's generation. */
+int sbx_pause_stored(const struct store_sbx *row)
+{
+	return row->stored[0] && strtoul(row->stored, NULL, 10) == row->generation;
+}
+
 int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
 		    size_t errlen)
 {

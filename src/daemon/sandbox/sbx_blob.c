@@ -1,0 +1,330 @@
+/*
+ * sbx_blob: every pause also kept in an object store (sbx_config.blob), so
+ * a paused sandbox outlives the disk it was paused on. A pause stays
+ * local and as fast as before; one worker thread then uploads it
+ * (blob/snapblob.c: files, then the manifest) under a hold on the
+ * sandbox, and records it in the store's row (stored: "<generation>
+ * <manifest SHA-256>") only while the row is still paused at that
+ * generation. Anyone who needs the sandbox meanwhile (a resume, a kill,
+ * a command that resumes it) cancels the upload by waiting for the hold
+ * (sbx_state.c), and the next pass uploads it again. The worker passes
+ * over every paused sandbox after each pause and every BLOB_PASS_S, so a
+ * failed upload (the store away) is retried, also after a restart; it
+ * deletes what ended sandboxes left in the store.
+ *
+ * A resume that finds no whole pause in the run directory fetches the
+ * stored one (checked byte for byte against the manifest the row names)
+ * and resumes from it.
+ */
+#include "daemon/sandbox/sbx_impl.h"
+
+#include "common/clock.h"
+#include "common/errbuf.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "daemon/blob/snapblob.h"
+#include "lib/s3.h"
+#include "runner/snap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BLOB_PASS_S 30
+
+struct sbx_blob {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int kicked, quit;
+	pthread_t thread;
+	struct s3 *s3; /* the worker's own connection */
+};
+
+/* The objects of a sandbox's pause at a generation. */
+static void prefix_of(char *out, size_t n, const char *id, unsigned generation)
+{
+	snprintf(out, n, "pauses/%s/%u", id, generation);
+}
+
+/* Splits a stored record "<generation> <sha>": 0 or -EINVAL. */
+static int parse_stored(const char *stored, unsigned *generation, char sha[65])
+{
+	char *end;
+	unsigned long g = strtoul(stored, &end, 10);
+	if (end == stored || *end != ' ' || g > 0xffffffffUL || strlen(end + 1) != 64 ||
+	    strspn(end + 1, "0123456789abcdef") != 64)
+		return -EINVAL;
+	*generation = (unsigned)g;
+	memcpy(sha, end + 1, 65);
+	return 0;
+}
+
+int sbx_pause_stored(const struct store_sbx *row)
+{
+	unsigned g;
+	char sha[65];
+	return row->stored[0] && parse_stored(row->stored, &g, sha) == 0 && g == row->generation;
+}
+
+/* Uploads the pause of sandbox id, if it is still paused and not stored:
+ * under a hold, so nothing moves it meanwhile but a waiter's cancel. */
+static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
+{
+	struct sbx *s = sbx__get(m, id);
+	if (!s)
+		return;
+	enum sbx_state now;
+	if (sbx__hold(s, 0, &now) < 0) { /* busy: the next pass */
+		sbx_put(s);
+		return;
+	}
+	struct store_sbx row;
+	if (now != SBX_PAUSED || store_sbx_get(m->store, id, &row) < 0) {
+		sbx__unhold(s);
+		sbx_put(s);
+		return;
+	}
+	if (sbx_pause_stored(&row) || strcmp(row.state, "paused")) {
+		store_sbx_release(&row);
+		sbx__unhold(s);
+		sbx_put(s);
+		return;
+	}
+	/* Waiters for the hold wake to see it is an upload, and cancel it. */
+	pthread_mutex_lock(&m->mu);
+	s->storing = 1;
+	__atomic_store_n(&s->store_cancel, 0, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&m->state_cv);
+	pthread_mutex_unlock(&m->mu);
+	s3_set_cancel(b->s3, &s->store_cancel);
+	char prefix[128], sha[65], rec[sizeof(row.stored)], err[512];
+	prefix_of(prefix, sizeof(prefix), id, row.generation);
+	double t0 = clock_ms_f();
+	int r = snapblob_push(b->s3, row.run_dir, prefix, sha, err, sizeof(err));
+	s3_set_cancel(b->s3, NULL);
+	if (r == 0) {
+		snprintf(rec, sizeof(rec), "%u %s", row.generation, sha);
+		r = store_sbx_set_stored(m->store, id, row.generation, rec);
+		if (r < 0)
+			snprintf(err, sizeof(err), "cannot record it: %s", strerror(-r));
+	}
+	pthread_mutex_lock(&m->mu);
+	s->storing = 0;
+	pthread_mutex_unlock(&m->mu);
+	sbx__unhold(s);
+	sbx_put(s);
+	if (r == 0) {
+		log_info("sandbox %s: pause stored in the object store in %.0f ms", id,
+			 clock_ms_f() - t0);
+		/* The pause stored before this one is of no use now. */
+		unsigned g;
+		char old[65], e2[256];
+		if (row.stored[0] && parse_stored(row.stored, &g, old) == 0 && g != row.generation) {
+			prefix_of(prefix, sizeof(prefix), id, g);
+			if (snapblob_delete(b->s3, prefix, e2, sizeof(e2)) < 0)
+				log_warn("sandbox %s: an older pause stays in the object store: %s", id, e2);
+		}
+	} else {
+		if (r == -ECANCELED)
+			log_info("sandbox %s: upload of its pause stopped: the sandbox is needed", id);
+		else
+			log_warn("sandbox %s: pause not stored in the object store (tried again "
+				 "later): %s", id, err);
+		/* What went up of it is no use without its manifest. */
+		char e2[256];
+		snapblob_delete(b->s3, prefix, e2, sizeof(e2));
+	}
+	store_sbx_release(&row);
+}
+
+/* Deletes the stored pause of an ended sandbox, then forgets it. */
+static void drop_ended(struct sbx_mgr *m, struct sbx_blob *b, const struct store_sbx *row)
+{
+	unsigned g;
+	char sha[65], prefix[128], err[256];
+	int r = 0;
+	if (parse_stored(row->stored, &g, sha) == 0) {
+		prefix_of(prefix, sizeof(prefix), row->id, g);
+		r = snapblob_delete(b->s3, prefix, err, sizeof(err));
+	}
+	if (r < 0)
+		log_warn("sandbox %s ended; its pause stays in the object store for now: %s",
+			 row->id, err);
+	else
+		store_sbx_clear_stored(m->store, row->id, row->stored);
+}
+
+static int quitting(struct sbx_blob *b)
+{
+	pthread_mutex_lock(&b->mu);
+	int q = b->quit;
+	pthread_mutex_unlock(&b->mu);
+	return q;
+}
+
+static void pass(struct sbx_mgr *m, struct sbx_blob *b)
+{
+	struct store_sbx *rows;
+	size_t n;
+	if (store_sbx_paused(m->store, &rows, &n) == 0) {
+		for (size_t i = 0; i < n && !quitting(b); i++)
+			if (!sbx_pause_stored(&rows[i]))
+				upload(m, b, rows[i].id);
+		store_sbx_free_list(rows, n);
+	}
+	if (store_sbx_stored_ended(m->store, &rows, &n) == 0) {
+		for (size_t i = 0; i < n && !quitting(b); i++)
+			drop_ended(m, b, &rows[i]);
+		store_sbx_free_list(rows, n);
+	}
+}
+
+static void *worker(void *arg)
+{
+	struct sbx_mgr *m = arg;
+	struct sbx_blob *b = m->blob;
+	pthread_mutex_lock(&b->mu);
+	while (!b->quit) {
+		b->kicked = 0;
+		pthread_mutex_unlock(&b->mu);
+		pass(m, b);
+		pthread_mutex_lock(&b->mu);
+		struct timespec until;
+		clock_deadline(&until, BLOB_PASS_S * 1000);
+		while (!b->quit && !b->kicked &&
+		       pthread_cond_timedwait(&b->cv, &b->mu, &until) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+int sbx__blob_start(struct sbx_mgr *m, char *err, size_t errlen)
+{
+	if (!m->cfg.blob)
+		return 0;
+	struct sbx_blob *b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	int r = s3_open(&b->s3, m->cfg.blob, err, errlen);
+	if (r < 0) {
+		free(b);
+		return r;
+	}
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->cv, NULL);
+	m->blob = b;
+	if ((r = pthread_create(&b->thread, NULL, worker, m)) != 0) {
+		m->blob = NULL;
+		s3_close(b->s3);
+		free(b);
+		snprintf(err, errlen, "cannot start the object store's worker: %s", strerror(r));
+		return -r;
+	}
+	return 0;
+}
+
+void sbx__blob_kick(struct sbx_mgr *m)
+{
+	struct sbx_blob *b = m->blob;
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->mu);
+	b->kicked = 1;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+}
+
+void sbx__blob_stop(struct sbx_mgr *m)
+{
+	struct sbx_blob *b = m->blob;
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->mu);
+	b->quit = 1;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+	/* An upload under way stops at once; the next daemon does it again. */
+	pthread_mutex_lock(&m->mu);
+	for (size_t i = 0; i < SBX_BUCKETS; i++)
+		for (struct sbx *s = m->table[i]; s; s = s->next)
+			if (s->storing)
+				__atomic_store_n(&s->store_cancel, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&m->mu);
+	pthread_join(b->thread, NULL);
+	s3_close(b->s3);
+	pthread_mutex_destroy(&b->mu);
+	pthread_cond_destroy(&b->cv);
+	free(b);
+	m->blob = NULL;
+}
+
+/* Moves the snapshot fetched into from over to dir, its manifest last. */
+static int move_in(const char *from, const char *dir, char *err, size_t errlen)
+{
+	struct snap_manifest sm;
+	int r = snap_load(from, &sm, 0, err, errlen);
+	char a[600], b[600];
+	for (int i = 0; r == 0 && i < SNAP_NFILES; i++) {
+		if (!sm.files[i].name[0])
+			continue;
+		snprintf(a, sizeof(a), "%s/%s", from, sm.files[i].name);
+		snprintf(b, sizeof(b), "%s/%s", dir, sm.files[i].name);
+		if (rename(a, b) < 0)
+			r = errbuf_set(err, errlen, -errno, "cannot move '%s': %s", a, strerror(errno));
+	}
+	snprintf(a, sizeof(a), "%s/" SNAP_MANIFEST, from);
+	snprintf(b, sizeof(b), "%s/" SNAP_MANIFEST, dir);
+	if (r == 0 && rename(a, b) < 0)
+		r = errbuf_set(err, errlen, -errno, "cannot move '%s': %s", a, strerror(errno));
+	if (r == 0) {
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+	}
+	return r;
+}
+
+int sbx__blob_fetch(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen)
+{
+	struct snap_manifest sm;
+	char e2[256];
+	if (!m->cfg.blob || snap_load(row->run_dir, &sm, 0, e2, sizeof(e2)) == 0)
+		return 0; /* nothing to do: the pause is here, or there is no store */
+	unsigned g;
+	char sha[65], prefix[128], fetch[300], path[320];
+	if (!sbx_pause_stored(row) || parse_stored(row->stored, &g, sha) < 0)
+		return errbuf_set(err, errlen, -ENOENT,
+				  "sandbox '%s' has no whole pause here (%s) and none in the object store",
+				  row->id, e2);
+	double t0 = clock_ms_f();
+	/* A manifest left of a damaged pause must not stand beside the
+	 * files that replace it, even for a moment. */
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, row->run_dir);
+	unlink(path);
+	int r = fs_mkdir_p(row->run_dir, 0700, (uid_t)-1, (gid_t)-1);
+	if (r < 0)
+		return errbuf_set(err, errlen, r, "cannot make '%s': %s", row->run_dir, strerror(-r));
+	snprintf(fetch, sizeof(fetch), "%s/fetch", row->run_dir);
+	snap_remove(fetch); /* what an earlier fetch left */
+	struct s3 *s3;
+	if ((r = s3_open(&s3, m->cfg.blob, err, errlen)) < 0)
+		return r;
+	prefix_of(prefix, sizeof(prefix), row->id, g);
+	r = snapblob_pull(s3, prefix, sha, fetch, err, errlen);
+	s3_close(s3);
+	if (r == 0)
+		r = move_in(fetch, row->run_dir, err, errlen);
+	snap_remove(fetch);
+	if (r == 0)
+		log_info("sandbox %s: pause fetched from the object store in %.0f ms", row->id,
+			 clock_ms_f() - t0);
+	return r;
+}
