@@ -377,7 +377,8 @@ test:
 # unit tests, the fuzz replays and the end-to-end suite (not the sdk part of
 # tests/run.sh: no C code runs there). test-tsan: TSan over cpuosd and
 # cpuos-gateway under the end-to-end modules whose daemon threads meet
-# (TSAN_E2E: concurrent requests and streams, pauses, forks and restarts
+# (TSAN_E2E: concurrent requests and streams, pauses, forks and restarts,
+# uploads of pauses cancelled by resumes,
 # beside the pool and expiry threads, the network's resolver and proxies,
 # the port proxy, the gateway's conversations, hostile clients); the rest
 # drive the same threads one request at a time. tests/tsan.supp silences
@@ -404,7 +405,7 @@ test-asan:
 	  tests/run.sh
 
 TSAN_E2E := $(addprefix tests/e2e/test_,$(addsuffix .py,sdk_api snapshots pause_sdk crash ports \
-	network secrets gateway hostile_clients))
+	network secrets gateway hostile_clients objstore))
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
