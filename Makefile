@@ -27,7 +27,7 @@ CFLAGS += -fsanitize=fuzzer-no-link
 endif
 # The runner checksums snapshots with OpenSSL (snap.c).
 LDLIBS := -ljansson -lcrypto -lpthread
-DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lseccomp -lcurl -lpthread
+DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lseccomp -lcurl -lzstd -lpthread
 ifndef V
 Q := @
 endif
@@ -281,7 +281,7 @@ $(BUILD)/tests/test_s3: $(call obj,tests/unit/lib/test_s3.c tests/lib/objstore.c
 $(BUILD)/tests/test_snapblob: $(call obj,tests/unit/daemon/blob/test_snapblob.c tests/lib/objstore.c $(TEST_LIB) \
 			      src/daemon/blob/snapblob.c $(RUNNER_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS) -lzstd
 
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code

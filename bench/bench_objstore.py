@@ -73,10 +73,14 @@ def main():
         pause = {"store": [], "none": []}
         upload, local, fetched = [], [], []
         for i in range(N):
-            for name, sbx in (("store", a), ("none", b)):
+            order = (("store", a), ("none", b))
+            for name, sbx in (order if i % 2 == 0 else order[::-1]):  # each first in turn
                 t0 = time.monotonic()
                 sbx.pause()
                 pause[name].append((time.monotonic() - t0) * 1000)
+                if name == "store":
+                    t_store = t0
+            t0 = t_store
             while not stored(with_store, a):
                 time.sleep(0.05)
             upload.append((time.monotonic() - t0) * 1000)

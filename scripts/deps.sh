@@ -7,6 +7,7 @@ pkgs=(
 	libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev  # cpuosd, cpuos
 	libseccomp-dev                           # cpuosd's own syscall filter
 	libldns-dev                              # cpuosd's resolver for the guests
+	libzstd-dev                              # pauses compressed in an object store
 	qemu-system-x86 qemu-utils               # the hypervisor, qcow2 layers
 	e2fsprogs                                # mkfs.ext4 for writable layers
 	iproute2 nftables                        # a network namespace per sandbox, its egress rules
@@ -17,6 +18,7 @@ pkgs=(
 	# An S3 object store for the tests (scripts/objstore.sh): Swift's
 	# s3api, whose tempauth keeps S3 credentials in memcached.
 	swift-proxy swift-account swift-container swift-object memcached
+	zstd                                     # what a test forges in the store
 	# make fuzz: clang 14 and its libFuzzer (libclang_rt.fuzzer), which
 	# clang only recommends, and --no-install-recommends leaves out.
 	clang libclang-rt-14-dev

@@ -81,3 +81,28 @@ int fs_last_line(const char *path, char *out, size_t len)
 	snprintf(out, len, "%s", last ? last + 1 : buf);
 	return 0;
 }
+
+int fs_pwrite_sparse(int fd, const void *p, size_t n, unsigned long long off)
+{
+	static const char zero[4096];
+	const char *c = p;
+	while (n > 0) {
+		size_t chunk = sizeof(zero) - (size_t)(off % sizeof(zero));
+		if (chunk > n)
+			chunk = n;
+		if (chunk < sizeof(zero) || memcmp(c, zero, chunk)) {
+			for (size_t done = 0; done < chunk;) {
+				ssize_t w = pwrite(fd, c + done, chunk - done, (off_t)(off + done));
+				if (w < 0 && errno == EINTR)
+					continue;
+				if (w <= 0)
+					return w < 0 ? -errno : -EIO;
+				done += (size_t)w;
+			}
+		}
+		c += chunk;
+		n -= chunk;
+		off += chunk;
+	}
+	return 0;
+}

@@ -4,6 +4,7 @@
 #ifndef CPUOS_FS_H
 #define CPUOS_FS_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 /* mkdir -p: creates path and its missing ancestors with mode (the umask
@@ -22,5 +23,11 @@ int fs_open_file(const char *path, int flags, mode_t mode);
  * 0, or -errno (-ENODATA when the file holds no line, -ELOOP for a
  * symlink, which is not followed) with out empty. */
 int fs_last_line(const char *path, char *out, size_t len);
+
+/* Writes p[0..n) at offset off of fd, leaving a hole for each aligned
+ * 4 KiB of zeros (a file being filled from its start, whose size the
+ * caller sets at the end with ftruncate): a RAM file takes on disk what
+ * it held. 0 or -errno. */
+int fs_pwrite_sparse(int fd, const void *p, size_t n, unsigned long long off);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "common/buf.h"
 #include "common/errbuf.h"
+#include "common/fs.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -39,9 +40,11 @@ struct req {
 	const char *in_mem;
 	uint64_t in_off, in_len, in_done;
 	EVP_MD_CTX *in_hash;
-	/* The answer's body: to out_fd, else to out_mem (bounded either way). */
+	/* The answer's body: to out_fd, else to out_mem, else to sink
+	 * (bounded either way). */
 	int out_fd;
 	struct buf *out_mem;
+	const struct s3_sink *sink;
 	uint64_t out_limit, out_len;
 	int out_over;
 	EVP_MD_CTX *out_hash;
@@ -205,33 +208,6 @@ static size_t on_read(char *p, size_t size, size_t nmemb, void *arg)
 	return want;
 }
 
-/* Writes p[0..n) at off, leaving a hole for each whole block of zeros
- * (the file was truncated before, its size is set at the end): a RAM file
- * is mostly zeros. 0 or an errno. */
-static int write_sparse(int fd, const char *p, size_t n, uint64_t off)
-{
-	static const char zero[4096];
-	while (n > 0) {
-		size_t chunk = sizeof(zero) - (size_t)(off % sizeof(zero));
-		if (chunk > n)
-			chunk = n;
-		if (chunk < sizeof(zero) || memcmp(p, zero, chunk)) {
-			for (size_t done = 0; done < chunk;) {
-				ssize_t w = pwrite(fd, p + done, chunk - done, (off_t)(off + done));
-				if (w < 0 && errno == EINTR)
-					continue;
-				if (w <= 0)
-					return w < 0 ? errno : EIO;
-				done += (size_t)w;
-			}
-		}
-		p += chunk;
-		n -= chunk;
-		off += chunk;
-	}
-	return 0;
-}
-
 static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct req *r = arg;
@@ -248,11 +224,20 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 		return 0; /* aborts the transfer */
 	}
 	if (r->out_fd >= 0) {
-		if ((r->write_err = write_sparse(r->out_fd, p, n, r->out_len)) != 0)
+		int e = fs_pwrite_sparse(r->out_fd, p, n, r->out_len);
+		if (e < 0) {
+			r->write_err = -e;
 			return 0;
+		}
 	} else if (r->out_mem) {
 		if (buf_add(r->out_mem, p, n) < 0) {
 			r->out_over = 1;
+			return 0;
+		}
+	} else if (r->sink) {
+		int e = r->sink->write(r->sink->arg, p, n);
+		if (e < 0) {
+			r->write_err = -e;
 			return 0;
 		}
 	}
@@ -506,6 +491,11 @@ static int call(struct s3 *s, struct req *r, char *err, size_t errlen)
 		}
 		if (r->out_mem)
 			r->out_mem->len = 0;
+		if (r->sink && r->sink->reset && (ret = r->sink->reset(r->sink->arg)) < 0) {
+			ret = errbuf_set(err, errlen, ret, "object store: %s: %s", r->key ? r->key : "",
+					 strerror(-ret));
+			break;
+		}
 		ret = attempt(s, r, err, errlen);
 		if (ret == -EAGAIN)
 			continue;
@@ -603,15 +593,70 @@ static int query_escape(const char *s, char *out, size_t n)
 	return 0;
 }
 
-static int put_multipart(struct s3 *s, const char *key, int fd, uint64_t size, EVP_MD_CTX *hash,
-			 char *err, size_t errlen)
+/* Where the parts of a multipart upload come from: a file's range, or a
+ * source read into memory a part at a time. */
+struct parts {
+	int fd; /* a file: [0, size) in parts of psize */
+	uint64_t size, psize;
+	EVP_MD_CTX *hash;
+	const struct s3_source *src; /* else a source, into buf[cap] */
+	char *buf;
+	size_t len, cap;
+	int eof;
+	uint64_t total; /* bytes read from src so far */
+};
+
+/* Fills p->buf from the source: 0 (p->len bytes, p->eof at its end) or
+ * the source's -errno. */
+static int fill(struct parts *p)
 {
-	uint64_t psize = s->c.part_size;
-	uint64_t parts = (size + psize - 1) / psize;
-	if (parts > 10000)
+	p->len = 0;
+	while (p->len < p->cap && !p->eof) {
+		ssize_t n = p->src->read(p->src->arg, p->buf + p->len, p->cap - p->len);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			p->eof = 1;
+		p->len += (size_t)n;
+		p->total += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Sets r's body to part i (0-based): 1 if there is one, 0 past the last,
+ * or -errno. */
+static int next_part(struct parts *p, uint64_t i, struct req *r)
+{
+	if (!p->src) {
+		if (i * p->psize >= p->size)
+			return 0;
+		r->in_fd = p->fd;
+		r->in_off = i * p->psize;
+		r->in_len = p->size - r->in_off < p->psize ? p->size - r->in_off : p->psize;
+		r->in_hash = p->hash;
+		return 1;
+	}
+	if (i > 0) { /* part 0 was read to choose between one PUT and parts */
+		if (p->eof)
+			return 0;
+		int e = fill(p);
+		if (e < 0)
+			return e;
+		if (p->len == 0)
+			return 0;
+	}
+	r->in_mem = p->buf;
+	r->in_len = p->len;
+	return 1;
+}
+
+static int put_multipart(struct s3 *s, const char *key, struct parts *p, char *err, size_t errlen)
+{
+	if (!p->src && (p->size + p->psize - 1) / p->psize > 10000)
 		return errbuf_set(err, errlen, -EFBIG,
 				  "object store: %s needs %llu parts of %llu bytes (at most 10000)", key,
-				  (unsigned long long)parts, (unsigned long long)psize);
+				  (unsigned long long)((p->size + p->psize - 1) / p->psize),
+				  (unsigned long long)p->psize);
 	struct req r;
 	struct buf answer, done;
 	buf_init(&answer, ERR_BODY_MAX);
@@ -630,15 +675,22 @@ static int put_multipart(struct s3 *s, const char *key, int fd, uint64_t size, E
 	if (ret < 0)
 		return ret;
 	ret = buf_adds(&done, "<CompleteMultipartUpload>");
-	for (uint64_t i = 0; i < parts && ret == 0; i++) {
+	for (uint64_t i = 0; ret == 0; i++) {
 		snprintf(query, sizeof(query), "partNumber=%llu&uploadId=%s",
 			 (unsigned long long)i + 1, upload_q);
 		req_init(&r, "PUT", key, query);
-		r.in_fd = fd;
-		r.in_off = i * psize;
-		r.in_len = size - r.in_off < psize ? size - r.in_off : psize;
-		r.in_hash = hash;
-		ret = call(s, &r, err, errlen);
+		int more = next_part(p, i, &r);
+		if (more <= 0) {
+			ret = more < 0 ? errbuf_set(err, errlen, more, "object store: %s: reading: %s",
+						    key, strerror(-more))
+				       : 0;
+			buf_release(&r.err);
+			break;
+		}
+		if (i == 10000)
+			ret = errbuf_set(err, errlen, -EFBIG, "object store: %s: over 10000 parts", key);
+		else
+			ret = call(s, &r, err, errlen);
 		if (ret == 0 && !r.etag[0])
 			ret = errbuf_set(err, errlen, -EIO,
 					 "object store: part %llu of %s came back without an ETag",
@@ -691,6 +743,33 @@ static int put_multipart(struct s3 *s, const char *key, int fd, uint64_t size, E
 	return ret;
 }
 
+int s3_put_source(struct s3 *s, const char *key, const struct s3_source *src, uint64_t *size,
+		  char *err, size_t errlen)
+{
+	int ret = key_check(key, err, errlen);
+	if (ret < 0)
+		return ret;
+	struct parts p = { .src = src, .cap = (size_t)s->c.part_size, .psize = s->c.part_size };
+	if (!(p.buf = malloc(p.cap)))
+		return errbuf_set(err, errlen, -ENOMEM, "object store: out of memory");
+	if ((ret = fill(&p)) < 0) {
+		ret = errbuf_set(err, errlen, ret, "object store: %s: reading: %s", key, strerror(-ret));
+	} else if (p.eof) { /* all of it in one part: one PUT */
+		struct req r;
+		req_init(&r, "PUT", key, "");
+		r.in_mem = p.len ? p.buf : "";
+		r.in_len = p.len;
+		ret = call(s, &r, err, errlen);
+		buf_release(&r.err);
+	} else {
+		ret = put_multipart(s, key, &p, err, errlen);
+	}
+	free(p.buf);
+	if (ret == 0 && size)
+		*size = p.total;
+	return ret;
+}
+
 int s3_put_fd(struct s3 *s, const char *key, int fd, uint64_t size, char sha256[65], char *err,
 	      size_t errlen)
 {
@@ -702,7 +781,8 @@ int s3_put_fd(struct s3 *s, const char *key, int fd, uint64_t size, char sha256[
 		return errbuf_set(err, errlen, -ENOMEM, "object store: out of memory");
 	hash_reset(hash);
 	if (size > s->c.part_size) {
-		ret = put_multipart(s, key, fd, size, hash, err, errlen);
+		struct parts p = { .fd = fd, .size = size, .psize = s->c.part_size, .hash = hash };
+		ret = put_multipart(s, key, &p, err, errlen);
 	} else {
 		struct req r;
 		req_init(&r, "PUT", key, "");
@@ -774,6 +854,26 @@ int s3_get_mem(struct s3 *s, const char *key, struct buf *b, size_t limit, char 
 	if (ret < 0)
 		b->len = was;
 	buf_release(&got);
+	buf_release(&r.err);
+	return ret;
+}
+
+int s3_get_sink(struct s3 *s, const char *key, uint64_t limit, const struct s3_sink *sink,
+		uint64_t *size, char *err, size_t errlen)
+{
+	int ret = key_check(key, err, errlen);
+	if (ret < 0)
+		return ret;
+	struct req r;
+	req_init(&r, "GET", key, "");
+	r.sink = sink;
+	r.out_limit = limit;
+	ret = call(s, &r, err, errlen);
+	if (ret == 0 && r.length >= 0 && (uint64_t)r.length != r.out_len)
+		ret = errbuf_set(err, errlen, -EIO, "object store: GET %s: %llu bytes of %lld", key,
+				 (unsigned long long)r.out_len, r.length);
+	if (ret == 0 && size)
+		*size = r.out_len;
 	buf_release(&r.err);
 	return ret;
 }

@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct buf;
 
@@ -80,6 +81,30 @@ int s3_get_fd(struct s3 *s, const char *key, int fd, uint64_t limit, uint64_t *s
 /* Appends object key to b, at most limit bytes. */
 int s3_get_mem(struct s3 *s, const char *key, struct buf *b, size_t limit, char *err,
 	       size_t errlen);
+
+/* Bytes of unknown count, as they come: read fills p[0..n) and returns
+ * how many (0 at the end) or -errno. */
+struct s3_source {
+	ssize_t (*read)(void *arg, void *p, size_t n);
+	void *arg;
+};
+/* Stores what src gives as key, held a part (the part size) at a time in
+ * memory: one PUT when it all fits in one, a multipart upload when not.
+ * *size (if not NULL) gets the bytes stored. */
+int s3_put_source(struct s3 *s, const char *key, const struct s3_source *src, uint64_t *size,
+		  char *err, size_t errlen);
+
+/* Where an object's bytes go as they come: write takes p[0..n) (0, or
+ * -errno to stop the transfer, which the call then returns), reset (may
+ * be NULL) starts over before each try. */
+struct s3_sink {
+	int (*write)(void *arg, const void *p, size_t n);
+	int (*reset)(void *arg);
+	void *arg;
+};
+/* Gives object key to sink, at most limit bytes (-EFBIG past it). */
+int s3_get_sink(struct s3 *s, const char *key, uint64_t limit, const struct s3_sink *sink,
+		uint64_t *size, char *err, size_t errlen);
 
 /* The size of object key: 0, or -ENOENT when there is none. */
 int s3_head(struct s3 *s, const char *key, uint64_t *size, char *err, size_t errlen);

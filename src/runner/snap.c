@@ -237,6 +237,8 @@ char *snap_manifest_json(const struct snap_manifest *m)
 				      (json_int_t)m->files[i].size);
 		if (f && m->files[i].sha256[0])
 			json_object_set_new(f, "sha256", json_string(m->files[i].sha256));
+		if (f && m->files[i].encoding[0])
+			json_object_set_new(f, "encoding", json_string(m->files[i].encoding));
 		json_object_set_new(files, file_keys[i], f);
 	}
 	json_t *doc = files ? json_pack("{s:i, s:o, s:s, s:b, s:I, s:o}", "format", SNAP_FORMAT,
@@ -373,11 +375,14 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 		json_t *f = json_object_get(files, file_keys[i]);
 		if (!f)
 			continue;
-		const char *name, *sha = NULL;
+		const char *name, *sha = NULL, *enc = NULL;
 		json_int_t size;
-		if (json_unpack(f, "{s:s, s:I, s?s}", "name", &name, "size", &size, "sha256", &sha) < 0 ||
-		    !file_name_ok(name) || size < 0 || (sha && !sha_ok(sha)))
+		if (json_unpack(f, "{s:s, s:I, s?s, s?s}", "name", &name, "size", &size, "sha256", &sha,
+				"encoding", &enc) < 0 ||
+		    !file_name_ok(name) || size < 0 || (sha && !sha_ok(sha)) ||
+		    (enc && strcmp(enc, "zstd")))
 			return bad(err, errlen, what, "a file entry is malformed");
+		snprintf(m->files[i].encoding, sizeof(m->files[i].encoding), "%s", enc ? enc : "");
 		for (int j = 0; j < i; j++)
 			if (!strcmp(m->files[j].name, name))
 				return bad(err, errlen, what, "two files have one name");

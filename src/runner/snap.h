@@ -53,6 +53,9 @@ struct snap_manifest {
 		char name[64];   /* inside the directory; "" when absent */
 		long long size;
 		char sha256[65]; /* "" when not checksummed */
+		/* How its copy in an object store is encoded ("zstd"); ""
+		 * in a directory, where every file is as it is. */
+		char encoding[8];
 	} files[SNAP_NFILES];
 };
 

@@ -205,12 +205,14 @@ def test_an_altered_stored_pause_is_refused(s3d, store):
     sbx.pause()
     wait_stored(s3d, sbx.id)
     s3d.stop()
-    # Its device state in the store, one byte changed (same size).
-    code, state = store.curl("GET", f"pauses/{sbx.id}/0/state")
-    assert code == 200 and len(state) > 100
+    # Its device state in the store (compressed), one byte changed (same size), compressed again.
+    code, packed = store.curl("GET", f"pauses/{sbx.id}/0/state")
+    assert code == 200 and len(packed) > 100
+    state = subprocess.run(["zstd", "-d", "-c"], input=packed, capture_output=True, check=True).stdout
     bad = os.path.join(store.dir, "bad-state")
     with open(bad, "wb") as f:
-        f.write(state[:64] + bytes([state[64] ^ 0xFF]) + state[65:])
+        f.write(subprocess.run(["zstd", "-1", "-c"], input=state[:64] + bytes([state[64] ^ 0xFF]) +
+                               state[65:], capture_output=True, check=True).stdout)
     assert store.curl("PUT", f"pauses/{sbx.id}/0/state", bad)[0] == 200
     lose_local_pause(s3d, sbx.id)
     s3d.start(env=s3d.s3_env)

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 /* The objects' names under a prefix, by enum snap_file. */
 static const char *const kinds[SNAP_NFILES] = { "state", "mem", "disk" };
@@ -42,6 +43,152 @@ static void sha_hex(const void *p, size_t n, char out[65])
 	EVP_Digest(p, n, md, &mdlen, EVP_sha256(), NULL);
 	for (int i = 0; i < 32; i++)
 		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/* A file read in order through zstd: what s3_put_source stores. */
+struct zsrc {
+	int fd;
+	uint64_t size, off;
+	ZSTD_CCtx *z;
+	EVP_MD_CTX *h;
+	char *in;
+	ZSTD_inBuffer ib;
+	int ended;
+};
+
+#define ZCHUNK (1u << 20)
+
+static ssize_t zsrc_read(void *arg, void *p, size_t n)
+{
+	struct zsrc *z = arg;
+	ZSTD_outBuffer ob = { p, n, 0 };
+	while (ob.pos < ob.size && !z->ended) {
+		if (z->ib.pos == z->ib.size && z->off < z->size) {
+			size_t want = z->size - z->off < ZCHUNK ? (size_t)(z->size - z->off) : ZCHUNK;
+			ssize_t got = pread(z->fd, z->in, want, (off_t)z->off);
+			if (got <= 0) /* it shrank under us */
+				return got < 0 ? -errno : -EBADMSG;
+			EVP_DigestUpdate(z->h, z->in, (size_t)got);
+			z->ib = (ZSTD_inBuffer){ z->in, (size_t)got, 0 };
+			z->off += (uint64_t)got;
+		}
+		int last = z->off == z->size && z->ib.pos == z->ib.size;
+		size_t left = ZSTD_compressStream2(z->z, &ob, &z->ib, last ? ZSTD_e_end : ZSTD_e_continue);
+		if (ZSTD_isError(left))
+			return -EIO;
+		if (last && left == 0)
+			z->ended = 1;
+	}
+	return (ssize_t)ob.pos;
+}
+
+/* Stores size bytes of fd as key, compressed (zstd, level 1: RAM files
+ * are mostly zeros), with the SHA-256 of what was read in sha. */
+static int put_zstd(struct s3 *s, const char *key, int fd, uint64_t size, char sha[65], char *err,
+		    size_t errlen)
+{
+	struct zsrc z = { .fd = fd, .size = size, .z = ZSTD_createCCtx(), .h = EVP_MD_CTX_new(),
+			  .in = malloc(ZCHUNK) };
+	int r = -ENOMEM;
+	if (z.z && z.h && z.in && !ZSTD_isError(ZSTD_CCtx_setParameter(z.z, ZSTD_c_compressionLevel, 1)) &&
+	    EVP_DigestInit_ex(z.h, EVP_sha256(), NULL)) {
+		struct s3_source src = { zsrc_read, &z };
+		r = s3_put_source(s, key, &src, NULL, err, errlen);
+		if (r == -EBADMSG)
+			r = errbuf_set(err, errlen, r, "a snapshot file changed while it went up (%s)", key);
+	} else {
+		errbuf_set(err, errlen, r, "out of memory");
+	}
+	if (r == 0) {
+		unsigned char md[32];
+		unsigned int mdlen = 0;
+		EVP_DigestFinal_ex(z.h, md, &mdlen);
+		for (int i = 0; i < 32; i++)
+			snprintf(sha + 2 * i, 3, "%02x", md[i]);
+	}
+	ZSTD_freeCCtx(z.z);
+	EVP_MD_CTX_free(z.h);
+	free(z.in);
+	return r;
+}
+
+/* What comes down, decompressed into a file of at most limit bytes as it
+ * arrives; its SHA-256 taken on the way. */
+struct zsink {
+	int fd;
+	uint64_t limit, off;
+	ZSTD_DCtx *z;
+	EVP_MD_CTX *h;
+	char *out;
+	int frame_done;
+};
+
+static int zsink_write(void *arg, const void *p, size_t n)
+{
+	struct zsink *z = arg;
+	ZSTD_inBuffer ib = { p, n, 0 };
+	while (ib.pos < ib.size) {
+		if (z->frame_done)
+			return -EBADMSG; /* bytes after the one frame */
+		ZSTD_outBuffer ob = { z->out, ZCHUNK, 0 };
+		size_t left = ZSTD_decompressStream(z->z, &ob, &ib);
+		if (ZSTD_isError(left))
+			return -EBADMSG;
+		if (ob.pos > z->limit - z->off)
+			return -EFBIG;
+		EVP_DigestUpdate(z->h, z->out, ob.pos);
+		int e = fs_pwrite_sparse(z->fd, z->out, ob.pos, z->off);
+		if (e < 0)
+			return e;
+		z->off += ob.pos;
+		if (left == 0)
+			z->frame_done = 1;
+	}
+	return 0;
+}
+
+static int zsink_reset(void *arg)
+{
+	struct zsink *z = arg;
+	z->off = 0;
+	z->frame_done = 0;
+	ZSTD_DCtx_reset(z->z, ZSTD_reset_session_only);
+	EVP_DigestInit_ex(z->h, EVP_sha256(), NULL);
+	return ftruncate(z->fd, 0) < 0 ? -errno : 0;
+}
+
+/* Fetches key into fd, decompressed: 0 with its size and SHA-256, or
+ * -EBADMSG (not one whole zstd frame), -EFBIG (more than limit), -errno. */
+static int get_zstd(struct s3 *s, const char *key, int fd, uint64_t limit, uint64_t *size,
+		    char sha[65], char *err, size_t errlen)
+{
+	struct zsink z = { .fd = fd, .limit = limit, .z = ZSTD_createDCtx(), .h = EVP_MD_CTX_new(),
+			   .out = malloc(ZCHUNK) };
+	int r = -ENOMEM;
+	if (z.z && z.h && z.out) {
+		struct s3_sink sink = { zsink_write, zsink_reset, &z };
+		/* zstd's worst case for the bytes the manifest promises */
+		r = s3_get_sink(s, key, ZSTD_compressBound((size_t)limit) + 4096, &sink, NULL, err,
+				errlen);
+		if (r == 0 && !z.frame_done)
+			r = -EBADMSG; /* cut short */
+		if (r == 0 && ftruncate(fd, (off_t)z.off) < 0) /* the holes at its end */
+			r = errbuf_set(err, errlen, -errno, "cannot write: %s", strerror(errno));
+	} else {
+		errbuf_set(err, errlen, r, "out of memory");
+	}
+	if (r == 0) {
+		unsigned char md[32];
+		unsigned int mdlen = 0;
+		EVP_DigestFinal_ex(z.h, md, &mdlen);
+		for (int i = 0; i < 32; i++)
+			snprintf(sha + 2 * i, 3, "%02x", md[i]);
+		*size = z.off;
+	}
+	ZSTD_freeDCtx(z.z);
+	EVP_MD_CTX_free(z.h);
+	free(z.out);
+	return r;
 }
 
 int snapblob_push(struct s3 *s, const char *dir, const char *prefix, char manifest_sha[65],
@@ -73,10 +220,11 @@ int snapblob_push(struct s3 *s, const char *dir, const char *prefix, char manife
 					  dir, m.files[i].name, (long long)st.st_size, m.files[i].size);
 		}
 		if ((r = key_of(key, sizeof(key), prefix, kinds[i], err, errlen)) == 0)
-			r = s3_put_fd(s, key, fd, (uint64_t)st.st_size, sha, err, errlen);
+			r = put_zstd(s, key, fd, (uint64_t)st.st_size, sha, err, errlen);
 		close(fd);
 		if (r < 0)
 			return r;
+		snprintf(m.files[i].encoding, sizeof(m.files[i].encoding), "zstd");
 		if (m.files[i].sha256[0] && strcmp(m.files[i].sha256, sha))
 			return errbuf_set(err, errlen, -EBADMSG,
 					  "snapshot '%s' changed: '%s' does not match its checksum", dir,
@@ -166,8 +314,15 @@ int snapblob_pull(struct s3 *s, const char *prefix, const char *manifest_sha, co
 		}
 		uint64_t size = 0;
 		if ((r = key_of(key, sizeof(key), prefix, kinds[i], err, errlen)) == 0)
-			r = s3_get_fd(s, key, fd, (uint64_t)m.files[i].size, &size, sha, err, errlen);
-		if (r == -EFBIG || (r == 0 && size != (uint64_t)m.files[i].size))
+			r = m.files[i].encoding[0]
+				? get_zstd(s, key, fd, (uint64_t)m.files[i].size, &size, sha, err, errlen)
+				: s3_get_fd(s, key, fd, (uint64_t)m.files[i].size, &size, sha, err, errlen);
+		if (r == -EBADMSG)
+			r = errbuf_set(err, errlen, -EBADMSG,
+				       "snapshot '%s' in the object store is damaged: '%s' is not the "
+				       "compressed file its manifest says",
+				       prefix, kinds[i]);
+		else if (r == -EFBIG || (r == 0 && size != (uint64_t)m.files[i].size))
 			r = errbuf_set(err, errlen, -EBADMSG,
 				       "snapshot '%s' in the object store is damaged: '%s' is %s %lld "
 				       "bytes its manifest says",
@@ -186,7 +341,10 @@ int snapblob_pull(struct s3 *s, const char *prefix, const char *manifest_sha, co
 			r = errbuf_set(err, errlen, -errno, "cannot write '%s': %s", path, strerror(errno));
 		close(fd);
 	}
-	/* The manifest last, as a pause writes it: a directory with one is whole. */
+	/* The manifest last, as a pause writes it: a directory with one is
+	 * whole. Its files are as they are there, not compressed. */
+	for (int i = 0; i < SNAP_NFILES; i++)
+		m.files[i].encoding[0] = '\0';
 	if (r == 0)
 		r = snap_manifest_write(dir, &m, err, errlen);
 	if (r < 0)

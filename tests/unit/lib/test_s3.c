@@ -156,6 +156,81 @@ static void test_a_file_in_parts(void)
 	round_trip_file(S3_PART_MIN, 2 * S3_PART_MIN + 4097, "files/in-parts");
 }
 
+/* A source of n pseudo-random bytes handed out in odd-sized reads. */
+struct gen {
+	uint64_t n, done;
+	unsigned x;
+	EVP_MD_CTX *h;
+};
+
+static ssize_t gen_read(void *arg, void *p, size_t n)
+{
+	struct gen *g = arg;
+	if (n > 7777)
+		n = 7777;
+	if (n > g->n - g->done)
+		n = (size_t)(g->n - g->done);
+	for (size_t i = 0; i < n; i++) {
+		g->x = g->x * 1103515245u + 12345u;
+		((unsigned char *)p)[i] = (unsigned char)(g->x >> 16);
+	}
+	EVP_DigestUpdate(g->h, p, n);
+	g->done += n;
+	return (ssize_t)n;
+}
+
+static int sink_write(void *arg, const void *p, size_t n)
+{
+	struct gen *g = arg;
+	EVP_DigestUpdate(g->h, p, n);
+	g->done += n;
+	return 0;
+}
+
+static int sink_reset(void *arg)
+{
+	struct gen *g = arg;
+	g->done = 0;
+	EVP_DigestInit_ex(g->h, EVP_sha256(), NULL);
+	return 0;
+}
+
+/* Sources of unknown size: under a part (one PUT), over one (parts),
+ * exactly two parts (no empty third), and nothing; back through a sink. */
+static void test_sources_and_sinks(void)
+{
+	struct s3 *s = client(S3_PART_MIN);
+	if (!s)
+		return;
+	static const uint64_t sizes[] = { 100, 2 * S3_PART_MIN + 5, 2 * S3_PART_MIN, 0 };
+	char err[256];
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		struct gen in = { .n = sizes[i], .x = (unsigned)i, .h = EVP_MD_CTX_new() };
+		struct gen out = { .h = EVP_MD_CTX_new() };
+		EVP_DigestInit_ex(in.h, EVP_sha256(), NULL);
+		struct s3_source src = { gen_read, &in };
+		uint64_t size = 1;
+		int r = s3_put_source(s, "source/x", &src, &size, err, sizeof(err));
+		if (!CHECK(r == 0 && size == sizes[i]))
+			t_note("%llu bytes: %d %s", (unsigned long long)sizes[i], r, err);
+		struct s3_sink sink = { sink_write, sink_reset, &out };
+		r = s3_get_sink(s, "source/x", sizes[i], &sink, &size, err, sizeof(err));
+		CHECK(r == 0 && size == sizes[i] && out.done == sizes[i]);
+		unsigned char a[32], b[32];
+		unsigned int al, bl;
+		EVP_DigestFinal_ex(in.h, a, &al);
+		EVP_DigestFinal_ex(out.h, b, &bl);
+		CHECK(!memcmp(a, b, 32));
+		if (sizes[i])
+			CHECK(s3_get_sink(s, "source/x", sizes[i] - 1, &sink, &size, err,
+					  sizeof(err)) == -EFBIG);
+		EVP_MD_CTX_free(in.h);
+		EVP_MD_CTX_free(out.h);
+	}
+	s3_delete(s, "source/x", err, sizeof(err));
+	s3_close(s);
+}
+
 static int cancel_flag;
 
 static void *cancel_soon(void *arg)
@@ -397,6 +472,7 @@ int main(int argc, char **argv)
 		{ "a_file_in_one_put", test_a_file_in_one_put },
 		{ "a_file_in_parts", test_a_file_in_parts },
 		{ "a_transfer_is_cancelled", test_a_transfer_is_cancelled },
+		{ "sources_and_sinks", test_sources_and_sinks },
 		{ "names_and_settings_refused", test_names_and_settings_refused },
 		{ "a_wrong_secret_is_refused", test_a_wrong_secret_is_refused },
 		{ "no_store_listening", test_no_store_listening },

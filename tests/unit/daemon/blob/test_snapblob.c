@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #define MEM_SIZE (8u << 20)
 
@@ -156,8 +157,8 @@ enum sha_mode { SHA_RECORDED, SHA_OTHER, SHA_NONE };
 /* Pushes a fresh snapshot, applies one change to the store, and expects
  * the pull (told the manifest's checksum, another, or none) to fail with
  * -EBADMSG and a reason holding expect. */
-static void tampered(const char *tag, const char *key_suffix, const void *bytes, size_t n,
-		     enum sha_mode sha, const char *expect)
+static void tampered_as(const char *tag, const char *key_suffix, const void *bytes, size_t n,
+			enum sha_mode sha, int raw, const char *expect)
 {
 	struct s3 *s = client();
 	if (!s)
@@ -169,10 +170,19 @@ static void tampered(const char *tag, const char *key_suffix, const void *bytes,
 	CHECK(snapblob_push(s, src, prefix, msha, err, sizeof(err)) == 0);
 	if (key_suffix) {
 		snprintf(key, sizeof(key), "%s/%s", prefix, key_suffix);
+		/* A file in the store is compressed: so is the forgery,
+		 * unless it is the manifest or a raw one is wanted. */
+		size_t zn = ZSTD_compressBound(n);
+		char *z = malloc(zn);
+		if (bytes && strcmp(key_suffix, SNAP_MANIFEST) && !raw)
+			zn = ZSTD_compress(z, zn, bytes, n, 1);
+		else if (bytes)
+			memcpy(z, bytes, zn = n);
 		if (bytes)
-			CHECK(s3_put_mem(s, key, bytes, n, err, sizeof(err)) == 0);
+			CHECK(!ZSTD_isError(zn) && s3_put_mem(s, key, z, zn, err, sizeof(err)) == 0);
 		else
 			CHECK(s3_delete(s, key, err, sizeof(err)) == 0);
+		free(z);
 	}
 	if (sha == SHA_OTHER)
 		msha[0] = msha[0] == 'a' ? 'b' : 'a';
@@ -185,6 +195,12 @@ static void tampered(const char *tag, const char *key_suffix, const void *bytes,
 	snapblob_delete(s, prefix, err, sizeof(err));
 	snap_remove(src);
 	s3_close(s);
+}
+
+static void tampered(const char *tag, const char *key_suffix, const void *bytes, size_t n,
+		     enum sha_mode sha, const char *expect)
+{
+	tampered_as(tag, key_suffix, bytes, n, sha, 0, expect);
 }
 
 static void test_an_altered_file_is_refused(void)
@@ -202,6 +218,17 @@ static void test_a_longer_file_is_refused(void)
 {
 	static char big[65536 + 100];
 	tampered("longer", "disk", big, sizeof(big), SHA_RECORDED, "'disk' is over the");
+}
+
+/* Not zstd at all, or a zstd frame cut short: refused as such. */
+static void test_a_file_not_compressed_is_refused(void)
+{
+	tampered_as("raw", "state", "device state", 12, SHA_RECORDED, 1,
+		    "'state' is not the compressed file");
+	char z[256];
+	size_t zn = ZSTD_compress(z, sizeof(z), "device state", 12, 1);
+	CHECK(!ZSTD_isError(zn) && zn > 4);
+	tampered_as("cut", "state", z, zn - 4, SHA_RECORDED, 1, "'state' is not the compressed file");
 }
 
 static void test_a_missing_file_is_refused(void)
@@ -292,6 +319,7 @@ int main(int argc, char **argv)
 		{ "an_altered_file_is_refused", test_an_altered_file_is_refused },
 		{ "a_truncated_file_is_refused", test_a_truncated_file_is_refused },
 		{ "a_longer_file_is_refused", test_a_longer_file_is_refused },
+		{ "a_file_not_compressed_is_refused", test_a_file_not_compressed_is_refused },
 		{ "a_missing_file_is_refused", test_a_missing_file_is_refused },
 		{ "another_manifest_is_refused", test_another_manifest_is_refused },
 		{ "hostile_manifests_are_refused", test_hostile_manifests_are_refused },
