@@ -606,12 +606,15 @@ struct parts {
 	uint64_t total; /* bytes read from src so far */
 };
 
-/* Fills p->buf from the source: 0 (p->len bytes, p->eof at its end) or
- * the source's -errno. */
-static int fill(struct parts *p)
+/* Fills p->buf from the source: 0 (p->len bytes, p->eof at its end),
+ * the source's -errno, or -ECANCELED (a source that compresses well may
+ * read for long before a part is full). */
+static int fill(struct parts *p, const int *cancel)
 {
 	p->len = 0;
 	while (p->len < p->cap && !p->eof) {
+		if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+			return -ECANCELED;
 		ssize_t n = p->src->read(p->src->arg, p->buf + p->len, p->cap - p->len);
 		if (n < 0)
 			return (int)n;
@@ -625,7 +628,7 @@ static int fill(struct parts *p)
 
 /* Sets r's body to part i (0-based): 1 if there is one, 0 past the last,
  * or -errno. */
-static int next_part(struct parts *p, uint64_t i, struct req *r)
+static int next_part(struct parts *p, uint64_t i, struct req *r, const int *cancel)
 {
 	if (!p->src) {
 		if (i * p->psize >= p->size)
@@ -639,7 +642,7 @@ static int next_part(struct parts *p, uint64_t i, struct req *r)
 	if (i > 0) { /* part 0 was read to choose between one PUT and parts */
 		if (p->eof)
 			return 0;
-		int e = fill(p);
+		int e = fill(p, cancel);
 		if (e < 0)
 			return e;
 		if (p->len == 0)
@@ -679,7 +682,7 @@ static int put_multipart(struct s3 *s, const char *key, struct parts *p, char *e
 		snprintf(query, sizeof(query), "partNumber=%llu&uploadId=%s",
 			 (unsigned long long)i + 1, upload_q);
 		req_init(&r, "PUT", key, query);
-		int more = next_part(p, i, &r);
+		int more = next_part(p, i, &r, s->cancel);
 		if (more <= 0) {
 			ret = more < 0 ? errbuf_set(err, errlen, more, "object store: %s: reading: %s",
 						    key, strerror(-more))
@@ -752,7 +755,7 @@ int s3_put_source(struct s3 *s, const char *key, const struct s3_source *src, ui
 	struct parts p = { .src = src, .cap = (size_t)s->c.part_size, .psize = s->c.part_size };
 	if (!(p.buf = malloc(p.cap)))
 		return errbuf_set(err, errlen, -ENOMEM, "object store: out of memory");
-	if ((ret = fill(&p)) < 0) {
+	if ((ret = fill(&p, s->cancel)) < 0) {
 		ret = errbuf_set(err, errlen, ret, "object store: %s: reading: %s", key, strerror(-ret));
 	} else if (p.eof) { /* all of it in one part: one PUT */
 		struct req r;
