@@ -45,6 +45,15 @@ static void sha_hex(const void *p, size_t n, char out[65])
 		snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
+static void digest_hex(EVP_MD_CTX *h, char out[65])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	EVP_DigestFinal_ex(h, md, &mdlen);
+	for (int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
 /* A file read in order through zstd: what s3_put_source stores. */
 struct zsrc {
 	int fd;
@@ -99,13 +108,8 @@ static int put_zstd(struct s3 *s, const char *key, int fd, uint64_t size, char s
 	} else {
 		errbuf_set(err, errlen, r, "out of memory");
 	}
-	if (r == 0) {
-		unsigned char md[32];
-		unsigned int mdlen = 0;
-		EVP_DigestFinal_ex(z.h, md, &mdlen);
-		for (int i = 0; i < 32; i++)
-			snprintf(sha + 2 * i, 3, "%02x", md[i]);
-	}
+	if (r == 0)
+		digest_hex(z.h, sha);
 	ZSTD_freeCCtx(z.z);
 	EVP_MD_CTX_free(z.h);
 	free(z.in);
@@ -178,11 +182,7 @@ static int get_zstd(struct s3 *s, const char *key, int fd, uint64_t limit, uint6
 		errbuf_set(err, errlen, r, "out of memory");
 	}
 	if (r == 0) {
-		unsigned char md[32];
-		unsigned int mdlen = 0;
-		EVP_DigestFinal_ex(z.h, md, &mdlen);
-		for (int i = 0; i < 32; i++)
-			snprintf(sha + 2 * i, 3, "%02x", md[i]);
+		digest_hex(z.h, sha);
 		*size = z.off;
 	}
 	ZSTD_freeDCtx(z.z);
