@@ -167,13 +167,14 @@ def test_a_pause_outlives_the_disk_it_was_made_on(s3d, store):
     assert sh(s2, f"kill -0 {pid} && echo alive") == "alive"
     assert int(sh(s2, "cat /work/tick")) > a
     assert "fetched from the object store" in s3d.log_tail(200)
-    # Deleted: its objects go from the store too.
+    # Deleted: its objects go from the store too, the manifest first, the disk last (after
+    # which the worker is idle again, as the next test needs).
     s2.kill()
     deadline = time.monotonic() + 60 * SLOW
-    while store.curl("HEAD", f"pauses/{sbx.id}/{gen}/manifest.json")[0] != 404:
-        assert time.monotonic() < deadline, "a deleted sandbox's pause stayed in the store"
-        time.sleep(0.2)
-    assert store.curl("HEAD", f"pauses/{sbx.id}/{gen}/mem")[0] == 404
+    for name in ("manifest.json", "state", "mem", "disk"):
+        while store.curl("HEAD", f"pauses/{sbx.id}/{gen}/{name}")[0] != 404:
+            assert time.monotonic() < deadline, f"a deleted sandbox's {name} stayed in the store"
+            time.sleep(0.2)
 
 
 def test_a_resume_stops_an_upload_the_store_does_not_take(s3d, store):
