@@ -100,6 +100,7 @@ static int read_s3(const struct config *o, struct s3_conf *c)
 			return -1;
 		}
 		*nl = '\0';
+		text[strcspn(text, "\r")] = '\0'; /* CRLF lines too */
 		nl[1 + strcspn(nl + 1, "\r\n")] = '\0';
 		int fits = strlen(text) < sizeof(c->access_key) && strlen(nl + 1) < sizeof(c->secret_key);
 		if (fits) {

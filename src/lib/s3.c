@@ -53,6 +53,7 @@ struct req {
 	char etag[ETAG_MAX];
 	long long length; /* Content-Length, -1 when not given */
 	struct buf err;   /* a non-2xx answer's body */
+	int err_over;     /* ... cut at ERR_BODY_MAX */
 	int write_err;
 };
 
@@ -215,8 +216,11 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 	if (r->status < 200 || r->status > 299) {
 		/* An error's text: keep what fits, drop the rest. */
 		size_t room = ERR_BODY_MAX > r->err.len ? ERR_BODY_MAX - r->err.len : 0;
-		if (room)
-			buf_add(&r->err, p, n < room ? n : room);
+		if (!room) {
+			r->err_over = 1; /* enough to quote: the rest is not waited for */
+			return 0;
+		}
+		buf_add(&r->err, p, n < room ? n : room);
 		return n;
 	}
 	if (r->out_len + n > r->out_limit || r->out_len + n < r->out_len) {
@@ -374,6 +378,11 @@ void s3_set_cancel(struct s3 *s, const int *flag)
 	s->cancel = flag;
 }
 
+int s3_cancelled(const struct s3 *s)
+{
+	return s->cancel && __atomic_load_n(s->cancel, __ATOMIC_RELAXED);
+}
+
 static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
 		       curl_off_t ulnow)
 {
@@ -401,6 +410,9 @@ static int attempt(struct s3 *s, struct req *r, char *err, size_t errlen)
 	r->out_over = 0;
 	r->write_err = 0;
 	r->err.len = 0;
+	if (r->err.p)
+		r->err.p[0] = '\0';
+	r->err_over = 0;
 	/* Only headers that are sent: libcurl signs every one in the list,
 	 * so an "Expect:" that removes a header would be signed but absent. */
 	struct curl_slist *hdrs = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
@@ -415,7 +427,7 @@ static int attempt(struct s3 *s, struct req *r, char *err, size_t errlen)
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
 	/* A stalled transfer, not a long one, is a failure. */
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L); /* under 1 KiB/s for 30 s */
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 30L);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
@@ -457,6 +469,8 @@ static int attempt(struct s3 *s, struct req *r, char *err, size_t errlen)
 	if (r->write_err)
 		return errbuf_set(err, errlen, -r->write_err, "object store: %s %s: %s", r->method,
 				  r->key ? r->key : s->c.bucket, strerror(r->write_err));
+	if (rc == CURLE_WRITE_ERROR && r->err_over)
+		rc = CURLE_OK; /* the status and the start of its text are what count */
 	if (rc == CURLE_ABORTED_BY_CALLBACK)
 		return errbuf_set(err, errlen, -ECANCELED, "object store: %s %s: cancelled",
 				  r->method, r->key ? r->key : s->c.bucket);
@@ -491,6 +505,8 @@ static int call(struct s3 *s, struct req *r, char *err, size_t errlen)
 		}
 		if (r->out_mem)
 			r->out_mem->len = 0;
+		if (r->out_mem && r->out_mem->p)
+			r->out_mem->p[0] = '\0';
 		if (r->sink && r->sink->reset && (ret = r->sink->reset(r->sink->arg)) < 0) {
 			ret = errbuf_set(err, errlen, ret, "object store: %s: %s", r->key ? r->key : "",
 					 strerror(-ret));
@@ -731,9 +747,11 @@ static int put_multipart(struct s3 *s, const char *key, struct parts *p, char *e
 		}
 	}
 	buf_release(&done);
-	if (ret < 0) {
-		/* Leave no parts behind, also when cancelled; a failure here
-		 * is the store's to sweep. */
+	if (ret < 0 && ret != -ECANCELED) {
+		/* Leave no parts behind; a failure here is the store's to
+		 * sweep. Not when cancelled: whoever cancelled is waiting, and
+		 * a store that hangs would hold them (the parts are then the
+		 * store's to expire, as S3's lifecycle rules do). */
 		char e2[64];
 		const int *cancel = s->cancel;
 		s->cancel = NULL;

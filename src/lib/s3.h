@@ -55,6 +55,8 @@ void s3_close(struct s3 *s);
  * thread sets it; read atomically) and its call fails with -ECANCELED,
  * never retried. NULL: none. */
 void s3_set_cancel(struct s3 *s, const int *flag);
+/* Whether that flag is set now: for a source that reads long. */
+int s3_cancelled(const struct s3 *s);
 
 /* 1 if key may name an object: 1..S3_KEY_MAX bytes of [A-Za-z0-9._-/],
  * segments between slashes neither empty nor "." or "..", no slash first

@@ -56,6 +56,7 @@ static void digest_hex(EVP_MD_CTX *h, char out[65])
 
 /* A file read in order through zstd: what s3_put_source stores. */
 struct zsrc {
+	struct s3 *s3; /* whose cancel flag is looked at between chunks */
 	int fd;
 	uint64_t size, off;
 	ZSTD_CCtx *z;
@@ -73,6 +74,8 @@ static ssize_t zsrc_read(void *arg, void *p, size_t n)
 	ZSTD_outBuffer ob = { p, n, 0 };
 	while (ob.pos < ob.size && !z->ended) {
 		if (z->ib.pos == z->ib.size && z->off < z->size) {
+			if (s3_cancelled(z->s3)) /* zeros compress: one call may read it all */
+				return -ECANCELED;
 			size_t want = z->size - z->off < ZCHUNK ? (size_t)(z->size - z->off) : ZCHUNK;
 			ssize_t got = pread(z->fd, z->in, want, (off_t)z->off);
 			if (got <= 0) /* it shrank under us */
@@ -96,7 +99,7 @@ static ssize_t zsrc_read(void *arg, void *p, size_t n)
 static int put_zstd(struct s3 *s, const char *key, int fd, uint64_t size, char sha[65], char *err,
 		    size_t errlen)
 {
-	struct zsrc z = { .fd = fd, .size = size, .z = ZSTD_createCCtx(), .h = EVP_MD_CTX_new(),
+	struct zsrc z = { .s3 = s, .fd = fd, .size = size, .z = ZSTD_createCCtx(), .h = EVP_MD_CTX_new(),
 			  .in = malloc(ZCHUNK) };
 	int r = -ENOMEM;
 	if (z.z && z.h && z.in && !ZSTD_isError(ZSTD_CCtx_setParameter(z.z, ZSTD_c_compressionLevel, 1)) &&
@@ -105,6 +108,8 @@ static int put_zstd(struct s3 *s, const char *key, int fd, uint64_t size, char s
 		r = s3_put_source(s, key, &src, NULL, err, errlen);
 		if (r == -EBADMSG)
 			r = errbuf_set(err, errlen, r, "a snapshot file changed while it went up (%s)", key);
+		else if (r == -ECANCELED)
+			r = errbuf_set(err, errlen, r, "object store: %s: cancelled", key);
 	} else {
 		errbuf_set(err, errlen, r, "out of memory");
 	}

@@ -26,6 +26,7 @@
 #include "lib/s3.h"
 #include "runner/snap.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -98,7 +99,8 @@ static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
 	/* Waiters for the hold wake to see it is an upload, and cancel it. */
 	pthread_mutex_lock(&m->mu);
 	s->storing = 1;
-	__atomic_store_n(&s->store_cancel, 0, __ATOMIC_RELAXED);
+	/* A daemon stopping meanwhile found nothing to cancel yet. */
+	__atomic_store_n(&s->store_cancel, m->quit, __ATOMIC_RELAXED);
 	pthread_cond_broadcast(&m->state_cv);
 	pthread_mutex_unlock(&m->mu);
 	s3_set_cancel(b->s3, &s->store_cancel);
@@ -184,10 +186,17 @@ static void pass(struct sbx_mgr *m, struct sbx_blob *b)
 	}
 }
 
+struct worker_arg {
+	struct sbx_mgr *m;
+	struct sbx_blob *b;
+};
+
 static void *worker(void *arg)
 {
-	struct sbx_mgr *m = arg;
-	struct sbx_blob *b = m->blob;
+	struct worker_arg *wa = arg;
+	struct sbx_mgr *m = wa->m;
+	struct sbx_blob *b = wa->b;
+	free(wa);
 	pthread_mutex_lock(&b->mu);
 	while (!b->quit) {
 		b->kicked = 0;
@@ -216,33 +225,50 @@ int sbx__blob_start(struct sbx_mgr *m, char *err, size_t errlen)
 		free(b);
 		return r;
 	}
+	struct worker_arg *wa = malloc(sizeof(*wa));
+	if (!wa) {
+		s3_close(b->s3);
+		free(b);
+		return -ENOMEM;
+	}
+	*wa = (struct worker_arg){ m, b };
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->cv, NULL);
-	m->blob = b;
-	if ((r = pthread_create(&b->thread, NULL, worker, m)) != 0) {
-		m->blob = NULL;
+	if ((r = pthread_create(&b->thread, NULL, worker, wa)) != 0) {
+		free(wa);
+		pthread_mutex_destroy(&b->mu);
+		pthread_cond_destroy(&b->cv);
 		s3_close(b->s3);
 		free(b);
 		snprintf(err, errlen, "cannot start the object store's worker: %s", strerror(r));
 		return -r;
 	}
+	pthread_mutex_lock(&m->mu);
+	m->blob = b;
+	pthread_mutex_unlock(&m->mu);
 	return 0;
 }
 
 void sbx__blob_kick(struct sbx_mgr *m)
 {
+	/* Under m->mu: a kill still running as the daemon stops kicks a
+	 * worker that sbx__blob_stop may be taking away. */
+	pthread_mutex_lock(&m->mu);
 	struct sbx_blob *b = m->blob;
-	if (!b)
-		return;
-	pthread_mutex_lock(&b->mu);
-	b->kicked = 1;
-	pthread_cond_signal(&b->cv);
-	pthread_mutex_unlock(&b->mu);
+	if (b) {
+		pthread_mutex_lock(&b->mu);
+		b->kicked = 1;
+		pthread_cond_signal(&b->cv);
+		pthread_mutex_unlock(&b->mu);
+	}
+	pthread_mutex_unlock(&m->mu);
 }
 
 void sbx__blob_stop(struct sbx_mgr *m)
 {
+	pthread_mutex_lock(&m->mu);
 	struct sbx_blob *b = m->blob;
+	pthread_mutex_unlock(&m->mu);
 	if (!b)
 		return;
 	pthread_mutex_lock(&b->mu);
@@ -255,13 +281,27 @@ void sbx__blob_stop(struct sbx_mgr *m)
 		for (struct sbx *s = m->table[i]; s; s = s->next)
 			if (s->storing)
 				__atomic_store_n(&s->store_cancel, 1, __ATOMIC_RELAXED);
+	m->blob = NULL; /* no kick reaches it from here on */
 	pthread_mutex_unlock(&m->mu);
 	pthread_join(b->thread, NULL);
 	s3_close(b->s3);
 	pthread_mutex_destroy(&b->mu);
 	pthread_cond_destroy(&b->cv);
 	free(b);
-	m->blob = NULL;
+}
+
+/* Removes dir and the files in it, whatever their names (a fetch cut
+ * short leaves the names its manifest gave). */
+static void remove_flat(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	if (d)
+		closedir(d);
+	rmdir(dir);
 }
 
 /* Moves the snapshot fetched into from over to dir, its manifest last. */
@@ -305,24 +345,25 @@ int sbx__blob_fetch(struct sbx_mgr *m, const struct store_sbx *row, char *err, s
 				  "sandbox '%s' has no whole pause here (%s) and none in the object store",
 				  row->id, e2);
 	double t0 = clock_ms_f();
-	/* A manifest left of a damaged pause must not stand beside the
-	 * files that replace it, even for a moment. */
-	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, row->run_dir);
-	unlink(path);
 	int r = fs_mkdir_p(row->run_dir, 0700, (uid_t)-1, (gid_t)-1);
 	if (r < 0)
 		return errbuf_set(err, errlen, r, "cannot make '%s': %s", row->run_dir, strerror(-r));
 	snprintf(fetch, sizeof(fetch), "%s/fetch", row->run_dir);
-	snap_remove(fetch); /* what an earlier fetch left */
+	remove_flat(fetch); /* what an earlier fetch left */
 	struct s3 *s3;
 	if ((r = s3_open(&s3, m->cfg.blob, err, errlen)) < 0)
 		return r;
 	prefix_of(prefix, sizeof(prefix), row->id, g);
 	r = snapblob_pull(s3, prefix, sha, fetch, err, errlen);
 	s3_close(s3);
-	if (r == 0)
+	if (r == 0) {
+		/* A manifest left of a damaged pause must not stand beside
+		 * the files that replace it, even for a moment. */
+		snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, row->run_dir);
+		unlink(path);
 		r = move_in(fetch, row->run_dir, err, errlen);
-	snap_remove(fetch);
+	}
+	remove_flat(fetch);
 	if (r == 0)
 		log_info("sandbox %s: pause fetched from the object store in %.0f ms", row->id,
 			 clock_ms_f() - t0);
