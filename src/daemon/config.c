@@ -69,6 +69,10 @@ static const char usage[] =
 	"                         nameservers of /etc/resolv.conf)\n"
 	"  --egress-trust FILE    the CA certificates (PEM) servers that get egress secrets\n"
 	"                         are checked by (default: the host's roots)\n"
+	"  --egress-ca DIR        the CA the guests trust for egress secrets and the key that\n"
+	"                         seals the secrets (ca.pem, ca.key, seal.key; made there if\n"
+	"                         missing): give every node of a cluster a copy of one, since\n"
+	"                         snapshots trust it (default <cache-dir>/egress-ca)\n"
 	"  --url-listen HOST:PORT where port URLs (sbx.url(port)) are served, or none\n"
 	"                         (default 127.0.0.1:7071)\n"
 	"  --url-domain NAME[:PORT]  a wildcard domain (*.NAME) pointed at --url-listen:\n"
@@ -165,6 +169,7 @@ static const struct opt table[] = {
 	OPT_FN_OF("net-default", set_net_default),
 	OPT_TEXT_OF("dns-upstream", struct config, dns_upstream),
 	OPT_TEXT_OF("egress-trust", struct config, egress_trust),
+	OPT_TEXT_OF("egress-ca", struct config, egress_ca),
 	OPT_TEXT_OF("url-listen", struct config, url_listen),
 	OPT_TEXT_OF("url-domain", struct config, url_domain),
 	OPT_INT_OF("account-max-vcpus", struct config, account_vcpus, 0, 1 << 20),

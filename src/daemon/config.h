@@ -29,6 +29,9 @@ struct config {
 	int net;
 	char net_range[32], net_default[4000], dns_upstream[64];
 	char egress_trust[512]; /* "": the host's roots */
+	/* the egress CA and the secrets' seal key ("": <cache-dir>/egress-ca),
+	 * one copy on every node of a cluster */
+	char egress_ca[PATH_MAX];
 	/* port URLs: where they are served ("none": nowhere), the wildcard
 	 * domain they are under ("": path URLs) */
 	char url_listen[128], url_domain[256];

@@ -182,9 +182,13 @@ static int open_priv(const struct config *o, int netd_sock, struct priv **priv)
 static int open_netd(const struct config *o, const char *trust, int priv_sock, struct netd **out)
 {
 	char err[512], ca_dir[sizeof(o->cache_dir) + 16];
-	/* The CA is the cache's, as the template snapshots that trust it
-	 * are: daemons that share a cache share both. */
-	snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", o->cache_dir);
+	/* The CA is the cache's by default, as the template snapshots that
+	 * trust it are: daemons that share a cache share both. Nodes of a
+	 * cluster, whose snapshots move between them, are given one. */
+	if (o->egress_ca[0])
+		snprintf(ca_dir, sizeof(ca_dir), "%s", o->egress_ca);
+	else
+		snprintf(ca_dir, sizeof(ca_dir), "%s/egress-ca", o->cache_dir);
 	int nslots = net_slots(o->net_range, err, sizeof(err));
 	struct netd_config nc = {
 		.nslots = nslots, .ca_dir = ca_dir,
@@ -221,6 +225,10 @@ int main(int argc, char **argv)
 	}
 	if (qemu_accel_parse(o.accel, &accel) < 0) {
 		fprintf(stderr, "cpuosd: invalid --accel '%s' (auto, kvm or tcg)\n", o.accel);
+		return 2;
+	}
+	if (o.egress_ca[0] && o.egress_ca[0] != '/') {
+		fprintf(stderr, "cpuosd: --egress-ca '%s' is not an absolute path\n", o.egress_ca);
 		return 2;
 	}
 	log_set_level(level);

@@ -205,12 +205,15 @@ static int fsync_path(const char *path, int dir)
 
 static json_t *env_json(const struct snap_env *e)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}", "qemu", e->qemu,
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}", "qemu", e->qemu,
 			 "accel", e->accel, "cpu", e->cpu, "kernel_sha256", e->kernel_sha,
 			 "initrd_sha256", e->initrd_sha, "template",
 			 e->template[0] ? e->template : e->template_was, "vcpus",
 			 (int)e->vcpus, "memory_mb", (int)e->memory_mb, "disk_mb", (int)e->disk_mb,
 			 "nic", e->nic);
+	if (j && e->trust[0])
+		json_object_set_new(j, "egress_ca", json_string(e->trust));
+	return j;
 }
 
 static int write_all(int fd, const char *p, size_t n)
@@ -338,15 +341,17 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 	int format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0;
 	json_int_t created = 0;
 	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
-	const char *cpu = "";
+	const char *cpu = "", *trust = "";
 	json_t *files = NULL;
-	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b}, s:s, s:b, s:I, s:o}",
+	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b, s?s}, s:s, s:b, s:I, s:o}",
 			"format", &format, "made_with", "qemu", &qemu, "accel", &accel, "cpu", &cpu,
 			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
-			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "ram", &ram, "sealed", &sealed,
-			"created_ns", &created, "files", &files) < 0 ||
+			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "egress_ca", &trust,
+			"ram", &ram, "sealed", &sealed, "created_ns", &created, "files", &files) < 0 ||
 	    !json_is_object(files))
 		return bad(err, errlen, what, "the manifest lacks a field");
+	if (trust[0] && !sha_ok(trust))
+		return bad(err, errlen, what, "the manifest's egress CA is malformed");
 	if (format != SNAP_FORMAT) {
 		snprintf(err, errlen, "snapshot '%s' has format %d; this cpuos reads %d", what, format,
 			 SNAP_FORMAT);
@@ -364,6 +369,7 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 	else
 		snprintf(m->env.template_was, sizeof(m->env.template_was), "%s", tpl);
 	snprintf(m->env.cpu, sizeof(m->env.cpu), "%s", cpu);
+	snprintf(m->env.trust, sizeof(m->env.trust), "%s", trust);
 	m->env.vcpus = (unsigned)vcpus;
 	m->env.memory_mb = (unsigned)mem;
 	m->env.disk_mb = (unsigned)disk;
@@ -492,6 +498,8 @@ int snap_check(const struct snap_manifest *m, const struct snap_env *now, char *
 		what = "machine size", was = a, is = b;
 	} else if (e->nic != now->nic)
 		what = "network device", was = e->nic ? "one" : "none", is = now->nic ? "one" : "none";
+	else if (e->trust[0] && strcmp(e->trust, now->trust))
+		what = "egress CA", was = e->trust, is = now->trust[0] ? now->trust : "none";
 	if (!what)
 		return 0;
 	snprintf(err, errlen, "snapshot made with another %s (%.60s, now %.60s)", what, was, is);

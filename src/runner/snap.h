@@ -1,7 +1,7 @@
 /*
  * snap: a VM snapshot as a directory. manifest.json says what made it (the
- * exact QEMU, kernel, initramfs, template image, accelerator, vCPU model and
- * machine size) and lists its files with sizes and checksums:
+ * exact QEMU, kernel, initramfs, template image, accelerator, vCPU model,
+ * machine size and egress CA) and lists its files with sizes and checksums:
  *   state  QEMU's device state; also the RAM when "ram" is "stream"
  *   mem    the guest RAM, page for page, when "ram" is "file"
  *   disk   the writable layer (qcow2)
@@ -38,6 +38,12 @@ struct snap_env {
 	char cpu[96];
 	unsigned vcpus, memory_mb, disk_mb;
 	int nic;            /* has the network device: its state is in the save */
+	/* The egress CA the guest trusts (its id, the SHA-256 of its
+	 * certificate): a guest restored under another CA would refuse every
+	 * certificate the proxy makes. "" with no network, in a manifest of
+	 * a cpuos before, and of a VM taken over after a daemon restart
+	 * (QEMU's command line does not say): not compared. */
+	char trust[65];
 };
 
 enum snap_file { SNAP_STATE, SNAP_MEM, SNAP_DISK, SNAP_NFILES };

@@ -334,6 +334,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	vm->env.memory_mb = cfg->memory_mb ? cfg->memory_mb : 512;
 	vm->env.disk_mb = cfg->disk_mb ? cfg->disk_mb : 2048;
 	vm->env.nic = cfg->netns != NULL;
+	snprintf(vm->env.trust, sizeof(vm->env.trust), "%s", cfg->trust ? cfg->trust : "");
 	snprintf(vm->env.accel, sizeof(vm->env.accel), "%s", qemu_accel_name(accel));
 	if ((r = snap_env_files(&vm->env, cfg->kernel, cfg->initrd, cfg->template, err, errlen)) < 0)
 		goto fail;

@@ -46,6 +46,10 @@ struct vm_config {
 	const char *netns;
 	int net_slot;          /* netns's slot (net.h), for launch ops that
 				* name namespaces by slot (the helper's) */
+	/* The id of the egress CA the guest trusts (snap.h's trust): a
+	 * booted guest is given it by the caller, a restored one must have
+	 * been saved trusting it. NULL: none. */
+	const char *trust;
 	/* Who starts, signals and reaps QEMU (launch.h): cpuosd's helper,
 	 * which jails it (its own uid, cgroup and mount namespace), or
 	 * NULL: vm_launch_direct, and it runs as the caller does. */

@@ -2,11 +2,16 @@
 files byte-exact over many pause/resume cycles, resumes in a row with writes between, the timeout
 kept across a resume, forks that share no randomness, a right clock after a pause, damaged
 snapshots, usage billed to the second, a daemon restart with paused sandboxes, and creates from the
-template snapshot and the warm pool. Crashes at each durable step: test_crash.py."""
+template snapshot and the warm pool, and a pause that names the egress CA its guest trusts. Crashes
+at each durable step: test_crash.py."""
 
 import datetime
+import hashlib
+import json
 import os
 import re
+import stat
+import subprocess
 import time
 
 import pytest
@@ -172,6 +177,41 @@ def test_paused_sandboxes_survive_a_daemon_restart(own_daemon):
     d.restart(kill=True)
     s2 = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
     assert s2.state == "paused"
+    assert sh(s2, "cat /work/k") == "kept"
+
+
+def test_a_pause_restores_only_under_the_egress_ca_its_guest_trusts(own_daemon, tmp_path):
+    """The nodes of a cluster are given one egress CA (--egress-ca DIR, a copy on each): a guest
+    trusts the CA it was booted with, so its pause names that CA, and a daemon whose proxy signs
+    with another refuses it with a clear error, leaving it paused; under the same CA it resumes."""
+    ca, other = tmp_path / "ca", tmp_path / "other"
+    d = own_daemon("--egress-ca", str(ca), "--template-snapshots", "off")
+    for name in ("ca.pem", "ca.key", "seal.key"):  # made there; the keys root's alone
+        st = os.lstat(ca / name)
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == 0, name
+        assert name == "ca.pem" or st.st_mode & 0o077 == 0, name
+    pem = (ca / "ca.pem").read_text()
+    sbx = cpuos.Sandbox.create(template="base", api_key=d.key_a, api_url=d.url)
+    assert sh(sbx, "cat /usr/local/share/ca-certificates/cpuos-egress.crt") == pem.strip()
+    sh(sbx, "echo kept > /work/k")
+    sbx.pause()
+    with open(os.path.join(d.state_dir, "vms", sbx.id, "manifest.json")) as f:
+        made = json.load(f)["made_with"]
+    der = subprocess.run(["openssl", "x509", "-outform", "DER"], input=pem.encode(),
+                         capture_output=True, check=True).stdout
+    assert made["egress_ca"] == hashlib.sha256(der).hexdigest()
+
+    i = d.extra_args.index(str(ca))
+    d.extra_args[i] = str(other)
+    d.restart(kill=False)
+    assert (other / "ca.pem").read_text() != pem
+    r = d.http("POST", f"/v1/sandboxes/{sbx.id}/resume", key=d.key_a)
+    assert r.status == 503 and "egress CA" in r.json()["error"]["message"], r
+    assert d.http("GET", f"/v1/sandboxes/{sbx.id}", key=d.key_a).json()["state"] == "paused"
+
+    d.extra_args[i] = str(ca)
+    d.restart(kill=False)
+    s2 = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
     assert sh(s2, "cat /work/k") == "kept"
 
 

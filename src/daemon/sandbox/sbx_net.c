@@ -106,6 +106,7 @@ int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json
 	}
 	vc->launch = priv_launch_ops(m->cfg.priv); /* NULL: not jailed, started here */
 	vc->net_slot = *slot;
+	vc->trust = m->cfg.net ? net_ca_id(m->cfg.net) : NULL; /* trust_ca's, or the snapshot's */
 	int r = vm_start(vc, vm, err, errlen);
 	vc->netns = NULL; /* ns goes with this frame */
 	if (r == 0 && m->cfg.net && !vc->restore && (r = trust_ca(m, *vm)) < 0) {

@@ -505,6 +505,58 @@ static void test_snap_names_image_by_content(void)
 	CHECK(system(cmd) == 0);
 }
 
+/* A guest trusts the egress CA it was booted with: its snapshot records
+ * that CA and restores only where the proxy signs with the same one; a
+ * manifest of a cpuos before (no CA named) restores under any. A forged
+ * CA id is refused as the manifest's fault. */
+static void test_snap_names_egress_ca(void)
+{
+	char dir[] = "/tmp/cpuos-snapca-XXXXXX", p[3][256], err[256], cmd[300];
+	CHECK(mkdtemp(dir) != NULL);
+	static const char *const names[] = { "vmlinuz", "initrd", "a.erofs" };
+	for (int i = 0; i < 3; i++) {
+		put_file(dir, names[i], names[i]);
+		snprintf(p[i], sizeof(p[i]), "%s/%s", dir, names[i]);
+	}
+	struct snap_env a = { .accel = "tcg", .nic = 1 };
+	CHECK(snap_env_files(&a, p[0], p[1], p[2], err, sizeof(err)) == 0);
+	struct snap_env same = a, other = a, none = a;
+	memset(a.trust, 'a', 64);
+	memset(same.trust, 'a', 64);
+	memset(other.trust, 'b', 64);
+	none.trust[0] = '\0';
+
+	struct snap_manifest m;
+	memset(&m, 0, sizeof(m));
+	m.env = a;
+	snprintf(m.files[SNAP_STATE].name, sizeof(m.files[0].name), "state");
+	snprintf(m.files[SNAP_DISK].name, sizeof(m.files[0].name), "disk.qcow2");
+	put_file(dir, "state", "device state");
+	put_file(dir, "disk.qcow2", "layer");
+	CHECK(snap_seal(dir, &m, err, sizeof(err)) == 0);
+	memset(&m, 0, sizeof(m));
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
+	CHECK(!strcmp(m.env.trust, a.trust));
+	CHECK(snap_check(&m, &same, err, sizeof(err)) == 0);
+	CHECK(snap_check(&m, &other, err, sizeof(err)) == -EPROTO && strstr(err, "egress CA"));
+	CHECK(snap_check(&m, &none, err, sizeof(err)) == -EPROTO && strstr(err, "egress CA"));
+
+	char mpath[300];
+	snprintf(mpath, sizeof(mpath), "%s/" SNAP_MANIFEST, dir);
+	json_t *doc = json_load_file(mpath, 0, NULL);
+	json_t *with = json_object_get(doc, "made_with");
+	CHECK(with && json_object_set_new(with, "egress_ca", json_string("../../etc")) == 0 &&
+	      json_dump_file(doc, mpath, 0) == 0);
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == -EBADMSG && strstr(err, "egress CA"));
+	/* as a cpuos before wrote it: no CA named, none compared */
+	CHECK(json_object_del(with, "egress_ca") == 0 && json_dump_file(doc, mpath, 0) == 0);
+	json_decref(doc);
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0 && !m.env.trust[0]);
+	CHECK(snap_check(&m, &other, err, sizeof(err)) == 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -520,6 +572,7 @@ int main(int argc, char **argv)
 		{ "migrate_events", test_migrate_events },
 		{ "run_dir_symlinks", test_run_dir_symlinks },
 		{ "snap_names_image_by_content", test_snap_names_image_by_content },
+		{ "snap_names_egress_ca", test_snap_names_egress_ca },
 		{ 0, 0 },
 	};
 	return t_main(argc, argv, cases);
