@@ -2,9 +2,11 @@
 (--s3-endpoint): a pause goes up in the background and GET says so; a sandbox whose pause the
 host's disk lost resumes from the store with its files and its live processes; a resume stops an
 upload stuck on a store that stopped answering; a stored pause altered in the store is refused;
-a deleted sandbox's objects go."""
+a deleted sandbox's objects go; checkpoints go up by their content, come down where the disk lost
+them, are refused altered, and their objects go with them."""
 
 import glob
+import hashlib
 import os
 import random
 import shutil
@@ -223,6 +225,63 @@ def test_an_altered_stored_pause_is_refused(s3d, store):
     assert info(s3d, sbx.id)["state"] == "paused"  # not lost: it can be mended or deleted
     assert not glob.glob(os.path.join(s3d.state_dir, "vms", sbx.id, "fetch*"))
     s3d.http("DELETE", f"/v1/sandboxes/{sbx.id}", key=s3d.key_a)
+
+
+def ckpt(d, cid):
+    r = d.http("GET", f"/v1/checkpoints/{cid}", key=d.key_a)
+    assert r.status == 200, r
+    return r.json()
+
+
+def test_a_checkpoint_goes_up_by_content_and_comes_down_where_the_disk_lost_it(s3d, store):
+    sbx = cpuos.Sandbox.create(template="base", api_key=s3d.key_a, api_url=s3d.url)
+    sh(sbx, "echo from-checkpoint > /work/c")
+    r = s3d.http("POST", f"/v1/sandboxes/{sbx.id}/checkpoints", body={"name": "objstore-ckpt"},
+                 key=s3d.key_a)
+    assert r.status == 201, r
+    cid = r.json()["id"]
+    sbx.kill()
+    deadline = time.monotonic() + 120 * SLOW
+    while not ckpt(s3d, cid)["stored"]:
+        assert time.monotonic() < deadline, f"checkpoint not stored:\n{s3d.log_tail(20)}"
+        time.sleep(0.2)
+    local = os.path.join(s3d.state_dir, "checkpoints", cid)
+    with open(os.path.join(local, "manifest.json"), "rb") as f:
+        key = hashlib.sha256(f.read()).hexdigest()
+    for name in ("manifest.json", "state", "disk"):
+        assert store.curl("HEAD", f"checkpoints/{key}/{name}")[0] == 200, name
+
+    def lose_and_create():
+        shutil.rmtree(local)
+        return s3d.http("POST", "/v1/sandboxes", body={"checkpoint": cid}, key=s3d.key_a)
+
+    r = lose_and_create()
+    assert r.status == 201, r
+    s2 = cpuos.Sandbox.connect(r.json()["id"], api_key=s3d.key_a, api_url=s3d.url)
+    assert sh(s2, "cat /work/c") == "from-checkpoint"
+    assert "fetched from the object store" in s3d.log_tail(100)
+    s2.kill()
+
+    # Altered in the store (one byte of the disk layer, compressed again): refused, nothing kept.
+    code, packed = store.curl("GET", f"checkpoints/{key}/disk")
+    assert code == 200
+    disk = subprocess.run(["zstd", "-d", "-c"], input=packed, capture_output=True, check=True).stdout
+    bad = os.path.join(store.dir, "bad-disk")
+    with open(bad, "wb") as f:
+        f.write(subprocess.run(["zstd", "-1", "-c"], input=disk[:512] + bytes([disk[512] ^ 1]) +
+                               disk[513:], capture_output=True, check=True).stdout)
+    assert store.curl("PUT", f"checkpoints/{key}/disk", bad)[0] == 200
+    r = lose_and_create()
+    assert r.status == 503 and "does not match its checksum" in r.json()["error"]["message"], r
+    assert not glob.glob(local + "*")
+
+    # Deleted: its objects go.
+    assert s3d.http("DELETE", f"/v1/checkpoints/{cid}", key=s3d.key_a).status == 204
+    deadline = time.monotonic() + 60 * SLOW
+    for name in ("manifest.json", "state", "mem", "disk"):
+        while store.curl("HEAD", f"checkpoints/{key}/{name}")[0] != 404:
+            assert time.monotonic() < deadline, f"a deleted checkpoint's {name} stayed in the store"
+            time.sleep(0.2)
 
 
 def test_a_daemon_refuses_store_settings_it_cannot_use():

@@ -94,10 +94,11 @@ static json_t *ckpt_json(const struct store_ckpt *c)
 {
 	char when[CLOCK_RFC3339_LEN];
 	clock_rfc3339(c->created_at, when, sizeof(when));
-	return json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:s}", "id", c->id, "name",
+	return json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:s, s:b}", "id", c->id, "name",
 			 c->name, "sandbox_id", c->sbx_id, "template", c->template, "vcpus",
 			 (int)c->vcpus, "memory_mb", (int)c->memory_mb, "disk_mb", (int)c->disk_mb,
-			 "size_bytes", (json_int_t)c->size_bytes, "created_at", when);
+			 "size_bytes", (json_int_t)c->size_bytes, "created_at", when, "stored",
+			 c->stored[0] != '\0');
 }
 
 int api_ckpt_create(struct req *r)

@@ -248,6 +248,35 @@ int snapblob_push(struct s3 *s, const char *dir, const char *prefix, char manife
 	return r;
 }
 
+int snapblob_content_key(const char *dir, char key[65], char *err, size_t errlen)
+{
+	char path[600], text[SNAP_MANIFEST_MAX + 1];
+	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, dir);
+	int fd = fs_open_file(path, O_RDONLY, 0);
+	if (fd < 0)
+		return errbuf_set(err, errlen, fd, "cannot open '%s': %s", path, strerror(-fd));
+	size_t len = 0;
+	int r = 0;
+	for (;;) {
+		ssize_t n = read(fd, text + len, sizeof(text) - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : 0;
+			break;
+		}
+		if ((len += (size_t)n) == sizeof(text)) {
+			r = -EFBIG; /* no manifest is this big */
+			break;
+		}
+	}
+	close(fd);
+	if (r < 0)
+		return errbuf_set(err, errlen, r, "cannot read '%s': %s", path, strerror(-r));
+	sha_hex(text, len, key);
+	return 0;
+}
+
 /* Removes what pull made of dir. */
 static void pull_undo(const char *dir, const struct snap_manifest *m)
 {

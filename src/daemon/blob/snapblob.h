@@ -32,6 +32,10 @@ int snapblob_push(struct s3 *s, const char *dir, const char *prefix, char manife
 int snapblob_pull(struct s3 *s, const char *prefix, const char *manifest_sha, const char *dir,
 		  char *err, size_t errlen);
 
+/* The SHA-256 of dir's manifest: in a sealed snapshot, which names every
+ * file's size and checksum, a key for its content. 0 or -errno. */
+int snapblob_content_key(const char *dir, char key[65], char *err, size_t errlen);
+
 /* Removes the snapshot under prefix: its manifest first, so a half-removed
  * snapshot is never taken for a whole one. 0 also when it was not there. */
 int snapblob_delete(struct s3 *s, const char *prefix, char *err, size_t errlen);

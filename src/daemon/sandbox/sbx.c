@@ -662,6 +662,11 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 			snprintf(err, errlen, "no checkpoint '%s'", p->checkpoint);
 			return -ENXIO;
 		}
+		if (sbx__blob_ckpt(m, &ck, err, errlen) < 0) {
+			log_error("checkpoint %s: %s", ck.id, err);
+			store_ckpt_release(&ck);
+			return -EIO; /* the store's or its copy's fault, not the caller's */
+		}
 		snprintf(row->template, sizeof(row->template), "%s", ck.template);
 		row->vcpus = ck.vcpus;
 		row->memory_mb = ck.memory_mb;
@@ -852,6 +857,7 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 	m->cfg = *cfg;
 	m->store = store;
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_mutex_init(&m->ckpt_fetch_mu, NULL);
 	cond_init_mono(&m->state_cv);
 	cond_init_mono(&m->quit_cv);
 	pthread_cond_init(&m->killers_cv, NULL);
@@ -911,6 +917,7 @@ void sbx_mgr_free(struct sbx_mgr *m)
 	pthread_cond_destroy(&m->killers_cv);
 	pthread_cond_destroy(&m->state_cv);
 	pthread_cond_destroy(&m->quit_cv);
+	pthread_mutex_destroy(&m->ckpt_fetch_mu);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

@@ -15,6 +15,12 @@
  * A resume that finds no whole pause in the run directory fetches the
  * stored one (checked byte for byte against the manifest the row names)
  * and resumes from it.
+ *
+ * Checkpoints go up the same way, under a key of their content (the
+ * SHA-256 of their sealed manifest): they never change, so no hold is
+ * needed, and a create from one this host does not hold whole fetches it.
+ * A stored checkpoint deleted is in the store's trash until its objects
+ * are gone.
  */
 #include "daemon/sandbox/sbx_impl.h"
 
@@ -42,6 +48,7 @@ struct sbx_blob {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int kicked, quit;
+	int cancel; /* stops a checkpoint's upload: the daemon stops */
 	pthread_t thread;
 	struct s3 *s3; /* the worker's own connection */
 };
@@ -144,6 +151,76 @@ static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
 	store_sbx_release(&row);
 }
 
+/* The objects of a checkpoint, by its content key. */
+static void ckpt_prefix_of(char *out, size_t n, const char *key)
+{
+	snprintf(out, n, "checkpoints/%s", key);
+}
+
+static int is_sha(const char *s)
+{
+	return strspn(s, "0123456789abcdef") == 64;
+}
+
+/* Splits a checkpoint's stored record "<key> <sha>": 0 or -EINVAL. */
+static int parse_ckpt_stored(const char *stored, char key[65], char sha[65])
+{
+	if (strlen(stored) != 129 || stored[64] != ' ' || !is_sha(stored) || !is_sha(stored + 65))
+		return -EINVAL;
+	memcpy(key, stored, 64);
+	key[64] = '\0';
+	memcpy(sha, stored + 65, 65);
+	return 0;
+}
+
+/* Uploads checkpoint c, which never changes, and records it. */
+static void upload_ckpt(struct sbx_mgr *m, struct sbx_blob *b, const struct store_ckpt *c)
+{
+	char key[65], prefix[128], sha[65], rec[sizeof(c->stored)], err[512];
+	int r = snapblob_content_key(c->dir, key, err, sizeof(err));
+	if (r < 0) {
+		log_warn("checkpoint %s not stored in the object store (tried again later): %s",
+			 c->id, err);
+		return;
+	}
+	ckpt_prefix_of(prefix, sizeof(prefix), key);
+	double t0 = clock_ms_f();
+	s3_set_cancel(b->s3, &b->cancel);
+	r = snapblob_push(b->s3, c->dir, prefix, sha, err, sizeof(err));
+	s3_set_cancel(b->s3, NULL);
+	if (r == 0) {
+		snprintf(rec, sizeof(rec), "%s %s", key, sha);
+		if ((r = store_ckpt_set_stored(m->store, c->id, rec)) < 0)
+			snprintf(err, sizeof(err), "%s", r == -ENOENT ? "it was deleted meanwhile"
+								       : strerror(-r));
+	}
+	if (r == 0) {
+		log_info("checkpoint %s stored in the object store in %.0f ms", c->id,
+			 clock_ms_f() - t0);
+		return;
+	}
+	if (r != -ECANCELED)
+		log_warn("checkpoint %s not stored in the object store (tried again later): %s",
+			 c->id, err);
+	char e2[256];
+	snapblob_delete(b->s3, prefix, e2, sizeof(e2));
+}
+
+/* Deletes the objects of deleted checkpoints, then forgets them. */
+static void drain_ckpt_trash(struct sbx_mgr *m, struct sbx_blob *b, char *stored)
+{
+	char key[65], sha[65], prefix[128], err[256];
+	int r = 0;
+	if (parse_ckpt_stored(stored, key, sha) == 0) {
+		ckpt_prefix_of(prefix, sizeof(prefix), key);
+		r = snapblob_delete(b->s3, prefix, err, sizeof(err));
+	}
+	if (r < 0)
+		log_warn("a deleted checkpoint stays in the object store for now: %s", err);
+	else
+		store_ckpt_trash_done(m->store, stored);
+}
+
 /* Deletes the stored pause of an ended sandbox, then forgets it. */
 static void drop_ended(struct sbx_mgr *m, struct sbx_blob *b, const struct store_sbx *row)
 {
@@ -183,6 +260,21 @@ static void pass(struct sbx_mgr *m, struct sbx_blob *b)
 		for (size_t i = 0; i < n && !quitting(b); i++)
 			drop_ended(m, b, &rows[i]);
 		store_sbx_free_list(rows, n);
+	}
+	struct store_ckpt *cs;
+	if (store_ckpt_unstored(m->store, &cs, &n) == 0) {
+		for (size_t i = 0; i < n && !quitting(b); i++)
+			upload_ckpt(m, b, &cs[i]);
+		store_ckpt_free_list(cs, n);
+	}
+	char **trash;
+	if (store_ckpt_trash(m->store, &trash, &n) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			if (!quitting(b))
+				drain_ckpt_trash(m, b, trash[i]);
+			free(trash[i]);
+		}
+		free(trash);
 	}
 }
 
@@ -276,6 +368,7 @@ void sbx__blob_stop(struct sbx_mgr *m)
 	pthread_cond_signal(&b->cv);
 	pthread_mutex_unlock(&b->mu);
 	/* An upload under way stops at once; the next daemon does it again. */
+	__atomic_store_n(&b->cancel, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&m->mu);
 	for (size_t i = 0; i < SBX_BUCKETS; i++)
 		for (struct sbx *s = m->table[i]; s; s = s->next)
@@ -367,5 +460,45 @@ int sbx__blob_fetch(struct sbx_mgr *m, const struct store_sbx *row, char *err, s
 	if (r == 0)
 		log_info("sandbox %s: pause fetched from the object store in %.0f ms", row->id,
 			 clock_ms_f() - t0);
+	return r;
+}
+
+int sbx__blob_ckpt(struct sbx_mgr *m, struct store_ckpt *c, char *err, size_t errlen)
+{
+	char dir[sizeof(c->dir)], fetch[sizeof(c->dir) + 8], key[65], sha[65], prefix[128], e2[256];
+	struct snap_manifest sm;
+	/* Where this host keeps it, whichever host made it. */
+	snprintf(dir, sizeof(dir), "%s/checkpoints/%s", m->cfg.state_dir, c->id);
+	if (!m->cfg.blob || !c->stored[0] || parse_ckpt_stored(c->stored, key, sha) < 0)
+		return 0; /* not stored: the restore says what is wrong, if anything */
+	/* One fetch of a checkpoint at a time; the creates that waited for
+	 * it find it whole. */
+	pthread_mutex_lock(&m->ckpt_fetch_mu);
+	int r = 0;
+	if (snap_load(dir, &sm, 0, e2, sizeof(e2)) == 0)
+		goto out; /* here whole */
+	double t0 = clock_ms_f();
+	snprintf(fetch, sizeof(fetch), "%s.fetch", dir);
+	remove_flat(fetch); /* what an earlier fetch left */
+	struct s3 *s3;
+	if ((r = s3_open(&s3, m->cfg.blob, err, errlen)) < 0)
+		goto out;
+	ckpt_prefix_of(prefix, sizeof(prefix), key);
+	r = snapblob_pull(s3, prefix, sha, fetch, err, errlen);
+	s3_close(s3);
+	if (r == 0) {
+		snap_remove(dir); /* what is left of a damaged one */
+		if (rename(fetch, dir) < 0)
+			r = errbuf_set(err, errlen, -errno, "cannot move '%s': %s", fetch,
+				       strerror(errno));
+	}
+	remove_flat(fetch);
+	if (r == 0)
+		log_info("checkpoint %s fetched from the object store in %.0f ms", c->id,
+			 clock_ms_f() - t0);
+out:
+	if (r == 0)
+		snprintf(c->dir, sizeof(c->dir), "%s", dir);
+	pthread_mutex_unlock(&m->ckpt_fetch_mu);
 	return r;
 }

@@ -142,6 +142,7 @@ struct sbx_mgr {
 	struct sbx_stats stats; /* under mu */
 	struct sbx_pools *pools;
 	struct sbx_blob *blob;  /* the object store's worker; NULL: none */
+	pthread_mutex_t ckpt_fetch_mu; /* one checkpoint fetched at a time */
 };
 
 /* sbx_state.c: the state table and transitions. */
@@ -315,6 +316,11 @@ void sbx__blob_stop(struct sbx_mgr *m);
  * whole in its run directory but the object store has it, fetches it
  * there. 0 (also when there is nothing to do), or -errno with a reason. */
 int sbx__blob_fetch(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen);
+/* In a create from checkpoint c: when the object store has it and this
+ * host does not hold it whole, fetches it into this host's checkpoint
+ * directory. Sets c->dir to that directory where it is whole now. 0 (also
+ * when there is nothing to do), or -errno with a reason. */
+int sbx__blob_ckpt(struct sbx_mgr *m, struct store_ckpt *c, char *err, size_t errlen);
 
 /* sbx_pool.c. Runs shell in vm as user (with env, "NAME=value", if not
  * NULL) and waits for its end: 0 when it exited 0, -EIO when not,

@@ -454,6 +454,8 @@ int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct s
 		snap_remove(out->dir);
 		store_ckpt_release(out);
 		snprintf(err, errlen, r == -EEXIST ? "a checkpoint named '%s' exists" : "cannot record checkpoint '%s'", name);
+	} else {
+		sbx__blob_kick(m); /* its upload is due */
 	}
 	store_sbx_release(&row);
 	return r;
@@ -462,8 +464,11 @@ int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct s
 int sbx_ckpt_delete(struct sbx_mgr *m, const struct store_ckpt *c)
 {
 	int r = store_ckpt_delete(m->store, c->id);
-	if (r == 0)
+	if (r == 0) {
 		snap_remove(c->dir); /* sandboxes made from it keep their mappings */
+		if (c->stored[0])
+			sbx__blob_kick(m); /* its objects go too */
+	}
 	return r;
 }
 

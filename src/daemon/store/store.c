@@ -168,6 +168,11 @@ static const char *const migrations[] = {
     /* 7 -> 8: the pause kept in the object store, "<generation> <SHA-256
      * of its manifest>" ('': none), which outlives the host's disk */
     "ALTER TABLE sandboxes ADD COLUMN stored TEXT NOT NULL DEFAULT '';",
+    /* 8 -> 9: checkpoints kept in the object store too ("<key> <SHA-256 of
+     * the stored manifest>", '': not yet), and the stored checkpoints
+     * whose rows are gone, until their objects are */
+    "ALTER TABLE checkpoints ADD COLUMN stored TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE checkpoint_trash (stored TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

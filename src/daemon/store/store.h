@@ -163,6 +163,8 @@ struct store_ckpt {
 	char *env_json;      /* malloc'd, owned */
 	char dir[256];       /* the snapshot directory */
 	long long size_bytes, created_at;
+	char stored[136];    /* in the object store: "<key> <SHA-256 of its
+			      * stored manifest>"; "" = not yet */
 };
 void store_ckpt_release(struct store_ckpt *c);
 void store_ckpt_free_list(struct store_ckpt *cs, size_t n);
@@ -173,7 +175,20 @@ int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
 		   struct store_ckpt *out);
 /* account NULL: every account; newest first. */
 int store_ckpt_list(struct store *s, const char *account, struct store_ckpt **out, size_t *n);
-int store_ckpt_delete(struct store *s, const char *id); /* -ENOENT if unknown */
+/* Deletes checkpoint id; one that was stored goes, in the same
+ * transaction, to the trash, until its objects are deleted too. 0 or
+ * -ENOENT if unknown. */
+int store_ckpt_delete(struct store *s, const char *id);
+/* Checkpoints not yet in the object store, oldest first. */
+int store_ckpt_unstored(struct store *s, struct store_ckpt **out, size_t *n);
+/* Checkpoint id is in the object store as stored: 0, or -ENOENT when it
+ * is gone or was stored already (nothing written), -EINVAL. */
+int store_ckpt_set_stored(struct store *s, const char *id, const char *stored);
+/* The stored forms of deleted checkpoints whose objects are still to
+ * delete: *out is an array of n malloc'd strings, then itself malloc'd. */
+int store_ckpt_trash(struct store *s, char ***out, size_t *n);
+/* Their objects are gone: forgets stored. 0 or -ENOENT. */
+int store_ckpt_trash_done(struct store *s, const char *stored);
 
 /* ---- secrets: values for the egress proxy to put in requests ---- */
 struct store_secret {

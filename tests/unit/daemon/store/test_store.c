@@ -109,7 +109,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "8"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "9"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -132,11 +132,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 9", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 10", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 9") != NULL);
+	CHECK(strstr(err, "schema version 10") != NULL);
 	tdb_remove(&t);
 }
 
@@ -930,6 +930,64 @@ static void test_stored_pauses(void)
 	tdb_remove(&t);
 }
 
+static int ckpt_insert(struct store *s, const char *id, const char *name, long long at)
+{
+	struct store_ckpt c = { .vcpus = 1, .memory_mb = 512, .disk_mb = 2048, .created_at = at };
+	snprintf(c.id, sizeof(c.id), "%s", id);
+	snprintf(c.name, sizeof(c.name), "%s", name);
+	snprintf(c.account, sizeof(c.account), "alice");
+	snprintf(c.sbx_id, sizeof(c.sbx_id), "sbx_00000000000000aa");
+	snprintf(c.template, sizeof(c.template), "base");
+	snprintf(c.dir, sizeof(c.dir), "/state/checkpoints/%s", id);
+	return store_ckpt_insert(s, &c);
+}
+
+/* A checkpoint in the object store: listed until stored, recorded once,
+ * and a stored one deleted goes to the trash (one that was not does not)
+ * until its objects are gone. */
+static void test_stored_checkpoints(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	const char *a = "ckp_00000000000000aa", *b = "ckp_00000000000000bb";
+	const char *rec = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef "
+			  "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+	CHECK(ckpt_insert(t.s, a, "one", 1000) == 0 && ckpt_insert(t.s, b, "two", 1001) == 0);
+	struct store_ckpt *cs;
+	size_t n;
+	CHECK(store_ckpt_unstored(t.s, &cs, &n) == 0 && n == 2 && !strcmp(cs[0].id, a) &&
+	      !cs[0].stored[0]);
+	store_ckpt_free_list(cs, n);
+	CHECK(store_ckpt_set_stored(t.s, a, rec) == 0);
+	CHECK(store_ckpt_set_stored(t.s, a, rec) == -ENOENT); /* once */
+	CHECK(store_ckpt_set_stored(t.s, "ckp_none", rec) == -ENOENT);
+	CHECK(store_ckpt_set_stored(t.s, b, "a\nb") == -EINVAL);
+	CHECK(store_ckpt_unstored(t.s, &cs, &n) == 0 && n == 1 && !strcmp(cs[0].id, b));
+	store_ckpt_free_list(cs, n);
+	struct store_ckpt c;
+	if (CHECK(store_ckpt_get(t.s, "alice", "one", &c) == 0)) {
+		CHECK(!strcmp(c.stored, rec));
+		store_ckpt_release(&c);
+	}
+	char **trash;
+	CHECK(store_ckpt_trash(t.s, &trash, &n) == 0 && n == 0);
+	free(trash);
+	CHECK(store_ckpt_delete(t.s, b) == 0);
+	CHECK(store_ckpt_trash(t.s, &trash, &n) == 0 && n == 0);
+	free(trash);
+	CHECK(store_ckpt_delete(t.s, a) == 0 && store_ckpt_delete(t.s, a) == -ENOENT);
+	CHECK(store_ckpt_get(t.s, "alice", a, &c) == -ENOENT);
+	CHECK(store_ckpt_trash(t.s, &trash, &n) == 0 && n == 1 && !strcmp(trash[0], rec));
+	for (size_t i = 0; i < n; i++)
+		free(trash[i]);
+	free(trash);
+	CHECK(store_ckpt_trash_done(t.s, rec) == 0 && store_ckpt_trash_done(t.s, rec) == -ENOENT);
+	CHECK(store_ckpt_trash(t.s, &trash, &n) == 0 && n == 0);
+	free(trash);
+	tdb_remove(&t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -949,6 +1007,7 @@ int main(int argc, char **argv)
 	    {"store_old_secret_values_are_sealed_and_scrubbed",
 	     test_old_secret_values_are_sealed_and_scrubbed},
 	    {"store_stored_pauses", test_stored_pauses},
+	    {"store_stored_checkpoints", test_stored_checkpoints},
 	    {0, 0},
 	};
 	return t_main(argc, argv, cases);
