@@ -151,6 +151,7 @@ def test_a_pause_outlives_the_disk_it_was_made_on(s3d, store):
     assert info(s3d, sbx.id)["state"] == "paused"
     t = wait_stored(s3d, sbx.id)
     print(f"pause stored {t - t0:.2f} s after the pause was asked for")
+    assert cpuos.Sandbox.connect(sbx.id, api_key=s3d.key_a, api_url=s3d.url).stored is True
     gen = 0
     code, _ = store.curl("HEAD", f"pauses/{sbx.id}/{gen}/manifest.json")
     assert code == 200, code
@@ -245,6 +246,7 @@ def test_a_checkpoint_goes_up_by_content_and_comes_down_where_the_disk_lost_it(s
     while not ckpt(s3d, cid)["stored"]:
         assert time.monotonic() < deadline, f"checkpoint not stored:\n{s3d.log_tail(20)}"
         time.sleep(0.2)
+    assert cpuos.Checkpoint.get(cid, api_key=s3d.key_a, api_url=s3d.url).stored is True
     local = os.path.join(s3d.state_dir, "checkpoints", cid)
     with open(os.path.join(local, "manifest.json"), "rb") as f:
         key = hashlib.sha256(f.read()).hexdigest()

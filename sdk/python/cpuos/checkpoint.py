@@ -24,6 +24,8 @@ class Checkpoint:
         vcpus, memory_mb, disk_mb: that sandbox's size.
         size_bytes: the space it takes on the daemon's disk.
         created_at: when it was taken (RFC 3339).
+        stored: whether it is also in the daemon's object store, so a sandbox starts from it even
+            where the host lost its copy (daemons with `--s3-endpoint`).
         data: the whole object as the daemon sent it.
     """
 
@@ -36,6 +38,7 @@ class Checkpoint:
     disk_mb: Optional[int] = None
     size_bytes: Optional[int] = None
     created_at: Optional[str] = None
+    stored: Optional[bool] = None
     data: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     _client: Optional[Client] = dataclasses.field(default=None, repr=False, compare=False)
 

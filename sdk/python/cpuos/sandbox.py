@@ -98,6 +98,8 @@ class Sandbox(CodeMethods):
         public, traffic_token: whether its port URLs are open to anyone, and the token they
             need otherwise (see `url`).
         secrets: the names of the secrets it holds placeholders of (see `create`).
+        stored: whether its pause is also in the daemon's object store, so it resumes even where
+            the host lost its copy (daemons with `--s3-endpoint`; else always False).
         files: the sandbox's Files.
 
     Raises:
@@ -133,6 +135,7 @@ class Sandbox(CodeMethods):
         self.public: bool = bool(data.get("public"))
         self.traffic_token: Optional[str] = data.get("traffic_token")
         self.secrets: list[str] = list(data.get("secrets") or [])
+        self.stored: bool = data.get("stored") is True
         self._port_url: Optional[str] = data.get("port_url")
 
     def __repr__(self) -> str:

@@ -89,6 +89,7 @@ export interface CheckpointData {
   disk_mb: number;
   size_bytes: number;
   created_at: string;
+  stored?: boolean;
 }
 
 export class Checkpoint {
@@ -98,6 +99,8 @@ export class Checkpoint {
   readonly template: string;
   readonly sizeBytes: number;
   readonly createdAt: string;
+  /** Also in the daemon's object store (`--s3-endpoint`): it starts sandboxes where the host lost its copy. */
+  readonly stored: boolean;
 
   constructor(private readonly client: Client, d: CheckpointData) {
     this.id = d.id;
@@ -106,6 +109,7 @@ export class Checkpoint {
     this.template = d.template;
     this.sizeBytes = d.size_bytes;
     this.createdAt = d.created_at;
+    this.stored = d.stored === true;
   }
 
   /** The account's checkpoints, newest first. */
@@ -146,6 +150,7 @@ interface SandboxData {
   port_url?: string | null;
   traffic_token?: string | null;
   secrets?: string[];
+  stored?: boolean;
 }
 
 /** Calls that boot, save or restore a VM take longer than the others. */
@@ -177,6 +182,8 @@ export class Sandbox {
   public = false;
   trafficToken: string | null = null;
   secrets: string[] = [];
+  /** Its pause is also in the daemon's object store (`--s3-endpoint`): it resumes where the host lost its copy. */
+  stored = false;
   private portUrl: string | null = null;
 
   private constructor(private readonly client: Client, d: SandboxData) {
@@ -207,6 +214,7 @@ export class Sandbox {
     this.portUrl = d.port_url ?? null;
     this.trafficToken = d.traffic_token ?? null;
     this.secrets = d.secrets ?? [];
+    this.stored = d.stored === true;
   }
 
   /** Start a sandbox; it is returned once its agent answers. */
