@@ -27,7 +27,9 @@ CFLAGS += -fsanitize=fuzzer-no-link
 endif
 # The runner checksums snapshots with OpenSSL (snap.c).
 LDLIBS := -ljansson -lcrypto -lpthread
-DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lssl -lcrypto -lldns -lseccomp -lcurl -lzstd -lpthread
+DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lpq -lssl -lcrypto -lldns -lseccomp -lcurl -lzstd -lpthread
+# libpq's header is under its own directory (pkg-config libpq).
+PQ_CFLAGS := -I/usr/include/postgresql
 ifndef V
 Q := @
 endif
@@ -36,8 +38,11 @@ TEMPLATES := base python node
 
 COMMON_SRCS := $(wildcard src/common/*.c)
 # The servers' library (src/lib): HTTP glue, SQLite basics, the event loop,
-# worker groups, options tables; linked by cpuosd and cpuos-gateway.
-LIB_SRCS := $(wildcard src/lib/*.c)
+# worker groups, options tables; linked by cpuosd and cpuos-gateway. Its
+# database connection over SQLite or PostgreSQL (sql.c, with libpq) only by
+# what has a store: cpuosd and the store's tests.
+LIB_SRCS := $(filter-out src/lib/sql.c,$(wildcard src/lib/*.c))
+SQL_SRCS := src/lib/sql.c src/lib/db.c
 # The agent is static and alone in the guest: only the common pieces it uses.
 AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c src/common/fs.c
 # The runner: a library over common only. Who starts QEMU is its caller's
@@ -48,7 +53,7 @@ PRIV_SRCS := $(wildcard src/priv/*.c)
 JAIL_SRCS := $(wildcard src/jail/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
-STORE_SRCS := $(wildcard src/daemon/store/*.c)
+STORE_SRCS := $(wildcard src/daemon/store/*.c) src/lib/sql.c
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
 # The gateway talks to cpuosd through the CLI's client of its API.
 GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
@@ -87,7 +92,7 @@ FUZZ_SRCS_netd := src/daemon/net/netd_msg.c src/common/errbuf.c src/common/proto
 FUZZ_SRCS_agentc := src/runner/agentc.c src/daemon/sandbox/sbx_op.c src/daemon/sandbox/sbx_code.c $(COMMON_SRCS)
 FUZZ_LIBS_agentc := -ljansson -lpthread
 FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS) $(PRIV_SRCS) \
-		  $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS)
+		  $(JAIL_SRCS) $(LIB_SRCS) src/lib/sql.c $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
 FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c src/common/buf.c
@@ -135,6 +140,8 @@ $(AI_EXAMPLES): $(AI_SDK) $(wildcard examples/ai-sdk/*.mjs examples/ai-sdk/*.jso
 	$(Q)$(call npm_ready,examples/ai-sdk) && node_modules/.bin/tsc -p tsconfig.json
 	$(Q)touch $@
 
+$(BUILD)/obj/src/lib/sql.o $(BUILD)/obj/tests/lib/pgserver.o: CFLAGS += $(PQ_CFLAGS)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
@@ -173,7 +180,7 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) $(COMMON_SRCS)) \
+$(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(PRIV_SRCS) $(JAIL_SRCS) $(LIB_SRCS) src/lib/sql.c $(COMMON_SRCS)) \
 	   $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
@@ -196,13 +203,13 @@ $(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/gateway/test_gateway_st
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
+$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c tests/lib/pgserver.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpq -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
+$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c tests/lib/pgserver.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpq -lcrypto -ljansson -lpthread
 
 $(BUILD)/tests/test_policy: $(call obj,tests/unit/daemon/net/test_policy.c $(TEST_LIB) src/daemon/net/policy.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
@@ -250,7 +257,7 @@ $(BUILD)/tests/test_cgroup: $(call obj,tests/unit/jail/test_cgroup.c $(TEST_LIB)
 SBX_TEST_SRCS := tests/unit/daemon/sandbox/test_sbx.c tests/unit/daemon/sandbox/fake_vm.c $(TEST_LIB) \
 	$(wildcard src/daemon/sandbox/*.c src/daemon/store/*.c src/daemon/net/*.c src/daemon/blob/*.c) src/daemon/sysfilter.c \
 	$(filter-out src/runner/vm.c src/runner/vm_snap.c,$(RUNNER_SRCS)) $(PRIV_SRCS) $(JAIL_SRCS) \
-	$(LIB_SRCS) $(COMMON_SRCS)
+	$(LIB_SRCS) src/lib/sql.c $(COMMON_SRCS)
 $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
@@ -260,7 +267,7 @@ $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 API_TEST_SRCS := tests/unit/daemon/api/test_api.c tests/unit/daemon/api/fake_sbx.c $(TEST_LIB) \
 	$(wildcard src/daemon/api/*.c src/daemon/http/*.c src/daemon/store/*.c src/daemon/ports/*.c) \
 	src/daemon/net/secret.c src/daemon/net/rules.c src/daemon/net/policy.c \
-	$(LIB_SRCS) $(COMMON_SRCS)
+	$(LIB_SRCS) src/lib/sql.c $(COMMON_SRCS)
 $(BUILD)/tests/test_api: $(call obj,$(API_TEST_SRCS)) $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)

@@ -19,6 +19,9 @@ pkgs=(
 	# s3api, whose tempauth keeps S3 credentials in memcached.
 	swift-proxy swift-account swift-container swift-object memcached
 	zstd                                     # what a test forges in the store
+	# cpuosd --database: its state in PostgreSQL (libpq); the tests run
+	# a server of their own (scripts/pg.sh).
+	libpq-dev postgresql
 	# make fuzz: clang 14 and its libFuzzer (libclang_rt.fuzzer), which
 	# clang only recommends, and --no-install-recommends leaves out.
 	clang libclang-rt-14-dev

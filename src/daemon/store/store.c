@@ -1,8 +1,8 @@
 /*
- * store: the daemon's state in one SQLite database in WAL mode. This file
- * holds the schema's migrations (opened and migrated by lib/db), the
- * helpers shared with store_sbx.c and the others (lib/db's, under the
- * store's lock), and the API keys (only the SHA-256 of each secret).
+ * store: the daemon's state in one database, a SQLite file in WAL mode or
+ * PostgreSQL (lib/sql). This file holds the schema's migrations for both,
+ * the helpers shared with store_sbx.c and the others (on lib/sql, under
+ * the store's lock), and the API keys (only the SHA-256 of each secret).
  */
 #include "daemon/store/store.h"
 #include "daemon/store/store_impl.h"
@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,155 +23,261 @@
  *  - store_key_lookup: -ERANGE when account[] cannot hold the account.
  *  - An id that cannot name a stored key or sandbox (NULL, empty, over-long)
  *    is -ENOENT in get, set_* and delete, like an unknown one.
- *  - SQLite failures are -EIO, nothing is logged.
+ *  - Database failures are -EIO, nothing is logged.
  */
 
-/* Schema steps: migrations[v] takes user_version v to v + 1. Append only. */
-static const char *const migrations[] = {
+/*
+ * PostgreSQL's schema, as SQLite's is at version 9, made in one step: the
+ * PostgreSQL back end began there, so steps 1 to 8 do nothing on it. The
+ * same tables, columns, checks and indexes; integers are BIGINT (SQLite's
+ * are 64-bit), rows have no rowid, so keys keep their order by a sequence
+ * (seq) and usage events number themselves with one.
+ */
+#define PG_SCHEMA                                                                                  \
+	"CREATE TABLE accounts ("                                                                  \
+	" id BIGSERIAL PRIMARY KEY,"                                                               \
+	" name TEXT NOT NULL UNIQUE,"                                                              \
+	" created_at BIGINT NOT NULL);"                                                            \
+	"CREATE TABLE keys ("                                                                      \
+	" id TEXT PRIMARY KEY NOT NULL,"                                                           \
+	" name TEXT NOT NULL,"                                                                     \
+	" account TEXT NOT NULL REFERENCES accounts(name),"                                        \
+	" sha256 TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64),"                                \
+	" created_at BIGINT NOT NULL,"                                                             \
+	" seq BIGSERIAL NOT NULL);"                                                                \
+	"CREATE TABLE sandboxes ("                                                                 \
+	" id TEXT PRIMARY KEY NOT NULL,"                                                           \
+	" account TEXT NOT NULL REFERENCES accounts(name),"                                        \
+	" template TEXT NOT NULL,"                                                                 \
+	" state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped', 'lost')),"          \
+	" end_reason TEXT NOT NULL DEFAULT '',"                                                    \
+	" vcpus BIGINT NOT NULL,"                                                                  \
+	" memory_mb BIGINT NOT NULL,"                                                              \
+	" disk_mb BIGINT NOT NULL,"                                                                \
+	" created_at BIGINT NOT NULL,"                                                             \
+	" expires_at BIGINT NOT NULL,"                                                             \
+	" metadata TEXT NOT NULL DEFAULT '{}',"                                                    \
+	" env TEXT NOT NULL DEFAULT '{}',"                                                         \
+	" run_dir TEXT NOT NULL DEFAULT '',"                                                       \
+	" qemu_pid BIGINT NOT NULL DEFAULT 0,"                                                     \
+	" on_timeout TEXT NOT NULL DEFAULT 'pause' CHECK (on_timeout IN ('pause', 'kill')),"       \
+	" timeout_s BIGINT NOT NULL DEFAULT 0,"                                                    \
+	" paused_at BIGINT NOT NULL DEFAULT 0,"                                                    \
+	" parent TEXT NOT NULL DEFAULT '',"                                                        \
+	" key_id TEXT NOT NULL DEFAULT '',"                                                        \
+	" generation BIGINT NOT NULL DEFAULT 0,"                                                   \
+	" network TEXT NOT NULL DEFAULT '',"                                                       \
+	" net_slot BIGINT NOT NULL DEFAULT -1,"                                                    \
+	" public BIGINT NOT NULL DEFAULT 0,"                                                       \
+	" traffic_token TEXT NOT NULL DEFAULT '',"                                                 \
+	" secrets TEXT NOT NULL DEFAULT '[]',"                                                     \
+	" transforms TEXT NOT NULL DEFAULT '[]',"                                                  \
+	" stored TEXT NOT NULL DEFAULT '');"                                                       \
+	"CREATE INDEX sandboxes_by_time ON sandboxes (created_at, id);"                            \
+	"CREATE INDEX sandboxes_by_account ON sandboxes (account, created_at, id);"                \
+	"CREATE INDEX sandboxes_by_state ON sandboxes (state, account);"                           \
+	"CREATE TABLE sandbox_meta ("                                                              \
+	" sbx_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,"                        \
+	" key TEXT NOT NULL,"                                                                      \
+	" value TEXT NOT NULL,"                                                                    \
+	" PRIMARY KEY (sbx_id, key));"                                                             \
+	"CREATE INDEX sandbox_meta_by_pair ON sandbox_meta (key, value);"                          \
+	"CREATE TABLE checkpoints ("                                                               \
+	" id TEXT PRIMARY KEY NOT NULL,"                                                           \
+	" name TEXT NOT NULL,"                                                                     \
+	" account TEXT NOT NULL REFERENCES accounts(name),"                                        \
+	" sbx_id TEXT NOT NULL,"                                                                   \
+	" template TEXT NOT NULL,"                                                                 \
+	" vcpus BIGINT NOT NULL,"                                                                  \
+	" memory_mb BIGINT NOT NULL,"                                                              \
+	" disk_mb BIGINT NOT NULL,"                                                                \
+	" env TEXT NOT NULL DEFAULT '{}',"                                                         \
+	" dir TEXT NOT NULL,"                                                                      \
+	" size_bytes BIGINT NOT NULL DEFAULT 0,"                                                   \
+	" created_at BIGINT NOT NULL,"                                                             \
+	" stored TEXT NOT NULL DEFAULT '',"                                                        \
+	" UNIQUE (account, name));"                                                                \
+	"CREATE TABLE checkpoint_trash (stored TEXT PRIMARY KEY NOT NULL);"                        \
+	"CREATE TABLE usage_events ("                                                              \
+	" seq BIGSERIAL PRIMARY KEY,"                                                              \
+	" sbx_id TEXT NOT NULL,"                                                                   \
+	" account TEXT NOT NULL,"                                                                  \
+	" key_id TEXT NOT NULL DEFAULT '',"                                                        \
+	" state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped')),"                  \
+	" vcpus BIGINT NOT NULL,"                                                                  \
+	" memory_mb BIGINT NOT NULL,"                                                              \
+	" storage_bytes BIGINT NOT NULL DEFAULT 0,"                                                \
+	" at_ms BIGINT NOT NULL);"                                                                 \
+	"CREATE INDEX usage_by_account ON usage_events (account, at_ms);"                          \
+	"CREATE INDEX usage_by_sbx ON usage_events (sbx_id, seq);"                                 \
+	"CREATE TABLE secrets ("                                                                   \
+	" account TEXT NOT NULL REFERENCES accounts(name),"                                        \
+	" name TEXT NOT NULL,"                                                                     \
+	" value TEXT NOT NULL,"                                                                    \
+	" hosts TEXT NOT NULL,"                                                                    \
+	" placeholder TEXT NOT NULL UNIQUE,"                                                       \
+	" allow_http BIGINT NOT NULL DEFAULT 0,"                                                   \
+	" created_at BIGINT NOT NULL,"                                                             \
+	" updated_at BIGINT NOT NULL,"                                                             \
+	" sealed BIGINT NOT NULL DEFAULT 0,"                                                       \
+	" PRIMARY KEY (account, name));"
+
+/* Schema steps: migrations[v] takes the schema from version v to v + 1,
+ * on SQLite and on PostgreSQL (lib/sql.h). Append only. */
+static const struct sql_migration migrations[] = {
     /* 0 -> 1 */
-    "CREATE TABLE accounts ("
-    " id INTEGER PRIMARY KEY,"
-    " name TEXT NOT NULL UNIQUE,"
-    " created_at INTEGER NOT NULL);"
-    "CREATE TABLE keys ("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " name TEXT NOT NULL,"
-    " account TEXT NOT NULL REFERENCES accounts(name),"
-    " sha256 TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64),"
-    " created_at INTEGER NOT NULL);"
-    "CREATE TABLE sandboxes ("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " account TEXT NOT NULL REFERENCES accounts(name),"
-    " template TEXT NOT NULL,"
-    " state TEXT NOT NULL CHECK (state IN ('running', 'stopped', 'lost')),"
-    " end_reason TEXT NOT NULL DEFAULT '',"
-    " vcpus INTEGER NOT NULL,"
-    " memory_mb INTEGER NOT NULL,"
-    " disk_mb INTEGER NOT NULL,"
-    " created_at INTEGER NOT NULL,"
-    " expires_at INTEGER NOT NULL,"
-    " metadata TEXT NOT NULL DEFAULT '{}',"
-    " env TEXT NOT NULL DEFAULT '{}',"
-    " run_dir TEXT NOT NULL DEFAULT '',"
-    " qemu_pid INTEGER NOT NULL DEFAULT 0);"
-    "CREATE INDEX sandboxes_by_time ON sandboxes (created_at, id);"
-    "CREATE INDEX sandboxes_by_account ON sandboxes (account, created_at, id);"
-    "CREATE INDEX sandboxes_by_state ON sandboxes (state, account);"
-    /* metadata again, one row per pair, so filters are exact equality on
-     * any key text (quotes, dots) with no JSON path syntax involved */
-    "CREATE TABLE sandbox_meta ("
-    " sbx_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,"
-    " key TEXT NOT NULL,"
-    " value TEXT NOT NULL,"
-    " PRIMARY KEY (sbx_id, key)) WITHOUT ROWID;"
-    "CREATE INDEX sandbox_meta_by_pair ON sandbox_meta (key, value);",
+    { "CREATE TABLE accounts ("
+      " id INTEGER PRIMARY KEY,"
+      " name TEXT NOT NULL UNIQUE,"
+      " created_at INTEGER NOT NULL);"
+      "CREATE TABLE keys ("
+      " id TEXT PRIMARY KEY NOT NULL,"
+      " name TEXT NOT NULL,"
+      " account TEXT NOT NULL REFERENCES accounts(name),"
+      " sha256 TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64),"
+      " created_at INTEGER NOT NULL);"
+      "CREATE TABLE sandboxes ("
+      " id TEXT PRIMARY KEY NOT NULL,"
+      " account TEXT NOT NULL REFERENCES accounts(name),"
+      " template TEXT NOT NULL,"
+      " state TEXT NOT NULL CHECK (state IN ('running', 'stopped', 'lost')),"
+      " end_reason TEXT NOT NULL DEFAULT '',"
+      " vcpus INTEGER NOT NULL,"
+      " memory_mb INTEGER NOT NULL,"
+      " disk_mb INTEGER NOT NULL,"
+      " created_at INTEGER NOT NULL,"
+      " expires_at INTEGER NOT NULL,"
+      " metadata TEXT NOT NULL DEFAULT '{}',"
+      " env TEXT NOT NULL DEFAULT '{}',"
+      " run_dir TEXT NOT NULL DEFAULT '',"
+      " qemu_pid INTEGER NOT NULL DEFAULT 0);"
+      "CREATE INDEX sandboxes_by_time ON sandboxes (created_at, id);"
+      "CREATE INDEX sandboxes_by_account ON sandboxes (account, created_at, id);"
+      "CREATE INDEX sandboxes_by_state ON sandboxes (state, account);"
+      /* metadata again, one row per pair, so filters are exact equality on
+      * any key text (quotes, dots) with no JSON path syntax involved */
+      "CREATE TABLE sandbox_meta ("
+      " sbx_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,"
+      " key TEXT NOT NULL,"
+      " value TEXT NOT NULL,"
+      " PRIMARY KEY (sbx_id, key)) WITHOUT ROWID;"
+      "CREATE INDEX sandbox_meta_by_pair ON sandbox_meta (key, value);",
+      PG_SCHEMA },
     /* 1 -> 2: pause (a new state and what it needs), checkpoints, usage.
      * A CHECK cannot be altered: both tables are rebuilt, the meta table
      * first so dropping the old sandboxes cascades into nothing. */
-    "CREATE TABLE sandboxes2 ("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " account TEXT NOT NULL REFERENCES accounts(name),"
-    " template TEXT NOT NULL,"
-    " state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped', 'lost')),"
-    " end_reason TEXT NOT NULL DEFAULT '',"
-    " vcpus INTEGER NOT NULL,"
-    " memory_mb INTEGER NOT NULL,"
-    " disk_mb INTEGER NOT NULL,"
-    " created_at INTEGER NOT NULL,"
-    " expires_at INTEGER NOT NULL,"
-    " metadata TEXT NOT NULL DEFAULT '{}',"
-    " env TEXT NOT NULL DEFAULT '{}',"
-    " run_dir TEXT NOT NULL DEFAULT '',"
-    " qemu_pid INTEGER NOT NULL DEFAULT 0,"
-    " on_timeout TEXT NOT NULL DEFAULT 'pause' CHECK (on_timeout IN ('pause', 'kill')),"
-    " timeout_s INTEGER NOT NULL DEFAULT 0,"  /* left when paused */
-    " paused_at INTEGER NOT NULL DEFAULT 0,"
-    " parent TEXT NOT NULL DEFAULT '',"        /* forked from, or a checkpoint */
-    " key_id TEXT NOT NULL DEFAULT '',"        /* the key that created it */
-    " generation INTEGER NOT NULL DEFAULT 0);" /* restores so far */
-    "INSERT INTO sandboxes2 (id, account, template, state, end_reason, vcpus, memory_mb,"
-    " disk_mb, created_at, expires_at, metadata, env, run_dir, qemu_pid)"
-    " SELECT id, account, template, state, end_reason, vcpus, memory_mb, disk_mb,"
-    " created_at, expires_at, metadata, env, run_dir, qemu_pid FROM sandboxes;"
-    "CREATE TABLE sandbox_meta2 ("
-    " sbx_id TEXT NOT NULL REFERENCES sandboxes2(id) ON DELETE CASCADE,"
-    " key TEXT NOT NULL,"
-    " value TEXT NOT NULL,"
-    " PRIMARY KEY (sbx_id, key)) WITHOUT ROWID;"
-    "INSERT INTO sandbox_meta2 SELECT sbx_id, key, value FROM sandbox_meta;"
-    "DROP TABLE sandbox_meta;"
-    "DROP TABLE sandboxes;"
-    "ALTER TABLE sandboxes2 RENAME TO sandboxes;"
-    "ALTER TABLE sandbox_meta2 RENAME TO sandbox_meta;"
-    "CREATE INDEX sandboxes_by_time ON sandboxes (created_at, id);"
-    "CREATE INDEX sandboxes_by_account ON sandboxes (account, created_at, id);"
-    "CREATE INDEX sandboxes_by_state ON sandboxes (state, account);"
-    "CREATE INDEX sandbox_meta_by_pair ON sandbox_meta (key, value);"
-    "CREATE TABLE checkpoints ("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " name TEXT NOT NULL,"
-    " account TEXT NOT NULL REFERENCES accounts(name),"
-    " sbx_id TEXT NOT NULL,"
-    " template TEXT NOT NULL,"
-    " vcpus INTEGER NOT NULL,"
-    " memory_mb INTEGER NOT NULL,"
-    " disk_mb INTEGER NOT NULL,"
-    " env TEXT NOT NULL DEFAULT '{}',"
-    " dir TEXT NOT NULL,"
-    " size_bytes INTEGER NOT NULL DEFAULT 0,"
-    " created_at INTEGER NOT NULL,"
-    " UNIQUE (account, name));"
-    /* One row per state change of a sandbox; usage integrates between
-     * them. storage_bytes: what a paused sandbox keeps on disk. */
-    "CREATE TABLE usage_events ("
-    " seq INTEGER PRIMARY KEY,"
-    " sbx_id TEXT NOT NULL,"
-    " account TEXT NOT NULL,"
-    " key_id TEXT NOT NULL DEFAULT '',"
-    " state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped')),"
-    " vcpus INTEGER NOT NULL,"
-    " memory_mb INTEGER NOT NULL,"
-    " storage_bytes INTEGER NOT NULL DEFAULT 0,"
-    " at_ms INTEGER NOT NULL);"
-    "CREATE INDEX usage_by_account ON usage_events (account, at_ms);"
-    "CREATE INDEX usage_by_sbx ON usage_events (sbx_id, seq);",
+    { "CREATE TABLE sandboxes2 ("
+      " id TEXT PRIMARY KEY NOT NULL,"
+      " account TEXT NOT NULL REFERENCES accounts(name),"
+      " template TEXT NOT NULL,"
+      " state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped', 'lost')),"
+      " end_reason TEXT NOT NULL DEFAULT '',"
+      " vcpus INTEGER NOT NULL,"
+      " memory_mb INTEGER NOT NULL,"
+      " disk_mb INTEGER NOT NULL,"
+      " created_at INTEGER NOT NULL,"
+      " expires_at INTEGER NOT NULL,"
+      " metadata TEXT NOT NULL DEFAULT '{}',"
+      " env TEXT NOT NULL DEFAULT '{}',"
+      " run_dir TEXT NOT NULL DEFAULT '',"
+      " qemu_pid INTEGER NOT NULL DEFAULT 0,"
+      " on_timeout TEXT NOT NULL DEFAULT 'pause' CHECK (on_timeout IN ('pause', 'kill')),"
+      " timeout_s INTEGER NOT NULL DEFAULT 0,"  /* left when paused */
+      " paused_at INTEGER NOT NULL DEFAULT 0,"
+      " parent TEXT NOT NULL DEFAULT '',"        /* forked from, or a checkpoint */
+      " key_id TEXT NOT NULL DEFAULT '',"        /* the key that created it */
+      " generation INTEGER NOT NULL DEFAULT 0);" /* restores so far */
+      "INSERT INTO sandboxes2 (id, account, template, state, end_reason, vcpus, memory_mb,"
+      " disk_mb, created_at, expires_at, metadata, env, run_dir, qemu_pid)"
+      " SELECT id, account, template, state, end_reason, vcpus, memory_mb, disk_mb,"
+      " created_at, expires_at, metadata, env, run_dir, qemu_pid FROM sandboxes;"
+      "CREATE TABLE sandbox_meta2 ("
+      " sbx_id TEXT NOT NULL REFERENCES sandboxes2(id) ON DELETE CASCADE,"
+      " key TEXT NOT NULL,"
+      " value TEXT NOT NULL,"
+      " PRIMARY KEY (sbx_id, key)) WITHOUT ROWID;"
+      "INSERT INTO sandbox_meta2 SELECT sbx_id, key, value FROM sandbox_meta;"
+      "DROP TABLE sandbox_meta;"
+      "DROP TABLE sandboxes;"
+      "ALTER TABLE sandboxes2 RENAME TO sandboxes;"
+      "ALTER TABLE sandbox_meta2 RENAME TO sandbox_meta;"
+      "CREATE INDEX sandboxes_by_time ON sandboxes (created_at, id);"
+      "CREATE INDEX sandboxes_by_account ON sandboxes (account, created_at, id);"
+      "CREATE INDEX sandboxes_by_state ON sandboxes (state, account);"
+      "CREATE INDEX sandbox_meta_by_pair ON sandbox_meta (key, value);"
+      "CREATE TABLE checkpoints ("
+      " id TEXT PRIMARY KEY NOT NULL,"
+      " name TEXT NOT NULL,"
+      " account TEXT NOT NULL REFERENCES accounts(name),"
+      " sbx_id TEXT NOT NULL,"
+      " template TEXT NOT NULL,"
+      " vcpus INTEGER NOT NULL,"
+      " memory_mb INTEGER NOT NULL,"
+      " disk_mb INTEGER NOT NULL,"
+      " env TEXT NOT NULL DEFAULT '{}',"
+      " dir TEXT NOT NULL,"
+      " size_bytes INTEGER NOT NULL DEFAULT 0,"
+      " created_at INTEGER NOT NULL,"
+      " UNIQUE (account, name));"
+      /* One row per state change of a sandbox; usage integrates between
+      * them. storage_bytes: what a paused sandbox keeps on disk. */
+      "CREATE TABLE usage_events ("
+      " seq INTEGER PRIMARY KEY,"
+      " sbx_id TEXT NOT NULL,"
+      " account TEXT NOT NULL,"
+      " key_id TEXT NOT NULL DEFAULT '',"
+      " state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'stopped')),"
+      " vcpus INTEGER NOT NULL,"
+      " memory_mb INTEGER NOT NULL,"
+      " storage_bytes INTEGER NOT NULL DEFAULT 0,"
+      " at_ms INTEGER NOT NULL);"
+      "CREATE INDEX usage_by_account ON usage_events (account, at_ms);"
+      "CREATE INDEX usage_by_sbx ON usage_events (sbx_id, seq);",
+      "" },
     /* 2 -> 3: networks. The egress policy as the API spells it ('' for
      * the daemon's default) and the host network slot of a running one. */
-    "ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';"
-    "ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT -1;",
+    { "ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE sandboxes ADD COLUMN net_slot INTEGER NOT NULL DEFAULT -1;",
+      "" },
     /* 3 -> 4: port URLs. Open to all, or to whoever has the token ('':
      * none yet, the sandbox came from an older daemon: only public). */
-    "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE sandboxes ADD COLUMN traffic_token TEXT NOT NULL DEFAULT '';",
+    { "ALTER TABLE sandboxes ADD COLUMN public INTEGER NOT NULL DEFAULT 0;"
+      "ALTER TABLE sandboxes ADD COLUMN traffic_token TEXT NOT NULL DEFAULT '';",
+      "" },
     /* 4 -> 5: egress secrets. A secret's value goes only to its hosts
      * (a JSON array of names), over checked TLS unless allow_http; a
      * sandbox lists the secrets it holds placeholders of (a JSON array of
      * names). */
-    "CREATE TABLE secrets ("
-    " account TEXT NOT NULL REFERENCES accounts(name),"
-    " name TEXT NOT NULL,"
-    " value TEXT NOT NULL,"
-    " hosts TEXT NOT NULL,"
-    " placeholder TEXT NOT NULL UNIQUE,"
-    " allow_http INTEGER NOT NULL DEFAULT 0,"
-    " created_at INTEGER NOT NULL,"
-    " updated_at INTEGER NOT NULL,"
-    " PRIMARY KEY (account, name)) WITHOUT ROWID;"
-    "ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '[]';",
+    { "CREATE TABLE secrets ("
+      " account TEXT NOT NULL REFERENCES accounts(name),"
+      " name TEXT NOT NULL,"
+      " value TEXT NOT NULL,"
+      " hosts TEXT NOT NULL,"
+      " placeholder TEXT NOT NULL UNIQUE,"
+      " allow_http INTEGER NOT NULL DEFAULT 0,"
+      " created_at INTEGER NOT NULL,"
+      " updated_at INTEGER NOT NULL,"
+      " PRIMARY KEY (account, name)) WITHOUT ROWID;"
+      "ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '[]';",
+      "" },
     /* 5 -> 6: request transformations (rules.h), a JSON array */
-    "ALTER TABLE sandboxes ADD COLUMN transforms TEXT NOT NULL DEFAULT '[]';",
+    { "ALTER TABLE sandboxes ADD COLUMN transforms TEXT NOT NULL DEFAULT '[]';",
+      "" },
     /* 6 -> 7: values sealed by cpuos-netd (net/seal.h). Those stored
      * before are plaintext (0) until the daemon, at its start, has each
      * sealed and the old bytes scrubbed (store_secret_seal, store_scrub). */
-    "ALTER TABLE secrets ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;",
+    { "ALTER TABLE secrets ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;",
+      "" },
     /* 7 -> 8: the pause kept in the object store, "<generation> <SHA-256
      * of its manifest>" ('': none), which outlives the host's disk */
-    "ALTER TABLE sandboxes ADD COLUMN stored TEXT NOT NULL DEFAULT '';",
+    { "ALTER TABLE sandboxes ADD COLUMN stored TEXT NOT NULL DEFAULT '';",
+      "" },
     /* 8 -> 9: checkpoints kept in the object store too ("<key> <SHA-256 of
      * the stored manifest>", '': not yet), and the stored checkpoints
      * whose rows are gone, until their objects are */
-    "ALTER TABLE checkpoints ADD COLUMN stored TEXT NOT NULL DEFAULT '';"
-    "CREATE TABLE checkpoint_trash (stored TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;",
+    { "ALTER TABLE checkpoints ADD COLUMN stored TEXT NOT NULL DEFAULT '';"
+      "CREATE TABLE checkpoint_trash (stored TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;",
+      "" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -194,71 +299,78 @@ void store__hex(char *out, const unsigned char *in, size_t n)
 	db_hex(out, in, n);
 }
 
-int store__col_copy(sqlite3_stmt *st, int col, char *dst, size_t size)
+int store__col_copy(struct sql_stmt *st, int col, char *dst, size_t size)
 {
-	return db_col_copy(st, col, dst, size);
+	const char *t = sql_col_text(st, col);
+	size_t n = sql_col_bytes(st, col);
+	if (!t || n >= size)
+		return -EIO;
+	memcpy(dst, t, n);
+	dst[n] = '\0';
+	return 0;
 }
 
-int store__bind_text(sqlite3_stmt *st, int i, const char *s)
+int store__bind_text(struct sql_stmt *st, int i, const char *s)
 {
-	return db_bind_text(st, i, s);
+	return sql_bind_text(st, i, s);
 }
 
-int store__prep(struct store *s, const char *sql, sqlite3_stmt **st)
+int store__prep(struct store *s, const char *sql, struct sql_stmt **st)
 {
-	return db_prep(s->db, sql, st);
+	return sql_prep(s->db, sql, st);
 }
 
 int store__begin(struct store *s)
 {
-	return db_begin(s->db);
+	return sql_begin(s->db);
 }
 
 int store__commit(struct store *s)
 {
-	return db_commit(s->db);
+	return sql_commit(s->db);
 }
 
 void store__rollback(struct store *s)
 {
-	db_rollback(s->db);
+	sql_rollback(s->db);
 }
 
-int store__step_done(sqlite3_stmt *st)
+int store__step_done(struct sql_stmt *st)
 {
-	return db_step_done(st);
+	int rc = sql_step(st);
+	return rc == SQL_DONE ? 0 : rc == SQL_UNIQUE ? -EEXIST : -EIO;
 }
 
 int store__change(struct store *s, const char *sql, int n, const char *const *texts)
 {
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
 	for (int i = 0; !r && i < n; i++)
-		if (store__bind_text(st, i + 1, texts[i]) != SQLITE_OK)
+		if (store__bind_text(st, i + 1, texts[i]) != SQL_OK)
 			r = -EIO;
-	if (!r && !(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+	if (!r && !(r = store__step_done(st)) && sql_changes(s->db) == 0)
 		r = -ENOENT;
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
 int store__ensure_account(struct store *s, const char *account)
 {
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	int r = store__prep(s,
 			    "INSERT INTO accounts (name, created_at) VALUES (?1, ?2) "
 			    "ON CONFLICT (name) DO NOTHING",
 			    &st);
 	if (r)
 		return r;
-	if (store__bind_text(st, 1, account) != SQLITE_OK ||
-	    sqlite3_bind_int64(st, 2, (sqlite3_int64)time(NULL)) != SQLITE_OK)
+	if (store__bind_text(st, 1, account) != SQL_OK ||
+	    sql_bind_int64(st, 2, (long long)time(NULL)) != SQL_OK)
 		r = -EIO;
 	else
 		r = store__step_done(st);
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	return r == -EEXIST ? -EIO : r;
 }
 
@@ -270,33 +382,49 @@ int store_open(const char *path, struct store **out, char *err, size_t errlen)
 	struct store *s = calloc(1, sizeof(*s));
 	if (!s)
 		return errbuf_set(err, errlen, -ENOMEM, "out of memory");
-	int r = db_open(path, migrations, SCHEMA_VERSION, "cpuosd", &s->lock, &s->db, err, errlen);
+	int e = pthread_mutex_init(&s->lock, NULL);
+	if (e) {
+		free(s);
+		return errbuf_set(err, errlen, -e, "cannot create a mutex: %s", strerror(e));
+	}
+	int r = sql_open(path, migrations, SCHEMA_VERSION, "cpuosd", &s->db, err, errlen);
 	/* What is deleted or overwritten is zeroed, not left in free pages:
 	 * a secret's value from before it was sealed, an API key's hash. */
-	if (r == 0 && db_exec(s->db, "PRAGMA secure_delete = ON")) {
+	if (r == 0 && sql_kind(s->db) == SQL_SQLITE &&
+	    sql_exec(s->db, "PRAGMA secure_delete = ON")) {
 		errbuf_set(err, errlen, -EIO, "cannot set secure_delete on '%s'", path);
-		db_close(&s->lock, s->db);
 		r = -EIO;
 	}
-	if (r)
+	if (r) {
+		sql_close(s->db);
+		pthread_mutex_destroy(&s->lock);
 		free(s);
-	else
+	} else {
 		*out = s;
+	}
 	return r;
 }
 
 int store_scrub(struct store *s)
 {
 	pthread_mutex_lock(&s->lock);
-	int r = db_exec(s->db, "VACUUM; PRAGMA wal_checkpoint(TRUNCATE)") ? -EIO : 0;
+	/* PostgreSQL: the tables that held values rewritten, with no dead
+	 * row versions; its own WAL files are the server's to recycle. */
+	int r = sql_exec(s->db, sql_kind(s->db) == SQL_SQLITE
+					? "VACUUM; PRAGMA wal_checkpoint(TRUNCATE)"
+					: "VACUUM FULL secrets, keys")
+		    ? -EIO
+		    : 0;
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
 void store_close(struct store *s)
 {
-	if (s)
-		db_close(&s->lock, s->db);
+	if (!s)
+		return;
+	sql_close(s->db);
+	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
 
@@ -304,7 +432,7 @@ void store_close(struct store *s)
 
 static int key_insert(struct store *s, const struct store_key *k, const char *hash)
 {
-	sqlite3_stmt *st = NULL;
+	struct sql_stmt *st = NULL;
 	int r = store__begin(s);
 	if (!r)
 		r = store__ensure_account(s, k->account);
@@ -314,16 +442,16 @@ static int key_insert(struct store *s, const struct store_key *k, const char *ha
 				"VALUES (?1, ?2, ?3, ?4, ?5)",
 				&st);
 	if (!r) {
-		if (store__bind_text(st, 1, k->id) != SQLITE_OK ||
-		    store__bind_text(st, 2, k->name) != SQLITE_OK ||
-		    store__bind_text(st, 3, k->account) != SQLITE_OK ||
-		    store__bind_text(st, 4, hash) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 5, k->created_at) != SQLITE_OK)
+		if (store__bind_text(st, 1, k->id) != SQL_OK ||
+		    store__bind_text(st, 2, k->name) != SQL_OK ||
+		    store__bind_text(st, 3, k->account) != SQL_OK ||
+		    store__bind_text(st, 4, hash) != SQL_OK ||
+		    sql_bind_int64(st, 5, k->created_at) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	if (!r)
 		r = store__commit(s);
 	if (r)
@@ -371,14 +499,22 @@ int store_key_lookup_id(struct store *s, const char *secret, char *account, size
 {
 	if (!account || !accountlen || (key_id && !idlen))
 		return -EINVAL;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
-	int r = db_key_find(s->db, "SELECT account, id FROM keys WHERE sha256 = ?1", secret, &st);
-	/* a buffer too small for the account or id: -ERANGE */
-	if (!r && (store__col_copy(st, 0, account, accountlen) ||
-		   (key_id && store__col_copy(st, 1, key_id, idlen))))
-		r = -ERANGE;
-	sqlite3_finalize(st);
+	char hash[DB_HASH_LEN];
+	int r = db_key_hash(secret, hash);
+	if (!r)
+		r = store__prep(s, "SELECT account, id FROM keys WHERE sha256 = ?1", &st);
+	if (!r) {
+		int rc = store__bind_text(st, 1, hash) == SQL_OK ? sql_step(st) : SQL_ERROR;
+		r = rc == SQL_ROW ? 0 : rc == SQL_DONE ? -ENOENT : -EIO;
+		/* a buffer too small for the account or id: -ERANGE */
+		if (!r && (store__col_copy(st, 0, account, accountlen) ||
+			   (key_id && store__col_copy(st, 1, key_id, idlen))))
+			r = -ERANGE;
+		sql_finalize(st);
+	}
+	explicit_bzero(hash, sizeof(hash));
 	pthread_mutex_unlock(&s->lock);
 	if (r == 0 && !strcmp(account, STORE_ADMIN_ACCOUNT))
 		r = -ENOENT;
@@ -390,14 +526,13 @@ int store_key_lookup(struct store *s, const char *secret, char *account, size_t 
 	return store_key_lookup_id(s, secret, account, accountlen, NULL, 0);
 }
 
-static int key_row(sqlite3_stmt *st, void *rec)
+static int key_row(struct sql_stmt *st, struct store_key *k)
 {
-	struct store_key *k = rec;
 	if (store__col_copy(st, 0, k->id, sizeof(k->id)) ||
 	    store__col_copy(st, 1, k->name, sizeof(k->name)) ||
 	    store__col_copy(st, 2, k->account, sizeof(k->account)))
 		return -EIO;
-	k->created_at = sqlite3_column_int64(st, 3);
+	k->created_at = sql_col_int64(st, 3);
 	return 0;
 }
 
@@ -407,15 +542,29 @@ int store_key_list(struct store *s, struct store_key **out, size_t *n)
 	*n = 0;
 	struct buf ks;
 	buf_init(&ks, 0);
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
-	/* Keys made in one second keep the order they were made in by
-	 * SQLite's rowid; another back end needs a sequence of its own. */
-	int r = store__prep(
-	    s, "SELECT id, name, account, created_at FROM keys ORDER BY created_at, rowid", &st);
-	if (!r)
-		r = db_rows(st, &ks, sizeof(**out), key_row);
-	sqlite3_finalize(st);
+	/* Keys made in one second keep the order they were made in: by
+	 * SQLite's rowid, by PostgreSQL's sequence. */
+	int r = store__prep(s,
+			    sql_kind(s->db) == SQL_SQLITE
+				? "SELECT id, name, account, created_at FROM keys ORDER BY created_at, rowid"
+				: "SELECT id, name, account, created_at FROM keys ORDER BY created_at, seq",
+			    &st);
+	while (!r) {
+		int rc = sql_step(st);
+		if (rc == SQL_DONE)
+			break;
+		struct store_key *k = rc == SQL_ROW ? buf_push(&ks, sizeof(*k)) : NULL;
+		if (!k) {
+			r = rc == SQL_ROW ? -ENOMEM : -EIO;
+			break;
+		}
+		memset(k, 0, sizeof(*k));
+		if ((r = key_row(st, k)))
+			ks.len -= sizeof(*k);
+	}
+	sql_finalize(st);
 	pthread_mutex_unlock(&s->lock);
 	if (r) {
 		buf_release(&ks);
@@ -430,15 +579,15 @@ int store_key_delete(struct store *s, const char *id)
 {
 	if (!store__text_ok(id, sizeof(((struct store_key *)0)->id), 1, 0))
 		return -ENOENT;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, "DELETE FROM keys WHERE id = ?1", &st);
 	if (!r) {
-		if (store__bind_text(st, 1, id) != SQLITE_OK)
+		if (store__bind_text(st, 1, id) != SQL_OK)
 			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ENOENT;
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r == -EEXIST ? -EIO : r;

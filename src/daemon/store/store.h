@@ -4,13 +4,12 @@
  * must remember across a restart lives here. This header is the whole of
  * it the daemon sees, and what a second back end implements: no SQL, no
  * SQLite type, opaque struct store; a state change is a conditional move
- * (store_sbx_move), never a blind write. The back end is SQLite in WAL
- * mode (store*.c, on lib/db): one connection behind a mutex, so any thread
- * may call in. Its queries for sandboxes, keys, checkpoints and secrets
- * keep to SQL PostgreSQL also speaks, but for the ?N placeholders, which
- * a back end binds its own way; usage's aggregate leans on SQLite (scalar
- * min/max, total(), an unflattened subquery), and the key list orders by
- * rowid, as noted where they are.
+ * (store_sbx_move), never a blind write. Two back ends, one set of
+ * queries (store*.c, on lib/sql): a SQLite file in WAL mode, or
+ * PostgreSQL when store_open is given its URL; one connection behind a
+ * mutex, so any thread may call in. The queries keep to SQL both speak
+ * (lib/sql turns ?N into $N); usage's aggregate and the key list's order
+ * are spelled per back end, as noted where they are.
  */
 #ifndef CPUOS_STORE_H
 #define CPUOS_STORE_H
@@ -20,11 +19,13 @@
 struct store;
 
 /* Opens (creating if needed) the database at path, sets WAL and creates the
- * schema. 0 or -errno with a reason in err. */
+ * schema; or, when path is a PostgreSQL URL (lib/sql.h), connects and
+ * creates or migrates the schema there. 0 or -errno with a reason in err. */
 int store_open(const char *path, struct store **out, char *err, size_t errlen);
 void store_close(struct store *s);
 /* Rewrites the database (VACUUM) and empties its WAL, so no free page or
- * old frame still holds what was overwritten: 0 or -EIO. */
+ * old frame still holds what was overwritten (PostgreSQL: VACUUM FULL of
+ * the tables that held secrets and keys): 0 or -EIO. */
 int store_scrub(struct store *s);
 
 /* ---- API keys ---- */

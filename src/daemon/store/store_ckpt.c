@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +36,7 @@ int store_ckpt_insert(struct store *s, const struct store_ckpt *c)
 	if (!store__text_ok(c->id, sizeof(c->id), 1, 0) || !store__name_ok(c->name) ||
 	    !store__name_ok(c->account) || !store__text_ok(c->dir, sizeof(c->dir), 1, 0))
 		return -EINVAL;
-	sqlite3_stmt *st = NULL;
+	struct sql_stmt *st = NULL;
 	pthread_mutex_lock(&s->lock);
 	int r = store__begin(s);
 	if (!r)
@@ -48,27 +47,25 @@ int store_ckpt_insert(struct store *s, const struct store_ckpt *c)
 				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
 				&st);
 	if (!r) {
-		if (store__bind_text(st, 1, c->id) != SQLITE_OK ||
-		    store__bind_text(st, 2, c->name) != SQLITE_OK ||
-		    store__bind_text(st, 3, c->account) != SQLITE_OK ||
-		    store__bind_text(st, 4, c->sbx_id) != SQLITE_OK ||
-		    store__bind_text(st, 5, c->template) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 6, c->vcpus) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 7, c->memory_mb) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 8, c->disk_mb) != SQLITE_OK ||
-		    store__bind_text(st, 9, c->env_json ? c->env_json : "{}") != SQLITE_OK ||
-		    store__bind_text(st, 10, c->dir) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 11, c->size_bytes) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 12, c->created_at) != SQLITE_OK ||
-		    store__bind_text(st, 13, c->stored) != SQLITE_OK)
+		if (store__bind_text(st, 1, c->id) != SQL_OK ||
+		    store__bind_text(st, 2, c->name) != SQL_OK ||
+		    store__bind_text(st, 3, c->account) != SQL_OK ||
+		    store__bind_text(st, 4, c->sbx_id) != SQL_OK ||
+		    store__bind_text(st, 5, c->template) != SQL_OK ||
+		    sql_bind_int64(st, 6, c->vcpus) != SQL_OK ||
+		    sql_bind_int64(st, 7, c->memory_mb) != SQL_OK ||
+		    sql_bind_int64(st, 8, c->disk_mb) != SQL_OK ||
+		    store__bind_text(st, 9, c->env_json ? c->env_json : "{}") != SQL_OK ||
+		    store__bind_text(st, 10, c->dir) != SQL_OK ||
+		    sql_bind_int64(st, 11, c->size_bytes) != SQL_OK ||
+		    sql_bind_int64(st, 12, c->created_at) != SQL_OK ||
+		    store__bind_text(st, 13, c->stored) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
-		/* UNIQUE (account, name) fails as a constraint, like the key */
-		if (r == -EIO && sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_UNIQUE)
-			r = -EEXIST;
+		/* UNIQUE (account, name) fails as a clash, like the key: -EEXIST */
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	if (!r)
 		r = store__commit(s);
 	if (r)
@@ -77,7 +74,7 @@ int store_ckpt_insert(struct store *s, const struct store_ckpt *c)
 	return r;
 }
 
-static int read_ckpt(sqlite3_stmt *st, struct store_ckpt *c)
+static int read_ckpt(struct sql_stmt *st, struct store_ckpt *c)
 {
 	memset(c, 0, sizeof(*c));
 	if (store__col_copy(st, 0, c->id, sizeof(c->id)) ||
@@ -88,17 +85,17 @@ static int read_ckpt(sqlite3_stmt *st, struct store_ckpt *c)
 	    store__col_copy(st, 9, c->dir, sizeof(c->dir)) ||
 	    store__col_copy(st, 12, c->stored, sizeof(c->stored)))
 		return -EIO;
-	sqlite3_int64 v[3] = { sqlite3_column_int64(st, 5), sqlite3_column_int64(st, 6),
-			       sqlite3_column_int64(st, 7) };
+	long long v[3] = { sql_col_int64(st, 5), sql_col_int64(st, 6),
+			       sql_col_int64(st, 7) };
 	for (int i = 0; i < 3; i++)
 		if (v[i] < 0 || v[i] > UINT_MAX)
 			return -EIO;
 	c->vcpus = (unsigned)v[0];
 	c->memory_mb = (unsigned)v[1];
 	c->disk_mb = (unsigned)v[2];
-	c->size_bytes = sqlite3_column_int64(st, 10);
-	c->created_at = sqlite3_column_int64(st, 11);
-	const char *e = (const char *)sqlite3_column_text(st, 8);
+	c->size_bytes = sql_col_int64(st, 10);
+	c->created_at = sql_col_int64(st, 11);
+	const char *e = sql_col_text(st, 8);
 	c->env_json = strdup(e ? e : "{}");
 	return c->env_json ? 0 : -ENOMEM;
 }
@@ -107,7 +104,7 @@ int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
 		   struct store_ckpt *out)
 {
 	memset(out, 0, sizeof(*out));
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "SELECT " CKPT_COLS " FROM checkpoints WHERE (id = ?1 OR name = ?1) "
@@ -115,15 +112,15 @@ int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
 			    &st);
 	if (!r) {
 		int b = store__bind_text(st, 1, id_or_name);
-		if (b == SQLITE_OK)
-			b = account ? store__bind_text(st, 2, account) : sqlite3_bind_null(st, 2);
-		if (b != SQLITE_OK) {
+		if (b == SQL_OK)
+			b = account ? store__bind_text(st, 2, account) : sql_bind_null(st, 2);
+		if (b != SQL_OK) {
 			r = -EIO;
 		} else {
-			int rc = sqlite3_step(st);
-			r = rc == SQLITE_ROW ? read_ckpt(st, out) : rc == SQLITE_DONE ? -ENOENT : -EIO;
+			int rc = sql_step(st);
+			r = rc == SQL_ROW ? read_ckpt(st, out) : rc == SQL_DONE ? -ENOENT : -EIO;
 		}
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -138,17 +135,17 @@ static int list(struct store *s, const char *sql, const char *account, struct st
 	*n = 0;
 	struct store_ckpt *cs = NULL;
 	size_t got = 0, cap = 0;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
-	if (!r && sqlite3_bind_parameter_count(st) > 0 &&
-	    (account ? store__bind_text(st, 1, account) : sqlite3_bind_null(st, 1)) != SQLITE_OK)
+	if (!r && sql_param_count(st) > 0 &&
+	    (account ? store__bind_text(st, 1, account) : sql_bind_null(st, 1)) != SQL_OK)
 		r = -EIO;
 	while (!r) {
-		int rc = sqlite3_step(st);
-		if (rc == SQLITE_DONE)
+		int rc = sql_step(st);
+		if (rc == SQL_DONE)
 			break;
-		if (rc != SQLITE_ROW) {
+		if (rc != SQL_ROW) {
 			r = -EIO;
 			break;
 		}
@@ -164,7 +161,7 @@ static int list(struct store *s, const char *sql, const char *account, struct st
 		if (!(r = read_ckpt(st, &cs[got])))
 			got++;
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	pthread_mutex_unlock(&s->lock);
 	if (r) {
 		store_ckpt_free_list(cs, got);
@@ -194,7 +191,7 @@ int store_ckpt_delete(struct store *s, const char *id)
 {
 	if (!id || !store__text_ok(id, sizeof(((struct store_ckpt *)0)->id), 1, 0))
 		return -ENOENT;
-	sqlite3_stmt *st = NULL;
+	struct sql_stmt *st = NULL;
 	pthread_mutex_lock(&s->lock);
 	int r = store__begin(s);
 	if (!r)
@@ -203,17 +200,17 @@ int store_ckpt_delete(struct store *s, const char *id)
 				"WHERE id = ?1 AND stored != '' ON CONFLICT DO NOTHING",
 				&st);
 	if (!r)
-		r = store__bind_text(st, 1, id) == SQLITE_OK ? store__step_done(st) : -EIO;
-	sqlite3_finalize(st);
+		r = store__bind_text(st, 1, id) == SQL_OK ? store__step_done(st) : -EIO;
+	sql_finalize(st);
 	st = NULL;
 	if (!r)
 		r = store__prep(s, "DELETE FROM checkpoints WHERE id = ?1", &st);
 	if (!r) {
-		r = store__bind_text(st, 1, id) == SQLITE_OK ? store__step_done(st) : -EIO;
-		if (!r && sqlite3_changes(s->db) == 0)
+		r = store__bind_text(st, 1, id) == SQL_OK ? store__step_done(st) : -EIO;
+		if (!r && sql_changes(s->db) == 0)
 			r = -ENOENT;
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	if (!r)
 		r = store__commit(s);
 	if (r)
@@ -237,14 +234,14 @@ int store_ckpt_trash(struct store *s, char ***out, size_t *n)
 	*n = 0;
 	char **v = NULL;
 	size_t got = 0, cap = 0;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, "SELECT stored FROM checkpoint_trash ORDER BY stored", &st);
 	while (!r) {
-		int rc = sqlite3_step(st);
-		if (rc == SQLITE_DONE)
+		int rc = sql_step(st);
+		if (rc == SQL_DONE)
 			break;
-		const char *t = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+		const char *t = rc == SQL_ROW ? sql_col_text(st, 0) : NULL;
 		if (!t) {
 			r = -EIO;
 			break;
@@ -264,7 +261,7 @@ int store_ckpt_trash(struct store *s, char ***out, size_t *n)
 		}
 		got++;
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	pthread_mutex_unlock(&s->lock);
 	if (r) {
 		while (got)

@@ -6,13 +6,14 @@
 #ifndef CPUOS_STORE_IMPL_H
 #define CPUOS_STORE_IMPL_H
 
+#include "lib/sql.h"
+
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stddef.h>
 
 struct store {
 	pthread_mutex_t lock; /* serialises every use of db */
-	sqlite3 *db;
+	struct sql *db;
 };
 
 /* 1 if s is min..size-1 printable ASCII bytes (space only if space is set). */
@@ -22,19 +23,20 @@ int store__name_ok(const char *s);
 /* Writes the lowercase hex of in[0..n) and a NUL to out[2n + 1]. */
 void store__hex(char *out, const unsigned char *in, size_t n);
 /* Copies text column col into dst[size]: 0, or -EIO if NULL or too long. */
-int store__col_copy(sqlite3_stmt *st, int col, char *dst, size_t size);
+int store__col_copy(struct sql_stmt *st, int col, char *dst, size_t size);
 /* Binds s (copied) to parameter i: an SQLite result code. */
-int store__bind_text(sqlite3_stmt *st, int i, const char *s);
+int store__bind_text(struct sql_stmt *st, int i, const char *s);
 /* Prepares sql into *st (NULL on failure): 0 or -EIO. */
-int store__prep(struct store *s, const char *sql, sqlite3_stmt **st);
+int store__prep(struct store *s, const char *sql, struct sql_stmt **st);
 /* Starts an IMMEDIATE (write-locked) transaction: 0 or -EIO. */
 int store__begin(struct store *s);
 /* Commits the open transaction: 0 or -EIO. */
 int store__commit(struct store *s);
 /* Rolls back the open transaction, if SQLite has not already done so. */
 void store__rollback(struct store *s);
-/* Steps a statement that returns no rows: 0, -EEXIST on a primary key clash, -EIO. */
-int store__step_done(sqlite3_stmt *st);
+/* Steps a statement that returns no rows: 0, -EEXIST on a clash of a
+ * primary key or a UNIQUE column, -EIO. */
+int store__step_done(struct sql_stmt *st);
 /* Runs sql, which returns no rows, with the n texts bound to ?1..?n,
  * under the store's lock: 0, -ENOENT when it changed no row, -errno. */
 int store__change(struct store *s, const char *sql, int n, const char *const *texts);

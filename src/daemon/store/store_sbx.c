@@ -10,7 +10,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,9 +47,9 @@ static int state_ok(const char *s)
 		     !strcmp(s, "lost"));
 }
 
-static int col_unsigned(sqlite3_stmt *st, int col, unsigned *out)
+static int col_unsigned(struct sql_stmt *st, int col, unsigned *out)
 {
-	sqlite3_int64 v = sqlite3_column_int64(st, col);
+	long long v = sql_col_int64(st, col);
 	if (v < 0 || v > UINT_MAX)
 		return -EIO;
 	*out = (unsigned)v;
@@ -110,7 +109,7 @@ static int parse_strmap(const char *text, json_t **out)
 static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char *meta_text,
 			 const char *env_text, json_t *meta, const struct store_usage_event *usage)
 {
-	sqlite3_stmt *st = NULL;
+	struct sql_stmt *st = NULL;
 	int r = store__begin(s);
 	if (!r)
 		r = store__ensure_account(s, x->account);
@@ -121,39 +120,39 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
 				&st);
 	if (!r) {
-		if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
-		    store__bind_text(st, 2, x->account) != SQLITE_OK ||
-		    store__bind_text(st, 3, x->template) != SQLITE_OK ||
-		    store__bind_text(st, 4, x->state) != SQLITE_OK ||
-		    store__bind_text(st, 5, x->end_reason) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 6, x->vcpus) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 7, x->memory_mb) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 8, x->disk_mb) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 9, x->created_at) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 10, x->expires_at) != SQLITE_OK ||
-		    store__bind_text(st, 11, meta_text) != SQLITE_OK ||
-		    store__bind_text(st, 12, env_text) != SQLITE_OK ||
-		    store__bind_text(st, 13, x->run_dir) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 14, x->qemu_pid) != SQLITE_OK ||
-		    store__bind_text(st, 15, x->on_timeout[0] ? x->on_timeout : "pause") != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 16, x->timeout_left_s) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 17, x->paused_at) != SQLITE_OK ||
-		    store__bind_text(st, 18, x->parent) != SQLITE_OK ||
-		    store__bind_text(st, 19, x->key_id) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 20, x->generation) != SQLITE_OK ||
-		    store__bind_text(st, 21, x->network_json ? x->network_json : "") != SQLITE_OK ||
-		    sqlite3_bind_int(st, 22, x->net_slot) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 23, x->is_public) != SQLITE_OK ||
-		    store__bind_text(st, 24, x->traffic_token) != SQLITE_OK ||
-		    store__bind_text(st, 25, x->secrets_json ? x->secrets_json : "[]") != SQLITE_OK ||
+		if (store__bind_text(st, 1, x->id) != SQL_OK ||
+		    store__bind_text(st, 2, x->account) != SQL_OK ||
+		    store__bind_text(st, 3, x->template) != SQL_OK ||
+		    store__bind_text(st, 4, x->state) != SQL_OK ||
+		    store__bind_text(st, 5, x->end_reason) != SQL_OK ||
+		    sql_bind_int64(st, 6, x->vcpus) != SQL_OK ||
+		    sql_bind_int64(st, 7, x->memory_mb) != SQL_OK ||
+		    sql_bind_int64(st, 8, x->disk_mb) != SQL_OK ||
+		    sql_bind_int64(st, 9, x->created_at) != SQL_OK ||
+		    sql_bind_int64(st, 10, x->expires_at) != SQL_OK ||
+		    store__bind_text(st, 11, meta_text) != SQL_OK ||
+		    store__bind_text(st, 12, env_text) != SQL_OK ||
+		    store__bind_text(st, 13, x->run_dir) != SQL_OK ||
+		    sql_bind_int64(st, 14, x->qemu_pid) != SQL_OK ||
+		    store__bind_text(st, 15, x->on_timeout[0] ? x->on_timeout : "pause") != SQL_OK ||
+		    sql_bind_int64(st, 16, x->timeout_left_s) != SQL_OK ||
+		    sql_bind_int64(st, 17, x->paused_at) != SQL_OK ||
+		    store__bind_text(st, 18, x->parent) != SQL_OK ||
+		    store__bind_text(st, 19, x->key_id) != SQL_OK ||
+		    sql_bind_int64(st, 20, x->generation) != SQL_OK ||
+		    store__bind_text(st, 21, x->network_json ? x->network_json : "") != SQL_OK ||
+		    sql_bind_int64(st, 22, x->net_slot) != SQL_OK ||
+		    sql_bind_int64(st, 23, x->is_public) != SQL_OK ||
+		    store__bind_text(st, 24, x->traffic_token) != SQL_OK ||
+		    store__bind_text(st, 25, x->secrets_json ? x->secrets_json : "[]") != SQL_OK ||
 		    store__bind_text(st, 26, x->transforms_json ? x->transforms_json : "[]") !=
-			    SQLITE_OK ||
-		    store__bind_text(st, 27, x->stored) != SQLITE_OK)
+			    SQL_OK ||
+		    store__bind_text(st, 27, x->stored) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	st = NULL;
 	if (!r)
 		r = store__prep(
@@ -163,18 +162,16 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 	if (!r)
 		json_object_foreach(meta, k, v)
 		{
-			sqlite3_reset(st);
-			if (store__bind_text(st, 1, x->id) != SQLITE_OK ||
-			    store__bind_text(st, 2, k) != SQLITE_OK ||
-			    sqlite3_bind_text(st, 3, json_string_value(v),
-					      (int)json_string_length(v),
-					      SQLITE_TRANSIENT) != SQLITE_OK ||
+			sql_reset(st);
+			if (store__bind_text(st, 1, x->id) != SQL_OK ||
+			    store__bind_text(st, 2, k) != SQL_OK ||
+			    sql_bind_textn(st, 3, json_string_value(v), json_string_length(v)) != SQL_OK ||
 			    store__step_done(st)) {
 				r = -EIO;
 				break;
 			}
 		}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	if (!r && usage)
 		r = store__usage_insert(s, usage);
 	if (!r)
@@ -220,7 +217,7 @@ out:
 
 /* Fills x from a row of SBX_COLS: 0, -EIO for a row this store did not
  * write, -ENOMEM. */
-static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
+static int read_sbx(struct sql_stmt *st, struct store_sbx *x)
 {
 	memset(x, 0, sizeof(*x));
 	if (store__col_copy(st, 0, x->id, sizeof(x->id)) ||
@@ -238,25 +235,25 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 	    store__col_copy(st, 26, x->stored, sizeof(x->stored)) ||
 	    col_unsigned(st, 19, &x->generation))
 		return -EIO;
-	x->timeout_left_s = sqlite3_column_int64(st, 15);
-	x->paused_at = sqlite3_column_int64(st, 16);
-	x->created_at = sqlite3_column_int64(st, 8);
-	x->expires_at = sqlite3_column_int64(st, 9);
-	sqlite3_int64 pid = sqlite3_column_int64(st, 13);
+	x->timeout_left_s = sql_col_int64(st, 15);
+	x->paused_at = sql_col_int64(st, 16);
+	x->created_at = sql_col_int64(st, 8);
+	x->expires_at = sql_col_int64(st, 9);
+	long long pid = sql_col_int64(st, 13);
 	if (pid < 0 || pid > INT_MAX)
 		return -EIO;
 	x->qemu_pid = (int)pid;
-	const char *m = (const char *)sqlite3_column_text(st, 10);
-	const char *e = (const char *)sqlite3_column_text(st, 11);
+	const char *m = sql_col_text(st, 10);
+	const char *e = sql_col_text(st, 11);
 	x->metadata_json = strdup(m ? m : "{}");
 	x->env_json = strdup(e ? e : "{}");
-	const char *nw = (const char *)sqlite3_column_text(st, 20);
+	const char *nw = sql_col_text(st, 20);
 	x->network_json = strdup(nw ? nw : "");
-	x->net_slot = sqlite3_column_int(st, 21);
-	x->is_public = sqlite3_column_int(st, 22) != 0;
-	const char *sc = (const char *)sqlite3_column_text(st, 24);
+	x->net_slot = (int)sql_col_int64(st, 21);
+	x->is_public = (int)sql_col_int64(st, 22) != 0;
+	const char *sc = sql_col_text(st, 24);
 	x->secrets_json = strdup(sc ? sc : "[]");
-	const char *tf = (const char *)sqlite3_column_text(st, 25);
+	const char *tf = sql_col_text(st, 25);
 	x->transforms_json = strdup(tf ? tf : "[]");
 	if (!x->metadata_json || !x->env_json || !x->network_json || !x->secrets_json ||
 	    !x->transforms_json) {
@@ -268,17 +265,17 @@ static int read_sbx(sqlite3_stmt *st, struct store_sbx *x)
 
 /* Steps st, appending up to max rows (0: no limit) to *xs; *more is set
  * when a further row exists. */
-static int collect(sqlite3_stmt *st, size_t max, struct store_sbx **xs, size_t *n, int *more)
+static int collect(struct sql_stmt *st, size_t max, struct store_sbx **xs, size_t *n, int *more)
 {
 	size_t cap = 0;
 	*xs = NULL;
 	*n = 0;
 	*more = 0;
 	for (;;) {
-		int rc = sqlite3_step(st);
-		if (rc == SQLITE_DONE)
+		int rc = sql_step(st);
+		if (rc == SQL_DONE)
 			return 0;
-		if (rc != SQLITE_ROW)
+		if (rc != SQL_ROW)
 			return -EIO;
 		if (max && *n == max) {
 			*more = 1;
@@ -304,20 +301,20 @@ int store_sbx_get(struct store *s, const char *id, struct store_sbx *out)
 	memset(out, 0, sizeof(*out));
 	if (!sbx_id_ok(id)) /* cannot name a sandbox this store holds */
 		return -ENOENT;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, "SELECT " SBX_COLS " FROM sandboxes WHERE id = ?1", &st);
 	if (!r) {
-		if (store__bind_text(st, 1, id) != SQLITE_OK) {
+		if (store__bind_text(st, 1, id) != SQL_OK) {
 			r = -EIO;
 		} else {
-			int rc = sqlite3_step(st);
-			if (rc == SQLITE_ROW)
+			int rc = sql_step(st);
+			if (rc == SQL_ROW)
 				r = read_sbx(st, out);
 			else
-				r = rc == SQLITE_DONE ? -ENOENT : -EIO;
+				r = rc == SQL_DONE ? -ENOENT : -EIO;
 		}
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -330,20 +327,20 @@ static int sbx_update(struct store *s, const char *sql, const char *id, const ch
 {
 	if (!sbx_id_ok(id))
 		return -ENOENT;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
 	if (!r) {
 		int b = store__bind_text(st, 1, id);
-		if (b == SQLITE_OK)
-			b = text2 ? store__bind_text(st, 2, text2) : sqlite3_bind_int64(st, 2, num);
-		if (b == SQLITE_OK && text3)
+		if (b == SQL_OK)
+			b = text2 ? store__bind_text(st, 2, text2) : sql_bind_int64(st, 2, num);
+		if (b == SQL_OK && text3)
 			b = store__bind_text(st, 3, text3);
-		if (b != SQLITE_OK)
+		if (b != SQL_OK)
 			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ENOENT;
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r == -EEXIST ? -EIO : r;
@@ -390,23 +387,23 @@ static const char *move_sql(const char *to)
 	return NULL;
 }
 
-static int move_bind(sqlite3_stmt *st, const struct store_sbx_move *mv)
+static int move_bind(struct sql_stmt *st, const struct store_sbx_move *mv)
 {
 	int b = store__bind_text(st, 1, mv->id);
-	if (b == SQLITE_OK)
+	if (b == SQL_OK)
 		b = store__bind_text(st, 2, mv->from);
-	if (b != SQLITE_OK)
+	if (b != SQL_OK)
 		return b;
 	if (!strcmp(mv->to, "running")) {
-		if ((b = sqlite3_bind_int64(st, 3, mv->expires_at)) == SQLITE_OK &&
-		    (b = sqlite3_bind_int(st, 4, mv->qemu_pid)) == SQLITE_OK &&
-		    (b = sqlite3_bind_int64(st, 5, mv->generation)) == SQLITE_OK)
-			b = sqlite3_bind_int(st, 6, mv->net_slot);
+		if ((b = sql_bind_int64(st, 3, mv->expires_at)) == SQL_OK &&
+		    (b = sql_bind_int64(st, 4, mv->qemu_pid)) == SQL_OK &&
+		    (b = sql_bind_int64(st, 5, mv->generation)) == SQL_OK)
+			b = sql_bind_int64(st, 6, mv->net_slot);
 	} else if (!strcmp(mv->to, "paused")) {
-		if ((b = sqlite3_bind_int64(st, 3, mv->paused_at)) == SQLITE_OK)
-			b = sqlite3_bind_int64(st, 4, mv->timeout_left_s);
+		if ((b = sql_bind_int64(st, 3, mv->paused_at)) == SQL_OK)
+			b = sql_bind_int64(st, 4, mv->timeout_left_s);
 	} else {
-		if ((b = store__bind_text(st, 3, mv->to)) == SQLITE_OK)
+		if ((b = store__bind_text(st, 3, mv->to)) == SQL_OK)
 			b = store__bind_text(st, 4, mv->end_reason ? mv->end_reason : "");
 	}
 	return b;
@@ -421,24 +418,24 @@ int store_sbx_move(struct store *s, const struct store_sbx_move *mv)
 			    sizeof(((struct store_sbx *)0)->end_reason), 0, 0) ||
 	    (mv->usage && !store__usage_ok(mv->usage)))
 		return -EINVAL;
-	sqlite3_stmt *st = NULL;
+	struct sql_stmt *st = NULL;
 	pthread_mutex_lock(&s->lock);
 	int r = store__begin(s);
 	if (!r)
 		r = store__prep(s, sql, &st);
 	if (!r) {
-		if (move_bind(st, mv) != SQLITE_OK)
+		if (move_bind(st, mv) != SQL_OK)
 			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE; /* told apart below from no such sandbox */
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	if (r == -ESTALE) {
 		st = NULL;
 		if (store__prep(s, "SELECT 1 FROM sandboxes WHERE id = ?1", &st) == 0 &&
-		    store__bind_text(st, 1, mv->id) == SQLITE_OK && sqlite3_step(st) != SQLITE_ROW)
+		    store__bind_text(st, 1, mv->id) == SQL_OK && sql_step(st) != SQL_ROW)
 			r = -ENOENT;
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	if (!r && mv->usage)
 		r = store__usage_insert(s, mv->usage);
@@ -549,7 +546,7 @@ int store_sbx_list(struct store *s, const char *account, const char *state,
 					"m.sbx_id = s.id AND m.key = ? AND m.value = ?)";
 	char sql[512 + MAX_META_FILTER * sizeof(meta_frag)];
 	size_t len = 0;
-	sql_add(sql, sizeof(sql), &len, "SELECT " SBX_COLS " FROM sandboxes s WHERE 1");
+	sql_add(sql, sizeof(sql), &len, "SELECT " SBX_COLS " FROM sandboxes s WHERE true");
 	if (account)
 		sql_add(sql, sizeof(sql), &len, " AND s.account = ?");
 	if (state)
@@ -565,28 +562,28 @@ int store_sbx_list(struct store *s, const char *account, const char *state,
 	struct store_sbx *xs = NULL;
 	size_t got = 0;
 	int more = 0;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
 	if (!r) {
-		int i = 1, b = SQLITE_OK;
+		int i = 1, b = SQL_OK;
 		if (account)
 			b = store__bind_text(st, i++, account);
-		if (state && b == SQLITE_OK)
+		if (state && b == SQL_OK)
 			b = store__bind_text(st, i++, state);
-		if (cursor && b == SQLITE_OK)
-			b = sqlite3_bind_int64(st, i++, after_t);
-		if (cursor && b == SQLITE_OK)
+		if (cursor && b == SQL_OK)
+			b = sql_bind_int64(st, i++, after_t);
+		if (cursor && b == SQL_OK)
 			b = store__bind_text(st, i++, after_id);
-		for (size_t j = 0; j < nmeta && b == SQLITE_OK; j++) {
+		for (size_t j = 0; j < nmeta && b == SQL_OK; j++) {
 			b = store__bind_text(st, i++, meta[j].key);
-			if (b == SQLITE_OK)
+			if (b == SQL_OK)
 				b = store__bind_text(st, i++, meta[j].value);
 		}
-		if (b == SQLITE_OK) /* one row more tells whether a next page exists */
-			b = sqlite3_bind_int64(st, i, (sqlite3_int64)limit + 1);
-		r = b == SQLITE_OK ? collect(st, limit, &xs, &got, &more) : -EIO;
-		sqlite3_finalize(st);
+		if (b == SQL_OK) /* one row more tells whether a next page exists */
+			b = sql_bind_int64(st, i, (long long)limit + 1);
+		r = b == SQL_OK ? collect(st, limit, &xs, &got, &more) : -EIO;
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!r && more)
@@ -605,20 +602,20 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
 {
 	if (account && !store__name_ok(account))
 		return -EINVAL;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "SELECT count(*), coalesce(sum(vcpus), 0), coalesce(sum(memory_mb), 0) "
 			    "FROM sandboxes WHERE state = 'running' AND (?1 IS NULL OR account = ?1)",
 			    &st);
 	if (!r) {
-		if ((account ? store__bind_text(st, 1, account) : sqlite3_bind_null(st, 1)) !=
-			    SQLITE_OK ||
-		    sqlite3_step(st) != SQLITE_ROW) {
+		if ((account ? store__bind_text(st, 1, account) : sql_bind_null(st, 1)) !=
+			    SQL_OK ||
+		    sql_step(st) != SQL_ROW) {
 			r = -EIO;
 		} else {
-			sqlite3_int64 c = sqlite3_column_int64(st, 0), v = sqlite3_column_int64(st, 1),
-				      m = sqlite3_column_int64(st, 2);
+			long long c = sql_col_int64(st, 0), v = sql_col_int64(st, 1),
+				      m = sql_col_int64(st, 2);
 			if (c < 0 || c > INT_MAX || v < 0 || m < 0) {
 				r = -EIO;
 			} else {
@@ -627,7 +624,7 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
 				out->memory_mb = (unsigned long long)m;
 			}
 		}
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -668,20 +665,20 @@ int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, c
 		return -ENOENT;
 	if (!stored || !store__text_ok(stored, sizeof(((struct store_sbx *)0)->stored), 1, 1))
 		return -EINVAL;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "UPDATE sandboxes SET stored = ?2 WHERE id = ?1 AND state = 'paused' "
 			    "AND generation = ?3",
 			    &st);
 	if (!r) {
-		if (store__bind_text(st, 1, id) != SQLITE_OK ||
-		    store__bind_text(st, 2, stored) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 3, generation) != SQLITE_OK)
+		if (store__bind_text(st, 1, id) != SQL_OK ||
+		    store__bind_text(st, 2, stored) != SQL_OK ||
+		    sql_bind_int64(st, 3, generation) != SQL_OK)
 			r = -EIO;
-		else if (!(r = store__step_done(st)) && sqlite3_changes(s->db) == 0)
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE;
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r == -EEXIST ? -EIO : r;
@@ -706,12 +703,12 @@ static int by_state(struct store *s, const char *sql, struct store_sbx **out, si
 	struct store_sbx *xs = NULL;
 	size_t got = 0;
 	int more;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
 	if (!r) {
 		r = collect(st, 0, &xs, &got, &more);
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (r) {

@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +40,7 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 	    !store__text_ok(x->placeholder, sizeof(x->placeholder), 1, 0) || !x->value ||
 	    !x->hosts_json)
 		return -EINVAL;
-	sqlite3_stmt *st = NULL;
+	struct sql_stmt *st = NULL;
 	pthread_mutex_lock(&s->lock);
 	int r = store__begin(s);
 	if (!r)
@@ -56,32 +55,32 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 				"updated_at = ?6, allow_http = ?7, sealed = ?8",
 				&st);
 	if (!r) {
-		if (store__bind_text(st, 1, x->account) != SQLITE_OK ||
-		    store__bind_text(st, 2, x->name) != SQLITE_OK ||
-		    store__bind_text(st, 3, x->value) != SQLITE_OK ||
-		    store__bind_text(st, 4, x->hosts_json) != SQLITE_OK ||
-		    store__bind_text(st, 5, x->placeholder) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 6, x->updated_at) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 7, x->allow_http != 0) != SQLITE_OK ||
-		    sqlite3_bind_int(st, 8, x->sealed != 0) != SQLITE_OK)
+		if (store__bind_text(st, 1, x->account) != SQL_OK ||
+		    store__bind_text(st, 2, x->name) != SQL_OK ||
+		    store__bind_text(st, 3, x->value) != SQL_OK ||
+		    store__bind_text(st, 4, x->hosts_json) != SQL_OK ||
+		    store__bind_text(st, 5, x->placeholder) != SQL_OK ||
+		    sql_bind_int64(st, 6, x->updated_at) != SQL_OK ||
+		    sql_bind_int64(st, 7, x->allow_http != 0) != SQL_OK ||
+		    sql_bind_int64(st, 8, x->sealed != 0) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	st = NULL;
 	/* Created when the placeholder is ours: an update keeps the old. */
 	if (!r && created)
 		r = store__prep(s, "SELECT placeholder FROM secrets WHERE account = ?1 AND name = ?2",
 				&st);
 	if (!r && created) {
-		if (store__bind_text(st, 1, x->account) != SQLITE_OK ||
-		    store__bind_text(st, 2, x->name) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW)
+		if (store__bind_text(st, 1, x->account) != SQL_OK ||
+		    store__bind_text(st, 2, x->name) != SQL_OK || sql_step(st) != SQL_ROW)
 			r = -EIO;
 		else
-			*created = !strcmp((const char *)sqlite3_column_text(st, 0), x->placeholder);
+			*created = !strcmp(sql_col_text(st, 0), x->placeholder);
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	if (!r)
 		r = store__commit(s);
 	if (r)
@@ -90,21 +89,21 @@ int store_secret_put(struct store *s, const struct store_secret *x, int *created
 	return r;
 }
 
-static int read_secret(sqlite3_stmt *st, struct store_secret *x)
+static int read_secret(struct sql_stmt *st, struct store_secret *x)
 {
 	memset(x, 0, sizeof(*x));
 	if (store__col_copy(st, 0, x->account, sizeof(x->account)) ||
 	    store__col_copy(st, 1, x->name, sizeof(x->name)) ||
 	    store__col_copy(st, 4, x->placeholder, sizeof(x->placeholder)))
 		return -EIO;
-	const char *v = (const char *)sqlite3_column_text(st, 2);
-	const char *h = (const char *)sqlite3_column_text(st, 3);
+	const char *v = sql_col_text(st, 2);
+	const char *h = sql_col_text(st, 3);
 	x->value = strdup(v ? v : "");
 	x->hosts_json = strdup(h ? h : "[]");
-	x->created_at = sqlite3_column_int64(st, 5);
-	x->updated_at = sqlite3_column_int64(st, 6);
-	x->allow_http = sqlite3_column_int(st, 7) != 0;
-	x->sealed = sqlite3_column_int(st, 8) != 0;
+	x->created_at = sql_col_int64(st, 5);
+	x->updated_at = sql_col_int64(st, 6);
+	x->allow_http = (int)sql_col_int64(st, 7) != 0;
+	x->sealed = (int)sql_col_int64(st, 8) != 0;
 	if (!x->value || !x->hosts_json) {
 		store_secret_release(x);
 		return -ENOMEM;
@@ -119,21 +118,21 @@ int store_secret_list(struct store *s, const char *account, const char *name,
 	*n = 0;
 	struct store_secret *xs = NULL;
 	size_t got = 0, cap = 0;
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "SELECT " SECRET_COLS " FROM secrets WHERE (?1 IS NULL OR account = ?1) "
 			    "AND (?2 IS NULL OR name = ?2) ORDER BY account, name",
 			    &st);
-	if (!r && ((account ? store__bind_text(st, 1, account) : sqlite3_bind_null(st, 1)) !=
-			   SQLITE_OK ||
-		   (name ? store__bind_text(st, 2, name) : sqlite3_bind_null(st, 2)) != SQLITE_OK))
+	if (!r && ((account ? store__bind_text(st, 1, account) : sql_bind_null(st, 1)) !=
+			   SQL_OK ||
+		   (name ? store__bind_text(st, 2, name) : sql_bind_null(st, 2)) != SQL_OK))
 		r = -EIO;
 	while (!r) {
-		int rc = sqlite3_step(st);
-		if (rc == SQLITE_DONE)
+		int rc = sql_step(st);
+		if (rc == SQL_DONE)
 			break;
-		if (rc != SQLITE_ROW) {
+		if (rc != SQL_ROW) {
 			r = -EIO;
 			break;
 		}
@@ -149,7 +148,7 @@ int store_secret_list(struct store *s, const char *account, const char *name,
 		if (!(r = read_secret(st, &xs[got])))
 			got++;
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	pthread_mutex_unlock(&s->lock);
 	if (r) {
 		store_secret_free_list(xs, got);

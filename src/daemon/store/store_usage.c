@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,25 +43,25 @@ int store__usage_ok(const struct store_usage_event *e)
 
 int store__usage_insert(struct store *s, const struct store_usage_event *e)
 {
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	int r = store__prep(s,
 			    "INSERT INTO usage_events (sbx_id, account, key_id, state, vcpus,"
 			    " memory_mb, storage_bytes, at_ms)"
 			    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
 			    &st);
 	if (!r) {
-		if (store__bind_text(st, 1, e->sbx_id) != SQLITE_OK ||
-		    store__bind_text(st, 2, e->account) != SQLITE_OK ||
-		    store__bind_text(st, 3, e->key_id ? e->key_id : "") != SQLITE_OK ||
-		    store__bind_text(st, 4, e->state) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 5, e->vcpus) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 6, e->memory_mb) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 7, e->storage_bytes) != SQLITE_OK ||
-		    sqlite3_bind_int64(st, 8, e->at_ms) != SQLITE_OK)
+		if (store__bind_text(st, 1, e->sbx_id) != SQL_OK ||
+		    store__bind_text(st, 2, e->account) != SQL_OK ||
+		    store__bind_text(st, 3, e->key_id ? e->key_id : "") != SQL_OK ||
+		    store__bind_text(st, 4, e->state) != SQL_OK ||
+		    sql_bind_int64(st, 5, e->vcpus) != SQL_OK ||
+		    sql_bind_int64(st, 6, e->memory_mb) != SQL_OK ||
+		    sql_bind_int64(st, 7, e->storage_bytes) != SQL_OK ||
+		    sql_bind_int64(st, 8, e->at_ms) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	/* seq is chosen by SQLite: a clash means a corrupt table */
 	return r == -EEXIST ? -EIO : r;
@@ -106,6 +105,23 @@ int store_usage_add(struct store *s, const struct store_usage_event *e)
 	" total(CASE WHEN state = 'paused' THEN d * storage_bytes / 1073741824.0 END),"            \
 	" count(DISTINCT sbx_id)"
 
+/* The same in PostgreSQL's words: LEAST and GREATEST, a sum of none is
+ * NULL, and a subquery in FROM needs a name. */
+#define PG_USAGE_INTERVALS                                                                         \
+	"SELECT e.sbx_id, e.state, e.vcpus, e.memory_mb, e.storage_bytes,"                         \
+	" (LEAST(coalesce((SELECT n.at_ms FROM usage_events n"                                     \
+	"                  WHERE n.sbx_id = e.sbx_id AND n.seq > e.seq"                            \
+	"                  ORDER BY n.seq LIMIT 1), ?3), ?2)"                                      \
+	"  - GREATEST(e.at_ms, ?1)) / 1000.0 AS d"                                                 \
+	" FROM usage_events e WHERE e.state != 'stopped' AND e.at_ms < ?2"
+
+#define PG_USAGE_SUMS                                                                              \
+	"SELECT coalesce(sum(CASE WHEN state = 'running' THEN d END), 0),"                         \
+	" coalesce(sum(CASE WHEN state = 'running' THEN d * vcpus END), 0),"                       \
+	" coalesce(sum(CASE WHEN state = 'running' THEN d * memory_mb / 1024.0 END), 0),"          \
+	" coalesce(sum(CASE WHEN state = 'paused' THEN d * storage_bytes / 1073741824.0 END), 0)," \
+	" count(DISTINCT sbx_id)"
+
 int store_usage_query(struct store *s, const char *account, const char *key_id, long long from_ms,
 		      long long to_ms, long long now_ms, struct store_usage *out)
 {
@@ -117,40 +133,42 @@ int store_usage_query(struct store *s, const char *account, const char *key_id, 
 
 	/* the shape depends only on which filters are present; every value
 	 * is bound */
-	char sql[1024];
-	int len = snprintf(
-	    sql, sizeof(sql), USAGE_SUMS " FROM (" USAGE_INTERVALS "%s%s LIMIT -1) WHERE d > 0",
-	    account ? " AND e.account = ?4" : "", key_id ? " AND e.key_id = ?5" : "");
+	char sql[1400];
+	int len = snprintf(sql, sizeof(sql),
+			   sql_kind(s->db) == SQL_SQLITE
+			       ? USAGE_SUMS " FROM (" USAGE_INTERVALS "%s%s LIMIT -1) WHERE d > 0"
+			       : PG_USAGE_SUMS " FROM (" PG_USAGE_INTERVALS "%s%s) AS i WHERE d > 0",
+			   account ? " AND e.account = ?4" : "", key_id ? " AND e.key_id = ?5" : "");
 	if (len < 0 || (size_t)len >= sizeof(sql))
 		return -EIO; /* cannot happen: constant fragments */
 
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
 	if (!r) {
-		int b = sqlite3_bind_int64(st, 1, from_ms);
-		if (b == SQLITE_OK)
-			b = sqlite3_bind_int64(st, 2, to_ms);
-		if (b == SQLITE_OK)
-			b = sqlite3_bind_int64(st, 3, open_end);
-		if (b == SQLITE_OK && account)
+		int b = sql_bind_int64(st, 1, from_ms);
+		if (b == SQL_OK)
+			b = sql_bind_int64(st, 2, to_ms);
+		if (b == SQL_OK)
+			b = sql_bind_int64(st, 3, open_end);
+		if (b == SQL_OK && account)
 			b = store__bind_text(st, 4, account);
-		if (b == SQLITE_OK && key_id)
+		if (b == SQL_OK && key_id)
 			b = store__bind_text(st, 5, key_id);
-		if (b != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+		if (b != SQL_OK || sql_step(st) != SQL_ROW) {
 			r = -EIO;
 		} else {
-			sqlite3_int64 n = sqlite3_column_int64(st, 4);
-			out->running_s = sqlite3_column_double(st, 0);
-			out->vcpu_s = sqlite3_column_double(st, 1);
-			out->gib_s = sqlite3_column_double(st, 2);
-			out->paused_gib_s = sqlite3_column_double(st, 3);
+			long long n = sql_col_int64(st, 4);
+			out->running_s = sql_col_double(st, 0);
+			out->vcpu_s = sql_col_double(st, 1);
+			out->gib_s = sql_col_double(st, 2);
+			out->paused_gib_s = sql_col_double(st, 3);
 			if (n < 0 || n > UINT_MAX)
 				r = -EIO;
 			else
 				out->sandboxes = (unsigned)n;
 		}
-		sqlite3_finalize(st);
+		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (r)
@@ -161,20 +179,20 @@ int store_usage_query(struct store *s, const char *account, const char *key_id, 
 int store_sbx_count_by_state(struct store *s, struct store_sbx_counts *out)
 {
 	memset(out, 0, sizeof(*out));
-	sqlite3_stmt *st;
+	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	/* sandboxes_by_state covers this: no table rows are read */
 	int r = store__prep(s, "SELECT state, count(*) FROM sandboxes GROUP BY state", &st);
 	while (!r) {
-		int rc = sqlite3_step(st);
-		if (rc == SQLITE_DONE)
+		int rc = sql_step(st);
+		if (rc == SQL_DONE)
 			break;
-		if (rc != SQLITE_ROW) {
+		if (rc != SQL_ROW) {
 			r = -EIO;
 			break;
 		}
-		const char *state = (const char *)sqlite3_column_text(st, 0);
-		sqlite3_int64 c = sqlite3_column_int64(st, 1);
+		const char *state = sql_col_text(st, 0);
+		long long c = sql_col_int64(st, 1);
 		if (!state || c < 0 || c > UINT_MAX) {
 			r = -EIO;
 			break;
@@ -187,7 +205,7 @@ int store_sbx_count_by_state(struct store *s, struct store_sbx_counts *out)
 		if (slot)
 			*slot = (unsigned)c;
 	}
-	sqlite3_finalize(st);
+	sql_finalize(st);
 	pthread_mutex_unlock(&s->lock);
 	if (r)
 		memset(out, 0, sizeof(*out));

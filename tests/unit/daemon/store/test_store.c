@@ -1,5 +1,11 @@
-/* Unit tests for the daemon's SQLite store, each on a fresh database file. */
+/*
+ * Unit tests for the daemon's store, each on a fresh database: a SQLite
+ * file, and (the pg_ cases) a database of its own on a real PostgreSQL
+ * server this binary starts (tests/lib/pgserver), the same cases on both
+ * back ends but those about SQLite's files.
+ */
 #include "daemon/store/store.h"
+#include "tests/lib/pgserver.h"
 #include "tests/lib/tap.h"
 
 #include <errno.h>
@@ -10,21 +16,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 struct tdb {
-	char path[64];
+	char path[256]; /* a file's path or a PostgreSQL database's URL */
 	struct store *s;
 };
 
-/* A new empty file under /tmp and a store opened on it. */
+static int on_pg; /* this case runs on PostgreSQL */
+
+/* A new empty database (a file under /tmp, or on the server) and a store
+ * opened on it. */
 static int tdb_open(struct tdb *t)
 {
-	snprintf(t->path, sizeof(t->path), "/tmp/cpuos-test-store-XXXXXX");
-	int fd = mkstemp(t->path);
-	if (!CHECK(fd >= 0))
-		return -1;
-	close(fd);
+	if (on_pg) {
+		if (!CHECK(pgserver_db(t->path, sizeof(t->path)) == 0))
+			return -1;
+	} else {
+		snprintf(t->path, sizeof(t->path), "/tmp/cpuos-test-store-XXXXXX");
+		int fd = mkstemp(t->path);
+		if (!CHECK(fd >= 0))
+			return -1;
+		close(fd);
+	}
 	char err[256] = "";
 	int r = store_open(t->path, &t->s, err, sizeof(err));
 	if (!CHECK(r == 0)) {
@@ -36,9 +51,13 @@ static int tdb_open(struct tdb *t)
 
 static void tdb_remove(struct tdb *t)
 {
-	char p[80];
+	char p[300];
 	store_close(t->s);
 	t->s = NULL;
+	if (pgserver_is_url(t->path)) {
+		pgserver_drop(t->path);
+		return;
+	}
 	unlink(t->path);
 	snprintf(p, sizeof(p), "%s-wal", t->path);
 	unlink(p);
@@ -73,9 +92,12 @@ static int insert(struct store *s, const char *id, const char *account, long lon
 	return store_sbx_insert(s, &x, NULL);
 }
 
-/* Runs one query with the sqlite3 library directly, returns its text. */
+/* Runs one query with the sqlite3 library (or libpq) directly, returns
+ * its text. */
 static int raw_query(const char *path, const char *sql, char *out, size_t outlen)
 {
+	if (pgserver_is_url(path))
+		return pgserver_query(path, sql, out, outlen);
 	sqlite3 *db = NULL;
 	sqlite3_stmt *st = NULL;
 	int r = -1;
@@ -281,7 +303,7 @@ static void test_secret_not_in_file(void)
 	CHECK(EVP_Digest(secret, strlen(secret), md, &mdlen, EVP_sha256(), NULL) == 1);
 	for (int i = 0; i < 32; i++)
 		snprintf(hash + 2 * i, 3, "%02x", md[i]);
-	char wal[80];
+	char wal[300];
 	snprintf(wal, sizeof(wal), "%s-wal", t.path);
 	/* the hash is there (so this is the right file, fully read) ... */
 	CHECK(file_has(t.path, hash) || file_has(wal, hash));
@@ -881,7 +903,7 @@ static void test_old_secret_values_are_sealed_and_scrubbed(void)
 	store_secret_release(&one);
 	/* Open still: the WAL keeps the frame the plaintext was written in,
 	 * until the scrub. */
-	char wal[80];
+	char wal[300];
 	snprintf(wal, sizeof(wal), "%s-wal", t.path);
 	CHECK(file_has(t.path, plain) || file_has(wal, plain));
 	CHECK(store_scrub(t.s) == 0);
@@ -988,6 +1010,86 @@ static void test_stored_checkpoints(void)
 	tdb_remove(&t);
 }
 
+/* PostgreSQL's schema: made once, at the version SQLite's is at, kept on
+ * reopening; a version from a later cpuosd is refused, not touched. */
+static void test_pg_schema_and_reopen(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	char v[64], err[256];
+	CHECK(raw_query(t.path, "SELECT version FROM cpuos_schema WHERE program = 'cpuosd'", v,
+			sizeof(v)) == 0 &&
+	      !strcmp(v, "9"));
+	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, "{}") == 0);
+	store_close(t.s);
+	t.s = NULL;
+	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == 0);
+	struct store_sbx x;
+	CHECK(store_sbx_get(t.s, "sbx_0000000000000001", &x) == 0 && x.created_at == 1000);
+	store_sbx_release(&x);
+	store_close(t.s);
+	t.s = NULL;
+	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 10", v, sizeof(v)) == 0);
+	err[0] = '\0';
+	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
+	CHECK(strstr(err, "schema version 10") != NULL);
+	tdb_remove(&t);
+}
+
+/* Processes that open one new PostgreSQL database at once (API replicas
+ * starting together) migrate it once, and all of them open it. */
+static void test_pg_parallel_first_opens(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	store_close(t.s);
+	t.s = NULL;
+	CHECK(raw_query(t.path, "DROP TABLE cpuos_schema, keys, sandbox_meta, sandboxes, "
+				"checkpoints, checkpoint_trash, usage_events, secrets, accounts",
+			NULL, 0) == 0);
+	pid_t kids[4];
+	for (int i = 0; i < 4; i++) {
+		if ((kids[i] = fork()) == 0) {
+			struct store *s;
+			char err[256];
+			_exit(store_open(t.path, &s, err, sizeof(err)) == 0 ? 0 : 1);
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		int status = -1;
+		CHECK(kids[i] > 0 && waitpid(kids[i], &status, 0) == kids[i] &&
+		      WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	char v[64];
+	CHECK(raw_query(t.path, "SELECT count(*) FROM cpuos_schema", v, sizeof(v)) == 0 &&
+	      !strcmp(v, "1"));
+	tdb_remove(&t);
+}
+
+#define ON_PG(fn)                                                                                  \
+	static void pg_##fn(void)                                                                  \
+	{                                                                                          \
+		on_pg = 1;                                                                         \
+		fn();                                                                              \
+	}
+ON_PG(test_key_create_lookup)
+ON_PG(test_key_list_delete)
+ON_PG(test_sbx_crud)
+ON_PG(test_list_pagination)
+ON_PG(test_list_account_isolation)
+ON_PG(test_list_state_filter)
+ON_PG(test_list_metadata_filter)
+ON_PG(test_list_bad_args)
+ON_PG(test_running)
+ON_PG(test_concurrent_inserts)
+ON_PG(test_egress_secrets)
+ON_PG(test_stored_pauses)
+ON_PG(test_stored_checkpoints)
+ON_PG(test_pg_schema_and_reopen)
+ON_PG(test_pg_parallel_first_opens)
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -1008,7 +1110,33 @@ int main(int argc, char **argv)
 	     test_old_secret_values_are_sealed_and_scrubbed},
 	    {"store_stored_pauses", test_stored_pauses},
 	    {"store_stored_checkpoints", test_stored_checkpoints},
+	    {"pg_store_key_create_lookup", pg_test_key_create_lookup},
+	    {"pg_store_key_list_delete", pg_test_key_list_delete},
+	    {"pg_store_sbx_crud", pg_test_sbx_crud},
+	    {"pg_store_list_pagination", pg_test_list_pagination},
+	    {"pg_store_list_account_isolation", pg_test_list_account_isolation},
+	    {"pg_store_list_state_filter", pg_test_list_state_filter},
+	    {"pg_store_list_metadata_filter", pg_test_list_metadata_filter},
+	    {"pg_store_list_bad_args", pg_test_list_bad_args},
+	    {"pg_store_running", pg_test_running},
+	    {"pg_store_concurrent_inserts", pg_test_concurrent_inserts},
+	    {"pg_store_egress_secrets", pg_test_egress_secrets},
+	    {"pg_store_stored_pauses", pg_test_stored_pauses},
+	    {"pg_store_stored_checkpoints", pg_test_stored_checkpoints},
+	    {"pg_store_schema_and_reopen", pg_test_pg_schema_and_reopen},
+	    {"pg_store_parallel_first_opens", pg_test_pg_parallel_first_opens},
 	    {0, 0},
 	};
-	return t_main(argc, argv, cases);
+	/* One server for every pg_ case; without it they fail, each saying
+	 * so, and the SQLite cases run all the same. */
+	char dir[] = "/tmp/cpuos-test-store-pg-XXXXXX";
+	if (mkdtemp(dir))
+		pgserver_up(dir);
+	int rc = t_main(argc, argv, cases);
+	pgserver_down();
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", dir);
+	return rc;
 }

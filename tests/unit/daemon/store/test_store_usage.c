@@ -2,9 +2,12 @@
  * Unit tests for usage metering in the store (store_usage.c): events,
  * their integration over a window, the filters and the per-state counts;
  * also key lookup by id and the schema migration 1 -> 2 on a real
- * version-1 database. Each test has a fresh database file.
+ * version-1 database. Each test has a fresh database: a file, and (the
+ * pg_ cases) a database on a real PostgreSQL server this binary starts
+ * (tests/lib/pgserver), where the same queries are PostgreSQL's words.
  */
 #include "daemon/store/store.h"
+#include "tests/lib/pgserver.h"
 #include "tests/lib/tap.h"
 
 #include <errno.h>
@@ -16,15 +19,20 @@
 #include <unistd.h>
 
 struct tdb {
-	char path[64];
+	char path[256]; /* a file's path or a PostgreSQL database's URL */
 	struct store *s;
 };
 
-/* A new empty file under /tmp (no store opened on it yet). */
+static int on_pg; /* this case runs on PostgreSQL */
+
+/* A new empty file under /tmp, or database on the server (no store
+ * opened on it yet). */
 static int tdb_file(struct tdb *t)
 {
-	snprintf(t->path, sizeof(t->path), "/tmp/cpuos-test-usage-XXXXXX");
 	t->s = NULL;
+	if (on_pg)
+		return CHECK(pgserver_db(t->path, sizeof(t->path)) == 0) ? 0 : -1;
+	snprintf(t->path, sizeof(t->path), "/tmp/cpuos-test-usage-XXXXXX");
 	int fd = mkstemp(t->path);
 	if (!CHECK(fd >= 0))
 		return -1;
@@ -40,7 +48,8 @@ static int tdb_open(struct tdb *t)
 	int r = store_open(t->path, &t->s, err, sizeof(err));
 	if (!CHECK(r == 0)) {
 		t_note("store_open: %d %s", r, err);
-		unlink(t->path);
+		if (!on_pg)
+			unlink(t->path);
 		return -1;
 	}
 	return 0;
@@ -48,9 +57,13 @@ static int tdb_open(struct tdb *t)
 
 static void tdb_remove(struct tdb *t)
 {
-	char p[80];
+	char p[300];
 	store_close(t->s);
 	t->s = NULL;
+	if (pgserver_is_url(t->path)) {
+		pgserver_drop(t->path);
+		return;
+	}
 	unlink(t->path);
 	snprintf(p, sizeof(p), "%s-wal", t->path);
 	unlink(p);
@@ -61,6 +74,8 @@ static void tdb_remove(struct tdb *t)
 /* Runs sql (one or more statements) on its own connection: 0 or -1. */
 static int raw_exec(const char *path, const char *sql)
 {
+	if (pgserver_is_url(path))
+		return pgserver_query(path, sql, NULL, 0);
 	sqlite3 *db = NULL;
 	char *msg = NULL;
 	int r = -1;
@@ -76,6 +91,8 @@ static int raw_exec(const char *path, const char *sql)
 /* The first column of the first row of sql as text into out ("" if none). */
 static int raw_text(const char *path, const char *sql, char *out, size_t outlen)
 {
+	if (pgserver_is_url(path))
+		return pgserver_query(path, sql, out, outlen);
 	sqlite3 *db = NULL;
 	sqlite3_stmt *st = NULL;
 	int r = -1;
@@ -507,6 +524,19 @@ static void test_migration_v1(void)
 	tdb_remove(&t);
 }
 
+#define ON_PG(fn)                                                                                  \
+	static void pg_##fn(void)                                                                  \
+	{                                                                                          \
+		on_pg = 1;                                                                         \
+		fn();                                                                              \
+	}
+ON_PG(test_usage_whole)
+ON_PG(test_usage_clipping)
+ON_PG(test_usage_open_interval)
+ON_PG(test_usage_bad_args)
+ON_PG(test_count_by_state)
+ON_PG(test_key_lookup_id)
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -517,7 +547,22 @@ int main(int argc, char **argv)
 	    {"usage_count_by_state", test_count_by_state},
 	    {"usage_key_lookup_id", test_key_lookup_id},
 	    {"usage_migration_v1", test_migration_v1},
+	    {"pg_usage_whole", pg_test_usage_whole},
+	    {"pg_usage_clipping", pg_test_usage_clipping},
+	    {"pg_usage_open_interval", pg_test_usage_open_interval},
+	    {"pg_usage_bad_args", pg_test_usage_bad_args},
+	    {"pg_usage_count_by_state", pg_test_count_by_state},
+	    {"pg_usage_key_lookup_id", pg_test_key_lookup_id},
 	    {0, 0},
 	};
-	return t_main(argc, argv, cases);
+	char dir[] = "/tmp/cpuos-test-usage-pg-XXXXXX";
+	if (mkdtemp(dir))
+		pgserver_up(dir);
+	int rc = t_main(argc, argv, cases);
+	pgserver_down();
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", dir);
+	return rc;
 }

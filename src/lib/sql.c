@@ -1,0 +1,525 @@
+/* sql: see sql.h. */
+#include "lib/sql.h"
+
+#include "common/errbuf.h"
+#include "lib/db.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <libpq-fe.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* PostgreSQL's type numbers (pg_type.oid) of what parameters are sent as. */
+#define PG_TEXT 25
+#define PG_INT8 20
+
+/* The advisory lock migrations take: any number, the same in every
+ * program that shares a database. */
+#define PG_SCHEMA_LOCK 7306547811LL
+
+struct sql {
+	enum sql_kind kind;
+	sqlite3 *lite;
+	PGconn *pg;
+	long long changes; /* PostgreSQL: of the last statement that finished */
+	char msg[512];
+};
+
+struct sql_stmt {
+	struct sql *db;
+	sqlite3_stmt *lite;
+	/* PostgreSQL: the text with $N, its parameters, and the result once
+	 * run, walked row by row */
+	char *text;
+	int nparams;
+	char **vals;
+	Oid *types;
+	PGresult *res;
+	int row, nrows, ran;
+};
+
+int sql_is_pg(const char *target)
+{
+	if (!target)
+		return 0;
+	if (!strncmp(target, "postgres://", 11) || !strncmp(target, "postgresql://", 13))
+		return 1;
+	/* "keyword=value ...": a word of letters and underscores, then '=' */
+	size_t n = strspn(target, "abcdefghijklmnopqrstuvwxyz_");
+	return n > 0 && target[n] == '=';
+}
+
+enum sql_kind sql_kind(const struct sql *db)
+{
+	return db->kind;
+}
+
+const char *sql_errmsg(struct sql *db)
+{
+	if (db->kind == SQL_SQLITE)
+		return sqlite3_errmsg(db->lite);
+	return db->msg;
+}
+
+/* Keeps PostgreSQL's message of res (or of the connection), on one line. */
+static void pg_msg(struct sql *db, const PGresult *res)
+{
+	const char *m = res ? PQresultErrorMessage(res) : NULL;
+	if (!m || !*m)
+		m = PQerrorMessage(db->pg);
+	snprintf(db->msg, sizeof(db->msg), "%s", m && *m ? m : "no answer from PostgreSQL");
+	for (char *p = db->msg; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = p[1] ? ' ' : '\0';
+}
+
+/* The connection, made anew if it broke: 0 or -EIO. */
+static int pg_ready(struct sql *db)
+{
+	if (PQstatus(db->pg) == CONNECTION_OK)
+		return 0;
+	PQreset(db->pg);
+	if (PQstatus(db->pg) == CONNECTION_OK)
+		return 0;
+	pg_msg(db, NULL);
+	return -EIO;
+}
+
+/* Runs text, no parameters: 0 or -EIO; with *tag, the command's tag. */
+static int pg_exec(struct sql *db, const char *text, char *tag, size_t taglen)
+{
+	if (pg_ready(db) < 0)
+		return -EIO;
+	PGresult *res = PQexec(db->pg, text);
+	ExecStatusType s = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+	int r = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? 0 : -EIO;
+	if (r)
+		pg_msg(db, res);
+	if (tag)
+		snprintf(tag, taglen, "%s", res ? PQcmdStatus(res) : "");
+	PQclear(res);
+	return r;
+}
+
+int sql_exec(struct sql *db, const char *text)
+{
+	if (db->kind == SQL_SQLITE)
+		return db_exec(db->lite, text);
+	return pg_exec(db, text, NULL, 0);
+}
+
+int sql_begin(struct sql *db)
+{
+	if (db->kind == SQL_SQLITE)
+		return db_begin(db->lite);
+	return pg_exec(db, "BEGIN", NULL, 0);
+}
+
+int sql_commit(struct sql *db)
+{
+	if (db->kind == SQL_SQLITE)
+		return db_commit(db->lite);
+	char tag[32];
+	int r = pg_exec(db, "COMMIT", tag, sizeof(tag));
+	/* A transaction that failed part-way "commits" as a rollback. */
+	if (r == 0 && strcmp(tag, "COMMIT")) {
+		snprintf(db->msg, sizeof(db->msg), "the transaction was rolled back");
+		r = -EIO;
+	}
+	return r;
+}
+
+void sql_rollback(struct sql *db)
+{
+	if (db->kind == SQL_SQLITE) {
+		db_rollback(db->lite);
+		return;
+	}
+	PGTransactionStatusType t = PQtransactionStatus(db->pg);
+	if (t == PQTRANS_INTRANS || t == PQTRANS_INERROR)
+		PQclear(PQexec(db->pg, "ROLLBACK"));
+}
+
+long long sql_changes(struct sql *db)
+{
+	return db->kind == SQL_SQLITE ? sqlite3_changes(db->lite) : db->changes;
+}
+
+/* ---- statements ---- */
+
+/* text with each ?N as $N and each bare ? numbered (not inside '...'),
+ * and the highest number. */
+static char *pg_text(const char *text, int *nparams)
+{
+	size_t n = strlen(text), cap = 4 * n + 1, o = 0; /* "?" becomes at most "$999" */
+	char *out = malloc(cap);
+	if (!out)
+		return NULL;
+	int quoted = 0, max = 0;
+	for (size_t i = 0; i <= n; i++) {
+		char c = text[i];
+		if (c == '\'')
+			quoted = !quoted;
+		if (c == '?' && !quoted && isdigit((unsigned char)text[i + 1])) {
+			long v = strtol(text + i + 1, NULL, 10);
+			if (v < 1 || v > 999) {
+				free(out);
+				return NULL;
+			}
+			max = v > max ? (int)v : max;
+			c = '$';
+		} else if (c == '?' && !quoted) {
+			/* a bare '?' is one more than the largest so far, as in
+			 * SQLite: its number written out in its place */
+			if (++max > 999 || o + 5 > cap) {
+				free(out);
+				return NULL;
+			}
+			o += (size_t)sprintf(out + o, "$%d", max);
+			continue;
+		}
+		out[o++] = c;
+	}
+	*nparams = max;
+	return out;
+}
+
+int sql_prep(struct sql *db, const char *text, struct sql_stmt **out)
+{
+	*out = NULL;
+	struct sql_stmt *st = calloc(1, sizeof(*st));
+	if (!st)
+		return -EIO;
+	st->db = db;
+	if (db->kind == SQL_SQLITE) {
+		if (db_prep(db->lite, text, &st->lite) < 0) {
+			free(st);
+			return -EIO;
+		}
+		*out = st;
+		return 0;
+	}
+	st->text = pg_text(text, &st->nparams);
+	if (st->text && st->nparams) {
+		st->vals = calloc((size_t)st->nparams, sizeof(*st->vals));
+		st->types = calloc((size_t)st->nparams, sizeof(*st->types));
+	}
+	if (!st->text || (st->nparams && (!st->vals || !st->types))) {
+		snprintf(db->msg, sizeof(db->msg), "cannot prepare a statement");
+		sql_finalize(st);
+		return -EIO;
+	}
+	for (int i = 0; i < st->nparams; i++)
+		st->types[i] = PG_TEXT; /* unbound: NULL, as text */
+	*out = st;
+	return 0;
+}
+
+/* Sets PostgreSQL parameter i to v (taken), of type: SQL_OK or SQL_ERROR. */
+static int pg_bind(struct sql_stmt *st, int i, char *v, Oid type, int have)
+{
+	if (i < 1 || i > st->nparams || (have && !v)) {
+		free(v);
+		return SQL_ERROR;
+	}
+	free(st->vals[i - 1]);
+	st->vals[i - 1] = v;
+	st->types[i - 1] = type;
+	return SQL_OK;
+}
+
+int sql_bind_textn(struct sql_stmt *st, int i, const char *s, size_t n)
+{
+	if (st->lite)
+		return n > INT_MAX ? SQL_ERROR
+				   : sqlite3_bind_text(st->lite, i, s, (int)n, SQLITE_TRANSIENT);
+	/* Text travels NUL-terminated: one with a NUL inside cannot. */
+	if (memchr(s, '\0', n))
+		return SQL_ERROR;
+	char *v = malloc(n + 1);
+	if (v) {
+		memcpy(v, s, n);
+		v[n] = '\0';
+	}
+	return pg_bind(st, i, v, PG_TEXT, 1);
+}
+
+int sql_bind_text(struct sql_stmt *st, int i, const char *s)
+{
+	if (!s)
+		return sql_bind_null(st, i);
+	return sql_bind_textn(st, i, s, strlen(s));
+}
+
+int sql_bind_int64(struct sql_stmt *st, int i, long long v)
+{
+	if (st->lite)
+		return sqlite3_bind_int64(st->lite, i, v);
+	char text[24];
+	snprintf(text, sizeof(text), "%lld", v);
+	return pg_bind(st, i, strdup(text), PG_INT8, 1);
+}
+
+int sql_bind_null(struct sql_stmt *st, int i)
+{
+	if (st->lite)
+		return sqlite3_bind_null(st->lite, i);
+	return pg_bind(st, i, NULL, PG_TEXT, 0);
+}
+
+int sql_param_count(struct sql_stmt *st)
+{
+	return st->lite ? sqlite3_bind_parameter_count(st->lite) : st->nparams;
+}
+
+static int lite_step(struct sql_stmt *st)
+{
+	int rc = sqlite3_step(st->lite);
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+		return rc == SQLITE_ROW ? SQL_ROW : SQL_DONE;
+	int ext = sqlite3_extended_errcode(sqlite3_db_handle(st->lite));
+	return ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE ? SQL_UNIQUE
+										       : SQL_ERROR;
+}
+
+int sql_step(struct sql_stmt *st)
+{
+	if (st->lite)
+		return lite_step(st);
+	struct sql *db = st->db;
+	if (!st->ran) {
+		st->ran = 1;
+		if (pg_ready(db) < 0)
+			return SQL_ERROR;
+		st->res = PQexecParams(db->pg, st->text, st->nparams, st->types,
+				       (const char *const *)st->vals, NULL, NULL, 0);
+		ExecStatusType s = st->res ? PQresultStatus(st->res) : PGRES_FATAL_ERROR;
+		if (s == PGRES_COMMAND_OK) {
+			db->changes = strtoll(PQcmdTuples(st->res), NULL, 10);
+			return SQL_DONE;
+		}
+		if (s != PGRES_TUPLES_OK) {
+			pg_msg(db, st->res);
+			const char *state =
+			    st->res ? PQresultErrorField(st->res, PG_DIAG_SQLSTATE) : NULL;
+			return state && !strcmp(state, "23505") ? SQL_UNIQUE : SQL_ERROR;
+		}
+		st->nrows = PQntuples(st->res);
+		st->row = -1;
+	}
+	if (!st->res || PQresultStatus(st->res) != PGRES_TUPLES_OK)
+		return SQL_DONE;
+	return ++st->row < st->nrows ? SQL_ROW : SQL_DONE;
+}
+
+/* 1 if col of the current row can be read. */
+static int pg_cell(struct sql_stmt *st, int col)
+{
+	return st->res && st->row >= 0 && st->row < st->nrows && col >= 0 &&
+	       col < PQnfields(st->res) && !PQgetisnull(st->res, st->row, col);
+}
+
+const char *sql_col_text(struct sql_stmt *st, int col)
+{
+	if (st->lite)
+		return (const char *)sqlite3_column_text(st->lite, col);
+	return pg_cell(st, col) ? PQgetvalue(st->res, st->row, col) : NULL;
+}
+
+size_t sql_col_bytes(struct sql_stmt *st, int col)
+{
+	if (st->lite) {
+		int n = sqlite3_column_bytes(st->lite, col);
+		return n > 0 ? (size_t)n : 0;
+	}
+	return pg_cell(st, col) ? (size_t)PQgetlength(st->res, st->row, col) : 0;
+}
+
+long long sql_col_int64(struct sql_stmt *st, int col)
+{
+	if (st->lite)
+		return sqlite3_column_int64(st->lite, col);
+	return pg_cell(st, col) ? strtoll(PQgetvalue(st->res, st->row, col), NULL, 10) : 0;
+}
+
+double sql_col_double(struct sql_stmt *st, int col)
+{
+	if (st->lite)
+		return sqlite3_column_double(st->lite, col);
+	return pg_cell(st, col) ? strtod(PQgetvalue(st->res, st->row, col), NULL) : 0;
+}
+
+void sql_reset(struct sql_stmt *st)
+{
+	if (st->lite) {
+		sqlite3_reset(st->lite);
+		return;
+	}
+	PQclear(st->res);
+	st->res = NULL;
+	st->ran = 0;
+	st->row = st->nrows = 0;
+}
+
+void sql_finalize(struct sql_stmt *st)
+{
+	if (!st)
+		return;
+	if (st->lite)
+		sqlite3_finalize(st->lite);
+	PQclear(st->res);
+	for (int i = 0; st->vals && i < st->nparams; i++)
+		free(st->vals[i]);
+	free(st->vals);
+	free(st->types);
+	free(st->text);
+	free(st);
+}
+
+/* ---- open, migrate, close ---- */
+
+static void quiet(void *arg, const char *message)
+{
+	(void)arg; /* NOTICEs ("already exists, skipping") are not errors */
+	(void)message;
+}
+
+/* The version of program's schema in db, -1 for none yet: 0 or -EIO. */
+static int pg_version(struct sql *db, const char *program, long long *version)
+{
+	struct sql_stmt *st;
+	int r = sql_prep(db, "SELECT version FROM cpuos_schema WHERE program = ?1", &st);
+	if (r)
+		return r;
+	*version = -1;
+	int rc = sql_bind_text(st, 1, program) == SQL_OK ? sql_step(st) : SQL_ERROR;
+	if (rc == SQL_ROW)
+		*version = sql_col_int64(st, 0);
+	else if (rc != SQL_DONE)
+		r = -EIO;
+	sql_finalize(st);
+	return r;
+}
+
+static int pg_migrate(struct sql *db, const struct sql_migration *m, int n, const char *program,
+		      char *err, size_t errlen)
+{
+	char lock[96];
+	snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)", PG_SCHEMA_LOCK);
+	long long v = 0;
+	int r = sql_begin(db);
+	/* read under the lock, inside the transaction that migrates */
+	if (!r)
+		r = pg_exec(db, lock, NULL, 0);
+	if (!r)
+		r = pg_exec(db,
+			    "CREATE TABLE IF NOT EXISTS cpuos_schema (program TEXT PRIMARY KEY,"
+			    " version BIGINT NOT NULL)",
+			    NULL, 0);
+	if (!r)
+		r = pg_version(db, program, &v);
+	if (r) {
+		errbuf_set(err, errlen, 0, "cannot read schema version: %s", db->msg);
+		goto fail;
+	}
+	if (v < 0)
+		v = 0;
+	if (v > n) {
+		r = errbuf_set(err, errlen, -EPROTO,
+			       "unknown schema version %lld (this %s knows up to %d)", v, program, n);
+		goto fail;
+	}
+	for (long long i = v; i < n; i++) {
+		const char *text = m[i].pg ? m[i].pg : m[i].sqlite;
+		if (*text && (r = pg_exec(db, text, NULL, 0)) < 0) {
+			errbuf_set(err, errlen, 0, "cannot migrate schema to version %lld: %s", i + 1,
+				   db->msg);
+			goto fail;
+		}
+	}
+	struct sql_stmt *st = NULL;
+	r = sql_prep(db,
+		     "INSERT INTO cpuos_schema (program, version) VALUES (?1, ?2) "
+		     "ON CONFLICT (program) DO UPDATE SET version = excluded.version",
+		     &st);
+	if (!r && (sql_bind_text(st, 1, program) != SQL_OK || sql_bind_int64(st, 2, n) != SQL_OK ||
+		   sql_step(st) != SQL_DONE))
+		r = -EIO;
+	sql_finalize(st);
+	if (!r)
+		r = sql_commit(db);
+	if (r) {
+		errbuf_set(err, errlen, 0, "cannot record schema version: %s", db->msg);
+		goto fail;
+	}
+	return 0;
+fail:
+	sql_rollback(db);
+	return r;
+}
+
+static int pg_open(struct sql *db, const char *target, const struct sql_migration *m, int n,
+		   const char *program, char *err, size_t errlen)
+{
+	/* A server that stops answering must not hold a store's lock for
+	 * ever: the target's own settings, given after these, win. */
+	const char *const keys[] = { "connect_timeout", "keepalives_idle", "options",
+				     "application_name", "dbname", NULL };
+	const char *const vals[] = { "10", "30", "-c statement_timeout=30000", program, target,
+				     NULL };
+	db->pg = PQconnectdbParams(keys, vals, 1);
+	if (!db->pg)
+		return errbuf_set(err, errlen, -ENOMEM, "out of memory");
+	if (PQstatus(db->pg) != CONNECTION_OK) {
+		pg_msg(db, NULL);
+		return errbuf_set(err, errlen, -EIO, "cannot connect to PostgreSQL: %s", db->msg);
+	}
+	PQsetNoticeProcessor(db->pg, quiet, NULL);
+	return pg_migrate(db, m, n, program, err, errlen);
+}
+
+int sql_open(const char *target, const struct sql_migration *m, int n, const char *program,
+	     struct sql **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	struct sql *db = calloc(1, sizeof(*db));
+	if (!db)
+		return errbuf_set(err, errlen, -ENOMEM, "out of memory");
+	int r;
+	if (sql_is_pg(target)) {
+		db->kind = SQL_PG;
+		r = pg_open(db, target, m, n, program, err, errlen);
+	} else {
+		db->kind = SQL_SQLITE;
+		const char **texts = calloc((size_t)n + 1, sizeof(*texts));
+		if (!texts) {
+			free(db);
+			return errbuf_set(err, errlen, -ENOMEM, "out of memory");
+		}
+		for (int i = 0; i < n; i++)
+			texts[i] = m[i].sqlite;
+		r = db_open(target, texts, n, program, NULL, &db->lite, err, errlen);
+		free(texts);
+	}
+	if (r) {
+		sql_close(db);
+		return r;
+	}
+	*out = db;
+	return 0;
+}
+
+void sql_close(struct sql *db)
+{
+	if (!db)
+		return;
+	if (db->lite)
+		db_close(NULL, db->lite);
+	if (db->pg)
+		PQfinish(db->pg);
+	free(db);
+}
