@@ -87,6 +87,10 @@ static const char usage[] =
 	"                         directory, from 1900000000:65536 up)\n"
 	"  --cgroups on|off       each QEMU in a cgroup limiting its memory, processes and\n"
 	"                         CPU time, on cgroup v1 or v2 (default on with --jail)\n"
+	"  --database URL         keep the state in PostgreSQL: postgresql://USER@HOST[:PORT]/DB\n"
+	"                         (libpq's URL or keywords; the password from PGPASSFILE or\n"
+	"                         ~/.pgpass, or PGPASSWORD, never on the command line)\n"
+	"                         (default: SQLite, <state-dir>/cpuos.db)\n"
 	"  --s3-endpoint URL      an S3-compatible object store (http[s]://host[:port]) that\n"
 	"                         keeps a copy of every pause, uploaded in the background,\n"
 	"                         so a paused sandbox outlives this host's disk (default:\n"
@@ -178,6 +182,7 @@ static const struct opt table[] = {
 	OPT_ON_OFF_OF("jail", struct config, jail),
 	OPT_FN_OF("jail-ids", set_jail_ids),
 	OPT_ON_OFF_OF("cgroups", struct config, cgroups),
+	OPT_TEXT_OF("database", struct config, database),
 	OPT_TEXT_OF("s3-endpoint", struct config, s3_endpoint),
 	OPT_TEXT_OF("s3-bucket", struct config, s3_bucket),
 	OPT_TEXT_OF("s3-region", struct config, s3_region),

@@ -9,6 +9,9 @@
 
 struct config {
 	char state_dir[PATH_MAX], socket[PATH_MAX], listen[128], guest_dir[PATH_MAX];
+	/* where the store is: "" for <state-dir>/cpuos.db (SQLite), or a
+	 * PostgreSQL URL or conninfo (lib/sql.h) */
+	char database[1024];
 	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
 	long long max_sandboxes, max_json, max_file, max_output;
 	/* what an account's running sandboxes may hold in all (0: no

@@ -21,6 +21,7 @@
 #include "daemon/wipe.h"
 #include "jail/jail.h"
 #include "lib/s3.h"
+#include "lib/sql.h"
 #include "priv/priv.h"
 
 #include <errno.h>
@@ -227,6 +228,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cpuosd: invalid --accel '%s' (auto, kvm or tcg)\n", o.accel);
 		return 2;
 	}
+	if (o.database[0] && !sql_is_pg(o.database)) {
+		fprintf(stderr, "cpuosd: --database '%.60s' is not a PostgreSQL URL "
+				"(postgresql://USER@HOST/DB)\n", o.database);
+		return 2;
+	}
 	if (o.egress_ca[0] && o.egress_ca[0] != '/') {
 		fprintf(stderr, "cpuosd: --egress-ca '%s' is not an absolute path\n", o.egress_ca);
 		return 2;
@@ -352,7 +358,7 @@ int main(int argc, char **argv)
 	}
 	snprintf(db, sizeof(db), "%s/cpuos.db", o.state_dir);
 	struct store *store;
-	if (store_open(db, &store, err, sizeof(err)) < 0) {
+	if (store_open(o.database[0] ? o.database : db, &store, err, sizeof(err)) < 0) {
 		log_error("%s", err);
 		netd_close(netd);
 		priv_close(priv);

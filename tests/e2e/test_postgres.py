@@ -1,0 +1,120 @@
+"""cpuosd with its state in a real PostgreSQL server (--database; scripts/pg.sh starts one on
+loopback): keys, sandboxes and their metadata, exec, pause and resume across a restart of the
+daemon, checkpoints, secrets and usage, all in PostgreSQL's tables; a database it cannot use stops
+it at the start with one clear line."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import cpuos
+from conftest import ROOT, Daemon, free_port
+
+
+class PgServer:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="cpuos-pg-", dir="/tmp")
+        out = subprocess.run([str(ROOT / "scripts/pg.sh"), "up", self.dir, str(free_port())],
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            pytest.fail(f"scripts/pg.sh up failed: {out.stderr.strip()}", pytrace=False)
+        self.env = {}
+        for line in out.stdout.splitlines():
+            if line.startswith("export ") and "=" in line:
+                k, v = line[7:].split("=", 1)
+                self.env[k] = v
+        self.url = self.env["CPUOS_PG_URL"]
+
+    def query(self, sql):
+        out = subprocess.run(["psql", "-X", "-A", "-t", "-c", sql, self.url], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, **self.env})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    def close(self):
+        subprocess.run([str(ROOT / "scripts/pg.sh"), "down", self.dir], timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    s = PgServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def pgd(pg):
+    d = Daemon(extra_args=["--database", pg.url])
+    try:
+        d.start(env={"PGPASSWORD": pg.env["PGPASSWORD"]})
+        d.key_a = d.create_key("postgres")
+        yield d
+    finally:
+        d.close()
+
+
+def sh(sbx, cmd):
+    r = sbx.exec(cmd, timeout="60s")
+    assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout.strip()
+
+
+def test_a_daemon_on_postgresql_keeps_everything_there(pgd, pg):
+    kw = {"api_key": pgd.key_a, "api_url": pgd.url}
+    sbx = cpuos.Sandbox.create(template="base", metadata={"user": "pg"}, **kw)
+    sh(sbx, "echo kept > /work/k")
+    assert pg.query(f"SELECT state FROM sandboxes WHERE id = '{sbx.id}'") == "running"
+    assert pg.query(f"SELECT value FROM sandbox_meta WHERE sbx_id = '{sbx.id}'") == "pg"
+    listed = cpuos.Sandbox.list(metadata={"user": "pg"}, **kw)
+    assert [s.id for s in listed] == [sbx.id]
+
+    ckp = sbx.checkpoint("pg-step")
+    assert pg.query(f"SELECT name FROM checkpoints WHERE id = '{ckp.id}'") == "pg-step"
+    sbx.pause()
+    assert pg.query(f"SELECT state FROM sandboxes WHERE id = '{sbx.id}'") == "paused"
+
+    # Everything it knows is in PostgreSQL: a new daemon on the same state resumes it.
+    pgd.restart(kill=True, env={"PGPASSWORD": pg.env["PGPASSWORD"]})
+    s2 = cpuos.Sandbox.connect(sbx.id, **kw)
+    assert s2.state == "paused"
+    assert sh(s2, "cat /work/k") == "kept"
+    assert pg.query(f"SELECT generation FROM sandboxes WHERE id = '{sbx.id}'") == "1"
+
+    c = cpuos.Sandbox.create(checkpoint="pg-step", **kw)
+    assert sh(c, "cat /work/k") == "kept"
+    c.kill()
+    s2.kill()
+    assert pg.query(f"SELECT state FROM sandboxes WHERE id = '{sbx.id}'") == "stopped"
+    u = cpuos.usage(**kw)
+    assert u.sandboxes == 2 and u.running_seconds > 0
+    assert int(pg.query("SELECT count(*) FROM usage_events")) >= 5
+
+    r = pgd.http("PUT", "/v1/secrets/PG_TOKEN", body={"value": "s3cr3t-value", "hosts": ["example.com"]},
+                 key=pgd.key_a)
+    assert r.status in (200, 201), r
+    sealed = pg.query("SELECT value FROM secrets WHERE name = 'PG_TOKEN'")
+    assert sealed.startswith("sealed1:") and "s3cr3t" not in sealed
+
+
+def test_a_database_it_cannot_use_stops_it_at_the_start(pg):
+    d = Daemon(extra_args=["--database", pg.url])
+    try:
+        with pytest.raises(pytest.fail.Exception) as e:
+            d.start(env={"PGPASSWORD": "wrong"})
+        assert "exited with 1" in str(e.value)
+        assert "cannot connect to PostgreSQL" in d.log_tail(5)
+        assert "password authentication failed" in d.log_tail(5)
+    finally:
+        d.close()
+    d = Daemon(extra_args=["--database", "/tmp/not-a-url"])
+    try:
+        with pytest.raises(pytest.fail.Exception) as e:
+            d.start()
+        assert "exited with 2" in str(e.value)
+        assert "is not a PostgreSQL URL" in d.log_tail(5)
+    finally:
+        d.close()
