@@ -91,6 +91,9 @@ static const char usage[] =
 	"                         (libpq's URL or keywords; the password from PGPASSFILE or\n"
 	"                         ~/.pgpass, or PGPASSWORD, never on the command line)\n"
 	"                         (default: SQLite, <state-dir>/cpuos.db)\n"
+	"  --copy-state-to URL    copy the state from <state-dir>/cpuos.db into this empty\n"
+	"                         PostgreSQL database and exit (stop the daemon first; start\n"
+	"                         it again with --database URL)\n"
 	"  --s3-endpoint URL      an S3-compatible object store (http[s]://host[:port]) that\n"
 	"                         keeps a copy of every pause, uploaded in the background,\n"
 	"                         so a paused sandbox outlives this host's disk (default:\n"
@@ -183,6 +186,7 @@ static const struct opt table[] = {
 	OPT_FN_OF("jail-ids", set_jail_ids),
 	OPT_ON_OFF_OF("cgroups", struct config, cgroups),
 	OPT_TEXT_OF("database", struct config, database),
+	OPT_TEXT_OF("copy-state-to", struct config, copy_state_to),
 	OPT_TEXT_OF("s3-endpoint", struct config, s3_endpoint),
 	OPT_TEXT_OF("s3-bucket", struct config, s3_bucket),
 	OPT_TEXT_OF("s3-region", struct config, s3_region),

@@ -12,6 +12,8 @@ struct config {
 	/* where the store is: "" for <state-dir>/cpuos.db (SQLite), or a
 	 * PostgreSQL URL or conninfo (lib/sql.h) */
 	char database[1024];
+	/* copy the state (SQLite) into this PostgreSQL database and exit */
+	char copy_state_to[1024];
 	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
 	long long max_sandboxes, max_json, max_file, max_output;
 	/* what an account's running sandboxes may hold in all (0: no

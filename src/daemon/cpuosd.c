@@ -206,6 +206,47 @@ static int open_netd(const struct config *o, const char *trust, int priv_sock, s
 	return 0;
 }
 
+/* --copy-state-to: the state directory's SQLite store into an empty
+ * PostgreSQL database. The exit status. */
+static int copy_state(const struct config *o)
+{
+	char db[PATH_MAX + 16], err[512];
+	snprintf(db, sizeof(db), "%s/cpuos.db", o->state_dir);
+	if (access(db, R_OK) < 0) {
+		fprintf(stderr, "cpuosd: no state to copy: %s: %s\n", db, strerror(errno));
+		return 1;
+	}
+	struct store *from = NULL, *to = NULL;
+	struct store_copied n;
+	int r = store_open(db, &from, err, sizeof(err));
+	if (r == 0)
+		r = store_open(o->copy_state_to, &to, err, sizeof(err));
+	if (r == 0)
+		r = store_copy(from, to, &n, err, sizeof(err));
+	store_close(to);
+	store_close(from);
+	/* Run as root, SQLite may leave its -wal and -shm as root's: the
+	 * daemon, which is not, must still open them. */
+	struct stat st;
+	if (stat(db, &st) == 0) {
+		const char *side[] = { "-wal", "-shm" };
+		for (size_t i = 0; i < 2; i++) {
+			char p[PATH_MAX + 24];
+			snprintf(p, sizeof(p), "%s%s", db, side[i]);
+			if (lchown(p, st.st_uid, st.st_gid) < 0 && errno != ENOENT)
+				fprintf(stderr, "cpuosd: cannot give %s back: %s\n", p, strerror(errno));
+		}
+	}
+	if (r < 0) {
+		fprintf(stderr, "cpuosd: %s\n", err);
+		return 1;
+	}
+	printf("cpuosd: copied %lld accounts, %lld keys, %lld sandboxes, %lld checkpoints, "
+	       "%lld usage events and %lld secrets from %s\n",
+	       n.accounts, n.keys, n.sandboxes, n.checkpoints, n.usage_events, n.secrets, db);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (wipe_install() < 0) {
@@ -228,11 +269,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cpuosd: invalid --accel '%s' (auto, kvm or tcg)\n", o.accel);
 		return 2;
 	}
-	if (o.database[0] && !sql_is_pg(o.database)) {
-		fprintf(stderr, "cpuosd: --database '%.60s' is not a PostgreSQL URL "
-				"(postgresql://USER@HOST/DB)\n", o.database);
+	const char *pg = o.copy_state_to[0] ? o.copy_state_to : o.database;
+	if (pg[0] && !sql_is_pg(pg)) {
+		fprintf(stderr, "cpuosd: --%s '%.60s' is not a PostgreSQL URL "
+				"(postgresql://USER@HOST/DB)\n",
+			o.copy_state_to[0] ? "copy-state-to" : "database", pg);
 		return 2;
 	}
+	if (o.copy_state_to[0])
+		return copy_state(&o);
 	if (o.egress_ca[0] && o.egress_ca[0] != '/') {
 		fprintf(stderr, "cpuosd: --egress-ca '%s' is not an absolute path\n", o.egress_ca);
 		return 2;

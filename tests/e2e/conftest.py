@@ -2,7 +2,8 @@
 cpuos-gateway processes in front of it (start_gateway).
 
 Set CPUOSD_BIN (CPUOS_GATEWAY_BIN) to test another daemon (gateway) binary, CPUOS_KEEP_STATE=1 to
-keep their state directories."""
+keep their state directories, CPUOS_E2E_PG=1 to run every daemon on PostgreSQL (--database: one
+server for the session, scripts/pg.sh, a database of its own per daemon) instead of SQLite."""
 
 import hashlib
 import http.client
@@ -83,6 +84,27 @@ class Response:
 # Each daemon gets a network range of its own (/20 blocks of 10.128/9):
 # two daemons sharing one would give two host-side veths one address.
 _RANGES = itertools.count(random.randrange(2048))
+_PG = {}  # CPUOS_E2E_PG: the session's server ("dir", "url", "env")
+_PG_DBS = itertools.count()
+
+
+def _pg_database():
+    """A new database on the session's PostgreSQL server (started on first use): its URL."""
+    if not _PG:
+        d = tempfile.mkdtemp(prefix="cpuos-e2e-pg-", dir="/tmp")
+        out = subprocess.run([str(ROOT / "scripts/pg.sh"), "up", d, str(free_port())],
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            pytest.fail(f"CPUOS_E2E_PG: scripts/pg.sh up failed: {out.stderr.strip()}", pytrace=False)
+        env = dict(line[7:].split("=", 1) for line in out.stdout.splitlines()
+                   if line.startswith("export ") and "=" in line)
+        _PG.update(dir=d, url=env["CPUOS_PG_URL"], env=env)
+    name = f"e2e_{os.getpid()}_{next(_PG_DBS)}"
+    out = subprocess.run(["psql", "-X", "-q", "-c", f"CREATE DATABASE {name}", _PG["url"]],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, **_PG["env"]})
+    if out.returncode != 0:
+        pytest.fail(f"CPUOS_E2E_PG: cannot make a database: {out.stderr.strip()}", pytrace=False)
+    return _PG["url"].rsplit("/", 1)[0] + "/" + name
 _DAEMONS = []
 
 
@@ -113,6 +135,8 @@ class Daemon:
         # Tests reach only what they create: no guest goes out unless it asks.
         if not any(str(a).startswith("--net-default") for a in self.extra_args):
             self.extra_args += ["--net-default", "deny-all"]
+        if os.environ.get("CPUOS_E2E_PG") and "--database" not in self.extra_args:
+            self.extra_args += ["--database", _pg_database()]
         self.url_port = free_port()
         if not any(str(a).startswith("--url-") for a in self.extra_args):
             self.extra_args += ["--url-listen", f"127.0.0.1:{self.url_port}"]
@@ -136,7 +160,7 @@ class Daemon:
              "--listen", f"127.0.0.1:{self.port}", "--guest-dir", str(GUEST_DIR),
              "--log-level", "info", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT),
-            env={**os.environ, **(env or {})})
+            env={**os.environ, **_PG.get("env", {}), **(env or {})})
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
@@ -454,6 +478,9 @@ def pytest_sessionfinish(session, exitstatus):
     for d in _DAEMONS:
         if d.proc is None or d.proc.poll() is not None:
             remove_networks(d)
+    if _PG:
+        subprocess.run([str(ROOT / "scripts/pg.sh"), "down", _PG["dir"]], timeout=60)
+        shutil.rmtree(_PG["dir"], ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

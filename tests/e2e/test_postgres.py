@@ -1,7 +1,8 @@
 """cpuosd with its state in a real PostgreSQL server (--database; scripts/pg.sh starts one on
 loopback): keys, sandboxes and their metadata, exec, pause and resume across a restart of the
-daemon, checkpoints, secrets and usage, all in PostgreSQL's tables; a database it cannot use stops
-it at the start with one clear line."""
+daemon, checkpoints, secrets and usage, all in PostgreSQL's tables; a single host's SQLite state
+copied into PostgreSQL (--copy-state-to) and served from there; a database it cannot use stops it at
+the start with one clear line."""
 
 import os
 import shutil
@@ -11,7 +12,7 @@ import tempfile
 import pytest
 
 import cpuos
-from conftest import ROOT, Daemon, free_port
+from conftest import DAEMON_BIN, ROOT, Daemon, free_port
 
 
 class PgServer:
@@ -98,6 +99,43 @@ def test_a_daemon_on_postgresql_keeps_everything_there(pgd, pg):
     assert r.status in (200, 201), r
     sealed = pg.query("SELECT value FROM secrets WHERE name = 'PG_TOKEN'")
     assert sealed.startswith("sealed1:") and "s3cr3t" not in sealed
+
+
+def test_a_single_hosts_state_moves_to_postgresql(pg, monkeypatch):
+    monkeypatch.delenv("CPUOS_E2E_PG", raising=False)  # it starts on SQLite, whatever the suite does
+    d = Daemon()
+    try:
+        d.start()
+        d.key_a = d.create_key("moving")
+        kw = {"api_key": d.key_a, "api_url": d.url}
+        sbx = cpuos.Sandbox.create(template="base", metadata={"move": "yes"}, **kw)
+        sh(sbx, "echo moved > /work/m")
+        sbx.checkpoint("before-move")
+        sbx.pause()
+        before = cpuos.usage(**kw)
+        d.stop()
+        pg.query("CREATE DATABASE moved")
+        url = pg.url.rsplit("/", 1)[0] + "/moved"
+        env = {**os.environ, **pg.env}
+        out = subprocess.run([str(DAEMON_BIN), "--state-dir", d.state_dir, "--copy-state-to", url],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, out.stderr
+        assert "copied 1 accounts, 1 keys, 1 sandboxes, 1 checkpoints" in out.stdout, out.stdout
+        # Copied once: a second copy would mix two states.
+        again = subprocess.run([str(DAEMON_BIN), "--state-dir", d.state_dir, "--copy-state-to", url],
+                               capture_output=True, text=True, timeout=60, env=env)
+        assert again.returncode == 1 and "already holds a cpuosd's state" in again.stderr
+
+        d.extra_args += ["--database", url]
+        d.start(env=pg.env)
+        s2 = cpuos.Sandbox.connect(sbx.id, **kw)  # the same key, from PostgreSQL now
+        assert s2.state == "paused" and s2.metadata == {"move": "yes"}
+        after = cpuos.usage(**kw)
+        assert after.running_seconds == pytest.approx(before.running_seconds, abs=0.01)
+        assert sh(s2, "cat /work/m") == "moved"
+        assert sh(cpuos.Sandbox.create(checkpoint="before-move", **kw), "cat /work/m") == "moved"
+    finally:
+        d.close()
 
 
 def test_a_database_it_cannot_use_stops_it_at_the_start(pg):

@@ -263,4 +263,15 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
  * them at start); *out as for store_sbx_list. */
 int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n);
 
+/* ---- a whole store into another ---- */
+struct store_copied {
+	long long accounts, keys, sandboxes, checkpoints, usage_events, secrets;
+};
+/* Copies every row of from into to, which must hold nothing yet (-EEXIST),
+ * in one transaction on each (a daemon writing to from waits meanwhile):
+ * how a single host's SQLite state moves to PostgreSQL. 0 with the counts
+ * in *out, or -errno with a reason in err. */
+int store_copy(struct store *from, struct store *to, struct store_copied *out, char *err,
+	       size_t errlen);
+
 #endif

@@ -1068,6 +1068,91 @@ static void test_pg_parallel_first_opens(void)
 	tdb_remove(&t);
 }
 
+/* A single host's SQLite state copied whole into an empty PostgreSQL
+ * database: keys (in the order made), sandboxes and their metadata,
+ * checkpoints, the trash, usage (its numbers kept, the next one after
+ * them) and secrets, all read back the same; a second copy is refused. */
+static void test_copy_sqlite_to_pg(void)
+{
+	struct tdb a, b;
+	if (tdb_open(&a))
+		return;
+	on_pg = 1;
+	if (tdb_open(&b)) {
+		tdb_remove(&a);
+		return;
+	}
+	char secret[3][STORE_KEY_SECRET_LEN + 1];
+	struct store_key k[3];
+	const char *names[] = { "k1", "k2", "k3" };
+	for (int i = 0; i < 3; i++)
+		CHECK(store_key_create(a.s, names[i], "alice", secret[i], &k[i]) == 0);
+	CHECK(insert(a.s, "sbx_0000000000000001", "alice", 1000, "{\"user\":\"x'y\"}") == 0);
+	CHECK(insert(a.s, "sbx_0000000000000002", "bob", 1001, "{}") == 0);
+	struct store_usage_event ev = { .sbx_id = "sbx_0000000000000001", .account = "alice",
+					.state = "running", .vcpus = 2, .memory_mb = 1024,
+					.at_ms = 1000000 };
+	CHECK(store_usage_add(a.s, &ev) == 0);
+	struct store_sbx_move mv = { .id = "sbx_0000000000000001", .from = "running",
+				     .to = "paused", .paused_at = 1010, .timeout_left_s = 30 };
+	struct store_usage_event pe = ev;
+	pe.state = "paused";
+	pe.storage_bytes = 1 << 30;
+	pe.at_ms = 1010000;
+	mv.usage = &pe;
+	CHECK(store_sbx_move(a.s, &mv) == 0);
+	CHECK(ckpt_insert(a.s, "ckp_00000000000000aa", "one", 1005) == 0);
+	struct store_secret sx = { .account = "alice", .name = "TOKEN",
+				   .placeholder = "cpuos-secret-00000000000000000000000000000009",
+				   .value = "sealed1:dmFs", .hosts_json = "[\"api.test\"]",
+				   .sealed = 1, .updated_at = 100 };
+	CHECK(store_secret_put(a.s, &sx, NULL) == 0);
+
+	struct store_copied n;
+	char err[256];
+	CHECK(store_copy(a.s, b.s, &n, err, sizeof(err)) == 0);
+	CHECK(n.accounts == 2 && n.keys == 3 && n.sandboxes == 2 && n.checkpoints == 1 &&
+	      n.usage_events == 2 && n.secrets == 1);
+	struct store_key *ks;
+	size_t nk;
+	CHECK(store_key_list(b.s, &ks, &nk) == 0 && nk == 3 && !strcmp(ks[0].name, "k1") &&
+	      !strcmp(ks[2].name, "k3") && !strcmp(ks[1].id, k[1].id));
+	free(ks);
+	char account[128];
+	CHECK(store_key_lookup(b.s, secret[2], account, sizeof(account)) == 0 &&
+	      !strcmp(account, "alice"));
+	struct store_sbx x;
+	if (CHECK(store_sbx_get(b.s, "sbx_0000000000000001", &x) == 0)) {
+		CHECK(!strcmp(x.state, "paused") && x.paused_at == 1010 && x.timeout_left_s == 30 &&
+		      !strcmp(x.metadata_json, "{\"user\":\"x'y\"}") && x.vcpus == 2);
+		store_sbx_release(&x);
+	}
+	struct store_kv q[] = { { "user", "x'y" } };
+	struct store_sbx *xs;
+	size_t nx;
+	char cursor[128];
+	CHECK(store_sbx_list(b.s, NULL, NULL, q, 1, 10, NULL, &xs, &nx, cursor, sizeof(cursor)) == 0 &&
+	      nx == 1);
+	store_sbx_free_list(xs, nx);
+	struct store_ckpt c;
+	CHECK(store_ckpt_get(b.s, "alice", "one", &c) == 0);
+	store_ckpt_release(&c);
+	struct store_usage ua, ub;
+	CHECK(store_usage_query(a.s, "alice", NULL, 0, 2000000, 2000000, &ua) == 0);
+	CHECK(store_usage_query(b.s, "alice", NULL, 0, 2000000, 2000000, &ub) == 0);
+	CHECK(ua.running_s == 10 && ub.running_s == ua.running_s && ub.vcpu_s == ua.vcpu_s &&
+	      ub.paused_gib_s == ua.paused_gib_s && ub.sandboxes == 1);
+	ev.at_ms = 1020000; /* numbered after the copied ones */
+	CHECK(store_usage_add(b.s, &ev) == 0);
+	struct store_secret sy;
+	CHECK(store_secret_get(b.s, "alice", "TOKEN", &sy) == 0 && sy.sealed &&
+	      !strcmp(sy.value, "sealed1:dmFs"));
+	store_secret_release(&sy);
+	CHECK(store_copy(a.s, b.s, &n, err, sizeof(err)) == -EEXIST && strstr(err, "already"));
+	tdb_remove(&b);
+	tdb_remove(&a);
+}
+
 #define ON_PG(fn)                                                                                  \
 	static void pg_##fn(void)                                                                  \
 	{                                                                                          \
@@ -1110,6 +1195,7 @@ int main(int argc, char **argv)
 	     test_old_secret_values_are_sealed_and_scrubbed},
 	    {"store_stored_pauses", test_stored_pauses},
 	    {"store_stored_checkpoints", test_stored_checkpoints},
+	    {"pg_store_copy_from_sqlite", test_copy_sqlite_to_pg},
 	    {"pg_store_key_create_lookup", pg_test_key_create_lookup},
 	    {"pg_store_key_list_delete", pg_test_key_list_delete},
 	    {"pg_store_sbx_crud", pg_test_sbx_crud},
