@@ -26,6 +26,7 @@ struct sql {
 	sqlite3 *lite;
 	PGconn *pg;
 	long long changes; /* PostgreSQL: of the last statement that finished */
+	int in_tx;	   /* PostgreSQL: between BEGIN and COMMIT or ROLLBACK */
 	char msg[512];
 };
 
@@ -39,7 +40,7 @@ struct sql_stmt {
 	char **vals;
 	Oid *types;
 	PGresult *res;
-	int row, nrows, ran;
+	int row, nrows, ran, failed;
 };
 
 int sql_is_pg(const char *target)
@@ -77,11 +78,18 @@ static void pg_msg(struct sql *db, const PGresult *res)
 			*p = p[1] ? ' ' : '\0';
 }
 
-/* The connection, made anew if it broke: 0 or -EIO. */
+/* The connection, made anew if it broke: 0 or -EIO. Not inside a
+ * transaction: the break ended it, and a statement on a new connection
+ * would commit on its own what the caller thinks part of it. */
 static int pg_ready(struct sql *db)
 {
 	if (PQstatus(db->pg) == CONNECTION_OK)
 		return 0;
+	if (db->in_tx) {
+		snprintf(db->msg, sizeof(db->msg), "the connection to PostgreSQL broke in a "
+						   "transaction");
+		return -EIO;
+	}
 	PQreset(db->pg);
 	if (PQstatus(db->pg) == CONNECTION_OK)
 		return 0;
@@ -116,20 +124,28 @@ int sql_begin(struct sql *db)
 {
 	if (db->kind == SQL_SQLITE)
 		return db_begin(db->lite);
-	return pg_exec(db, "BEGIN", NULL, 0);
+	int r = pg_exec(db, "BEGIN", NULL, 0);
+	db->in_tx = r == 0;
+	return r;
 }
 
 int sql_commit(struct sql *db)
 {
 	if (db->kind == SQL_SQLITE)
 		return db_commit(db->lite);
-	char tag[32];
-	int r = pg_exec(db, "COMMIT", tag, sizeof(tag));
-	/* A transaction that failed part-way "commits" as a rollback. */
-	if (r == 0 && strcmp(tag, "COMMIT")) {
-		snprintf(db->msg, sizeof(db->msg), "the transaction was rolled back");
+	/* Only a transaction still whole commits: one that failed part-way
+	 * "commits" as a rollback, one whose connection broke is gone. */
+	char tag[32] = "";
+	int r = PQtransactionStatus(db->pg) == PQTRANS_INTRANS
+			? pg_exec(db, "COMMIT", tag, sizeof(tag))
+			: -EIO;
+	if (r == 0 && strcmp(tag, "COMMIT"))
 		r = -EIO;
-	}
+	if (r < 0 && !strcmp(tag, "ROLLBACK"))
+		snprintf(db->msg, sizeof(db->msg), "the transaction was rolled back");
+	db->in_tx = 0;
+	if (r < 0)
+		sql_rollback(db);
 	return r;
 }
 
@@ -139,6 +155,7 @@ void sql_rollback(struct sql *db)
 		db_rollback(db->lite);
 		return;
 	}
+	db->in_tx = 0;
 	PGTransactionStatusType t = PQtransactionStatus(db->pg);
 	if (t == PQTRANS_INTRANS || t == PQTRANS_INERROR)
 		PQclear(PQexec(db->pg, "ROLLBACK"));
@@ -268,6 +285,9 @@ int sql_bind_null(struct sql_stmt *st, int i)
 {
 	if (st->lite)
 		return sqlite3_bind_null(st->lite, i);
+	/* A NULL of type text, as unbound parameters are: "?1 IS NULL"
+	 * alone gives PostgreSQL nothing to infer a type from. (So a NULL
+	 * compared with a number fails: the store binds none.) */
 	return pg_bind(st, i, NULL, PG_TEXT, 0);
 }
 
@@ -291,10 +311,12 @@ int sql_step(struct sql_stmt *st)
 	if (st->lite)
 		return lite_step(st);
 	struct sql *db = st->db;
+	if (st->failed)
+		return st->failed; /* as SQLite: an error is the answer again */
 	if (!st->ran) {
 		st->ran = 1;
 		if (pg_ready(db) < 0)
-			return SQL_ERROR;
+			return st->failed = SQL_ERROR;
 		st->res = PQexecParams(db->pg, st->text, st->nparams, st->types,
 				       (const char *const *)st->vals, NULL, NULL, 0);
 		ExecStatusType s = st->res ? PQresultStatus(st->res) : PGRES_FATAL_ERROR;
@@ -306,7 +328,7 @@ int sql_step(struct sql_stmt *st)
 			pg_msg(db, st->res);
 			const char *state =
 			    st->res ? PQresultErrorField(st->res, PG_DIAG_SQLSTATE) : NULL;
-			return state && !strcmp(state, "23505") ? SQL_UNIQUE : SQL_ERROR;
+			return st->failed = state && !strcmp(state, "23505") ? SQL_UNIQUE : SQL_ERROR;
 		}
 		st->nrows = PQntuples(st->res);
 		st->row = -1;
@@ -361,7 +383,7 @@ void sql_reset(struct sql_stmt *st)
 	}
 	PQclear(st->res);
 	st->res = NULL;
-	st->ran = 0;
+	st->ran = st->failed = 0;
 	st->row = st->nrows = 0;
 }
 
@@ -466,11 +488,15 @@ static int pg_open(struct sql *db, const char *target, const struct sql_migratio
 		   const char *program, char *err, size_t errlen)
 {
 	/* A server that stops answering must not hold a store's lock for
-	 * ever: the target's own settings, given after these, win. */
-	const char *const keys[] = { "connect_timeout", "keepalives_idle", "options",
+	 * long: the connection gives up on unacknowledged data after 30 s
+	 * and on a silent peer after 30 + 3 x 10 s, the server ends a
+	 * statement after 30 s. The target's own settings, given after
+	 * these, win. */
+	const char *const keys[] = { "connect_timeout", "tcp_user_timeout", "keepalives_idle",
+				     "keepalives_interval", "keepalives_count", "options",
 				     "application_name", "dbname", NULL };
-	const char *const vals[] = { "10", "30", "-c statement_timeout=30000", program, target,
-				     NULL };
+	const char *const vals[] = { "10", "30000", "30", "10", "3", "-c statement_timeout=30000",
+				     program, target, NULL };
 	db->pg = PQconnectdbParams(keys, vals, 1);
 	if (!db->pg)
 		return errbuf_set(err, errlen, -ENOMEM, "out of memory");

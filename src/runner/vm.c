@@ -343,6 +343,10 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		r = vm__prepare_restore(vm, cfg, &m, mem, sizeof(mem), err, errlen);
 		if (r == 0)
 			r = snap_check(&m, &vm->env, err, errlen); /* QEMU's version is checked below */
+		/* The guest trusts what it trusted when it was saved: a pause
+		 * of it says no more than its snapshot did. */
+		if (r == 0)
+			snprintf(vm->env.trust, sizeof(vm->env.trust), "%s", m.env.trust);
 	} else {
 		snprintf(mem, sizeof(mem), "%s/mem", vm->run_dir);
 		unlink(mem); /* a fresh RAM file, whatever an earlier VM left here */

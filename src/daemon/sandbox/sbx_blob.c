@@ -188,11 +188,12 @@ static void upload_ckpt(struct sbx_mgr *m, struct sbx_blob *b, const struct stor
 	s3_set_cancel(b->s3, &b->cancel);
 	r = snapblob_push(b->s3, c->dir, prefix, sha, err, sizeof(err));
 	s3_set_cancel(b->s3, NULL);
+	int recorded = 0;
 	if (r == 0) {
 		snprintf(rec, sizeof(rec), "%s %s", key, sha);
 		if ((r = store_ckpt_set_stored(m->store, c->id, rec)) < 0)
-			snprintf(err, sizeof(err), "%s", r == -ENOENT ? "it was deleted meanwhile"
-								       : strerror(-r));
+			snprintf(err, sizeof(err), "cannot record it: %s", strerror(-r));
+		recorded = 1;
 	}
 	if (r == 0) {
 		log_info("checkpoint %s stored in the object store in %.0f ms", c->id,
@@ -202,8 +203,20 @@ static void upload_ckpt(struct sbx_mgr *m, struct sbx_blob *b, const struct stor
 	if (r != -ECANCELED)
 		log_warn("checkpoint %s not stored in the object store (tried again later): %s",
 			 c->id, err);
+	/* What went up half is of no use; what went up whole is deleted only
+	 * once no row can name it: a record whose answer was lost may stand,
+	 * and a checkpoint still there goes up again to the same key. */
+	int gone = !recorded;
+	if (recorded) {
+		struct store_ckpt now;
+		int g = store_ckpt_get(m->store, NULL, c->id, &now);
+		if (g == 0)
+			store_ckpt_release(&now);
+		gone = g == -ENOENT;
+	}
 	char e2[256];
-	snapblob_delete(b->s3, prefix, e2, sizeof(e2));
+	if (gone)
+		snapblob_delete(b->s3, prefix, e2, sizeof(e2));
 }
 
 /* Deletes the objects of deleted checkpoints, then forgets them. */
@@ -471,6 +484,12 @@ int sbx__blob_ckpt(struct sbx_mgr *m, struct store_ckpt *c, char *err, size_t er
 	snprintf(dir, sizeof(dir), "%s/checkpoints/%s", m->cfg.state_dir, c->id);
 	if (!m->cfg.blob || !c->stored[0] || parse_ckpt_stored(c->stored, key, sha) < 0)
 		return 0; /* not stored: the restore says what is wrong, if anything */
+	/* Here whole, as nearly always: no wait behind another's fetch (a
+	 * fetched copy comes in by one rename, whole or not at all). */
+	if (snap_load(dir, &sm, 0, e2, sizeof(e2)) == 0) {
+		snprintf(c->dir, sizeof(c->dir), "%s", dir);
+		return 0;
+	}
 	/* One fetch of a checkpoint at a time; the creates that waited for
 	 * it find it whole. */
 	pthread_mutex_lock(&m->ckpt_fetch_mu);
