@@ -94,6 +94,11 @@ static const char usage[] =
 	"  --copy-state-to URL    copy the state from <state-dir>/cpuos.db into this empty\n"
 	"                         PostgreSQL database and exit (stop the daemon first; start\n"
 	"                         it again with --database URL)\n"
+	"  --node NAME            one of several daemons sharing --database, each named: it\n"
+	"                         owns what it runs, holds a lease it renews, and stops when\n"
+	"                         the others declare it down (default: none, a single host)\n"
+	"  --node-url URL         where an API reaches this node (default http://<--listen>)\n"
+	"  --node-lease N         seconds a node is thought alive without renewing (default 15)\n"
 	"  --s3-endpoint URL      an S3-compatible object store (http[s]://host[:port]) that\n"
 	"                         keeps a copy of every pause, uploaded in the background,\n"
 	"                         so a paused sandbox outlives this host's disk (default:\n"
@@ -187,6 +192,9 @@ static const struct opt table[] = {
 	OPT_ON_OFF_OF("cgroups", struct config, cgroups),
 	OPT_TEXT_OF("database", struct config, database),
 	OPT_TEXT_OF("copy-state-to", struct config, copy_state_to),
+	OPT_TEXT_OF("node", struct config, node),
+	OPT_TEXT_OF("node-url", struct config, node_url),
+	OPT_INT_OF("node-lease", struct config, node_lease_s, 3, 3600),
 	OPT_TEXT_OF("s3-endpoint", struct config, s3_endpoint),
 	OPT_TEXT_OF("s3-bucket", struct config, s3_bucket),
 	OPT_TEXT_OF("s3-region", struct config, s3_region),
@@ -228,6 +236,7 @@ static void defaults(struct config *o)
 	o->price_memory_gib = 4;
 	o->price_storage_gib_month = 0;
 	o->paused_retention_s = 30LL * 24 * 3600;
+	o->node_lease_s = 15;
 	o->template_snapshots = 1;
 	o->pool_python = 2;
 	o->pool_other = 0;

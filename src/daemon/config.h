@@ -14,6 +14,10 @@ struct config {
 	char database[1024];
 	/* copy the state (SQLite) into this PostgreSQL database and exit */
 	char copy_state_to[1024];
+	/* one of several daemons sharing --database: its name ("": a single
+	 * host), where the API reaches it, and its lease in seconds */
+	char node[64], node_url[256];
+	long long node_lease_s;
 	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
 	long long max_sandboxes, max_json, max_file, max_output;
 	/* what an account's running sandboxes may hold in all (0: no

@@ -37,7 +37,9 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Port URLs reach the guests through the sandboxes. */
@@ -241,9 +243,73 @@ static int copy_state(const struct config *o)
 		fprintf(stderr, "cpuosd: %s\n", err);
 		return 1;
 	}
+	/* Set aside, so no daemon takes it for the state any more. */
+	char aside[PATH_MAX + 32];
+	snprintf(aside, sizeof(aside), "%s.copied", db);
+	if (rename(db, aside) < 0) {
+		fprintf(stderr, "cpuosd: copied, but cannot move %s aside: %s\n", db, strerror(errno));
+		return 1;
+	}
 	printf("cpuosd: copied %lld accounts, %lld keys, %lld sandboxes, %lld checkpoints, "
-	       "%lld usage events and %lld secrets from %s\n",
-	       n.accounts, n.keys, n.sandboxes, n.checkpoints, n.usage_events, n.secrets, db);
+	       "%lld usage events and %lld secrets from %s (now %s)\n",
+	       n.accounts, n.keys, n.sandboxes, n.checkpoints, n.usage_events, n.secrets, db, aside);
+	return 0;
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* --node: this daemon joins the others on the database, owning the
+ * sandboxes it runs from now on (and those it ran before, at a new
+ * epoch): 0, or -1 after logging why. */
+static int join_cluster(const struct config *o, struct store *store)
+{
+	struct store_node n = { .lease_until_ms = now_ms() + o->node_lease_s * 1000,
+				.joined_at = (long long)time(NULL) };
+	snprintf(n.name, sizeof(n.name), "%s", o->node);
+	if (o->node_url[0])
+		snprintf(n.url, sizeof(n.url), "%s", o->node_url);
+	else
+		snprintf(n.url, sizeof(n.url), "http://%.120s", o->listen);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct sysinfo si;
+	n.vcpus = cpus > 0 ? (unsigned)cpus : 0;
+	if (sysinfo(&si) == 0)
+		n.memory_mb = (unsigned long long)si.totalram * si.mem_unit >> 20;
+	long long epoch;
+	int r = store_node_join(store, &n, &epoch);
+	if (r < 0) {
+		log_error("--node '%s': cannot join: %s", o->node,
+			  r == -EINVAL ? "a name is 1..63 of A-Z a-z 0-9 . _ -" : strerror(-r));
+		return -1;
+	}
+	log_info("node %s joined at epoch %lld (%s, lease %lld s)", n.name, epoch, n.url,
+		 o->node_lease_s);
+	return 0;
+}
+
+/* A node's round: its lease renewed, and the nodes whose leases ran out
+ * declared down (any node may; each is declared once). -1 when this node
+ * was itself declared down: it must stop. */
+static int node_round(const struct config *o, struct store *store)
+{
+	int r = store_node_renew(store, now_ms() + o->node_lease_s * 1000);
+	if (r == -ESTALE) {
+		log_error("node %s was declared down (its lease ran out) or joined elsewhere: "
+			  "stopping; what it ran is lost, and the next start kills it",
+			  o->node);
+		return -1;
+	}
+	if (r < 0)
+		log_warn("node %s: cannot renew its lease: %s", o->node, strerror(-r));
+	int downed = store_nodes_reap(store, now_ms());
+	if (downed > 0)
+		log_warn("declared %d node%s down: their leases ran out", downed,
+			 downed == 1 ? "" : "s");
 	return 0;
 }
 
@@ -278,6 +344,10 @@ int main(int argc, char **argv)
 	}
 	if (o.copy_state_to[0])
 		return copy_state(&o);
+	if (o.node[0] && !o.database[0]) {
+		fprintf(stderr, "cpuosd: --node needs --database: nodes share one PostgreSQL\n");
+		return 2;
+	}
 	if (o.egress_ca[0] && o.egress_ca[0] != '/') {
 		fprintf(stderr, "cpuosd: --egress-ca '%s' is not an absolute path\n", o.egress_ca);
 		return 2;
@@ -402,9 +472,37 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/cpuos.db", o.state_dir);
+	/* A state directory of a single host's: its sandboxes are in that
+	 * file, and a daemon on an empty database would orphan them. */
+	struct stat dbst;
+	if (o.database[0] && stat(db, &dbst) == 0 && dbst.st_size > 0) {
+		log_error("%s holds this state directory's state: copy it with --copy-state-to "
+			  "URL first (or remove it)", db);
+		netd_close(netd);
+		priv_close(priv);
+		return 1;
+	}
 	struct store *store;
 	if (store_open(o.database[0] ? o.database : db, &store, err, sizeof(err)) < 0) {
 		log_error("%s", err);
+		netd_close(netd);
+		priv_close(priv);
+		return 1;
+	}
+	/* One single host's daemon on a database, or only nodes. */
+	int claimed = store_claim(store, o.node[0] != 0);
+	if (claimed < 0) {
+		log_error("%s", claimed == -EBUSY
+				    ? "another cpuosd uses this database: daemons that share one are "
+				      "each a --node with a name of its own"
+				    : "cannot claim the database");
+		store_close(store);
+		netd_close(netd);
+		priv_close(priv);
+		return 1;
+	}
+	if (o.node[0] && join_cluster(&o, store) < 0) {
+		store_close(store);
 		netd_close(netd);
 		priv_close(priv);
 		return 1;
@@ -511,10 +609,18 @@ int main(int argc, char **argv)
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	struct pollfd pf[3] = { { .fd = sfd, .events = POLLIN }, { .fd = priv_pfd, .events = POLLIN },
 				{ .fd = netd_pfd, .events = POLLIN } };
-	while (sfd >= 0 && poll(pf, 3, -1) < 0 && errno == EINTR)
-		;
+	/* A node renews its lease a few times within it. */
+	int round_ms = o.node[0] ? (int)(o.node_lease_s * 1000 / 3) : -1, fenced = 0, polled;
+	while (sfd >= 0 &&
+	       ((polled = poll(pf, 3, round_ms)) == 0 || (polled < 0 && errno == EINTR)))
+		if (polled == 0 && node_round(&o, store) < 0) {
+			fenced = 1;
+			break;
+		}
 	struct signalfd_siginfo si = { 0 };
-	if (sfd < 0 || pf[0].revents) {
+	if (fenced) {
+		log_info("shutting down: fenced");
+	} else if (sfd < 0 || pf[0].revents) {
 		while (sfd >= 0 && read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)
 			;
 		log_info("signal %u: shutting down; sandboxes keep running", si.ssi_signo);
@@ -537,5 +643,5 @@ int main(int argc, char **argv)
 		close(priv_pfd);
 	if (netd_pfd >= 0)
 		close(netd_pfd);
-	return 0;
+	return fenced ? 1 : 0;
 }

@@ -84,27 +84,19 @@ class Response:
 # Each daemon gets a network range of its own (/20 blocks of 10.128/9):
 # two daemons sharing one would give two host-side veths one address.
 _RANGES = itertools.count(random.randrange(2048))
-_PG = {}  # CPUOS_E2E_PG: the session's server ("dir", "url", "env")
+_PG = []  # CPUOS_E2E_PG: the session's server (a PgServer), once started
 _PG_DBS = itertools.count()
 
 
 def _pg_database():
     """A new database on the session's PostgreSQL server (started on first use): its URL."""
     if not _PG:
-        d = tempfile.mkdtemp(prefix="cpuos-e2e-pg-", dir="/tmp")
-        out = subprocess.run([str(ROOT / "scripts/pg.sh"), "up", d, str(free_port())],
-                             capture_output=True, text=True, timeout=120)
-        if out.returncode != 0:
-            pytest.fail(f"CPUOS_E2E_PG: scripts/pg.sh up failed: {out.stderr.strip()}", pytrace=False)
-        env = dict(line[7:].split("=", 1) for line in out.stdout.splitlines()
-                   if line.startswith("export ") and "=" in line)
-        _PG.update(dir=d, url=env["CPUOS_PG_URL"], env=env)
+        _PG.append(PgServer())
     name = f"e2e_{os.getpid()}_{next(_PG_DBS)}"
-    out = subprocess.run(["psql", "-X", "-q", "-c", f"CREATE DATABASE {name}", _PG["url"]],
-                         capture_output=True, text=True, timeout=60, env={**os.environ, **_PG["env"]})
-    if out.returncode != 0:
-        pytest.fail(f"CPUOS_E2E_PG: cannot make a database: {out.stderr.strip()}", pytrace=False)
-    return _PG["url"].rsplit("/", 1)[0] + "/" + name
+    _PG[0].query(f"CREATE DATABASE {name}")
+    return _PG[0].url.rsplit("/", 1)[0] + "/" + name
+
+
 _DAEMONS = []
 
 
@@ -160,7 +152,7 @@ class Daemon:
              "--listen", f"127.0.0.1:{self.port}", "--guest-dir", str(GUEST_DIR),
              "--log-level", "info", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT),
-            env={**os.environ, **_PG.get("env", {}), **(env or {})})
+            env={**os.environ, **(_PG[0].env if _PG else {}), **(env or {})})
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
@@ -253,6 +245,33 @@ class Daemon:
         self.stop()
         if not os.environ.get("CPUOS_KEEP_STATE"):
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PgServer:
+    """A PostgreSQL server of a module's own (scripts/pg.sh): `url`, `env` (its password), `query`."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="cpuos-pg-", dir="/tmp")
+        out = subprocess.run([str(ROOT / "scripts/pg.sh"), "up", self.dir, str(free_port())],
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            pytest.fail(f"scripts/pg.sh up failed: {out.stderr.strip()}", pytrace=False)
+        self.env = {}
+        for line in out.stdout.splitlines():
+            if line.startswith("export ") and "=" in line:
+                k, v = line[7:].split("=", 1)
+                self.env[k] = v
+        self.url = self.env["CPUOS_PG_URL"]
+
+    def query(self, sql):
+        out = subprocess.run(["psql", "-X", "-A", "-t", "-c", sql, self.url], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, **self.env})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    def close(self):
+        subprocess.run([str(ROOT / "scripts/pg.sh"), "down", self.dir], timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def started_daemon(*args, key="own"):
@@ -479,8 +498,7 @@ def pytest_sessionfinish(session, exitstatus):
         if d.proc is None or d.proc.poll() is not None:
             remove_networks(d)
     if _PG:
-        subprocess.run([str(ROOT / "scripts/pg.sh"), "down", _PG["dir"]], timeout=60)
-        shutil.rmtree(_PG["dir"], ignore_errors=True)
+        _PG[0].close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -5,39 +5,12 @@ copied into PostgreSQL (--copy-state-to) and served from there; a database it ca
 the start with one clear line."""
 
 import os
-import shutil
 import subprocess
-import tempfile
 
 import pytest
 
 import cpuos
-from conftest import DAEMON_BIN, ROOT, Daemon, free_port
-
-
-class PgServer:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="cpuos-pg-", dir="/tmp")
-        out = subprocess.run([str(ROOT / "scripts/pg.sh"), "up", self.dir, str(free_port())],
-                             capture_output=True, text=True, timeout=120)
-        if out.returncode != 0:
-            pytest.fail(f"scripts/pg.sh up failed: {out.stderr.strip()}", pytrace=False)
-        self.env = {}
-        for line in out.stdout.splitlines():
-            if line.startswith("export ") and "=" in line:
-                k, v = line[7:].split("=", 1)
-                self.env[k] = v
-        self.url = self.env["CPUOS_PG_URL"]
-
-    def query(self, sql):
-        out = subprocess.run(["psql", "-X", "-A", "-t", "-c", sql, self.url], capture_output=True,
-                             text=True, timeout=60, env={**os.environ, **self.env})
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip()
-
-    def close(self):
-        subprocess.run([str(ROOT / "scripts/pg.sh"), "down", self.dir], timeout=60)
-        shutil.rmtree(self.dir, ignore_errors=True)
+from conftest import DAEMON_BIN, Daemon, PgServer
 
 
 @pytest.fixture(scope="module")

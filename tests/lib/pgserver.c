@@ -119,11 +119,18 @@ void pgserver_drop(const char *url)
 	admin(sql);
 }
 
+static void quiet(void *arg, const char *message)
+{
+	(void)arg; /* NOTICEs ("drop cascades to ...") are no failure */
+	(void)message;
+}
+
 int pgserver_query(const char *url, const char *sql, char *out, size_t outlen)
 {
 	if (out && outlen)
 		out[0] = '\0';
 	PGconn *c = PQconnectdb(url);
+	PQsetNoticeProcessor(c, quiet, NULL);
 	PGresult *r = PQstatus(c) == CONNECTION_OK ? PQexec(c, sql) : NULL;
 	ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
 	int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;

@@ -118,6 +118,7 @@ json_t *api_sandbox_json(struct req *r, const struct store_sbx *row)
 	json_object_set_new(o, "stored",
 			    json_boolean(!strcmp(row->state, "paused") && sbx_pause_stored(row)));
 	json_object_set_new(o, "parent", row->parent[0] ? json_string(row->parent) : json_null());
+	json_object_set_new(o, "node", row->node[0] ? json_string(row->node) : json_null());
 	json_t *net = sbx_network_json(r->api->sbx, row->network_json);
 	json_object_set_new(o, "network", net ? net : json_null());
 	json_object_set_new(o, "public", json_boolean(row->is_public));
@@ -146,6 +147,8 @@ int api_resume_error(struct req *r, int e, const char *err)
 		return reply_error(r, 404, "not_found", "%s", err);
 	if (e == -ESHUTDOWN)
 		return reply_error(r, 409, "conflict", "%s", err);
+	if (e == -EREMOTE)
+		return reply_error(r, 421, "misdirected", "%s", err);
 	if (e == -EDQUOT)
 		return reply_error(r, 429, "quota_exceeded", "%s", err);
 	if (e == -EBUSY)

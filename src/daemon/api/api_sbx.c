@@ -169,7 +169,11 @@ int api_sbx_kill(struct req *r)
 	struct store_sbx row;
 	if (api_row(r, &row) < 0)
 		return 0;
+	char err[256];
+	int e = sbx_elsewhere(r->api->sbx, &row, err, sizeof(err));
 	store_sbx_release(&row);
+	if (e < 0)
+		return reply_error(r, 421, "misdirected", "%s", err);
 	/* -ENOENT: already stopped */
 	if (sbx_kill(r->api->sbx, r->param[0], "killed") == -EBUSY)
 		return reply_error(r, 503, "unavailable", "sandbox '%s' is busy; try again",

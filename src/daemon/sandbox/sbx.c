@@ -423,6 +423,15 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 /* ---- the way in ---- */
 
 /* Why id has no object: not there (or another account's), or it ended. */
+int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen)
+{
+	if (!row->node[0] || !strcmp(row->node, store_node_name(m->store)) ||
+	    (strcmp(row->state, "running") && strcmp(row->state, "paused")))
+		return 0;
+	snprintf(err, errlen, "sandbox '%s' is on node '%s', not this one", row->id, row->node);
+	return -EREMOTE;
+}
+
 static int gone(struct sbx_mgr *m, const char *id, const char *account, char *err, size_t errlen)
 {
 	struct store_sbx row;
@@ -431,6 +440,11 @@ static int gone(struct sbx_mgr *m, const char *id, const char *account, char *er
 			store_sbx_release(&row);
 		snprintf(err, errlen, "no sandbox '%s'", id);
 		return -ENOENT;
+	}
+	int r = sbx_elsewhere(m, &row, err, errlen);
+	if (r < 0) {
+		store_sbx_release(&row);
+		return r;
 	}
 	snprintf(err, errlen, "sandbox '%s' is not running (%s%s%s)", id, row.state,
 		 row.end_reason[0] ? ": " : "", row.end_reason);

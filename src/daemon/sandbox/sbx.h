@@ -182,6 +182,10 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
  * blob), at the generation it is paused at: it then resumes even when the
  * copy on this host's disk is gone. */
 int sbx_pause_stored(const struct store_sbx *row);
+/* -EREMOTE, with a reason naming the node, when row is a live (running or
+ * paused) sandbox of another node's, which only that node can act on;
+ * else 0. */
+int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen);
 
 /* The environment every command of the sandbox gets (JSON object). */
 const char *sbx_env_json(const struct sbx *s);

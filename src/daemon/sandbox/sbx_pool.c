@@ -473,15 +473,18 @@ static void orphan(void *arg, int pid, const char *id)
 	if (strncmp(id, "sbx_", 4))
 		return;
 	struct store_sbx row;
+	const char *why = "a warm VM";
 	if (store_sbx_get(m->store, id, &row) == 0) {
-		int paused = !strcmp(row.state, "paused");
+		int paused = !strcmp(row.state, "paused"), running = !strcmp(row.state, "running");
 		store_sbx_release(&row);
 		if (paused)
 			pause_again(m, id, pid);
-		return;
+		if (paused || running)
+			return;
+		why = "its sandbox ended while it ran (its node was declared down)";
 	}
 	char run[600];
-	log_info("killing warm VM %s left by an earlier daemon (qemu pid %d)", id, pid);
+	log_info("killing QEMU %d of %s, left by an earlier daemon: %s", pid, id, why);
 	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, id);
 	sbx__kill_qemu(m, pid, run);
 	vm_remove_files(run);

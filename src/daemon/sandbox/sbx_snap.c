@@ -74,9 +74,11 @@ static int object(struct sbx_mgr *m, const char *id, struct sbx **out, char *err
 		snprintf(err, errlen, "no sandbox '%s'", id);
 		return -ENOENT;
 	}
-	snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
+	int r = sbx_elsewhere(m, &row, err, errlen);
+	if (r == 0)
+		snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
 	store_sbx_release(&row);
-	return -ESHUTDOWN;
+	return r < 0 ? r : -ESHUTDOWN;
 }
 
 /* Starts transition ev of s: 0, 1 when s is already in state want, or
@@ -494,10 +496,13 @@ static void remove_unrecorded_checkpoints(struct sbx_mgr *m)
 		struct store_ckpt c;
 		if (strncmp(e->d_name, "ckp_", 4))
 			continue;
-		if (store_ckpt_get(m->store, NULL, e->d_name, &c) == 0) {
+		/* Only a checkpoint the store says it has not: a store that
+		 * does not answer now (PostgreSQL away) says nothing. */
+		int r = store_ckpt_get(m->store, NULL, e->d_name, &c);
+		if (r == 0)
 			store_ckpt_release(&c);
+		if (r != -ENOENT)
 			continue;
-		}
 		snprintf(path, sizeof(path), "%s%s", dir, e->d_name);
 		log_info("removing checkpoint %s: it was never recorded", e->d_name);
 		snap_remove(path);

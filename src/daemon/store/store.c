@@ -278,6 +278,39 @@ static const struct sql_migration migrations[] = {
     { "ALTER TABLE checkpoints ADD COLUMN stored TEXT NOT NULL DEFAULT '';"
       "CREATE TABLE checkpoint_trash (stored TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;",
       "" },
+    /* 9 -> 10: daemons sharing one database (cpuosd --node): each a row
+     * with a lease it renews and an epoch, one more at each join and when
+     * it is declared down; a sandbox's row names the node that owns it
+     * and that node's epoch when it took it ('' and 0 on a single host) */
+    { "CREATE TABLE nodes ("
+      " name TEXT PRIMARY KEY NOT NULL,"
+      " url TEXT NOT NULL DEFAULT '',"
+      " state TEXT NOT NULL CHECK (state IN ('ready', 'draining', 'down')),"
+      " epoch INTEGER NOT NULL,"
+      " lease_until_ms INTEGER NOT NULL,"
+      " joined_at INTEGER NOT NULL,"
+      " vcpus INTEGER NOT NULL DEFAULT 0,"
+      " memory_mb INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+      "ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE sandboxes ADD COLUMN node_epoch INTEGER NOT NULL DEFAULT 0;"
+      "CREATE INDEX sandboxes_by_node ON sandboxes (node, state);",
+      "CREATE TABLE nodes ("
+      " name TEXT PRIMARY KEY NOT NULL,"
+      " url TEXT NOT NULL DEFAULT '',"
+      " state TEXT NOT NULL CHECK (state IN ('ready', 'draining', 'down')),"
+      " epoch BIGINT NOT NULL,"
+      " lease_until_ms BIGINT NOT NULL,"
+      " joined_at BIGINT NOT NULL,"
+      " vcpus BIGINT NOT NULL DEFAULT 0,"
+      " memory_mb BIGINT NOT NULL DEFAULT 0);"
+      "ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE sandboxes ADD COLUMN node_epoch BIGINT NOT NULL DEFAULT 0;"
+      "CREATE INDEX sandboxes_by_node ON sandboxes (node, state);"
+      /* a B-tree entry holds at most 2704 bytes, a metadata value 4096:
+       * the pairs found by key and by a hash of the value instead */
+      "DROP INDEX sandbox_meta_by_pair;"
+      "CREATE INDEX sandbox_meta_by_key ON sandbox_meta (key);"
+      "CREATE INDEX sandbox_meta_by_value ON sandbox_meta USING hash (value);" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -354,6 +387,12 @@ int store__change(struct store *s, const char *sql, int n, const char *const *te
 	sql_finalize(st);
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+int store__bind_owner(struct store *s, struct sql_stmt *st)
+{
+	int b = sql_bind_text(st, 8, s->node);
+	return b == SQL_OK ? sql_bind_int64(st, 9, s->node_epoch) : b;
 }
 
 int store__ensure_account(struct store *s, const char *account)

@@ -89,6 +89,8 @@ struct store_sbx {
 				* array; NULL = "[]"; owned */
 	char stored[80];     /* the pause in the object store: "<generation>
 			      * <SHA-256 of its manifest>"; "" = none */
+	char node[64];       /* the node that owns it; "" on a single host
+			      * (written by the store, not taken from here) */
 };
 
 /* Frees the strings inside (not the struct). */
@@ -96,8 +98,9 @@ void store_sbx_release(struct store_sbx *x);
 void store_sbx_free_list(struct store_sbx *xs, size_t n);
 
 struct store_usage_event;
-/* Inserts a new sandbox and, in the same transaction, usage (NULL: none):
- * 0, -EEXIST, -EINVAL, -errno. */
+/* Inserts a new sandbox, owned by this store's node, and, in the same
+ * transaction, usage (NULL: none): 0, -EEXIST, -EINVAL, -ESTALE (the node
+ * was declared down), -errno. */
 int store_sbx_insert(struct store *s, const struct store_sbx *x,
 		     const struct store_usage_event *usage);
 /* 0 with *out filled (release it), or -ENOENT. */
@@ -262,6 +265,42 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
 /* Every sandbox in state "running", any account (the daemon re-attaches
  * them at start); *out as for store_sbx_list. */
 int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n);
+
+/* Claims the database for this process, for as long as its connection
+ * lasts: alone (a single host's daemon), or shared with others that claim
+ * it shared (nodes). 0, -EBUSY when another holds it the other way, -EIO.
+ * A SQLite file is a host's own: always 0. */
+int store_claim(struct store *s, int shared);
+
+/* ---- nodes: daemons that share one database (cpuosd --node) ---- */
+struct store_node {
+	char name[64];      /* [A-Za-z0-9._-], 1..63 */
+	char url[256];      /* where an API reaches it */
+	char state[12];     /* "ready", "draining", "down" */
+	long long epoch;    /* its incarnation */
+	long long lease_until_ms, joined_at;
+	unsigned vcpus;
+	unsigned long long memory_mb;
+};
+/* Node n->name joins (made, or back): one more epoch, ready, its lease
+ * until n->lease_until_ms; the rows of the sandboxes it owns are taken at
+ * that epoch; and from now on this store writes as that node at that
+ * epoch (every change to a sandbox's row holds only while the row is its
+ * own at it). 0 with the epoch in *epoch, -EINVAL, -errno. */
+int store_node_join(struct store *s, const struct store_node *n, long long *epoch);
+/* The name this store writes as ("" if none). */
+const char *store_node_name(struct store *s);
+/* Renews this store's node's lease: 0, or -ESTALE when the node was
+ * declared down or joined again elsewhere since (it is fenced: it must
+ * stop what it runs), -errno. */
+int store_node_renew(struct store *s, long long lease_until_ms);
+/* Every node, by name; *out malloc'd. */
+int store_node_list(struct store *s, struct store_node **out, size_t *n);
+/* Declares down each node whose lease ran out before now_ms: its epoch
+ * moves on, so it writes nothing more; its running sandboxes are lost
+ * (their usage ends at now_ms); its paused ones stay its own. Each node in
+ * a transaction of its own. The number declared down, or -errno. */
+int store_nodes_reap(struct store *s, long long now_ms);
 
 /* ---- a whole store into another ---- */
 struct store_copied {

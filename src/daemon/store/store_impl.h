@@ -14,6 +14,10 @@
 struct store {
 	pthread_mutex_t lock; /* serialises every use of db */
 	struct sql *db;
+	/* The node this store writes as (store_node_join), and its epoch:
+	 * "" and 0 on a single host. Under lock. */
+	char node[64];
+	long long node_epoch;
 };
 
 /* 1 if s is min..size-1 printable ASCII bytes (space only if space is set). */
@@ -40,6 +44,9 @@ int store__step_done(struct sql_stmt *st);
 /* Runs sql, which returns no rows, with the n texts bound to ?1..?n,
  * under the store's lock: 0, -ENOENT when it changed no row, -errno. */
 int store__change(struct store *s, const char *sql, int n, const char *const *texts);
+/* Binds ?8 and ?9 of a statement that ends in store_sbx.c's OWNED to this
+ * store's node and epoch: SQL_OK or SQL_ERROR. */
+int store__bind_owner(struct store *s, struct sql_stmt *st);
 /* Creates the account if new, inside the caller's transaction: 0 or -EIO. */
 int store__ensure_account(struct store *s, const char *account);
 struct store_usage_event;

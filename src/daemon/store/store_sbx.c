@@ -33,7 +33,14 @@
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
-	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, stored"
+	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, stored, " \
+	"node, node_epoch"
+
+/* What every write of a node's to a sandbox's row holds to: the row is
+ * still its own, at its epoch (store_node_join). A node declared down
+ * since, or a row another node took, changes nothing. In a single host's
+ * store, node "" and epoch 0 on every side. */
+#define OWNED " AND node = ?8 AND node_epoch = ?9"
 
 /* Sandbox ids: 1..31 printable bytes, no space. */
 static int sbx_id_ok(const char *s)
@@ -115,9 +122,12 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		r = store__ensure_account(s, x->account);
 	if (!r)
 		r = store__prep(s,
-				"INSERT INTO sandboxes (" SBX_COLS ") VALUES "
-				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
+				"INSERT INTO sandboxes (" SBX_COLS ") SELECT "
+				"?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29 "
+				/* a node that is not fenced: its epoch still its own */
+				"WHERE ?28 = '' OR EXISTS (SELECT 1 FROM nodes WHERE name = ?28 "
+				"AND epoch = ?29 AND state != 'down')",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, x->id) != SQL_OK ||
@@ -147,10 +157,12 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		    store__bind_text(st, 25, x->secrets_json ? x->secrets_json : "[]") != SQL_OK ||
 		    store__bind_text(st, 26, x->transforms_json ? x->transforms_json : "[]") !=
 			    SQL_OK ||
-		    store__bind_text(st, 27, x->stored) != SQL_OK)
+		    store__bind_text(st, 27, x->stored) != SQL_OK ||
+		    store__bind_text(st, 28, s->node) != SQL_OK ||
+		    sql_bind_int64(st, 29, s->node_epoch) != SQL_OK)
 			r = -EIO;
-		else
-			r = store__step_done(st);
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
+			r = -ESTALE;
 	}
 	sql_finalize(st);
 	st = NULL;
@@ -233,6 +245,7 @@ static int read_sbx(struct sql_stmt *st, struct store_sbx *x)
 	    store__col_copy(st, 18, x->key_id, sizeof(x->key_id)) ||
 	    store__col_copy(st, 23, x->traffic_token, sizeof(x->traffic_token)) ||
 	    store__col_copy(st, 26, x->stored, sizeof(x->stored)) ||
+	    store__col_copy(st, 27, x->node, sizeof(x->node)) ||
 	    col_unsigned(st, 19, &x->generation))
 		return -EIO;
 	x->timeout_left_s = sql_col_int64(st, 15);
@@ -321,7 +334,8 @@ int store_sbx_get(struct store *s, const char *id, struct store_sbx *out)
 }
 
 /* Runs an UPDATE whose ?1 is the sandbox id and ?2, ?3 are text (or,
- * when text2 is NULL, ?2 is num): 0, -ENOENT if no such sandbox, -EIO. */
+ * when text2 is NULL, ?2 is num), and OWNED: 0, -ENOENT if no such
+ * sandbox of this node's, -EIO. */
 static int sbx_update(struct store *s, const char *sql, const char *id, const char *text2,
 		      const char *text3, long long num)
 {
@@ -336,6 +350,8 @@ static int sbx_update(struct store *s, const char *sql, const char *id, const ch
 			b = text2 ? store__bind_text(st, 2, text2) : sql_bind_int64(st, 2, num);
 		if (b == SQL_OK && text3)
 			b = store__bind_text(st, 3, text3);
+		if (b == SQL_OK)
+			b = store__bind_owner(s, st);
 		if (b != SQL_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
@@ -350,7 +366,7 @@ int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at)
 {
 	if (expires_at < 0)
 		return -EINVAL;
-	return sbx_update(s, "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1", id, NULL, NULL,
+	return sbx_update(s, "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1" OWNED, id, NULL, NULL,
 			  expires_at);
 }
 
@@ -358,7 +374,7 @@ int store_sbx_set_policy(struct store *s, const char *id, const char *network_js
 {
 	if (!network_json)
 		return -EINVAL;
-	return sbx_update(s, "UPDATE sandboxes SET network = ?2 WHERE id = ?1", id, network_json,
+	return sbx_update(s, "UPDATE sandboxes SET network = ?2 WHERE id = ?1" OWNED, id, network_json,
 			  NULL, 0);
 }
 
@@ -366,24 +382,24 @@ int store_sbx_set_transforms(struct store *s, const char *id, const char *transf
 {
 	if (!transforms_json)
 		return -EINVAL;
-	return sbx_update(s, "UPDATE sandboxes SET transforms = ?2 WHERE id = ?1", id,
+	return sbx_update(s, "UPDATE sandboxes SET transforms = ?2 WHERE id = ?1" OWNED, id,
 			  transforms_json, NULL, 0);
 }
 
 /* The UPDATE of each stored state a move can go to; ?1 is the id, ?2 the
- * state it must be in. */
+ * state it must be in, and the row this node's (OWNED). */
 static const char *move_sql(const char *to)
 {
 	if (!strcmp(to, "running"))
 		return "UPDATE sandboxes SET state = 'running', paused_at = 0, timeout_s = 0, "
 		       "expires_at = ?3, qemu_pid = ?4, generation = ?5, net_slot = ?6 "
-		       "WHERE id = ?1 AND state = ?2";
+		       "WHERE id = ?1 AND state = ?2" OWNED;
 	if (!strcmp(to, "paused"))
 		return "UPDATE sandboxes SET state = 'paused', qemu_pid = 0, net_slot = -1, "
-		       "paused_at = ?3, timeout_s = ?4 WHERE id = ?1 AND state = ?2";
+		       "paused_at = ?3, timeout_s = ?4 WHERE id = ?1 AND state = ?2" OWNED;
 	if (!strcmp(to, "stopped") || !strcmp(to, "lost"))
 		return "UPDATE sandboxes SET state = ?3, end_reason = ?4, qemu_pid = 0, "
-		       "net_slot = -1 WHERE id = ?1 AND state = ?2";
+		       "net_slot = -1 WHERE id = ?1 AND state = ?2" OWNED;
 	return NULL;
 }
 
@@ -424,7 +440,7 @@ int store_sbx_move(struct store *s, const struct store_sbx_move *mv)
 	if (!r)
 		r = store__prep(s, sql, &st);
 	if (!r) {
-		if (move_bind(st, mv) != SQL_OK)
+		if (move_bind(st, mv) != SQL_OK || store__bind_owner(s, st) != SQL_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE; /* told apart below from no such sandbox */
@@ -644,19 +660,19 @@ static int by_state(struct store *s, const char *sql, struct store_sbx **out, si
 int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n)
 {
 	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'running' "
-			   "ORDER BY created_at, id", out, n);
+			   "AND node = ?1 ORDER BY created_at, id", out, n);
 }
 
 int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n)
 {
 	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'paused' "
-			   "ORDER BY paused_at, id", out, n);
+			   "AND node = ?1 ORDER BY paused_at, id", out, n);
 }
 
 int store_sbx_stored_ended(struct store *s, struct store_sbx **out, size_t *n)
 {
 	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state IN ('stopped', 'lost') "
-			   "AND stored != '' ORDER BY created_at, id", out, n);
+			   "AND stored != '' AND node = ?1 ORDER BY created_at, id", out, n);
 }
 
 int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, const char *stored)
@@ -669,12 +685,12 @@ int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, c
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "UPDATE sandboxes SET stored = ?2 WHERE id = ?1 AND state = 'paused' "
-			    "AND generation = ?3",
+			    "AND generation = ?3" OWNED,
 			    &st);
 	if (!r) {
 		if (store__bind_text(st, 1, id) != SQL_OK ||
 		    store__bind_text(st, 2, stored) != SQL_OK ||
-		    sql_bind_int64(st, 3, generation) != SQL_OK)
+		    sql_bind_int64(st, 3, generation) != SQL_OK || store__bind_owner(s, st) != SQL_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE;
@@ -707,7 +723,8 @@ static int by_state(struct store *s, const char *sql, struct store_sbx **out, si
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
 	if (!r) {
-		r = collect(st, 0, &xs, &got, &more);
+		r = store__bind_text(st, 1, s->node) == SQL_OK ? collect(st, 0, &xs, &got, &more)
+							       : -EIO;
 		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);

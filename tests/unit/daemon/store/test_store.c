@@ -131,7 +131,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "9"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "10"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -154,11 +154,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 10", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 11", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 10") != NULL);
+	CHECK(strstr(err, "schema version 11") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1020,7 +1020,7 @@ static void test_pg_schema_and_reopen(void)
 	char v[64], err[256];
 	CHECK(raw_query(t.path, "SELECT version FROM cpuos_schema WHERE program = 'cpuosd'", v,
 			sizeof(v)) == 0 &&
-	      !strcmp(v, "9"));
+	      !strcmp(v, "10"));
 	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, "{}") == 0);
 	store_close(t.s);
 	t.s = NULL;
@@ -1030,10 +1030,10 @@ static void test_pg_schema_and_reopen(void)
 	store_sbx_release(&x);
 	store_close(t.s);
 	t.s = NULL;
-	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 10", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 11", v, sizeof(v)) == 0);
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 10") != NULL);
+	CHECK(strstr(err, "schema version 11") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1046,9 +1046,7 @@ static void test_pg_parallel_first_opens(void)
 		return;
 	store_close(t.s);
 	t.s = NULL;
-	CHECK(raw_query(t.path, "DROP TABLE cpuos_schema, keys, sandbox_meta, sandboxes, "
-				"checkpoints, checkpoint_trash, usage_events, secrets, accounts",
-			NULL, 0) == 0);
+	CHECK(raw_query(t.path, "DROP SCHEMA public CASCADE; CREATE SCHEMA public", NULL, 0) == 0);
 	pid_t kids[4];
 	for (int i = 0; i < 4; i++) {
 		if ((kids[i] = fork()) == 0) {
@@ -1153,6 +1151,127 @@ static void test_copy_sqlite_to_pg(void)
 	tdb_remove(&a);
 }
 
+/* A metadata value as long as the API takes (4096 bytes) is kept and
+ * found, on either back end. */
+static void test_long_metadata_value(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	static char value[4097], meta[4200];
+	for (size_t i = 0; i < 4096; i++)
+		value[i] = "0123456789abcdef"[(i * 7919 + i / 16) % 16];
+	snprintf(meta, sizeof(meta), "{\"long\":\"%s\"}", value);
+	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, meta) == 0);
+	struct store_kv q[] = { { "long", value } };
+	struct store_sbx *xs;
+	size_t n;
+	char cursor[128];
+	CHECK(store_sbx_list(t.s, NULL, NULL, q, 1, 10, NULL, &xs, &n, cursor, sizeof(cursor)) == 0 &&
+	      n == 1 && strlen(xs[0].metadata_json) == strlen(meta));
+	store_sbx_free_list(xs, n);
+	tdb_remove(&t);
+}
+
+static struct store *open_as(struct tdb *t, const char *node, long long lease_until_ms,
+			     long long *epoch)
+{
+	struct store *s = NULL;
+	char err[256];
+	if (!CHECK(store_open(t->path, &s, err, sizeof(err)) == 0))
+		return NULL;
+	struct store_node n = { .lease_until_ms = lease_until_ms, .joined_at = 1, .vcpus = 2,
+				.memory_mb = 4096 };
+	snprintf(n.name, sizeof(n.name), "%s", node);
+	snprintf(n.url, sizeof(n.url), "http://%s.test:7070", node);
+	CHECK(store_node_join(s, &n, epoch) == 0);
+	return s;
+}
+
+static int move(struct store *s, const char *id, const char *from, const char *to)
+{
+	struct store_sbx_move mv = { .id = id, .from = from, .to = to, .paused_at = 5,
+				     .end_reason = "killed", .net_slot = -1 };
+	return store_sbx_move(s, &mv);
+}
+
+/* Daemons sharing one database as nodes: each writes only the rows it
+ * owns at its epoch; one whose lease ran out is declared down, its running
+ * sandboxes lost, and what it still writes changes nothing; back, it
+ * joins at a new epoch and owns its paused sandboxes again. */
+static void test_nodes_and_fencing(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	long long ea, eb;
+	struct store *a = open_as(&t, "node-a", 1000, &ea);
+	struct store *b = open_as(&t, "node-b", 1000000, &eb);
+	if (!a || !b)
+		goto out;
+	CHECK(ea == 1 && eb == 1 && !strcmp(store_node_name(a), "node-a"));
+	CHECK(store_node_join(a, &(struct store_node){ .name = "bad name", .lease_until_ms = 1 },
+			      &ea) == -EINVAL);
+	CHECK(insert(a, "sbx_00000000000000a1", "alice", 100, "{}") == 0); /* runs */
+	CHECK(insert(a, "sbx_00000000000000a2", "alice", 101, "{}") == 0);
+	CHECK(move(a, "sbx_00000000000000a2", "running", "paused") == 0);
+	CHECK(insert(b, "sbx_00000000000000b1", "alice", 102, "{}") == 0);
+	struct store_sbx x;
+	if (CHECK(store_sbx_get(b, "sbx_00000000000000a1", &x) == 0)) {
+		CHECK(!strcmp(x.node, "node-a"));
+		store_sbx_release(&x);
+	}
+	/* Each sees its own at a restart, and changes only its own. */
+	struct store_sbx *xs;
+	size_t n;
+	CHECK(store_sbx_running(b, &xs, &n) == 0 && n == 1 && !strcmp(xs[0].id, "sbx_00000000000000b1"));
+	store_sbx_free_list(xs, n);
+	CHECK(store_sbx_paused(b, &xs, &n) == 0 && n == 0);
+	free(xs);
+	CHECK(move(b, "sbx_00000000000000a1", "running", "stopped") == -ESTALE);
+	CHECK(store_sbx_set_expiry(b, "sbx_00000000000000a1", 5) == -ENOENT);
+	CHECK(store_node_renew(a, 2000) == 0);
+
+	/* A's lease runs out: declared down once, by anyone. */
+	CHECK(store_nodes_reap(b, 1999) == 0);
+	CHECK(store_nodes_reap(b, 2001) == 1 && store_nodes_reap(b, 2002) == 0);
+	if (CHECK(store_sbx_get(b, "sbx_00000000000000a1", &x) == 0)) {
+		CHECK(!strcmp(x.state, "lost") && !strcmp(x.end_reason, "node_lost"));
+		store_sbx_release(&x);
+	}
+	if (CHECK(store_sbx_get(b, "sbx_00000000000000a2", &x) == 0)) {
+		CHECK(!strcmp(x.state, "paused") && !strcmp(x.node, "node-a"));
+		store_sbx_release(&x);
+	}
+	/* Fenced: A, still running somewhere, writes nothing. */
+	CHECK(store_node_renew(a, 3000) == -ESTALE);
+	CHECK(move(a, "sbx_00000000000000a2", "paused", "running") == -ESTALE);
+	CHECK(store_sbx_set_expiry(a, "sbx_00000000000000a2", 5) == -ENOENT);
+	CHECK(insert(a, "sbx_00000000000000a3", "alice", 103, "{}") == -ESTALE);
+	struct store_node *ns;
+	CHECK(store_node_list(b, &ns, &n) == 0 && n == 2 && !strcmp(ns[0].name, "node-a") &&
+	      !strcmp(ns[0].state, "down") && ns[0].epoch == 2 && !strcmp(ns[1].state, "ready"));
+	free(ns);
+
+	/* Back: a new epoch, its paused sandbox its own again. */
+	long long ea2;
+	struct store *a2 = open_as(&t, "node-a", 5000, &ea2);
+	if (a2) {
+		CHECK(ea2 == 3);
+		CHECK(move(a2, "sbx_00000000000000a2", "paused", "running") == 0);
+		CHECK(move(a, "sbx_00000000000000a2", "running", "stopped") == -ESTALE);
+		CHECK(store_node_renew(a2, 6000) == 0);
+		store_close(a2);
+	}
+	/* Usage: the lost one ran until it was declared lost. */
+	struct store_usage u;
+	CHECK(store_usage_query(b, "alice", NULL, 0, 1000000, 1000000, &u) == 0);
+out:
+	store_close(a);
+	store_close(b);
+	tdb_remove(&t);
+}
+
 #define ON_PG(fn)                                                                                  \
 	static void pg_##fn(void)                                                                  \
 	{                                                                                          \
@@ -1174,6 +1293,8 @@ ON_PG(test_stored_pauses)
 ON_PG(test_stored_checkpoints)
 ON_PG(test_pg_schema_and_reopen)
 ON_PG(test_pg_parallel_first_opens)
+ON_PG(test_nodes_and_fencing)
+ON_PG(test_long_metadata_value)
 
 int main(int argc, char **argv)
 {
@@ -1195,6 +1316,10 @@ int main(int argc, char **argv)
 	     test_old_secret_values_are_sealed_and_scrubbed},
 	    {"store_stored_pauses", test_stored_pauses},
 	    {"store_stored_checkpoints", test_stored_checkpoints},
+	    {"store_long_metadata_value", test_long_metadata_value},
+	    {"pg_store_long_metadata_value", pg_test_long_metadata_value},
+	    {"store_nodes_and_fencing", test_nodes_and_fencing},
+	    {"pg_store_nodes_and_fencing", pg_test_nodes_and_fencing},
 	    {"pg_store_copy_from_sqlite", test_copy_sqlite_to_pg},
 	    {"pg_store_key_create_lookup", pg_test_key_create_lookup},
 	    {"pg_store_key_list_delete", pg_test_key_list_delete},

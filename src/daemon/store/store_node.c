@@ -1,0 +1,277 @@
+/*
+ * store_node: the nodes table (see store.c, schema 10): daemons that share
+ * one database, each with a lease it renews and an epoch that fences it.
+ * A node's epoch moves on when it joins and when it is declared down; the
+ * rows of the sandboxes it owns carry the epoch at which it took them,
+ * and every change it makes to one holds only while both still match
+ * (store_sbx.c's OWNED). So a node declared down, which may still be
+ * running somewhere, writes nothing more.
+ */
+#include "daemon/store/store.h"
+#include "daemon/store/store_impl.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NODE_COLS "name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb"
+
+static int name_ok(const char *name)
+{
+	size_t n = strnlen(name, 64);
+	return n > 0 && n < 64 &&
+	       strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+/* The advisory lock a daemon holds on the database: any number, the same
+ * in every cpuosd (lib/sql's migrations take another). */
+#define CLAIM_LOCK "7306547812"
+
+int store_claim(struct store *s, int shared)
+{
+	if (sql_kind(s->db) != SQL_PG)
+		return 0;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    shared ? "SELECT pg_try_advisory_lock_shared(" CLAIM_LOCK ")"
+				   : "SELECT pg_try_advisory_lock(" CLAIM_LOCK ")",
+			    &st);
+	if (!r) {
+		const char *got = sql_step(st) == SQL_ROW ? sql_col_text(st, 0) : NULL;
+		r = !got ? -EIO : !strcmp(got, "t") ? 0 : -EBUSY;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+const char *store_node_name(struct store *s)
+{
+	return s->node; /* set once, at the join, before any thread reads it */
+}
+
+/* Runs a statement of the open transaction with text ?1 and number ?2:
+ * 0 or -EIO; the rows it changed in *changed (may be NULL). */
+static int run(struct store *s, const char *sql, const char *t1, long long n2, long long *changed)
+{
+	struct sql_stmt *st;
+	int r = store__prep(s, sql, &st);
+	if (r)
+		return r;
+	if (store__bind_text(st, 1, t1) != SQL_OK ||
+	    (sql_param_count(st) >= 2 && sql_bind_int64(st, 2, n2) != SQL_OK))
+		r = -EIO;
+	else
+		r = store__step_done(st);
+	sql_finalize(st);
+	if (!r && changed)
+		*changed = sql_changes(s->db);
+	return r == -EEXIST ? -EIO : r;
+}
+
+int store_node_join(struct store *s, const struct store_node *n, long long *epoch)
+{
+	if (!name_ok(n->name) || !store__text_ok(n->url, sizeof(n->url), 0, 0) ||
+	    n->lease_until_ms <= 0)
+		return -EINVAL;
+	struct sql_stmt *st = NULL;
+	long long e = 0;
+	pthread_mutex_lock(&s->lock);
+	int r = store__begin(s);
+	if (!r)
+		r = store__prep(s,
+				"INSERT INTO nodes (" NODE_COLS ") VALUES (?1, ?2, 'ready', 1, ?3, ?4, "
+				"?5, ?6) ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
+				"state = 'ready', epoch = nodes.epoch + 1, "
+				"lease_until_ms = excluded.lease_until_ms, joined_at = excluded.joined_at, "
+				"vcpus = excluded.vcpus, memory_mb = excluded.memory_mb",
+				&st);
+	if (!r) {
+		if (store__bind_text(st, 1, n->name) != SQL_OK ||
+		    store__bind_text(st, 2, n->url) != SQL_OK ||
+		    sql_bind_int64(st, 3, n->lease_until_ms) != SQL_OK ||
+		    sql_bind_int64(st, 4, n->joined_at) != SQL_OK ||
+		    sql_bind_int64(st, 5, n->vcpus) != SQL_OK ||
+		    sql_bind_int64(st, 6, (long long)n->memory_mb) != SQL_OK)
+			r = -EIO;
+		else
+			r = store__step_done(st);
+	}
+	sql_finalize(st);
+	st = NULL;
+	if (!r)
+		r = store__prep(s, "SELECT epoch FROM nodes WHERE name = ?1", &st);
+	if (!r) {
+		if (store__bind_text(st, 1, n->name) != SQL_OK || sql_step(st) != SQL_ROW)
+			r = -EIO;
+		else
+			e = sql_col_int64(st, 0);
+	}
+	sql_finalize(st);
+	/* What it owns it owns at this epoch: its own late writes from an
+	 * incarnation before are fenced like anyone's. */
+	if (!r)
+		r = run(s, "UPDATE sandboxes SET node_epoch = ?2 WHERE node = ?1", n->name, e, NULL);
+	if (!r)
+		r = store__commit(s);
+	if (r) {
+		store__rollback(s);
+	} else {
+		snprintf(s->node, sizeof(s->node), "%s", n->name);
+		s->node_epoch = e;
+		*epoch = e;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_node_renew(struct store *s, long long lease_until_ms)
+{
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = s->node[0] ? store__prep(s,
+					 "UPDATE nodes SET lease_until_ms = ?2 WHERE name = ?1 "
+					 "AND epoch = ?3 AND state != 'down'",
+					 &st)
+			   : -EINVAL;
+	if (!r) {
+		if (store__bind_text(st, 1, s->node) != SQL_OK ||
+		    sql_bind_int64(st, 2, lease_until_ms) != SQL_OK ||
+		    sql_bind_int64(st, 3, s->node_epoch) != SQL_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
+			r = -ESTALE;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r == -EEXIST ? -EIO : r;
+}
+
+static int read_node(struct sql_stmt *st, struct store_node *n)
+{
+	memset(n, 0, sizeof(*n));
+	if (store__col_copy(st, 0, n->name, sizeof(n->name)) ||
+	    store__col_copy(st, 1, n->url, sizeof(n->url)) ||
+	    store__col_copy(st, 2, n->state, sizeof(n->state)))
+		return -EIO;
+	n->epoch = sql_col_int64(st, 3);
+	n->lease_until_ms = sql_col_int64(st, 4);
+	n->joined_at = sql_col_int64(st, 5);
+	long long v = sql_col_int64(st, 6), m = sql_col_int64(st, 7);
+	if (v < 0 || v > UINT_MAX || m < 0)
+		return -EIO;
+	n->vcpus = (unsigned)v;
+	n->memory_mb = (unsigned long long)m;
+	return 0;
+}
+
+int store_node_list(struct store *s, struct store_node **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	struct store_node *ns = NULL;
+	size_t got = 0, cap = 0;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, "SELECT " NODE_COLS " FROM nodes ORDER BY name", &st);
+	while (!r) {
+		int rc = sql_step(st);
+		if (rc == SQL_DONE)
+			break;
+		if (rc != SQL_ROW) {
+			r = -EIO;
+			break;
+		}
+		if (got == cap) {
+			struct store_node *nn = realloc(ns, (cap ? 2 * cap : 8) * sizeof(*nn));
+			if (!nn) {
+				r = -ENOMEM;
+				break;
+			}
+			ns = nn;
+			cap = cap ? 2 * cap : 8;
+		}
+		if (!(r = read_node(st, &ns[got])))
+			got++;
+	}
+	sql_finalize(st);
+	pthread_mutex_unlock(&s->lock);
+	if (r) {
+		free(ns);
+		return r;
+	}
+	*out = ns;
+	*n = got;
+	return 0;
+}
+
+/* Declares node name, at epoch, down if its lease still ran out before
+ * now_ms: 1 if it did, 0 if not (renewed or reaped meanwhile), -errno. */
+static int reap_one(struct store *s, const char *name, long long epoch, long long now_ms)
+{
+	struct sql_stmt *st = NULL;
+	long long changed = 0;
+	int r = store__begin(s);
+	if (!r)
+		r = store__prep(s,
+				"UPDATE nodes SET state = 'down', epoch = epoch + 1 WHERE name = ?1 "
+				"AND epoch = ?2 AND state != 'down' AND lease_until_ms < ?3",
+				&st);
+	if (!r) {
+		if (store__bind_text(st, 1, name) != SQL_OK || sql_bind_int64(st, 2, epoch) != SQL_OK ||
+		    sql_bind_int64(st, 3, now_ms) != SQL_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)))
+			changed = sql_changes(s->db);
+	}
+	sql_finalize(st);
+	if (!r && changed) {
+		/* Its running sandboxes end now, for usage as for their state;
+		 * every row it owns moves to its new epoch, out of its reach. */
+		r = run(s,
+			"INSERT INTO usage_events (sbx_id, account, key_id, state, vcpus, memory_mb, "
+			"storage_bytes, at_ms) SELECT id, account, key_id, 'stopped', vcpus, memory_mb, "
+			"0, ?2 FROM sandboxes WHERE node = ?1 AND state = 'running'",
+			name, now_ms, NULL);
+		if (!r)
+			r = run(s,
+				"UPDATE sandboxes SET state = 'lost', end_reason = 'node_lost', "
+				"qemu_pid = 0, net_slot = -1 WHERE node = ?1 AND state = 'running'",
+				name, 0, NULL);
+		if (!r)
+			r = run(s, "UPDATE sandboxes SET node_epoch = ?2 WHERE node = ?1", name,
+				epoch + 1, NULL);
+	}
+	if (!r)
+		r = store__commit(s);
+	if (r)
+		store__rollback(s);
+	return r < 0 ? r : changed > 0;
+}
+
+int store_nodes_reap(struct store *s, long long now_ms)
+{
+	struct store_node *ns;
+	size_t n;
+	int r = store_node_list(s, &ns, &n);
+	if (r)
+		return r;
+	int downed = 0;
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		if (!strcmp(ns[i].state, "down") || ns[i].lease_until_ms >= now_ms)
+			continue;
+		int d = reap_one(s, ns[i].name, ns[i].epoch, now_ms);
+		if (d < 0)
+			r = d;
+		else
+			downed += d;
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(ns);
+	return r < 0 ? r : downed;
+}

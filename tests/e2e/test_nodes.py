@@ -1,0 +1,139 @@
+"""Daemons sharing one real PostgreSQL database as nodes (cpuosd --database URL --node NAME): keys and
+sandboxes are seen from any node, each sandbox is acted on only by the node that owns it (421
+elsewhere); a node killed is declared down once its lease runs out, its running sandboxes lost and
+its paused ones kept for it; back, it joins at a new epoch, kills what it ran and resumes what it
+paused; a node stopped past its lease writes nothing more and stops when it wakes; a single host's
+daemon and nodes never share a database."""
+
+import os
+import signal
+import time
+
+import pytest
+
+import cpuos
+from conftest import SLOW, Daemon, PgServer
+
+LEASE = 3  # seconds: short, so the tests wait little for a node to be declared down
+
+
+@pytest.fixture(scope="module")
+def pg():
+    s = PgServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def nodes(pg, monkeypatch):
+    monkeypatch.delenv("CPUOS_E2E_PG", raising=False)  # these name their database themselves
+    made = []
+
+    def make(name):
+        d = Daemon(extra_args=["--database", pg.url, "--node", name, "--node-lease", str(LEASE)])
+        made.append(d)
+        d.start(env=pg.env)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+    pg.query("DELETE FROM sandbox_meta; DELETE FROM sandboxes; DELETE FROM usage_events; "
+             "DELETE FROM nodes")
+
+
+def sh(sbx, cmd):
+    r = sbx.exec(cmd, timeout="60s")
+    assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout.strip()
+
+
+def row(d, key, sid):
+    r = d.http("GET", f"/v1/sandboxes/{sid}", key=key)
+    assert r.status == 200, r
+    return r.json()
+
+
+def wait_for(what, cond, limit):
+    deadline = time.monotonic() + limit * SLOW
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{what} within {limit * SLOW} s")
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_nodes_share_the_state_and_each_acts_on_its_own(nodes, pg):
+    a, b = nodes("node-a"), nodes("node-b")
+    key = a.create_key("shared")  # one database: the key works on every node
+    sa = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
+    sb = cpuos.Sandbox.create(template="base", api_key=key, api_url=b.url)
+    assert row(b, key, sa.id)["node"] == "node-a" and row(a, key, sb.id)["node"] == "node-b"
+    listed = b.http("GET", "/v1/sandboxes", key=key).json()["sandboxes"]
+    assert {s["id"] for s in listed} == {sa.id, sb.id}
+    for method, path, body in (("POST", f"/v1/sandboxes/{sa.id}/exec", {"cmd": "true"}),
+                               ("POST", f"/v1/sandboxes/{sa.id}/pause", None),
+                               ("DELETE", f"/v1/sandboxes/{sa.id}", None)):
+        r = b.http(method, path, body=body, key=key)
+        assert r.status == 421 and "node 'node-a'" in r.json()["error"]["message"], (path, r)
+    assert sh(sa, "echo mine") == "mine" and sh(sb, "echo mine") == "mine"
+    assert pg.query("SELECT string_agg(name || ':' || state, ',' ORDER BY name) FROM nodes") == \
+        "node-a:ready,node-b:ready"
+    # A single host's daemon does not share the nodes' database.
+    single = Daemon(extra_args=["--database", pg.url])
+    try:
+        with pytest.raises(pytest.fail.Exception) as e:
+            single.start(env=pg.env)
+        assert "exited with 1" in str(e.value)
+        assert "another cpuosd uses this database" in single.log_tail(5)
+    finally:
+        single.close()
+
+
+def test_a_node_lost_is_declared_down_and_comes_back(nodes, pg):
+    a, b = nodes("node-a"), nodes("node-b")
+    key = a.create_key("lost")
+    running = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
+    paused = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
+    sh(paused, "echo kept > /work/k")
+    paused.pause()
+    qemu = int(pg.query(f"SELECT qemu_pid FROM sandboxes WHERE id = '{running.id}'"))
+    assert alive(qemu)
+    epoch = int(pg.query("SELECT epoch FROM nodes WHERE name = 'node-a'"))
+
+    a.stop(signal.SIGKILL)  # a host lost, as far as the others can tell: its QEMU runs on
+    wait_for("node-a declared down",
+             lambda: row(b, key, running.id)["state"] == "lost", LEASE + 10)
+    got = row(b, key, running.id)
+    assert got["end_reason"] == "node_lost" and got["node"] == "node-a"
+    assert row(b, key, paused.id)["state"] == "paused"  # its own still, on its disk
+    assert pg.query("SELECT state FROM nodes WHERE name = 'node-a'") == "down"
+    assert "declared 1 node down" in b.log_tail(50)
+
+    a.start(env=pg.env)  # back: a new epoch, what it ran is gone, what it paused is its own
+    assert int(pg.query("SELECT epoch FROM nodes WHERE name = 'node-a'")) == epoch + 2
+    wait_for("the lost sandbox's QEMU killed", lambda: not alive(qemu), 30)
+    assert sh(cpuos.Sandbox.connect(paused.id, api_key=key, api_url=a.url), "cat /work/k") == "kept"
+
+
+def test_a_node_stopped_past_its_lease_is_fenced(nodes, pg):
+    a, b = nodes("node-a"), nodes("node-b")
+    key = a.create_key("fenced")
+    sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
+    os.kill(a.proc.pid, signal.SIGSTOP)  # a partition, or a long pause of its host
+    try:
+        wait_for("node-a declared down", lambda: row(b, key, sbx.id)["state"] == "lost", LEASE + 10)
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    # Awake, it finds its epoch gone: it writes nothing more and stops for its supervisor.
+    assert a.proc.wait(30 * SLOW) == 1
+    assert "was declared down" in a.log_tail(20)
+    assert row(b, key, sbx.id)["state"] == "lost"
