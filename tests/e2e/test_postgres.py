@@ -90,14 +90,21 @@ def test_a_single_hosts_state_moves_to_postgresql(pg, monkeypatch):
         pg.query("CREATE DATABASE moved")
         url = pg.url.rsplit("/", 1)[0] + "/moved"
         env = {**os.environ, **pg.env}
+        # Not started on the database while the state is still in the SQLite file.
+        d.extra_args += ["--database", url]
+        with pytest.raises(pytest.fail.Exception) as e:
+            d.start(env=pg.env)
+        assert "exited with 1" in str(e.value) and "copy it with --copy-state-to" in d.log_tail(5)
+        del d.extra_args[-2:]
         out = subprocess.run([str(DAEMON_BIN), "--state-dir", d.state_dir, "--copy-state-to", url],
                              capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 0, out.stderr
         assert "copied 1 accounts, 1 keys, 1 sandboxes, 1 checkpoints" in out.stdout, out.stdout
-        # Copied once: a second copy would mix two states.
+        # Copied once: the file is set aside, so no daemon takes it for the state again.
+        assert os.path.exists(os.path.join(d.state_dir, "cpuos.db.copied"))
         again = subprocess.run([str(DAEMON_BIN), "--state-dir", d.state_dir, "--copy-state-to", url],
                                capture_output=True, text=True, timeout=60, env=env)
-        assert again.returncode == 1 and "already holds a cpuosd's state" in again.stderr
+        assert again.returncode == 1 and "no state to copy" in again.stderr
 
         d.extra_args += ["--database", url]
         d.start(env=pg.env)
