@@ -77,6 +77,7 @@ def test_nodes_share_the_state_and_each_acts_on_its_own(nodes, pg):
     sa = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
     sb = cpuos.Sandbox.create(template="base", api_key=key, api_url=b.url)
     assert row(b, key, sa.id)["node"] == "node-a" and row(a, key, sb.id)["node"] == "node-b"
+    assert cpuos.Sandbox.connect(sa.id, api_key=key, api_url=b.url).node == "node-a"
     listed = b.http("GET", "/v1/sandboxes", key=key).json()["sandboxes"]
     assert {s["id"] for s in listed} == {sa.id, sb.id}
     for method, path, body in (("POST", f"/v1/sandboxes/{sa.id}/exec", {"cmd": "true"}),

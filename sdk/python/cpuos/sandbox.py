@@ -100,6 +100,8 @@ class Sandbox(CodeMethods):
         secrets: the names of the secrets it holds placeholders of (see `create`).
         stored: whether its pause is also in the daemon's object store, so it resumes even where
             the host lost its copy (daemons with `--s3-endpoint`; else always False).
+        node: the node that owns it where daemons share one database (`cpuosd --node`); None on
+            a single host.
         files: the sandbox's Files.
 
     Raises:
@@ -136,6 +138,7 @@ class Sandbox(CodeMethods):
         self.traffic_token: Optional[str] = data.get("traffic_token")
         self.secrets: list[str] = list(data.get("secrets") or [])
         self.stored: bool = data.get("stored") is True
+        self.node: Optional[str] = data.get("node")
         self._port_url: Optional[str] = data.get("port_url")
 
     def __repr__(self) -> str:

@@ -151,6 +151,7 @@ interface SandboxData {
   traffic_token?: string | null;
   secrets?: string[];
   stored?: boolean;
+  node?: string | null;
 }
 
 /** Calls that boot, save or restore a VM take longer than the others. */
@@ -184,6 +185,8 @@ export class Sandbox {
   secrets: string[] = [];
   /** Its pause is also in the daemon's object store (`--s3-endpoint`): it resumes where the host lost its copy. */
   stored = false;
+  /** The node that owns it where daemons share one database (`cpuosd --node`); null on a single host. */
+  node: string | null = null;
   private portUrl: string | null = null;
 
   private constructor(private readonly client: Client, d: SandboxData) {
@@ -215,6 +218,7 @@ export class Sandbox {
     this.trafficToken = d.traffic_token ?? null;
     this.secrets = d.secrets ?? [];
     this.stored = d.stored === true;
+    this.node = d.node ?? null;
   }
 
   /** Start a sandbox; it is returned once its agent answers. */
