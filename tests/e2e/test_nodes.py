@@ -2,17 +2,21 @@
 sandboxes are seen from any node, each sandbox is acted on only by the node that owns it (421
 elsewhere); a node killed is declared down once its lease runs out, its running sandboxes lost and
 its paused ones kept for it; back, it joins at a new epoch, kills what it ran and resumes what it
-paused; a node stopped past its lease writes nothing more and stops when it wakes; a single host's
-daemon and nodes never share a database."""
+paused; a node stopped past its lease writes nothing more and stops when it wakes; a drained node
+takes no new sandboxes, also after a restart (cpuos nodes); a single host's daemon and nodes never
+share a database."""
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
 
 import cpuos
-from conftest import SLOW, Daemon, PgServer
+from conftest import ROOT, SLOW, Daemon, PgServer
+
+CPUOS = os.environ.get("CPUOS_CLI_BIN") or os.path.join(ROOT, "build", "bin", "cpuos")
 
 LEASE = 3  # seconds: short, so the tests wait little for a node to be declared down
 
@@ -138,3 +142,30 @@ def test_a_node_stopped_past_its_lease_is_fenced(nodes, pg):
     assert a.proc.wait(30 * SLOW) == 1
     assert "was declared down" in a.log_tail(20)
     assert row(b, key, sbx.id)["state"] == "lost"
+
+
+def cpuos_cli(d, *args):
+    """The CLI as the administrator, on the node's Unix socket."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CPUOS_API_KEY", "CPUOS_API_URL")}
+    env["CPUOS_API_URL"] = "unix://" + d.socket
+    return subprocess.run([CPUOS, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_drained_node_takes_no_new_sandboxes(nodes, pg):
+    a, b = nodes("node-a"), nodes("node-b")
+    key = a.create_key("drain")
+    out = cpuos_cli(b, "nodes")
+    assert out.returncode == 0 and "node-a" in out.stdout and "node-b" in out.stdout, out
+    assert cpuos_cli(b, "nodes", "drain", "node-a").stdout.strip() == "node-a draining"
+    r = a.http("POST", "/v1/sandboxes", body={"template": "base"}, key=key)
+    assert r.status == 503 and "node 'node-a' is draining" in r.json()["error"]["message"], r
+    a.restart(kill=False, env=pg.env)  # a drain outlives a restart
+    r = a.http("POST", "/v1/sandboxes", body={"template": "base"}, key=key)
+    assert r.status == 503, r
+    assert cpuos_cli(a, "nodes", "undrain", "node-a").stdout.strip() == "node-a ready"
+    sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
+    assert sh(sbx, "echo again") == "again"
+    # The administrator's: unknown over TCP, and clear about what it cannot do.
+    assert a.http("GET", "/v1/nodes", key=key).status == 404
+    bad = cpuos_cli(a, "nodes", "drain", "nowhere")
+    assert bad.returncode != 0 and "no node 'nowhere'" in bad.stderr, bad

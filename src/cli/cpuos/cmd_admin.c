@@ -41,6 +41,13 @@ static const char keys_usage[] =
     "Manages API keys (on cpuosd's Unix socket only). create prints the new key\n"
     "once; only its hash is kept. ACCOUNT defaults to NAME.\n";
 
+static const char nodes_usage[] =
+    "usage: cpuos nodes [ls] [--json]\n"
+    "       cpuos nodes drain|undrain NAME\n"
+    "Lists the nodes that share cpuosd's database (cpuosd --node), or drains one\n"
+    "(it takes no new sandboxes, also after a restart) or makes it ready again\n"
+    "(on cpuosd's Unix socket only).\n";
+
 static const char templates_usage[] =
     "usage: cpuos templates [ls] [--json]\n"
     "       cpuos templates build NAME...\n"
@@ -236,10 +243,10 @@ out:
 
 static int keys_fail(struct api *a)
 {
-	/* Over TCP the keys routes do not exist: say where they are. */
+	/* Over TCP the administrator's routes do not exist: say where they are. */
 	if (!api_is_unix(a) && api_status(a) == 404) {
-		cli_err("%s; keys are managed on cpuosd's Unix socket only (as the administrator, "
-			"without --key or CPUOS_API_KEY)",
+		cli_err("%s; keys and nodes are managed on cpuosd's Unix socket only (as the "
+			"administrator, without --key or CPUOS_API_KEY)",
 			api_error(a));
 		return EXIT_API;
 	}
@@ -360,6 +367,78 @@ int cmd_keys(struct cli *c, int argc, char **argv)
 			ret = keys_fail(a);
 	}
 	return ret;
+}
+
+/* ---- nodes ---- */
+
+static int nodes_ls(struct api *a, int json)
+{
+	json_t *list = NULL, *rows = json_array(), *n;
+	struct apath p;
+	size_t i;
+	int ret = 0;
+	apath_init(&p, "/v1/nodes");
+	if (api_json(a, "GET", &p, NULL, &list) < 0) {
+		ret = keys_fail(a);
+	} else if (json) {
+		cli_print_json(list);
+	} else {
+		json_array_foreach(json_object_get(list, "nodes"), i, n)
+		{
+			char epoch[32];
+			snprintf(epoch, sizeof(epoch), "%lld",
+				 (long long)json_integer_value(json_object_get(n, "epoch")));
+			json_array_append_new(rows, json_pack("[sssss]", cli_str(n, "name"),
+							      cli_str(n, "state"), epoch,
+							      cli_str(n, "lease_until"),
+							      cli_str(n, "url")));
+		}
+		static const char *const hdr[] = {"NAME", "STATE", "EPOCH", "LEASE UNTIL", "URL"};
+		cli_table(hdr, 5, rows);
+	}
+	json_decref(rows);
+	json_decref(list);
+	return ret;
+}
+
+int cmd_nodes(struct cli *c, int argc, char **argv)
+{
+	const char *sub = argc > 1 ? argv[1] : "ls";
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || !strcmp(argv[i], "help")) {
+			fputs(nodes_usage, stdout);
+			return 0;
+		}
+	int json = 0;
+	if (!strcmp(sub, "--json")) {
+		sub = "ls";
+		json = argc == 2;
+		if (!json)
+			return cli_usage_err("nodes", "nodes ls takes only --json");
+	} else if (!strcmp(sub, "ls")) {
+		if (argc > 3 || (argc == 3 && strcmp(argv[2], "--json")))
+			return cli_usage_err("nodes", "nodes ls takes only --json");
+		json = argc == 3;
+	} else if (strcmp(sub, "drain") && strcmp(sub, "undrain")) {
+		return cli_usage_err("nodes", "unknown nodes command '%s'", sub);
+	} else if (argc != 3) {
+		return cli_usage_err("nodes", "nodes %s needs one node name", sub);
+	}
+	struct api *a = cli_api(c);
+	if (!a)
+		return EXIT_API;
+	if (!strcmp(sub, "ls"))
+		return nodes_ls(a, json);
+	struct apath p;
+	json_t *node = NULL;
+	apath_init(&p, "/v1/nodes");
+	apath_seg(&p, argv[2]);
+	apath_seg(&p, sub);
+	if (api_json(a, "POST", &p, NULL, &node) < 0)
+		return keys_fail(a);
+	printf("%s %s\n", cli_str(node, "name"), cli_str(node, "state"));
+	json_decref(node);
+	return 0;
 }
 
 /* ---- templates ---- */

@@ -42,6 +42,7 @@ static const char usage[] =
     "  checkpoint-rm CKP...    delete checkpoints (by id or name)\n"
     "  usage                   what the account ran and what it cost, by time range\n"
     "  keys create|ls|rm       manage API keys (administrator)\n"
+    "  nodes [ls|drain|undrain] the nodes sharing the database (administrator)\n"
     "  templates [ls|build]    list templates, or build a template image\n"
     "  version                 print the versions of cpuos and cpuosd\n"
     "Run 'cpuos COMMAND --help' for a command's options.\n"
@@ -86,7 +87,7 @@ static const struct command {
     {"checkpoints", cmd_checkpoints}, {"checkpoint-rm", cmd_checkpoint_rm},
     {"usage", cmd_usage},     {"version", cmd_version},
     {"net", cmd_net},	      {"url", cmd_url},
-    {"secret", cmd_secret},
+    {"secret", cmd_secret},   {"nodes", cmd_nodes},
 };
 
 int main(int argc, char **argv)

@@ -116,6 +116,10 @@ int api_health(struct req *r);
 int api_openapi(struct req *r);
 int api_keys_create(struct req *r);
 int api_keys_list(struct req *r);
+/* api_node.c: the nodes sharing the database (administrator only). */
+int api_nodes_list(struct req *r);
+int api_node_drain(struct req *r);
+int api_node_undrain(struct req *r);
 int api_keys_delete(struct req *r);
 
 int api_exec(struct req *r);

@@ -671,6 +671,13 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 {
 	struct store_ckpt ck;
 	memset(row, 0, sizeof(*row));
+	/* A node being drained takes no new sandboxes. */
+	const char *node = store_node_name(m->store);
+	struct store_node me;
+	if (node[0] && store_node_get(m->store, node, &me) == 0 && strcmp(me.state, "ready")) {
+		snprintf(err, errlen, "node '%s' is %s: it takes no new sandboxes", node, me.state);
+		return -EAGAIN;
+	}
 	if (p->checkpoint) {
 		if (store_ckpt_get(m->store, account, p->checkpoint, &ck) < 0) {
 			snprintf(err, errlen, "no checkpoint '%s'", p->checkpoint);

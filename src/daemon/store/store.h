@@ -294,6 +294,12 @@ const char *store_node_name(struct store *s);
  * declared down or joined again elsewhere since (it is fenced: it must
  * stop what it runs), -errno. */
 int store_node_renew(struct store *s, long long lease_until_ms);
+/* Node name: 0 with *out, -ENOENT. */
+int store_node_get(struct store *s, const char *name, struct store_node *out);
+/* Drains node name (drain 1: it takes no new sandboxes, also after a
+ * restart) or makes it ready again (0): 0, -ENOENT, -ESTALE when it is
+ * down. */
+int store_node_drain(struct store *s, const char *name, int drain);
 /* Every node, by name; *out malloc'd. */
 int store_node_list(struct store *s, struct store_node **out, size_t *n);
 /* Declares down each node whose lease ran out before now_ms: its epoch

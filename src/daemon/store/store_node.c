@@ -86,7 +86,9 @@ int store_node_join(struct store *s, const struct store_node *n, long long *epoc
 		r = store__prep(s,
 				"INSERT INTO nodes (" NODE_COLS ") VALUES (?1, ?2, 'ready', 1, ?3, ?4, "
 				"?5, ?6) ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
-				"state = 'ready', epoch = nodes.epoch + 1, "
+				/* a drain outlives a restart */
+				"state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'ready' "
+				"END, epoch = nodes.epoch + 1, "
 				"lease_until_ms = excluded.lease_until_ms, joined_at = excluded.joined_at, "
 				"vcpus = excluded.vcpus, memory_mb = excluded.memory_mb",
 				&st);
@@ -207,6 +209,42 @@ int store_node_list(struct store *s, struct store_node **out, size_t *n)
 	*out = ns;
 	*n = got;
 	return 0;
+}
+
+int store_node_get(struct store *s, const char *name, struct store_node *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!name || !name_ok(name))
+		return -ENOENT;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, "SELECT " NODE_COLS " FROM nodes WHERE name = ?1", &st);
+	if (!r) {
+		int rc = store__bind_text(st, 1, name) == SQL_OK ? sql_step(st) : SQL_ERROR;
+		r = rc == SQL_ROW ? read_node(st, out) : rc == SQL_DONE ? -ENOENT : -EIO;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_node_drain(struct store *s, const char *name, int drain)
+{
+	if (!name || !name_ok(name))
+		return -ENOENT;
+	const char *texts[] = { name };
+	int r = store__change(s,
+			      drain ? "UPDATE nodes SET state = 'draining' WHERE name = ?1 "
+				      "AND state != 'down'"
+				    : "UPDATE nodes SET state = 'ready' WHERE name = ?1 "
+				      "AND state != 'down'",
+			      1, texts);
+	if (r == -ENOENT) { /* no such node, or one that is down */
+		struct store_node n;
+		if (store_node_get(s, name, &n) == 0)
+			r = -ESTALE;
+	}
+	return r;
 }
 
 /* Declares node name, at epoch, down if its lease still ran out before
