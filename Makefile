@@ -365,6 +365,34 @@ $(BUILD)/guest/templates/%.erofs: $(wildcard guest/templates/*.recipe) guest/tem
 
 guest: kernel templates $(INITRAMFS)
 
+# Installs the programs, the guest (kernel, agent, template images), the
+# docs, systemd units for cpuosd and cpuos-gateway with their paths written
+# in, and, where none is there yet, their configuration in /etc/cpuos
+# (docs/cluster.md). DESTDIR stages it elsewhere.
+PREFIX ?= /usr/local
+SYSTEMD_DIR ?= /etc/systemd/system
+LIBDIR := $(PREFIX)/lib/cpuos
+DOCDIR := $(PREFIX)/share/doc/cpuos
+install: all guest
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/guest/templates $(DESTDIR)$(DOCDIR) \
+	  $(DESTDIR)$(SYSTEMD_DIR) $(DESTDIR)/etc/cpuos
+	install -m 0755 $(DAEMON) $(CLI) $(GATEWAY) $(VM_CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(KERNEL) $(INITRAMFS) $(DESTDIR)$(LIBDIR)/guest/
+	install -m 0755 $(AGENT) $(DESTDIR)$(LIBDIR)/guest/
+	install -m 0644 $(foreach t,$(TEMPLATES),$(BUILD)/guest/templates/$(t).erofs) \
+	  $(DESTDIR)$(LIBDIR)/guest/templates/
+	install -m 0644 README.md docs/*.md docs/openapi.json $(DESTDIR)$(DOCDIR)/
+	for u in dist/systemd/*.service; do \
+	  sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' $$u \
+	    >$(DESTDIR)$(SYSTEMD_DIR)/$$(basename $$u) || exit 1; \
+	done
+	for c in dist/etc/*.conf; do \
+	  t=$(DESTDIR)/etc/cpuos/$$(basename $$c); \
+	  [ -e $$t ] || sed -e 's|@GUESTDIR@|$(LIBDIR)/guest|g' $$c >$$t || exit 1; \
+	done
+	@echo "installed under $(DESTDIR)$(PREFIX); units in $(DESTDIR)$(SYSTEMD_DIR):" \
+	  "systemctl daemon-reload && systemctl enable --now cpuosd"
+
 # The README's two commands. Each first installs missing Debian packages,
 # then builds (the sub-make orders that after the install).
 run:
@@ -433,5 +461,5 @@ format:
 clean:
 	rm -rf $(BUILD) sdk/typescript/dist sdk/ai-sdk-sandbox/dist
 
-.PHONY: all kernel templates guest run test test-asan test-tsan bench fuzz fuzz-build fuzz-merge format clean
+.PHONY: install all kernel templates guest run test test-asan test-tsan bench fuzz fuzz-build fuzz-merge format clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

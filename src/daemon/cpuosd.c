@@ -224,7 +224,7 @@ static int copy_state(const struct config *o)
 	if (r == 0)
 		r = store_open(o->copy_state_to, &to, err, sizeof(err));
 	if (r == 0)
-		r = store_copy(from, to, &n, err, sizeof(err));
+		r = store_copy(from, to, o->node, &n, err, sizeof(err));
 	store_close(to);
 	store_close(from);
 	/* Run as root, SQLite may leave its -wal and -shm as root's: the

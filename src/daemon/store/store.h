@@ -314,9 +314,10 @@ struct store_copied {
 };
 /* Copies every row of from into to, which must hold nothing yet (-EEXIST),
  * in one transaction on each (a daemon writing to from waits meanwhile):
- * how a single host's SQLite state moves to PostgreSQL. 0 with the counts
- * in *out, or -errno with a reason in err. */
-int store_copy(struct store *from, struct store *to, struct store_copied *out, char *err,
-	       size_t errlen);
+ * how a single host's SQLite state moves to PostgreSQL. With node (not
+ * NULL or ""), its sandboxes become that node's. 0 with the counts in
+ * *out, or -errno with a reason in err. */
+int store_copy(struct store *from, struct store *to, const char *node, struct store_copied *out,
+	       char *err, size_t errlen);
 
 #endif

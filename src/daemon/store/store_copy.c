@@ -112,8 +112,8 @@ static int empty(struct sql *db)
 	return r;
 }
 
-int store_copy(struct store *from, struct store *to, struct store_copied *out, char *err,
-	       size_t errlen)
+int store_copy(struct store *from, struct store *to, const char *node, struct store_copied *out,
+	       char *err, size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
 	err[0] = '\0';
@@ -137,6 +137,15 @@ int store_copy(struct store *from, struct store *to, struct store_copied *out, c
 			r = (int)n;
 		else
 			counts[i] = n;
+	}
+	/* The host's sandboxes become its node's, taken at its first join. */
+	if (r == 0 && node && node[0]) {
+		struct sql_stmt *st = NULL;
+		if (sql_prep(to->db, "UPDATE sandboxes SET node = ?1, node_epoch = 0", &st) < 0 ||
+		    sql_bind_text(st, 1, node) != SQL_OK || sql_step(st) != SQL_DONE)
+			r = errbuf_set(err, errlen, -EIO, "cannot give the sandboxes to node %s: %s",
+				       node, sql_errmsg(to->db));
+		sql_finalize(st);
 	}
 	/* PostgreSQL numbers the next usage event after the last copied. */
 	if (r == 0 && sql_kind(to->db) == SQL_PG &&

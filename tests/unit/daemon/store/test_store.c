@@ -1108,7 +1108,7 @@ static void test_copy_sqlite_to_pg(void)
 
 	struct store_copied n;
 	char err[256];
-	CHECK(store_copy(a.s, b.s, &n, err, sizeof(err)) == 0);
+	CHECK(store_copy(a.s, b.s, "node-1", &n, err, sizeof(err)) == 0);
 	CHECK(n.accounts == 2 && n.keys == 3 && n.sandboxes == 2 && n.checkpoints == 1 &&
 	      n.usage_events == 2 && n.secrets == 1);
 	struct store_key *ks;
@@ -1122,7 +1122,8 @@ static void test_copy_sqlite_to_pg(void)
 	struct store_sbx x;
 	if (CHECK(store_sbx_get(b.s, "sbx_0000000000000001", &x) == 0)) {
 		CHECK(!strcmp(x.state, "paused") && x.paused_at == 1010 && x.timeout_left_s == 30 &&
-		      !strcmp(x.metadata_json, "{\"user\":\"x'y\"}") && x.vcpus == 2);
+		      !strcmp(x.metadata_json, "{\"user\":\"x'y\"}") && x.vcpus == 2 &&
+		      !strcmp(x.node, "node-1"));
 		store_sbx_release(&x);
 	}
 	struct store_kv q[] = { { "user", "x'y" } };
@@ -1146,7 +1147,7 @@ static void test_copy_sqlite_to_pg(void)
 	CHECK(store_secret_get(b.s, "alice", "TOKEN", &sy) == 0 && sy.sealed &&
 	      !strcmp(sy.value, "sealed1:dmFs"));
 	store_secret_release(&sy);
-	CHECK(store_copy(a.s, b.s, &n, err, sizeof(err)) == -EEXIST && strstr(err, "already"));
+	CHECK(store_copy(a.s, b.s, NULL, &n, err, sizeof(err)) == -EEXIST && strstr(err, "already"));
 	tdb_remove(&b);
 	tdb_remove(&a);
 }
