@@ -30,6 +30,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +296,80 @@ static int join_cluster(const struct config *o, struct store *store)
 /* A node's round: its lease renewed, and the nodes whose leases ran out
  * declared down (any node may; each is declared once). -1 when this node
  * was itself declared down: it must stop. */
+static int node_round(const struct config *o, struct store *store);
+
+/* The lease's thread, from the join on (a start may take longer than a
+ * lease): a round three times a lease; when the node was declared down,
+ * the main thread is told to stop (SIGTERM, read by its signalfd). */
+struct lease {
+	const struct config *o;
+	struct store *store;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop, fenced;
+	pthread_t thread;
+};
+
+static void *lease_main(void *arg)
+{
+	struct lease *l = arg;
+	pthread_mutex_lock(&l->mu);
+	while (!l->stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		long long ms = l->o->node_lease_s * 1000 / 3;
+		until.tv_sec += ms / 1000;
+		until.tv_nsec += (ms % 1000) * 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		while (!l->stop && pthread_cond_timedwait(&l->cv, &l->mu, &until) != ETIMEDOUT)
+			;
+		if (l->stop)
+			break;
+		pthread_mutex_unlock(&l->mu);
+		int r = node_round(l->o, l->store);
+		pthread_mutex_lock(&l->mu);
+		if (r < 0) {
+			l->fenced = 1;
+			kill(getpid(), SIGTERM);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+static int lease_start(struct lease *l, const struct config *o, struct store *store)
+{
+	*l = (struct lease){ .o = o, .store = store };
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&l->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int e = pthread_create(&l->thread, NULL, lease_main, l);
+	if (e)
+		log_error("cannot start the lease's thread: %s", strerror(e));
+	return e ? -e : 0;
+}
+
+/* Stops the lease's thread: 1 if the node was fenced. */
+static int lease_stop(struct lease *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->stop = 1;
+	pthread_cond_signal(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	pthread_join(l->thread, NULL);
+	int fenced = l->fenced;
+	pthread_cond_destroy(&l->cv);
+	pthread_mutex_destroy(&l->mu);
+	return fenced;
+}
+
 static int node_round(const struct config *o, struct store *store)
 {
 	int r = store_node_renew(store, now_ms() + o->node_lease_s * 1000);
@@ -501,7 +576,8 @@ int main(int argc, char **argv)
 		priv_close(priv);
 		return 1;
 	}
-	if (o.node[0] && join_cluster(&o, store) < 0) {
+	struct lease lease;
+	if (o.node[0] && (join_cluster(&o, store) < 0 || lease_start(&lease, &o, store) < 0)) {
 		store_close(store);
 		netd_close(netd);
 		priv_close(priv);
@@ -514,6 +590,8 @@ int main(int argc, char **argv)
 	if (!nd || net_policy_parse(nd, &np, err, sizeof(err)) < 0) {
 		log_error("--net-default: %s", nd ? err : je.text);
 		json_decref(nd);
+		if (o.node[0])
+			lease_stop(&lease);
 		store_close(store);
 		netd_close(netd);
 		priv_close(priv);
@@ -524,6 +602,8 @@ int main(int argc, char **argv)
 	struct net *net = NULL;
 	if (o.net && net_open(o.net_range, o.state_dir, netd, priv, &net, err, sizeof(err)) < 0) {
 		log_error("networks: %s (or run with --net off)", err);
+		if (o.node[0])
+			lease_stop(&lease);
 		store_close(store);
 		netd_close(netd);
 		priv_close(priv);
@@ -549,6 +629,8 @@ int main(int argc, char **argv)
 		netd_close(netd);
 		priv_close(priv);
 		net_close(net);
+		if (o.node[0])
+			lease_stop(&lease);
 		store_close(store);
 		return 1;
 	}
@@ -564,6 +646,8 @@ int main(int argc, char **argv)
 		netd_close(netd);
 		priv_close(priv);
 		net_close(net);
+		if (o.node[0])
+			lease_stop(&lease);
 		store_close(store);
 		return 1;
 	}
@@ -596,6 +680,8 @@ int main(int argc, char **argv)
 		netd_close(netd);
 		priv_close(priv);
 		net_close(net);
+		if (o.node[0])
+			lease_stop(&lease);
 		store_close(store);
 		return 1;
 	}
@@ -609,14 +695,11 @@ int main(int argc, char **argv)
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	struct pollfd pf[3] = { { .fd = sfd, .events = POLLIN }, { .fd = priv_pfd, .events = POLLIN },
 				{ .fd = netd_pfd, .events = POLLIN } };
-	/* A node renews its lease a few times within it. */
-	int round_ms = o.node[0] ? (int)(o.node_lease_s * 1000 / 3) : -1, fenced = 0, polled;
-	while (sfd >= 0 &&
-	       ((polled = poll(pf, 3, round_ms)) == 0 || (polled < 0 && errno == EINTR)))
-		if (polled == 0 && node_round(&o, store) < 0) {
-			fenced = 1;
-			break;
-		}
+	while (sfd >= 0 && poll(pf, 3, -1) < 0 && errno == EINTR)
+		;
+	/* A node's lease is renewed no more: one that was fenced stops for
+	 * its supervisor to start it again. */
+	int fenced = o.node[0] && lease_stop(&lease);
 	struct signalfd_siginfo si = { 0 };
 	if (fenced) {
 		log_info("shutting down: fenced");

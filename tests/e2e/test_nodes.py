@@ -2,7 +2,8 @@
 sandboxes are seen from any node, each sandbox is acted on only by the node that owns it (421
 elsewhere); a node killed is declared down once its lease runs out, its running sandboxes lost and
 its paused ones kept for it; back, it joins at a new epoch, kills what it ran and resumes what it
-paused; a node stopped past its lease writes nothing more and stops when it wakes; a drained node
+paused; a paused sandbox of a node lost resumes on another from the object store, with its files and
+live processes; a node stopped past its lease writes nothing more and stops when it wakes; a drained node
 takes no new sandboxes, also after a restart (cpuos nodes); a single host's daemon and nodes never
 share a database."""
 
@@ -15,10 +16,11 @@ import pytest
 
 import cpuos
 from conftest import ROOT, SLOW, Daemon, PgServer
+from test_objstore import BUCKET, ObjStore
 
 CPUOS = os.environ.get("CPUOS_CLI_BIN") or os.path.join(ROOT, "build", "bin", "cpuos")
 
-LEASE = 3  # seconds: short, so the tests wait little for a node to be declared down
+LEASE = 3 * SLOW  # seconds: short, so the tests wait little for a node to be declared down
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +35,11 @@ def nodes(pg, monkeypatch):
     monkeypatch.delenv("CPUOS_E2E_PG", raising=False)  # these name their database themselves
     made = []
 
-    def make(name):
-        d = Daemon(extra_args=["--database", pg.url, "--node", name, "--node-lease", str(LEASE)])
+    def make(name, *extra, env=None):
+        d = Daemon(extra_args=["--database", pg.url, "--node", name, "--node-lease", str(LEASE),
+                               *extra])
         made.append(d)
-        d.start(env=pg.env)
+        d.start(env={**pg.env, **(env or {})})
         return d
 
     yield make
@@ -127,6 +130,40 @@ def test_a_node_lost_is_declared_down_and_comes_back(nodes, pg):
     assert int(pg.query("SELECT epoch FROM nodes WHERE name = 'node-a'")) == epoch + 2
     wait_for("the lost sandbox's QEMU killed", lambda: not alive(qemu), 30)
     assert sh(cpuos.Sandbox.connect(paused.id, api_key=key, api_url=a.url), "cat /work/k") == "kept"
+
+
+@pytest.fixture(scope="module")
+def objstore():
+    s = ObjStore()
+    yield s
+    s.close()
+
+
+def test_a_paused_sandbox_of_a_node_lost_resumes_on_another(nodes, pg, objstore):
+    s3 = ("--s3-endpoint", objstore.endpoint, "--s3-bucket", BUCKET)
+    env = {k: objstore.env[k] for k in ("CPUOS_S3_ACCESS_KEY", "CPUOS_S3_SECRET_KEY")}
+    a, b = nodes("node-a", *s3, env=env), nodes("node-b", *s3, env=env)
+    key = a.create_key("moved")
+    sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
+    sh(sbx, "echo kept > /work/k && nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n > "
+            "/work/tick; sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid")
+    sbx.pause()
+    wait_for("the pause stored", lambda: row(a, key, sbx.id)["stored"], 120)
+    # Asked of B while A lives: A's.
+    assert b.http("POST", f"/v1/sandboxes/{sbx.id}/resume", key=key).status == 421
+
+    a.stop(signal.SIGKILL)  # A's host is lost, its disk with it as far as B can tell
+    wait_for("node-a declared down",
+             lambda: pg.query("SELECT state FROM nodes WHERE name = 'node-a'") == "down", LEASE + 10)
+    s2 = cpuos.Sandbox.connect(sbx.id, api_key=key, api_url=b.url)
+    assert sh(s2, "cat /work/k") == "kept"  # resumed on B, from the object store
+    assert s2.info().node == "node-b"
+    pid = sh(s2, "cat /work/pid")
+    t = int(sh(s2, "cat /work/tick"))
+    time.sleep(1)
+    assert sh(s2, f"kill -0 {pid} && echo alive") == "alive" and int(sh(s2, "cat /work/tick")) > t
+    log = b.log_tail(100)
+    assert "taken over from node node-a" in log and "fetched from the object store" in log
 
 
 def test_a_node_stopped_past_its_lease_is_fenced(nodes, pg):

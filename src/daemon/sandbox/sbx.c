@@ -423,15 +423,52 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 /* ---- the way in ---- */
 
 /* Why id has no object: not there (or another account's), or it ended. */
+/* A paused sandbox of a node declared down, its pause in the object
+ * store: made this node's and loaded paused. 0, or -ESTALE when it cannot
+ * be (its node lives, nothing is stored), -errno. One at a time: a second
+ * request for it finds it here. */
+static int take_over(struct sbx_mgr *m, const struct store_sbx *row)
+{
+	if (!m->cfg.blob || strcmp(row->state, "paused") || !sbx_pause_stored(row))
+		return -ESTALE;
+	pthread_mutex_lock(&m->take_mu);
+	struct sbx *s = sbx__get(m, row->id);
+	int r = 0;
+	if (s) {
+		sbx_put(s);
+		goto out;
+	}
+	char run[sizeof(row->run_dir)];
+	snprintf(run, sizeof(run), "%s/vms/%s", m->cfg.state_dir, row->id);
+	struct store_sbx now;
+	if ((r = store_sbx_take(m->store, row->id, row->stored, run)) < 0 ||
+	    (r = store_sbx_get(m->store, row->id, &now)) < 0)
+		goto out;
+	r = sbx__load_paused(m, &now);
+	if (r == 0)
+		log_info("sandbox %s taken over from node %s, which was declared down: its pause "
+			 "comes from the object store",
+			 row->id, row->node);
+	store_sbx_release(&now);
+out:
+	pthread_mutex_unlock(&m->take_mu);
+	return r;
+}
+
 int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen)
 {
 	if (!row->node[0] || !strcmp(row->node, store_node_name(m->store)) ||
 	    (strcmp(row->state, "running") && strcmp(row->state, "paused")))
 		return 0;
+	if (take_over(m, row) == 0)
+		return 0;
 	snprintf(err, errlen, "sandbox '%s' is on node '%s', not this one", row->id, row->node);
 	return -EREMOTE;
 }
 
+/* Why there is no sandbox id for account here: -ENOENT, -ESHUTDOWN (it
+ * ended), -EREMOTE (another node's), or 1 when it was just taken over
+ * from a node that is down and is here now. */
 static int gone(struct sbx_mgr *m, const char *id, const char *account, char *err, size_t errlen)
 {
 	struct store_sbx row;
@@ -445,6 +482,13 @@ static int gone(struct sbx_mgr *m, const char *id, const char *account, char *er
 	if (r < 0) {
 		store_sbx_release(&row);
 		return r;
+	}
+	/* Taken over from a node that is down: here now, paused. */
+	struct sbx *here = sbx__get(m, id);
+	if (here) {
+		sbx_put(here);
+		store_sbx_release(&row);
+		return 1;
 	}
 	snprintf(err, errlen, "sandbox '%s' is not running (%s%s%s)", id, row.state,
 		 row.end_reason[0] ? ": " : "", row.end_reason);
@@ -464,7 +508,10 @@ int sbx_acquire(struct sbx_mgr *m, const char *id, const char *account, int flag
 				snprintf(err, errlen, "no sandbox '%s'", id);
 				return -ENOENT;
 			}
-			return gone(m, id, account, err, errlen);
+			int g = gone(m, id, account, err, errlen);
+			if (g > 0)
+				continue;
+			return g;
 		}
 		struct timespec until;
 		clock_deadline(&until, SETTLE_MS);
@@ -483,8 +530,12 @@ int sbx_acquire(struct sbx_mgr *m, const char *id, const char *account, int flag
 			snprintf(err, errlen, "sandbox '%s' is busy (%s)", id, sbx_state_name(now));
 			return -EBUSY;
 		}
-		if (now != SBX_PAUSED)
-			return gone(m, id, account, err, errlen);
+		if (now != SBX_PAUSED) {
+			int g = gone(m, id, account, err, errlen);
+			if (g > 0)
+				continue;
+			return g;
+		}
 		if (!(flags & SBX_RESUME)) {
 			snprintf(err, errlen, "sandbox '%s' is paused", id);
 			return -EAGAIN;
@@ -879,6 +930,7 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 	m->store = store;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_mutex_init(&m->ckpt_fetch_mu, NULL);
+	pthread_mutex_init(&m->take_mu, NULL);
 	cond_init_mono(&m->state_cv);
 	cond_init_mono(&m->quit_cv);
 	pthread_cond_init(&m->killers_cv, NULL);
@@ -939,6 +991,7 @@ void sbx_mgr_free(struct sbx_mgr *m)
 	pthread_cond_destroy(&m->state_cv);
 	pthread_cond_destroy(&m->quit_cv);
 	pthread_mutex_destroy(&m->ckpt_fetch_mu);
+	pthread_mutex_destroy(&m->take_mu);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

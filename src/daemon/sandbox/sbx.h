@@ -184,7 +184,9 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 int sbx_pause_stored(const struct store_sbx *row);
 /* -EREMOTE, with a reason naming the node, when row is a live (running or
  * paused) sandbox of another node's, which only that node can act on;
- * else 0. */
+ * else 0. A paused one whose node was declared down and whose pause is in
+ * the object store is taken over instead: it is this node's from then on,
+ * loaded paused (its pause fetched at its resume), and the answer is 0. */
 int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen);
 
 /* The environment every command of the sandbox gets (JSON object). */

@@ -143,6 +143,7 @@ struct sbx_mgr {
 	struct sbx_pools *pools;
 	struct sbx_blob *blob;  /* the object store's worker; NULL: none */
 	pthread_mutex_t ckpt_fetch_mu; /* one checkpoint fetched at a time */
+	pthread_mutex_t take_mu;       /* one sandbox taken over at a time */
 };
 
 /* sbx_state.c: the state table and transitions. */
@@ -304,6 +305,9 @@ int sbx__net_set(struct sbx_mgr *m, int slot, const char *network_json, char *er
  * snapshots of forks a dead daemon left. */
 long long sbx__paused_bytes(const char *run_dir);
 void sbx__snap_cleanup(struct sbx_mgr *m);
+/* sbx_restore.c: a paused row loaded as a paused sandbox (at the start, or
+ * taken over from a node that is down): 0 or -ENOMEM. */
+int sbx__load_paused(struct sbx_mgr *m, const struct store_sbx *row);
 
 /* sbx_blob.c: pauses kept in the object store (cfg.blob). Starts the
  * worker that uploads each pause in the background and deletes what

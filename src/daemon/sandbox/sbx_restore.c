@@ -143,6 +143,17 @@ static void restore_running(struct sbx_mgr *m, struct store_sbx *row)
 	sbx_put(s);
 }
 
+int sbx__load_paused(struct sbx_mgr *m, const struct store_sbx *row)
+{
+	struct sbx *s;
+	char err[256];
+	if (sbx__new(m, row, SBX_RESTORING, &s) < 0)
+		return -ENOMEM;
+	sbx__fire(s, SBX_EV_LOADED, NULL, 0, err, sizeof(err));
+	sbx_put(s);
+	return 0;
+}
+
 void sbx_mgr_restore(struct sbx_mgr *m)
 {
 	struct store_sbx *rows;
@@ -151,16 +162,9 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 	sbx__secrets_seal_old(m);
 	/* Paused ones first: a running row may become paused below. */
 	if (store_sbx_paused(m->store, &rows, &n) == 0) {
-		for (size_t i = 0; i < n; i++) {
-			struct sbx *s;
-			char err[256];
-			if (sbx__new(m, &rows[i], SBX_RESTORING, &s) < 0) {
+		for (size_t i = 0; i < n; i++)
+			if (sbx__load_paused(m, &rows[i]) < 0)
 				log_error("paused sandbox %s: cannot load it", rows[i].id);
-				continue;
-			}
-			sbx__fire(s, SBX_EV_LOADED, NULL, 0, err, sizeof(err));
-			sbx_put(s);
-		}
 		store_sbx_free_list(rows, n);
 	}
 	if (store_sbx_running(m->store, &rows, &n) == 0) {

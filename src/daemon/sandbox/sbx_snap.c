@@ -75,6 +75,10 @@ static int object(struct sbx_mgr *m, const char *id, struct sbx **out, char *err
 		return -ENOENT;
 	}
 	int r = sbx_elsewhere(m, &row, err, errlen);
+	if (r == 0 && (*out = sbx__get(m, id))) { /* taken over: here now */
+		store_sbx_release(&row);
+		return 0;
+	}
 	if (r == 0)
 		snprintf(err, errlen, "sandbox '%s' is %s", id, row.state);
 	store_sbx_release(&row);

@@ -300,6 +300,12 @@ int store_node_get(struct store *s, const char *name, struct store_node *out);
  * restart) or makes it ready again (0): 0, -ENOENT, -ESTALE when it is
  * down. */
 int store_node_drain(struct store *s, const char *name, int drain);
+/* This store's node takes paused sandbox id, whose pause is in the object
+ * store as stored, from the node that owns it, which was declared down: it
+ * is this node's from now on, at its epoch, its run directory run_dir (its
+ * pause is fetched there). 0, -ESTALE when any of that does not hold (or
+ * there is no such sandbox; nothing written), -EINVAL. */
+int store_sbx_take(struct store *s, const char *id, const char *stored, const char *run_dir);
 /* Every node, by name; *out malloc'd. */
 int store_node_list(struct store *s, struct store_node **out, size_t *n);
 /* Declares down each node whose lease ran out before now_ms: its epoch

@@ -247,6 +247,32 @@ int store_node_drain(struct store *s, const char *name, int drain)
 	return r;
 }
 
+int store_sbx_take(struct store *s, const char *id, const char *stored, const char *run_dir)
+{
+	if (!id || !stored || !stored[0] || !run_dir ||
+	    !store__text_ok(run_dir, sizeof(((struct store_sbx *)0)->run_dir), 1, 1))
+		return -EINVAL;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = s->node[0] ? store__prep(s,
+					 "UPDATE sandboxes SET node = ?8, node_epoch = ?9, "
+					 "run_dir = ?3 WHERE id = ?1 AND state = 'paused' "
+					 "AND stored = ?2 AND node != ?8 AND node IN "
+					 "(SELECT name FROM nodes WHERE state = 'down')",
+					 &st)
+			   : -EINVAL;
+	if (!r) {
+		if (store__bind_text(st, 1, id) != SQL_OK || store__bind_text(st, 2, stored) != SQL_OK ||
+		    store__bind_text(st, 3, run_dir) != SQL_OK || store__bind_owner(s, st) != SQL_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
+			r = -ESTALE;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r == -EEXIST ? -EIO : r;
+}
+
 /* Declares node name, at epoch, down if its lease still ran out before
  * now_ms: 1 if it did, 0 if not (renewed or reaped meanwhile), -errno. */
 static int reap_one(struct store *s, const char *name, long long epoch, long long now_ms)

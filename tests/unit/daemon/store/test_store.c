@@ -1216,7 +1216,14 @@ static void test_nodes_and_fencing(void)
 	CHECK(insert(a, "sbx_00000000000000a1", "alice", 100, "{}") == 0); /* runs */
 	CHECK(insert(a, "sbx_00000000000000a2", "alice", 101, "{}") == 0);
 	CHECK(move(a, "sbx_00000000000000a2", "running", "paused") == 0);
+	const char *rec = "0 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	CHECK(store_sbx_set_stored(a, "sbx_00000000000000a2", 0, rec) == 0);
+	CHECK(insert(a, "sbx_00000000000000a4", "alice", 101, "{}") == 0); /* paused, not stored */
+	CHECK(move(a, "sbx_00000000000000a4", "running", "paused") == 0);
 	CHECK(insert(b, "sbx_00000000000000b1", "alice", 102, "{}") == 0);
+	/* A's own while A lives, even paused and stored. */
+	CHECK(store_sbx_take(b, "sbx_00000000000000a2", rec, "/b/vms/sbx_00000000000000a2") ==
+	      -ESTALE);
 	struct store_sbx x;
 	if (CHECK(store_sbx_get(b, "sbx_00000000000000a1", &x) == 0)) {
 		CHECK(!strcmp(x.node, "node-a"));
@@ -1254,13 +1261,27 @@ static void test_nodes_and_fencing(void)
 	      !strcmp(ns[0].state, "down") && ns[0].epoch == 2 && !strcmp(ns[1].state, "ready"));
 	free(ns);
 
-	/* Back: a new epoch, its paused sandbox its own again. */
+	/* A down, its stored pause is anyone's to take (once, as it was). */
+	CHECK(store_sbx_take(b, "sbx_00000000000000a2", "1 other", "/b/vms/x") == -ESTALE);
+	CHECK(store_sbx_take(b, "sbx_00000000000000a2", rec, "/b/vms/sbx_00000000000000a2") == 0);
+	CHECK(store_sbx_take(b, "sbx_00000000000000a2", rec, "/b/vms/sbx_00000000000000a2") ==
+	      -ESTALE);
+	if (CHECK(store_sbx_get(b, "sbx_00000000000000a2", &x) == 0)) {
+		CHECK(!strcmp(x.node, "node-b") && !strcmp(x.run_dir, "/b/vms/sbx_00000000000000a2"));
+		store_sbx_release(&x);
+	}
+
+	/* Back: a new epoch; what it still owns is its own again, what was
+	 * taken is not. */
+	CHECK(insert(b, "sbx_00000000000000b2", "alice", 104, "{}") == 0);
 	long long ea2;
 	struct store *a2 = open_as(&t, "node-a", 5000, &ea2);
 	if (a2) {
 		CHECK(ea2 == 3);
-		CHECK(move(a2, "sbx_00000000000000a2", "paused", "running") == 0);
-		CHECK(move(a, "sbx_00000000000000a2", "running", "stopped") == -ESTALE);
+		CHECK(move(a2, "sbx_00000000000000a4", "paused", "running") == 0);
+		CHECK(move(a2, "sbx_00000000000000a2", "paused", "running") == -ESTALE);
+		CHECK(move(b, "sbx_00000000000000a2", "paused", "running") == 0);
+		CHECK(move(a2, "sbx_00000000000000b2", "running", "stopped") == -ESTALE);
 		CHECK(store_node_renew(a2, 6000) == 0);
 		store_close(a2);
 	}
