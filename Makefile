@@ -413,7 +413,7 @@ test:
 # tests/run.sh: no C code runs there). test-tsan: TSan over cpuosd and
 # cpuos-gateway under the end-to-end modules whose daemon threads meet
 # (TSAN_E2E: concurrent requests and streams, pauses, forks and restarts,
-# uploads of pauses cancelled by resumes,
+# uploads of pauses cancelled by resumes, nodes' lease threads and takeovers,
 # beside the pool and expiry threads, the network's resolver and proxies,
 # the port proxy, the gateway's conversations, hostile clients); the rest
 # drive the same threads one request at a time. tests/tsan.supp silences
@@ -440,7 +440,7 @@ test-asan:
 	  tests/run.sh
 
 TSAN_E2E := $(addprefix tests/e2e/test_,$(addsuffix .py,sdk_api snapshots pause_sdk crash ports \
-	network secrets gateway hostile_clients objstore))
+	network secrets gateway hostile_clients objstore nodes))
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
