@@ -99,7 +99,7 @@ static const char usage[] =
 	"                         owns what it runs, holds a lease it renews, and stops when\n"
 	"                         the others declare it down (default: none, a single host)\n"
 	"  --node-url URL         where an API reaches this node (default http://<--listen>)\n"
-	"  --node-lease N         seconds a node is thought alive without renewing (default 15)\n"
+	"  --node-lease N         seconds a node is thought alive without renewing (default 60)\n"
 	"  --s3-endpoint URL      an S3-compatible object store (http[s]://host[:port]) that\n"
 	"                         keeps a copy of every pause, uploaded in the background,\n"
 	"                         so a paused sandbox outlives this host's disk (default:\n"
@@ -237,7 +237,7 @@ static void defaults(struct config *o)
 	o->price_memory_gib = 4;
 	o->price_storage_gib_month = 0;
 	o->paused_retention_s = 30LL * 24 * 3600;
-	o->node_lease_s = 15;
+	o->node_lease_s = 60;
 	o->template_snapshots = 1;
 	o->pool_python = 2;
 	o->pool_other = 0;

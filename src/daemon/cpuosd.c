@@ -257,6 +257,13 @@ static int copy_state(const struct config *o)
 	return 0;
 }
 
+static long long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static long long now_ms(void)
 {
 	struct timespec ts;
@@ -293,14 +300,10 @@ static int join_cluster(const struct config *o, struct store *store)
 	return 0;
 }
 
-/* A node's round: its lease renewed, and the nodes whose leases ran out
- * declared down (any node may; each is declared once). -1 when this node
- * was itself declared down: it must stop. */
-static int node_round(const struct config *o, struct store *store);
-
 /* The lease's thread, from the join on (a start may take longer than a
  * lease): a round three times a lease; when the node was declared down,
- * the main thread is told to stop (SIGTERM, read by its signalfd). */
+ * or could not renew for a whole lease, the main thread is told to stop
+ * (SIGTERM, read by its signalfd). */
 struct lease {
 	const struct config *o;
 	struct store *store;
@@ -308,7 +311,11 @@ struct lease {
 	pthread_cond_t cv;
 	int stop, fenced;
 	pthread_t thread;
+	/* monotonic ms: the last renewal, and since when every one went */
+	long long renewed, renewing_since;
 };
+
+static int node_round(struct lease *l);
 
 static void *lease_main(void *arg)
 {
@@ -329,7 +336,7 @@ static void *lease_main(void *arg)
 		if (l->stop)
 			break;
 		pthread_mutex_unlock(&l->mu);
-		int r = node_round(l->o, l->store);
+		int r = node_round(l);
 		pthread_mutex_lock(&l->mu);
 		if (r < 0) {
 			l->fenced = 1;
@@ -343,7 +350,7 @@ static void *lease_main(void *arg)
 
 static int lease_start(struct lease *l, const struct config *o, struct store *store)
 {
-	*l = (struct lease){ .o = o, .store = store };
+	*l = (struct lease){ .o = o, .store = store, .renewed = mono_ms(), .renewing_since = mono_ms() };
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -370,18 +377,41 @@ static int lease_stop(struct lease *l)
 	return fenced;
 }
 
-static int node_round(const struct config *o, struct store *store)
+/* A node's round: its lease renewed, and the nodes whose leases ran out
+ * declared down (any node may; each is declared once). -1 when this node
+ * must stop: it was declared down, or it could not renew for a whole lease
+ * (cut off from the database: the others will declare it down). */
+static int node_round(struct lease *l)
 {
-	int r = store_node_renew(store, now_ms() + o->node_lease_s * 1000);
+	const struct config *o = l->o;
+	long long lease_ms = o->node_lease_s * 1000, now = mono_ms();
+	int r = store_node_renew(l->store, now_ms() + lease_ms);
 	if (r == -ESTALE) {
 		log_error("node %s was declared down (its lease ran out) or joined elsewhere: "
 			  "stopping; what it ran is lost, and the next start kills it",
 			  o->node);
 		return -1;
 	}
-	if (r < 0)
+	if (r < 0) {
+		l->renewing_since = 0;
+		if (now - l->renewed >= lease_ms) {
+			log_error("node %s could not renew its lease for %lld s (%s): stopping; the "
+				  "next start joins again",
+				  o->node, (now - l->renewed) / 1000, strerror(-r));
+			return -1;
+		}
 		log_warn("node %s: cannot renew its lease: %s", o->node, strerror(-r));
-	int downed = store_nodes_reap(store, now_ms());
+		return 0;
+	}
+	l->renewed = now;
+	if (!l->renewing_since)
+		l->renewing_since = now;
+	/* Others are judged only by a node that has renewed all along for a
+	 * lease: after an outage of the database, each has a lease to renew
+	 * before anyone is declared down. */
+	if (now - l->renewing_since < lease_ms)
+		return 0;
+	int downed = store_nodes_reap(l->store, now_ms());
 	if (downed > 0)
 		log_warn("declared %d node%s down: their leases ran out", downed,
 			 downed == 1 ? "" : "s");

@@ -103,6 +103,26 @@ static int has_procs(const char *dir)
 	return r;
 }
 
+/* Moves every process listed in from's cgroup.procs, and this one, into
+ * to: 0 or -errno (one that ended meanwhile is no failure). */
+static int move_procs(const char *from, const char *to)
+{
+	char path[800], list[4096], pid[24];
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	if (snprintf(path, sizeof(path), "%s/cgroup.procs", from) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r = 0;
+	ssize_t n = fd >= 0 ? read(fd, list, sizeof(list) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	list[n > 0 ? n : 0] = '\0';
+	for (char *save = NULL, *p = strtok_r(list, "\n", &save); p; p = strtok_r(NULL, "\n", &save))
+		if (strspn(p, "0123456789") == strlen(p) && strcmp(p, pid) &&
+		    (r = write_file(to, "cgroup.procs", p)) < 0 && r != -ESRCH)
+			return r;
+	return write_file(to, "cgroup.procs", pid);
+}
+
 /* Clears have[i] for each controller dir is not offered (its
  * cgroup.controllers); when that cannot be read, the writes decide. */
 static void v2_offered(const char *dir, int *have)
@@ -178,9 +198,10 @@ static int open_v2(struct cgroups *cg, const char *root, const char *self, char 
 	if (v2_enable(base, have) == -EBUSY) {
 		char leaf[512];
 		snprintf(leaf, sizeof(leaf), "%s/cpuosd", base);
-		char pid[24];
-		snprintf(pid, sizeof(pid), "%d", (int)getpid());
-		if ((r = mkdir_ok(leaf)) < 0 || (r = write_file(leaf, "cgroup.procs", pid)) < 0 ||
+		/* Every process of the group, not only this one: under systemd
+		 * the unit's group holds cpuosd too, and a group with processes
+		 * of its own hands no controller down. */
+		if ((r = mkdir_ok(leaf)) < 0 || (r = move_procs(base, leaf)) < 0 ||
 		    (r = v2_enable(base, have)) < 0) {
 			snprintf(err, errlen, "cannot hand cgroup controllers down from '%s': %s", base,
 				 strerror(-r));

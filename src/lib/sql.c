@@ -27,6 +27,10 @@ struct sql {
 	PGconn *pg;
 	long long changes; /* PostgreSQL: of the last statement that finished */
 	int in_tx;	   /* PostgreSQL: between BEGIN and COMMIT or ROLLBACK */
+	/* PostgreSQL: what a new connection must claim again (sql_reclaim),
+	 * and whether one could not: then nothing more is done */
+	char reclaim[128];
+	int lost;
 	char msg[512];
 };
 
@@ -83,6 +87,10 @@ static void pg_msg(struct sql *db, const PGresult *res)
  * would commit on its own what the caller thinks part of it. */
 static int pg_ready(struct sql *db)
 {
+	if (db->lost) {
+		snprintf(db->msg, sizeof(db->msg), "this process lost its claim on the database");
+		return -EIO;
+	}
 	if (PQstatus(db->pg) == CONNECTION_OK)
 		return 0;
 	if (db->in_tx) {
@@ -91,10 +99,33 @@ static int pg_ready(struct sql *db)
 		return -EIO;
 	}
 	PQreset(db->pg);
-	if (PQstatus(db->pg) == CONNECTION_OK)
+	if (PQstatus(db->pg) != CONNECTION_OK) {
+		pg_msg(db, NULL);
+		return -EIO;
+	}
+	/* Session locks went with the old connection. */
+	if (db->reclaim[0]) {
+		PGresult *res = PQexec(db->pg, db->reclaim);
+		db->lost = !res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+			   strcmp(PQgetvalue(res, 0, 0), "t");
+		PQclear(res);
+	}
+	return db->lost ? -EIO : 0;
+}
+
+int sql_reclaim(struct sql *db, const char *claim)
+{
+	if (db->kind != SQL_PG)
 		return 0;
-	pg_msg(db, NULL);
-	return -EIO;
+	PGresult *res = PQexec(db->pg, claim);
+	int ok = res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+	int got = ok && !strcmp(PQgetvalue(res, 0, 0), "t");
+	if (!ok)
+		pg_msg(db, res);
+	PQclear(res);
+	if (got)
+		snprintf(db->reclaim, sizeof(db->reclaim), "%s", claim);
+	return !ok ? -EIO : got ? 0 : -EBUSY;
 }
 
 /* Runs text, no parameters: 0 or -EIO; with *tag, the command's tag. */

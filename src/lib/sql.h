@@ -84,6 +84,13 @@ void sql_finalize(struct sql_stmt *st); /* NULL: nothing */
 /* Rows the last statement to finish on db inserted, changed or deleted. */
 long long sql_changes(struct sql *db);
 
+/* PostgreSQL: runs claim, a SELECT of one boolean that takes a session
+ * lock (pg_try_advisory_lock...), and runs it again on every new
+ * connection made after a break; a connection that cannot take it again
+ * does nothing more (every statement fails). 0, -EBUSY when the lock is
+ * another's, -EIO. SQLite: 0. */
+int sql_reclaim(struct sql *db, const char *claim);
+
 /* A transaction: BEGIN IMMEDIATE on SQLite (the write lock now), BEGIN on
  * PostgreSQL. 0 or -EIO. */
 int sql_begin(struct sql *db);

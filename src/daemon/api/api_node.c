@@ -17,10 +17,10 @@ static json_t *node_json(const struct store_node *n)
 	char joined[CLOCK_RFC3339_LEN], lease[CLOCK_RFC3339_LEN];
 	clock_rfc3339(n->joined_at, joined, sizeof(joined));
 	clock_rfc3339(n->lease_until_ms / 1000, lease, sizeof(lease));
-	return json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:i, s:I}", "name", n->name, "url", n->url,
-			 "state", n->state, "epoch", (json_int_t)n->epoch, "lease_until", lease,
-			 "joined_at", joined, "vcpus", (int)n->vcpus, "memory_mb",
-			 (json_int_t)n->memory_mb);
+	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s, s:s, s:i, s:I}", "name", n->name, "url",
+			 n->url, "state", n->state, "drained", n->drained, "epoch",
+			 (json_int_t)n->epoch, "lease_until", lease, "joined_at", joined, "vcpus",
+			 (int)n->vcpus, "memory_mb", (json_int_t)n->memory_mb);
 }
 
 int api_nodes_list(struct req *r)
@@ -41,8 +41,6 @@ static int drain(struct req *r, int on)
 	int e = store_node_drain(r->api->store, r->param[0], on);
 	if (e == -ENOENT)
 		return reply_error(r, 404, "not_found", "no node '%s'", r->param[0]);
-	if (e == -ESTALE)
-		return reply_error(r, 409, "conflict", "node '%s' is down", r->param[0]);
 	if (e < 0)
 		return reply_error(r, 500, "internal", "cannot change node '%s'", r->param[0]);
 	struct store_node node;

@@ -431,6 +431,10 @@ static int take_over(struct sbx_mgr *m, const struct store_sbx *row)
 {
 	if (!m->cfg.blob || strcmp(row->state, "paused") || !sbx_pause_stored(row))
 		return -ESTALE;
+	/* Not by a node being drained. */
+	struct store_node me;
+	if (store_node_get(m->store, store_node_name(m->store), &me) < 0 || me.drained)
+		return -ESTALE;
 	pthread_mutex_lock(&m->take_mu);
 	struct sbx *s = sbx__get(m, row->id);
 	int r = 0;
@@ -444,6 +448,9 @@ static int take_over(struct sbx_mgr *m, const struct store_sbx *row)
 	if ((r = store_sbx_take(m->store, row->id, row->stored, run)) < 0 ||
 	    (r = store_sbx_get(m->store, row->id, &now)) < 0)
 		goto out;
+	/* What this node kept of it before another took it is older than the
+	 * stored pause: the resume fetches that one. */
+	vm_remove_files(run);
 	r = sbx__load_paused(m, &now);
 	if (r == 0)
 		log_info("sandbox %s taken over from node %s, which was declared down: its pause "

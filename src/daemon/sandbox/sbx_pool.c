@@ -474,14 +474,19 @@ static void orphan(void *arg, int pid, const char *id)
 		return;
 	struct store_sbx row;
 	const char *why = "a warm VM";
-	if (store_sbx_get(m->store, id, &row) == 0) {
+	int r = store_sbx_get(m->store, id, &row);
+	if (r == 0) {
 		int paused = !strcmp(row.state, "paused"), running = !strcmp(row.state, "running");
+		int mine = !strcmp(row.node, store_node_name(m->store));
 		store_sbx_release(&row);
-		if (paused)
+		if (paused && mine)
 			pause_again(m, id, pid);
-		if (paused || running)
+		if ((paused || running) && mine)
 			return;
-		why = "its sandbox ended while it ran (its node was declared down)";
+		why = mine ? "its sandbox ended while it ran (its node was declared down)"
+			   : "its sandbox is another node's now";
+	} else if (r != -ENOENT) {
+		return; /* the store cannot say now: left for the next start */
 	}
 	char run[600];
 	log_info("killing QEMU %d of %s, left by an earlier daemon: %s", pid, id, why);

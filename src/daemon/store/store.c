@@ -279,30 +279,35 @@ static const struct sql_migration migrations[] = {
       "CREATE TABLE checkpoint_trash (stored TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;",
       "" },
     /* 9 -> 10: daemons sharing one database (cpuosd --node): each a row
-     * with a lease it renews and an epoch, one more at each join and when
-     * it is declared down; a sandbox's row names the node that owns it
-     * and that node's epoch when it took it ('' and 0 on a single host) */
+     * with a lease it renews, an epoch, one more at each join and when it
+     * is declared down, and whether it is drained; a sandbox's row names
+     * the node that owns it and that node's epoch when it took it, a
+     * checkpoint's the node whose disk holds it ('' on a single host) */
     { "CREATE TABLE nodes ("
       " name TEXT PRIMARY KEY NOT NULL,"
       " url TEXT NOT NULL DEFAULT '',"
-      " state TEXT NOT NULL CHECK (state IN ('ready', 'draining', 'down')),"
+      " state TEXT NOT NULL CHECK (state IN ('ready', 'down')),"
+      " drained INTEGER NOT NULL DEFAULT 0,"
       " epoch INTEGER NOT NULL,"
       " lease_until_ms INTEGER NOT NULL,"
       " joined_at INTEGER NOT NULL,"
       " vcpus INTEGER NOT NULL DEFAULT 0,"
       " memory_mb INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+      "ALTER TABLE checkpoints ADD COLUMN node TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE sandboxes ADD COLUMN node_epoch INTEGER NOT NULL DEFAULT 0;"
       "CREATE INDEX sandboxes_by_node ON sandboxes (node, state);",
       "CREATE TABLE nodes ("
       " name TEXT PRIMARY KEY NOT NULL,"
       " url TEXT NOT NULL DEFAULT '',"
-      " state TEXT NOT NULL CHECK (state IN ('ready', 'draining', 'down')),"
+      " state TEXT NOT NULL CHECK (state IN ('ready', 'down')),"
+      " drained BIGINT NOT NULL DEFAULT 0,"
       " epoch BIGINT NOT NULL,"
       " lease_until_ms BIGINT NOT NULL,"
       " joined_at BIGINT NOT NULL,"
       " vcpus BIGINT NOT NULL DEFAULT 0,"
       " memory_mb BIGINT NOT NULL DEFAULT 0);"
+      "ALTER TABLE checkpoints ADD COLUMN node TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';"
       "ALTER TABLE sandboxes ADD COLUMN node_epoch BIGINT NOT NULL DEFAULT 0;"
       "CREATE INDEX sandboxes_by_node ON sandboxes (node, state);"

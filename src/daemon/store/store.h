@@ -172,7 +172,8 @@ struct store_ckpt {
 };
 void store_ckpt_release(struct store_ckpt *c);
 void store_ckpt_free_list(struct store_ckpt *cs, size_t n);
-/* 0, -EEXIST (the account has a checkpoint of that name), -errno. */
+/* Records it as this store's node's: 0, -EEXIST (the account has a
+ * checkpoint of that name), -ESTALE (the node was declared down), -errno. */
 int store_ckpt_insert(struct store *s, const struct store_ckpt *c);
 /* By id, or by name within account: 0 with *out filled, or -ENOENT. */
 int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
@@ -183,7 +184,7 @@ int store_ckpt_list(struct store *s, const char *account, struct store_ckpt **ou
  * transaction, to the trash, until its objects are deleted too. 0 or
  * -ENOENT if unknown. */
 int store_ckpt_delete(struct store *s, const char *id);
-/* Checkpoints not yet in the object store, oldest first. */
+/* This node's checkpoints not yet in the object store, oldest first. */
 int store_ckpt_unstored(struct store *s, struct store_ckpt **out, size_t *n);
 /* Checkpoint id is in the object store as stored: 0, or -ENOENT when it
  * is gone or was stored already (nothing written), -EINVAL. */
@@ -256,7 +257,9 @@ int store_sbx_count_by_state(struct store *s, struct store_sbx_counts *out);
 
 /* Running sandboxes of account. */
 int store_sbx_count_running(struct store *s, const char *account);
-/* What the running sandboxes of account (NULL: of every account) hold. */
+/* What the running sandboxes of account hold, on every node (its quota),
+ * or (account NULL) those of every account on this store's node (its
+ * host's memory). */
 struct store_sbx_sum {
 	unsigned n;
 	unsigned long long vcpus, memory_mb;
@@ -266,17 +269,19 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
  * them at start); *out as for store_sbx_list. */
 int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n);
 
-/* Claims the database for this process, for as long as its connection
- * lasts: alone (a single host's daemon), or shared with others that claim
- * it shared (nodes). 0, -EBUSY when another holds it the other way, -EIO.
- * A SQLite file is a host's own: always 0. */
+/* Claims the database for this process: alone (a single host's daemon),
+ * or shared with others that claim it shared (nodes); claimed again on a
+ * new connection after a break, and if that cannot be, the store does
+ * nothing more. 0, -EBUSY when another holds it the other way, -EIO. A
+ * SQLite file is a host's own: always 0. */
 int store_claim(struct store *s, int shared);
 
 /* ---- nodes: daemons that share one database (cpuosd --node) ---- */
 struct store_node {
 	char name[64];      /* [A-Za-z0-9._-], 1..63 */
 	char url[256];      /* where an API reaches it */
-	char state[12];     /* "ready", "draining", "down" */
+	char state[12];     /* "ready", "draining" (ready, and drained), "down" */
+	int drained;        /* takes no new sandboxes, whatever its state */
 	long long epoch;    /* its incarnation */
 	long long lease_until_ms, joined_at;
 	unsigned vcpus;
@@ -297,8 +302,8 @@ int store_node_renew(struct store *s, long long lease_until_ms);
 /* Node name: 0 with *out, -ENOENT. */
 int store_node_get(struct store *s, const char *name, struct store_node *out);
 /* Drains node name (drain 1: it takes no new sandboxes, also after a
- * restart) or makes it ready again (0): 0, -ENOENT, -ESTALE when it is
- * down. */
+ * restart or after being declared down) or makes it ready again (0): 0,
+ * -ENOENT. */
 int store_node_drain(struct store *s, const char *name, int drain);
 /* This store's node takes paused sandbox id, whose pause is in the object
  * store as stored, from the node that owns it, which was declared down: it

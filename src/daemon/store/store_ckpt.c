@@ -40,11 +40,13 @@ int store_ckpt_insert(struct store *s, const struct store_ckpt *c)
 	pthread_mutex_lock(&s->lock);
 	int r = store__begin(s);
 	if (!r)
+		r = store__node_alive(s); /* a node declared down records nothing */
+	if (!r)
 		r = store__ensure_account(s, c->account);
 	if (!r)
 		r = store__prep(s,
-				"INSERT INTO checkpoints (" CKPT_COLS ") VALUES "
-				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+				"INSERT INTO checkpoints (" CKPT_COLS ", node) VALUES "
+				"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
 				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, c->id) != SQL_OK ||
@@ -59,7 +61,8 @@ int store_ckpt_insert(struct store *s, const struct store_ckpt *c)
 		    store__bind_text(st, 10, c->dir) != SQL_OK ||
 		    sql_bind_int64(st, 11, c->size_bytes) != SQL_OK ||
 		    sql_bind_int64(st, 12, c->created_at) != SQL_OK ||
-		    store__bind_text(st, 13, c->stored) != SQL_OK)
+		    store__bind_text(st, 13, c->stored) != SQL_OK ||
+		    store__bind_text(st, 14, s->node) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -182,9 +185,11 @@ int store_ckpt_list(struct store *s, const char *account, struct store_ckpt **ou
 
 int store_ckpt_unstored(struct store *s, struct store_ckpt **out, size_t *n)
 {
+	/* This node's: the others' are on their disks. */
 	return list(s,
-		    "SELECT " CKPT_COLS " FROM checkpoints WHERE stored = '' ORDER BY created_at, id",
-		    NULL, out, n);
+		    "SELECT " CKPT_COLS " FROM checkpoints WHERE stored = '' AND node = ?1 "
+		    "ORDER BY created_at, id",
+		    s->node, out, n);
 }
 
 int store_ckpt_delete(struct store *s, const char *id)

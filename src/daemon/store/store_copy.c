@@ -141,11 +141,16 @@ int store_copy(struct store *from, struct store *to, const char *node, struct st
 	/* The host's sandboxes become its node's, taken at its first join. */
 	if (r == 0 && node && node[0]) {
 		struct sql_stmt *st = NULL;
-		if (sql_prep(to->db, "UPDATE sandboxes SET node = ?1, node_epoch = 0", &st) < 0 ||
-		    sql_bind_text(st, 1, node) != SQL_OK || sql_step(st) != SQL_DONE)
-			r = errbuf_set(err, errlen, -EIO, "cannot give the sandboxes to node %s: %s",
-				       node, sql_errmsg(to->db));
-		sql_finalize(st);
+		static const char *const give[] = { "UPDATE sandboxes SET node = ?1, node_epoch = 0",
+						    "UPDATE checkpoints SET node = ?1" };
+		for (size_t i = 0; r == 0 && i < 2; i++) {
+			if (sql_prep(to->db, give[i], &st) < 0 || sql_bind_text(st, 1, node) != SQL_OK ||
+			    sql_step(st) != SQL_DONE)
+				r = errbuf_set(err, errlen, -EIO, "cannot give what it holds to node %s: %s",
+					       node, sql_errmsg(to->db));
+			sql_finalize(st);
+			st = NULL;
+		}
 	}
 	/* PostgreSQL numbers the next usage event after the last copied. */
 	if (r == 0 && sql_kind(to->db) == SQL_PG &&

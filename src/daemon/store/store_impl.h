@@ -47,6 +47,10 @@ int store__change(struct store *s, const char *sql, int n, const char *const *te
 /* Binds ?8 and ?9 of a statement that ends in store_sbx.c's OWNED to this
  * store's node and epoch: SQL_OK or SQL_ERROR. */
 int store__bind_owner(struct store *s, struct sql_stmt *st);
+/* In the caller's transaction: this store's node is at its epoch and not
+ * down, and (PostgreSQL) its row is held so till the end: 0, -ESTALE,
+ * -EIO. 0 on a single host. */
+int store__node_alive(struct store *s);
 /* Creates the account if new, inside the caller's transaction: 0 or -EIO. */
 int store__ensure_account(struct store *s, const char *account);
 struct store_usage_event;

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NODE_COLS "name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb"
+#define NODE_COLS "name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb, drained"
 
 static int name_ok(const char *name)
 {
@@ -32,19 +32,10 @@ static int name_ok(const char *name)
 
 int store_claim(struct store *s, int shared)
 {
-	if (sql_kind(s->db) != SQL_PG)
-		return 0;
-	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
-	int r = store__prep(s,
-			    shared ? "SELECT pg_try_advisory_lock_shared(" CLAIM_LOCK ")"
-				   : "SELECT pg_try_advisory_lock(" CLAIM_LOCK ")",
-			    &st);
-	if (!r) {
-		const char *got = sql_step(st) == SQL_ROW ? sql_col_text(st, 0) : NULL;
-		r = !got ? -EIO : !strcmp(got, "t") ? 0 : -EBUSY;
-		sql_finalize(st);
-	}
+	/* Held as long as the connection; taken again on a new one. */
+	int r = sql_reclaim(s->db, shared ? "SELECT pg_try_advisory_lock_shared(" CLAIM_LOCK ")"
+					  : "SELECT pg_try_advisory_lock(" CLAIM_LOCK ")");
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -85,10 +76,9 @@ int store_node_join(struct store *s, const struct store_node *n, long long *epoc
 	if (!r)
 		r = store__prep(s,
 				"INSERT INTO nodes (" NODE_COLS ") VALUES (?1, ?2, 'ready', 1, ?3, ?4, "
-				"?5, ?6) ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
-				/* a drain outlives a restart */
-				"state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'ready' "
-				"END, epoch = nodes.epoch + 1, "
+				"?5, ?6, 0) ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
+				/* drained stays: a drain outlives restarts */
+				"state = 'ready', epoch = nodes.epoch + 1, "
 				"lease_until_ms = excluded.lease_until_ms, joined_at = excluded.joined_at, "
 				"vcpus = excluded.vcpus, memory_mb = excluded.memory_mb",
 				&st);
@@ -160,6 +150,9 @@ static int read_node(struct sql_stmt *st, struct store_node *n)
 	    store__col_copy(st, 1, n->url, sizeof(n->url)) ||
 	    store__col_copy(st, 2, n->state, sizeof(n->state)))
 		return -EIO;
+	n->drained = sql_col_int64(st, 8) != 0;
+	if (n->drained && !strcmp(n->state, "ready"))
+		snprintf(n->state, sizeof(n->state), "draining");
 	n->epoch = sql_col_int64(st, 3);
 	n->lease_until_ms = sql_col_int64(st, 4);
 	n->joined_at = sql_col_int64(st, 5);
@@ -233,18 +226,34 @@ int store_node_drain(struct store *s, const char *name, int drain)
 	if (!name || !name_ok(name))
 		return -ENOENT;
 	const char *texts[] = { name };
-	int r = store__change(s,
-			      drain ? "UPDATE nodes SET state = 'draining' WHERE name = ?1 "
-				      "AND state != 'down'"
-				    : "UPDATE nodes SET state = 'ready' WHERE name = ?1 "
-				      "AND state != 'down'",
-			      1, texts);
-	if (r == -ENOENT) { /* no such node, or one that is down */
-		struct store_node n;
-		if (store_node_get(s, name, &n) == 0)
-			r = -ESTALE;
-	}
-	return r;
+	return store__change(s,
+			     drain ? "UPDATE nodes SET drained = 1 WHERE name = ?1"
+				   : "UPDATE nodes SET drained = 0 WHERE name = ?1",
+			     1, texts);
+}
+
+/* In the open transaction: the node this store writes as is still at its
+ * epoch and not down, its row held (PostgreSQL: FOR SHARE) until the end,
+ * so it is not declared down meanwhile. 0, -ESTALE, -EIO. */
+int store__node_alive(struct store *s)
+{
+	if (!s->node[0])
+		return 0;
+	struct sql_stmt *st;
+	int r = store__prep(s,
+			    sql_kind(s->db) == SQL_PG
+				? "SELECT 1 FROM nodes WHERE name = ?1 AND epoch = ?2 AND state != 'down' "
+				  "FOR SHARE"
+				: "SELECT 1 FROM nodes WHERE name = ?1 AND epoch = ?2 AND state != 'down'",
+			    &st);
+	if (r)
+		return r;
+	int rc = store__bind_text(st, 1, s->node) == SQL_OK &&
+			 sql_bind_int64(st, 2, s->node_epoch) == SQL_OK
+		     ? sql_step(st)
+		     : SQL_ERROR;
+	sql_finalize(st);
+	return rc == SQL_ROW ? 0 : rc == SQL_DONE ? -ESTALE : -EIO;
 }
 
 int store_sbx_take(struct store *s, const char *id, const char *stored, const char *run_dir)
@@ -252,23 +261,59 @@ int store_sbx_take(struct store *s, const char *id, const char *stored, const ch
 	if (!id || !stored || !stored[0] || !run_dir ||
 	    !store__text_ok(run_dir, sizeof(((struct store_sbx *)0)->run_dir), 1, 1))
 		return -EINVAL;
-	struct sql_stmt *st;
+	int pg = 0;
+	struct sql_stmt *st = NULL;
+	char owner[64] = "";
 	pthread_mutex_lock(&s->lock);
-	int r = s->node[0] ? store__prep(s,
-					 "UPDATE sandboxes SET node = ?8, node_epoch = ?9, "
-					 "run_dir = ?3 WHERE id = ?1 AND state = 'paused' "
-					 "AND stored = ?2 AND node != ?8 AND node IN "
-					 "(SELECT name FROM nodes WHERE state = 'down')",
-					 &st)
-			   : -EINVAL;
+	int r = s->node[0] ? store__begin(s) : -EINVAL;
+	pg = r == 0 && sql_kind(s->db) == SQL_PG;
+	/* The row and its owner's held till the end: the owner cannot join
+	 * again (and take its rows back) meanwhile, nor this node be declared
+	 * down. */
+	if (!r)
+		r = store__prep(s,
+				pg ? "SELECT node FROM sandboxes WHERE id = ?1 FOR UPDATE"
+				   : "SELECT node FROM sandboxes WHERE id = ?1",
+				&st);
+	if (!r) {
+		int rc = store__bind_text(st, 1, id) == SQL_OK ? sql_step(st) : SQL_ERROR;
+		r = rc == SQL_ROW ? store__col_copy(st, 0, owner, sizeof(owner))
+		    : rc == SQL_DONE ? -ESTALE
+				     : -EIO;
+	}
+	sql_finalize(st);
+	st = NULL;
+	if (!r)
+		r = store__prep(s,
+				pg ? "SELECT 1 FROM nodes WHERE name = ?1 AND state = 'down' FOR SHARE"
+				   : "SELECT 1 FROM nodes WHERE name = ?1 AND state = 'down'",
+				&st);
+	if (!r) {
+		int rc = store__bind_text(st, 1, owner) == SQL_OK ? sql_step(st) : SQL_ERROR;
+		r = rc == SQL_ROW ? 0 : rc == SQL_DONE ? -ESTALE : -EIO;
+	}
+	sql_finalize(st);
+	st = NULL;
+	if (!r)
+		r = store__node_alive(s);
+	if (!r)
+		r = store__prep(s,
+				"UPDATE sandboxes SET node = ?8, node_epoch = ?9, run_dir = ?3 "
+				"WHERE id = ?1 AND state = 'paused' AND stored = ?2 AND node = ?4",
+				&st);
 	if (!r) {
 		if (store__bind_text(st, 1, id) != SQL_OK || store__bind_text(st, 2, stored) != SQL_OK ||
-		    store__bind_text(st, 3, run_dir) != SQL_OK || store__bind_owner(s, st) != SQL_OK)
+		    store__bind_text(st, 3, run_dir) != SQL_OK ||
+		    store__bind_text(st, 4, owner) != SQL_OK || store__bind_owner(s, st) != SQL_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE;
-		sql_finalize(st);
 	}
+	sql_finalize(st);
+	if (!r)
+		r = store__commit(s);
+	if (r)
+		store__rollback(s);
 	pthread_mutex_unlock(&s->lock);
 	return r == -EEXIST ? -EIO : r;
 }
@@ -293,28 +338,57 @@ static int reap_one(struct store *s, const char *name, long long epoch, long lon
 			changed = sql_changes(s->db);
 	}
 	sql_finalize(st);
-	if (!r && changed) {
-		/* Its running sandboxes end now, for usage as for their state;
-		 * every row it owns moves to its new epoch, out of its reach. */
-		r = run(s,
-			"INSERT INTO usage_events (sbx_id, account, key_id, state, vcpus, memory_mb, "
-			"storage_bytes, at_ms) SELECT id, account, key_id, 'stopped', vcpus, memory_mb, "
-			"0, ?2 FROM sandboxes WHERE node = ?1 AND state = 'running'",
-			name, now_ms, NULL);
-		if (!r)
-			r = run(s,
-				"UPDATE sandboxes SET state = 'lost', end_reason = 'node_lost', "
-				"qemu_pid = 0, net_slot = -1 WHERE node = ?1 AND state = 'running'",
-				name, 0, NULL);
-		if (!r)
-			r = run(s, "UPDATE sandboxes SET node_epoch = ?2 WHERE node = ?1", name,
-				epoch + 1, NULL);
-	}
 	if (!r)
 		r = store__commit(s);
 	if (r)
 		store__rollback(s);
 	return r < 0 ? r : changed > 0;
+}
+
+/* What the nodes that are down still hold: every row of theirs moved to
+ * their epoch now (out of their reach), first; then their running
+ * sandboxes lost, their usage ending at now_ms. Each pass, so a row a
+ * dying node changed while it was declared down is caught at the next. */
+static int sweep(struct store *s, long long now_ms)
+{
+	static const char *const lite[] = {
+		"UPDATE sandboxes SET node_epoch = n.epoch FROM nodes n WHERE n.name = sandboxes.node "
+		"AND n.state = 'down' AND sandboxes.node_epoch != n.epoch AND ?1 = ?1",
+		"INSERT INTO usage_events (sbx_id, account, key_id, state, vcpus, memory_mb, "
+		"storage_bytes, at_ms) SELECT id, account, key_id, 'stopped', vcpus, memory_mb, 0, ?1 "
+		"FROM sandboxes WHERE state = 'running' AND node IN "
+		"(SELECT name FROM nodes WHERE state = 'down')",
+		"UPDATE sandboxes SET state = 'lost', end_reason = 'node_lost', qemu_pid = 0, "
+		"net_slot = -1 WHERE state = 'running' AND node IN "
+		"(SELECT name FROM nodes WHERE state = 'down') AND ?1 = ?1",
+	};
+	/* PostgreSQL: the running ones lost and their usage ended in one
+	 * statement, so no write of theirs falls between the two. */
+	static const char *const pg[] = {
+		lite[0],
+		"WITH l AS (UPDATE sandboxes SET state = 'lost', end_reason = 'node_lost', "
+		"qemu_pid = 0, net_slot = -1 WHERE state = 'running' AND node IN "
+		"(SELECT name FROM nodes WHERE state = 'down') RETURNING id, account, key_id, vcpus, "
+		"memory_mb) INSERT INTO usage_events (sbx_id, account, key_id, state, vcpus, memory_mb, "
+		"storage_bytes, at_ms) SELECT id, account, key_id, 'stopped', vcpus, memory_mb, 0, ?1 "
+		"FROM l",
+	};
+	int is_pg = sql_kind(s->db) == SQL_PG;
+	const char *const *steps = is_pg ? pg : lite;
+	size_t n = is_pg ? 2 : 3;
+	int r = store__begin(s);
+	for (size_t i = 0; !r && i < n; i++) {
+		struct sql_stmt *st;
+		if ((r = store__prep(s, steps[i], &st)) < 0)
+			break;
+		r = sql_bind_int64(st, 1, now_ms) == SQL_OK ? store__step_done(st) : -EIO;
+		sql_finalize(st);
+	}
+	if (!r)
+		r = store__commit(s);
+	if (r)
+		store__rollback(s);
+	return r == -EEXIST ? -EIO : r;
 }
 
 int store_nodes_reap(struct store *s, long long now_ms)
@@ -327,7 +401,10 @@ int store_nodes_reap(struct store *s, long long now_ms)
 	int downed = 0;
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n && r == 0; i++) {
-		if (!strcmp(ns[i].state, "down") || ns[i].lease_until_ms >= now_ms)
+		/* Not itself: a node whose own lease lapsed learns it from its
+		 * renewal, and stops. */
+		if (!strcmp(ns[i].state, "down") || ns[i].lease_until_ms >= now_ms ||
+		    !strcmp(ns[i].name, s->node))
 			continue;
 		int d = reap_one(s, ns[i].name, ns[i].epoch, now_ms);
 		if (d < 0)
@@ -335,6 +412,8 @@ int store_nodes_reap(struct store *s, long long now_ms)
 		else
 			downed += d;
 	}
+	if (r == 0)
+		r = sweep(s, now_ms);
 	pthread_mutex_unlock(&s->lock);
 	free(ns);
 	return r < 0 ? r : downed;

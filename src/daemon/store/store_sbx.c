@@ -119,6 +119,8 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 	struct sql_stmt *st = NULL;
 	int r = store__begin(s);
 	if (!r)
+		r = store__node_alive(s); /* and held so till the commit */
+	if (!r)
 		r = store__ensure_account(s, x->account);
 	if (!r)
 		r = store__prep(s,
@@ -622,12 +624,13 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "SELECT count(*), coalesce(sum(vcpus), 0), coalesce(sum(memory_mb), 0) "
-			    "FROM sandboxes WHERE state = 'running' AND (?1 IS NULL OR account = ?1)",
+			    "FROM sandboxes WHERE state = 'running' AND (?1 IS NULL OR account = ?1) "
+			    "AND (?1 IS NOT NULL OR node = ?2)",
 			    &st);
 	if (!r) {
 		if ((account ? store__bind_text(st, 1, account) : sql_bind_null(st, 1)) !=
 			    SQL_OK ||
-		    sql_step(st) != SQL_ROW) {
+		    store__bind_text(st, 2, s->node) != SQL_OK || sql_step(st) != SQL_ROW) {
 			r = -EIO;
 		} else {
 			long long c = sql_col_int64(st, 0), v = sql_col_int64(st, 1),

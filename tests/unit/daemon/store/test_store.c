@@ -1220,6 +1220,8 @@ static void test_nodes_and_fencing(void)
 	CHECK(store_sbx_set_stored(a, "sbx_00000000000000a2", 0, rec) == 0);
 	CHECK(insert(a, "sbx_00000000000000a4", "alice", 101, "{}") == 0); /* paused, not stored */
 	CHECK(move(a, "sbx_00000000000000a4", "running", "paused") == 0);
+	CHECK(insert(a, "sbx_00000000000000a5", "alice", 101, "{}") == 0);
+	CHECK(move(a, "sbx_00000000000000a5", "running", "paused") == 0);
 	CHECK(insert(b, "sbx_00000000000000b1", "alice", 102, "{}") == 0);
 	/* A's own while A lives, even paused and stored. */
 	CHECK(store_sbx_take(b, "sbx_00000000000000a2", rec, "/b/vms/sbx_00000000000000a2") ==
@@ -1240,8 +1242,10 @@ static void test_nodes_and_fencing(void)
 	CHECK(store_sbx_set_expiry(b, "sbx_00000000000000a1", 5) == -ENOENT);
 	CHECK(store_node_renew(a, 2000) == 0);
 
-	/* A's lease runs out: declared down once, by anyone. */
+	/* A's lease runs out: declared down once, by anyone but itself (it
+	 * learns it from its renewal). */
 	CHECK(store_nodes_reap(b, 1999) == 0);
+	CHECK(store_nodes_reap(a, 2500) == 0);
 	CHECK(store_nodes_reap(b, 2001) == 1 && store_nodes_reap(b, 2002) == 0);
 	if (CHECK(store_sbx_get(b, "sbx_00000000000000a1", &x) == 0)) {
 		CHECK(!strcmp(x.state, "lost") && !strcmp(x.end_reason, "node_lost"));
@@ -1249,6 +1253,16 @@ static void test_nodes_and_fencing(void)
 	}
 	if (CHECK(store_sbx_get(b, "sbx_00000000000000a2", &x) == 0)) {
 		CHECK(!strcmp(x.state, "paused") && !strcmp(x.node, "node-a"));
+		store_sbx_release(&x);
+	}
+	/* A row a dying node changed as it was declared down (resumed, here
+	 * by hand) is caught at the next pass. */
+	char v[32];
+	CHECK(raw_query(t.path, "UPDATE sandboxes SET state = 'running' "
+				"WHERE id = 'sbx_00000000000000a5'", v, sizeof(v)) == 0);
+	CHECK(store_nodes_reap(b, 2003) == 0);
+	if (CHECK(store_sbx_get(b, "sbx_00000000000000a5", &x) == 0)) {
+		CHECK(!strcmp(x.state, "lost") && !strcmp(x.end_reason, "node_lost"));
 		store_sbx_release(&x);
 	}
 	/* Fenced: A, still running somewhere, writes nothing. */
@@ -1259,6 +1273,11 @@ static void test_nodes_and_fencing(void)
 	struct store_node *ns;
 	CHECK(store_node_list(b, &ns, &n) == 0 && n == 2 && !strcmp(ns[0].name, "node-a") &&
 	      !strcmp(ns[0].state, "down") && ns[0].epoch == 2 && !strcmp(ns[1].state, "ready"));
+	free(ns);
+	/* A drain outlives being declared down and joining again. */
+	CHECK(store_node_drain(b, "node-a", 1) == 0 && store_node_drain(b, "nowhere", 1) == -ENOENT);
+	CHECK(store_node_list(b, &ns, &n) == 0 && n == 2 && ns[0].drained &&
+	      !strcmp(ns[0].state, "down"));
 	free(ns);
 
 	/* A down, its stored pause is anyone's to take (once, as it was). */
@@ -1278,6 +1297,8 @@ static void test_nodes_and_fencing(void)
 	struct store *a2 = open_as(&t, "node-a", 5000, &ea2);
 	if (a2) {
 		CHECK(ea2 == 3);
+		struct store_node me;
+		CHECK(store_node_get(a2, "node-a", &me) == 0 && !strcmp(me.state, "draining"));
 		CHECK(move(a2, "sbx_00000000000000a4", "paused", "running") == 0);
 		CHECK(move(a2, "sbx_00000000000000a2", "paused", "running") == -ESTALE);
 		CHECK(move(b, "sbx_00000000000000a2", "paused", "running") == 0);
