@@ -237,7 +237,8 @@ static int copy_state(const struct config *o)
 			char p[PATH_MAX + 24];
 			snprintf(p, sizeof(p), "%s%s", db, side[i]);
 			if (lchown(p, st.st_uid, st.st_gid) < 0 && errno != ENOENT)
-				fprintf(stderr, "cpuosd: cannot give %s back: %s\n", p, strerror(errno));
+				fprintf(stderr, "cpuosd: cannot give %s back: %s\n", p,
+					strerror(errno));
 		}
 	}
 	if (r < 0) {
@@ -248,12 +249,14 @@ static int copy_state(const struct config *o)
 	char aside[PATH_MAX + 32];
 	snprintf(aside, sizeof(aside), "%s.copied", db);
 	if (rename(db, aside) < 0) {
-		fprintf(stderr, "cpuosd: copied, but cannot move %s aside: %s\n", db, strerror(errno));
+		fprintf(stderr, "cpuosd: copied, but cannot move %s aside: %s\n", db,
+			strerror(errno));
 		return 1;
 	}
 	printf("cpuosd: copied %lld accounts, %lld keys, %lld sandboxes, %lld checkpoints, "
 	       "%lld usage events and %lld secrets from %s (now %s)\n",
-	       n.accounts, n.keys, n.sandboxes, n.checkpoints, n.usage_events, n.secrets, db, aside);
+	       n.accounts, n.keys, n.sandboxes, n.checkpoints, n.usage_events, n.secrets, db,
+	       aside);
 	return 0;
 }
 
@@ -350,7 +353,8 @@ static void *lease_main(void *arg)
 
 static int lease_start(struct lease *l, const struct config *o, struct store *store)
 {
-	*l = (struct lease){ .o = o, .store = store, .renewed = mono_ms(), .renewing_since = mono_ms() };
+	long long now = mono_ms();
+	*l = (struct lease){ .o = o, .store = store, .renewed = now, .renewing_since = now };
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -395,8 +399,8 @@ static int node_round(struct lease *l)
 	if (r < 0) {
 		l->renewing_since = 0;
 		if (now - l->renewed >= lease_ms) {
-			log_error("node %s could not renew its lease for %lld s (%s): stopping; the "
-				  "next start joins again",
+			log_error("node %s could not renew its lease for %lld s (%s): stopping; "
+				  "the next start joins again",
 				  o->node, (now - l->renewed) / 1000, strerror(-r));
 			return -1;
 		}
@@ -598,8 +602,8 @@ int main(int argc, char **argv)
 	int claimed = store_claim(store, o.node[0] != 0);
 	if (claimed < 0) {
 		log_error("%s", claimed == -EBUSY
-				    ? "another cpuosd uses this database: daemons that share one are "
-				      "each a --node with a name of its own"
+				    ? "another cpuosd uses this database: daemons that share one "
+				      "are each a --node with a name of its own"
 				    : "cannot claim the database");
 		store_close(store);
 		netd_close(netd);

@@ -116,7 +116,8 @@ static int move_procs(const char *from, const char *to)
 	if (fd >= 0)
 		close(fd);
 	list[n > 0 ? n : 0] = '\0';
-	for (char *save = NULL, *p = strtok_r(list, "\n", &save); p; p = strtok_r(NULL, "\n", &save))
+	char *save = NULL;
+	for (char *p = strtok_r(list, "\n", &save); p; p = strtok_r(NULL, "\n", &save))
 		if (strspn(p, "0123456789") == strlen(p) && strcmp(p, pid) &&
 		    (r = write_file(to, "cgroup.procs", p)) < 0 && r != -ESRCH)
 			return r;

@@ -343,7 +343,9 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
 	const char *cpu = "", *trust = "";
 	json_t *files = NULL;
-	if (json_unpack(doc, "{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b, s?s}, s:s, s:b, s:I, s:o}",
+	if (json_unpack(doc,
+			"{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b, s?s}, s:s, s:b, "
+			"s:I, s:o}",
 			"format", &format, "made_with", "qemu", &qemu, "accel", &accel, "cpu", &cpu,
 			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
 			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "egress_ca", &trust,

@@ -405,7 +405,8 @@ int cmd_nodes(struct cli *c, int argc, char **argv)
 {
 	const char *sub = argc > 1 ? argv[1] : "ls";
 	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || !strcmp(argv[i], "help")) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") ||
+		    !strcmp(argv[i], "help")) {
 			fputs(nodes_usage, stdout);
 			return 0;
 		}

@@ -592,8 +592,10 @@ int store_key_list(struct store *s, struct store_key **out, size_t *n)
 	 * SQLite's rowid, by PostgreSQL's sequence. */
 	int r = store__prep(s,
 			    sql_kind(s->db) == SQL_SQLITE
-				? "SELECT id, name, account, created_at FROM keys ORDER BY created_at, rowid"
-				: "SELECT id, name, account, created_at FROM keys ORDER BY created_at, seq",
+				? "SELECT id, name, account, created_at FROM keys "
+				  "ORDER BY created_at, rowid"
+				: "SELECT id, name, account, created_at FROM keys "
+				  "ORDER BY created_at, seq",
 			    &st);
 	while (!r) {
 		int rc = sql_step(st);

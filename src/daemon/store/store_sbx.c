@@ -33,8 +33,8 @@
 #define SBX_COLS                                                                                   \
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
-	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, stored, " \
-	"node, node_epoch"
+	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, "       \
+	"stored, node, node_epoch"
 
 /* What every write of a node's to a sandbox's row holds to: the row is
  * still its own, at its epoch (store_node_join). A node declared down
@@ -179,7 +179,8 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 			sql_reset(st);
 			if (store__bind_text(st, 1, x->id) != SQL_OK ||
 			    store__bind_text(st, 2, k) != SQL_OK ||
-			    sql_bind_textn(st, 3, json_string_value(v), json_string_length(v)) != SQL_OK ||
+			    sql_bind_textn(st, 3, json_string_value(v), json_string_length(v)) !=
+				    SQL_OK ||
 			    store__step_done(st)) {
 				r = -EIO;
 				break;
@@ -368,16 +369,16 @@ int store_sbx_set_expiry(struct store *s, const char *id, long long expires_at)
 {
 	if (expires_at < 0)
 		return -EINVAL;
-	return sbx_update(s, "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1" OWNED, id, NULL, NULL,
-			  expires_at);
+	return sbx_update(s, "UPDATE sandboxes SET expires_at = ?2 WHERE id = ?1" OWNED, id, NULL,
+			  NULL, expires_at);
 }
 
 int store_sbx_set_policy(struct store *s, const char *id, const char *network_json)
 {
 	if (!network_json)
 		return -EINVAL;
-	return sbx_update(s, "UPDATE sandboxes SET network = ?2 WHERE id = ?1" OWNED, id, network_json,
-			  NULL, 0);
+	return sbx_update(s, "UPDATE sandboxes SET network = ?2 WHERE id = ?1" OWNED, id,
+			  network_json, NULL, 0);
 }
 
 int store_sbx_set_transforms(struct store *s, const char *id, const char *transforms_json)
@@ -624,8 +625,8 @@ int store_sbx_sum_running(struct store *s, const char *account, struct store_sbx
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s,
 			    "SELECT count(*), coalesce(sum(vcpus), 0), coalesce(sum(memory_mb), 0) "
-			    "FROM sandboxes WHERE state = 'running' AND (?1 IS NULL OR account = ?1) "
-			    "AND (?1 IS NOT NULL OR node = ?2)",
+			    "FROM sandboxes WHERE state = 'running' "
+			    "AND (?1 IS NULL OR account = ?1) AND (?1 IS NOT NULL OR node = ?2)",
 			    &st);
 	if (!r) {
 		if ((account ? store__bind_text(st, 1, account) : sql_bind_null(st, 1)) !=
@@ -693,7 +694,8 @@ int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, c
 	if (!r) {
 		if (store__bind_text(st, 1, id) != SQL_OK ||
 		    store__bind_text(st, 2, stored) != SQL_OK ||
-		    sql_bind_int64(st, 3, generation) != SQL_OK || store__bind_owner(s, st) != SQL_OK)
+		    sql_bind_int64(st, 3, generation) != SQL_OK ||
+		    store__bind_owner(s, st) != SQL_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE;

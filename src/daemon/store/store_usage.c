@@ -136,8 +136,10 @@ int store_usage_query(struct store *s, const char *account, const char *key_id, 
 	char sql[1400];
 	int len = snprintf(sql, sizeof(sql),
 			   sql_kind(s->db) == SQL_SQLITE
-			       ? USAGE_SUMS " FROM (" USAGE_INTERVALS "%s%s LIMIT -1) WHERE d > 0"
-			       : PG_USAGE_SUMS " FROM (" PG_USAGE_INTERVALS "%s%s) AS i WHERE d > 0",
+			       ? USAGE_SUMS " FROM (" USAGE_INTERVALS "%s%s LIMIT -1) "
+					    "WHERE d > 0"
+			       : PG_USAGE_SUMS " FROM (" PG_USAGE_INTERVALS "%s%s) AS i "
+					       "WHERE d > 0",
 			   account ? " AND e.account = ?4" : "", key_id ? " AND e.key_id = ?5" : "");
 	if (len < 0 || (size_t)len >= sizeof(sql))
 		return -EIO; /* cannot happen: constant fragments */
