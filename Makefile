@@ -152,9 +152,12 @@ $(BUILD)/agent-obj/%.o: %.c
 	$(if $(Q),@echo "  CC      $< (agent)")
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) -MMD -MP -Isrc -I. -Os -g $(if $(WERROR),-Werror) -c -o $@ $<
 
+# Stripped: no debug record of where it was built (a checkout's path, the
+# build directory), so every checkout and build of the same sources packs
+# the same initramfs, and the template snapshots named by it are reused.
 $(AGENT): $(call agent_obj,$(AGENT_SRCS) $(BUILD)/gen/interp.c)
 	@mkdir -p $(@D)
-	$(Q)$(CC) -static -o $@ $^
+	$(Q)$(CC) -static -s -o $@ $^
 
 # The code kernels' scripts are compiled into the agent (code.c writes them
 # out in the guest), so a new kernel needs no image rebuild either.

@@ -10,5 +10,10 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{dev,proc,sys,mnt}
 install -m 0755 "$agent" "$stage/init"
-(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) >"$out.tmp"
+# The same bytes from the same agent, wherever and whenever it is packed:
+# template snapshots are named by the initramfs's checksum, and one that
+# differs means each is made again (minutes under TCG).
+find "$stage" -mindepth 1 -exec touch -h -d @0 {} +
+(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort |
+	cpio --quiet -o -H newc -R 0:0 --reproducible) >"$out.tmp"
 mv "$out.tmp" "$out"
