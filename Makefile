@@ -206,11 +206,11 @@ $(BUILD)/tests/test_gateway_store: $(call obj,tests/unit/gateway/test_gateway_st
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c tests/lib/pgserver.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
+$(BUILD)/tests/test_store: $(call obj,tests/unit/daemon/store/test_store.c tests/lib/pgserver.c tests/lib/upscript.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpq -lcrypto -ljansson -lpthread
 
-$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c tests/lib/pgserver.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
+$(BUILD)/tests/test_store_usage: $(call obj,tests/unit/daemon/store/test_store_usage.c tests/lib/pgserver.c tests/lib/upscript.c $(TEST_LIB) $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpq -lcrypto -ljansson -lpthread
 
@@ -283,12 +283,12 @@ $(LIB_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/lib/%.c $(TEST_LIB) $(LIB_
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
-$(BUILD)/tests/test_s3: $(call obj,tests/unit/lib/test_s3.c tests/lib/objstore.c $(TEST_LIB) $(LIB_SRCS) $(COMMON_SRCS))
+$(BUILD)/tests/test_s3: $(call obj,tests/unit/lib/test_s3.c tests/lib/objstore.c tests/lib/upscript.c $(TEST_LIB) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
 
 # Snapshots to and from the object store (a real one, as test_s3).
-$(BUILD)/tests/test_snapblob: $(call obj,tests/unit/daemon/blob/test_snapblob.c tests/lib/objstore.c $(TEST_LIB) \
+$(BUILD)/tests/test_snapblob: $(call obj,tests/unit/daemon/blob/test_snapblob.c tests/lib/objstore.c tests/lib/upscript.c $(TEST_LIB) \
 			      src/daemon/blob/snapblob.c $(RUNNER_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS) -lzstd

@@ -2,29 +2,16 @@
  * pgserver: scripts/pg.sh driven from C; see pgserver.h.
  */
 #include "tests/lib/pgserver.h"
+#include "tests/lib/upscript.h"
 
-#include <arpa/inet.h>
 #include <libpq-fe.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 static char up_dir[256];
 static pid_t up_pid;
-
-static int port_free(int port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
 
 void pgserver_down(void)
 {
@@ -39,38 +26,17 @@ void pgserver_down(void)
 
 int pgserver_up(const char *dir)
 {
-	int port = 0;
-	for (int i = 0; i < 200 && !port; i++) {
-		int p = 30000 + (int)((getpid() * 13 + i * 7) % 20000);
-		if (port_free(p))
-			port = p;
-	}
+	int port = upscript_ports(1, 30000, 20000);
 	if (!port) {
 		fprintf(stderr, "pgserver: no free port on 127.0.0.1\n");
 		return -1;
 	}
 	char cmd[400];
 	snprintf(cmd, sizeof(cmd), "scripts/pg.sh up '%s' %d", dir, port);
-	FILE *f = popen(cmd, "r");
-	if (!f) {
-		perror("pgserver: popen");
-		return -1;
-	}
 	snprintf(up_dir, sizeof(up_dir), "%s", dir);
 	up_pid = getpid();
-	atexit(pgserver_down);
-	char line[512];
-	int vars = 0;
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = '\0';
-		char *eq = strchr(line, '=');
-		if (strncmp(line, "export ", 7) || !eq)
-			continue;
-		*eq = '\0';
-		setenv(line + 7, eq + 1, 1);
-		vars++;
-	}
-	if (pclose(f) != 0 || vars < 2) {
+	atexit(pgserver_down); /* also what a failed start left */
+	if (upscript_run(cmd) < 2) {
 		fprintf(stderr, "pgserver: scripts/pg.sh up failed (its message is above)\n");
 		return -1;
 	}
