@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <limits.h>
 #include <string.h>
@@ -104,5 +105,51 @@ int fs_pwrite_sparse(int fd, const void *p, size_t n, unsigned long long off)
 		n -= chunk;
 		off += chunk;
 	}
+	return 0;
+}
+
+/* errbuf_set's contract, here for the agent, which links no more of
+ * common than it uses */
+static int say(char *err, size_t errlen, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int say(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (err && errlen)
+		vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int fs_read_secret(const char *path, char *out, size_t cap, char *err, size_t errlen)
+{
+	int fd = fs_open_file(path, O_RDONLY, 0);
+	if (fd < 0)
+		return say(err, errlen, fd, "cannot open '%s': %s", path, strerror(-fd));
+	struct stat st;
+	ssize_t n = -1;
+	int r = 0;
+	if (fstat(fd, &st) < 0)
+		r = say(err, errlen, -errno, "cannot stat '%s': %s", path, strerror(errno));
+	else if (st.st_mode & 077)
+		r = say(err, errlen, -EPERM, "'%s' may be read by others than its owner "
+				"(chmod 600 it)", path);
+	else if ((n = read(fd, out, cap)) < 0)
+		r = say(err, errlen, -errno, "cannot read '%s': %s", path, strerror(errno));
+	close(fd);
+	if (r)
+		return r;
+	while (n > 0 && strchr(" \t\r\n", out[n - 1]))
+		n--;
+	int ok = n >= 32 && (size_t)n < cap;
+	for (ssize_t i = 0; ok && i < n; i++)
+		ok = out[i] > ' ' && out[i] < 0x7f;
+	if (!ok) {
+		explicit_bzero(out, cap);
+		return say(err, errlen, -EINVAL, "'%s' must hold one line of 32 to %zu visible "
+				"ASCII characters", path, cap - 1);
+	}
+	out[n] = '\0';
 	return 0;
 }

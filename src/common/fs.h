@@ -30,4 +30,10 @@ int fs_last_line(const char *path, char *out, size_t len);
  * it held. 0 or -errno. */
 int fs_pwrite_sparse(int fd, const void *p, size_t n, unsigned long long off);
 
+/* A secret shared by the programs of a cluster, from the file at path: its
+ * one line of 32..cap-1 visible ASCII bytes (a header's value), trailing
+ * whitespace cut. The file must be a regular file that only its owner may
+ * read or write. 0 with out filled, or -errno with a reason in err. */
+int fs_read_secret(const char *path, char *out, size_t cap, char *err, size_t errlen);
+
 #endif

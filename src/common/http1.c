@@ -131,3 +131,86 @@ int http1_parse(const char *buf, size_t len, struct http1_head *h)
 		       ? -1
 		       : 0;
 }
+
+enum { CK_SIZE, CK_EXT, CK_SIZE_LF, CK_DATA, CK_DATA_CR, CK_DATA_LF, CK_LINE, CK_TRAILER,
+       CK_TRAILER_LF, CK_END_LF, CK_DONE };
+
+long long http1_chunks_feed(struct http1_chunks *c, const char *p, size_t n, int *done)
+{
+	size_t i = 0;
+	*done = c->state == CK_DONE;
+	while (i < n && c->state != CK_DONE) {
+		char ch = p[i];
+		switch (c->state) {
+		case CK_SIZE:
+			if (isxdigit((unsigned char)ch)) {
+				if (++c->digits > 15)
+					return -1;
+				c->left = c->left * 16 +
+					  (unsigned)(isdigit((unsigned char)ch) ? ch - '0'
+										: (ch | 0x20) - 'a' + 10);
+			} else if (!c->digits) {
+				return -1;
+			} else if (ch == ';' || ch == ' ' || ch == '\t') {
+				c->state = CK_EXT;
+			} else if (ch == '\r') {
+				c->state = CK_SIZE_LF;
+			} else {
+				return -1;
+			}
+			i++;
+			break;
+		case CK_EXT:
+			if (ch == '\n')
+				return -1;
+			if (ch == '\r')
+				c->state = CK_SIZE_LF;
+			i++;
+			break;
+		case CK_SIZE_LF:
+			if (ch != '\n')
+				return -1;
+			c->state = c->left ? CK_DATA : CK_LINE;
+			c->digits = 0;
+			i++;
+			break;
+		case CK_DATA: {
+			size_t take = n - i < c->left ? n - i : (size_t)c->left;
+			c->left -= take;
+			i += take;
+			if (!c->left)
+				c->state = CK_DATA_CR;
+			break;
+		}
+		case CK_DATA_CR:
+		case CK_DATA_LF:
+			if (ch != (c->state == CK_DATA_CR ? '\r' : '\n'))
+				return -1;
+			c->state = c->state == CK_DATA_CR ? CK_DATA_LF : CK_SIZE;
+			i++;
+			break;
+		case CK_LINE: /* a trailer line begins, or the blank line ends it all */
+			c->state = ch == '\r' ? CK_END_LF : ch == '\n' ? -1 : CK_TRAILER;
+			if (c->state < 0)
+				return -1;
+			i++;
+			break;
+		case CK_TRAILER:
+			if (ch == '\n')
+				return -1;
+			if (ch == '\r')
+				c->state = CK_TRAILER_LF;
+			i++;
+			break;
+		case CK_TRAILER_LF:
+		case CK_END_LF:
+			if (ch != '\n')
+				return -1;
+			c->state = c->state == CK_END_LF ? CK_DONE : CK_LINE;
+			i++;
+			break;
+		}
+	}
+	*done = c->state == CK_DONE;
+	return (long long)i;
+}

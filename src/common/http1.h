@@ -40,4 +40,17 @@ int http1_next(const struct http1_head *h, const char **at, const char **line, s
 /* Does the header line start with name (with its colon), in any case? */
 int http1_is(const char *line, size_t line_len, const char *name);
 
+/* Where a chunked body ends, found as its bytes pass through unchanged
+ * (a relay that must not pass a byte of the next request). Zeroed to
+ * start. */
+struct http1_chunks {
+	int state;
+	int digits;
+	unsigned long long left;
+};
+/* Takes p[0..n): how many of them are the body's (fewer once its end is
+ * among them; *done is then set), or -1 when it is not chunked as HTTP/1.1
+ * says (a size over 15 hex digits, a bare LF, no CRLF after a chunk). */
+long long http1_chunks_feed(struct http1_chunks *c, const char *p, size_t n, int *done);
+
 #endif

@@ -100,6 +100,9 @@ static const char usage[] =
 	"                         the others declare it down (default: none, a single host)\n"
 	"  --node-url URL         where an API reaches this node (default http://<--listen>)\n"
 	"  --node-lease N         seconds a node is thought alive without renewing (default 60)\n"
+	"  --cluster-secret FILE  a node's TCP listener serves only requests that carry this\n"
+	"                         file's secret (cpuos-api, given the same file, sends it):\n"
+	"                         one line of 32 or more characters, the file mode 0600\n"
 	"  --s3-endpoint URL      an S3-compatible object store (http[s]://host[:port]) that\n"
 	"                         keeps a copy of every pause, uploaded in the background,\n"
 	"                         so a paused sandbox outlives this host's disk (default:\n"
@@ -195,6 +198,7 @@ static const struct opt table[] = {
 	OPT_TEXT_OF("copy-state-to", struct config, copy_state_to),
 	OPT_TEXT_OF("node", struct config, node),
 	OPT_TEXT_OF("node-url", struct config, node_url),
+	OPT_TEXT_OF("cluster-secret", struct config, cluster_secret),
 	OPT_INT_OF("node-lease", struct config, node_lease_s, 3, 3600),
 	OPT_TEXT_OF("s3-endpoint", struct config, s3_endpoint),
 	OPT_TEXT_OF("s3-bucket", struct config, s3_bucket),

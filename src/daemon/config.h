@@ -17,6 +17,7 @@ struct config {
 	/* one of several daemons sharing --database: its name ("": a single
 	 * host), where the API reaches it, and its lease in seconds */
 	char node[64], node_url[256];
+	char cluster_secret[PATH_MAX]; /* a file: what cpuos-api shows this node */
 	long long node_lease_s;
 	char cache_dir[PATH_MAX], qemu[PATH_MAX], accel[16], log_level[16];
 	long long max_sandboxes, max_json, max_file, max_output;

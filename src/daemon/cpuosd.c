@@ -289,8 +289,13 @@ static int join_cluster(const struct config *o, struct store *store)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct sysinfo si;
 	n.vcpus = cpus > 0 ? (unsigned)cpus : 0;
+	/* what placement may give it: the guest memory its starts allow */
 	if (sysinfo(&si) == 0)
 		n.memory_mb = (unsigned long long)si.totalram * si.mem_unit >> 20;
+	if (o->overcommit > 0)
+		n.memory_mb = (unsigned long long)(o->overcommit * (double)n.memory_mb);
+	else
+		n.memory_mb = 0; /* no limit */
 	long long epoch;
 	int r = store_node_join(store, &n, &epoch);
 	if (r < 0) {
@@ -456,6 +461,20 @@ int main(int argc, char **argv)
 	if (o.node[0] && !o.database[0]) {
 		fprintf(stderr, "cpuosd: --node needs --database: nodes share one PostgreSQL\n");
 		return 2;
+	}
+	/* read while root: the file is root's, mode 0600 */
+	static char cluster_secret[256];
+	if (o.cluster_secret[0]) {
+		char why[PATH_MAX + 128];
+		if (!o.node[0]) {
+			fprintf(stderr, "cpuosd: --cluster-secret is for a --node\n");
+			return 2;
+		}
+		if (fs_read_secret(o.cluster_secret, cluster_secret, sizeof(cluster_secret), why,
+				   sizeof(why)) < 0) {
+			fprintf(stderr, "cpuosd: --cluster-secret: %s\n", why);
+			return 2;
+		}
 	}
 	if (o.egress_ca[0] && o.egress_ca[0] != '/') {
 		fprintf(stderr, "cpuosd: --egress-ca '%s' is not an absolute path\n", o.egress_ca);
@@ -691,7 +710,9 @@ int main(int argc, char **argv)
 		.max_json_bytes = (size_t)o.max_json, .max_file_bytes = (uint64_t)o.max_file,
 		.max_output_bytes = (size_t)o.max_output,
 		.conn_timeout_s = (unsigned)o.conn_timeout_s,
-		.max_conns_per_ip = (unsigned)o.max_conns_per_ip,
+		/* behind cpuos-api, every connection comes from its replicas */
+		.max_conns_per_ip = cluster_secret[0] ? 0 : (unsigned)o.max_conns_per_ip,
+		.cluster_secret = cluster_secret[0] ? cluster_secret : NULL,
 		.answer_ms = (int)(o.answer_timeout_s > 3600 ? 3600000 : o.answer_timeout_s * 1000),
 		.price_usd_per_hour = o.price_per_hour,
 		.price_vcpus = (unsigned)o.price_vcpus,

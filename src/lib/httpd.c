@@ -315,12 +315,29 @@ static const struct httpd_route *find_route(const struct httpd_config *cf, struc
 	return NULL;
 }
 
+/* Whether got (may be NULL) is want, in a time that tells nothing of
+ * where they differ. */
+static int same_secret(const char *got, const char *want)
+{
+	size_t n = strlen(want), g = got ? strlen(got) : 0;
+	unsigned char d = g != n;
+	for (size_t i = 0; i < n; i++)
+		d |= (unsigned char)(i < g ? got[i] : 0) ^ (unsigned char)want[i];
+	return d == 0;
+}
+
 /* Who is asking: the Unix socket is the local administrator; a route that
  * is not open (or none) needs a key the program knows. 0, or -1 after
  * refusing. */
 static int authenticate(const struct httpd_config *cf, struct httpd_req *r,
 			const struct httpd_route *rt)
 {
+	if (!r->local && cf->gate_value && !same_secret(httpd_header(r, cf->gate_header),
+							cf->gate_value)) {
+		httpd_reply_error(r, 403, NULL, "not_internal",
+				  "this listener serves the cluster's API replicas only");
+		return -1;
+	}
 	if (r->local || (rt && rt->flags & HTTPD_OPEN))
 		return 0;
 	const char *auth = httpd_header(r, MHD_HTTP_HEADER_AUTHORIZATION);

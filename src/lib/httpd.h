@@ -104,6 +104,10 @@ struct httpd_config {
 	unsigned max_conns_per_ip; /* TCP connections from one address; 0: no limit */
 	unsigned idle_s;       /* an idle connection is closed after this */
 	size_t message_max;    /* an error message is cut to this many bytes, NUL included */
+	/* Set: a TCP request must carry the header gate_header with the value
+	 * gate_value (compared in constant time), else 403 not_internal: a
+	 * listener only the holders of a shared secret may use. */
+	const char *gate_header, *gate_value;
 };
 
 /* One request as the program sees it. */

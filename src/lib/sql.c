@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <libpq-fe.h>
 #include <limits.h>
+#include <poll.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -579,4 +580,94 @@ void sql_close(struct sql *db)
 	if (db->pg)
 		PQfinish(db->pg);
 	free(db);
+}
+
+/* --- LISTEN ---------------------------------------------------------------------- */
+
+struct sql_listen {
+	PGconn *pg;
+};
+
+static int channel_ok(const char *c)
+{
+	size_t n = strlen(c);
+	return n > 0 && n < 64 && strspn(c, "abcdefghijklmnopqrstuvwxyz_0123456789") == n &&
+	       !isdigit((unsigned char)c[0]);
+}
+
+int sql_listen_open(const char *target, const char *program, const char *const *channels,
+		    int n, struct sql_listen **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (!sql_is_pg(target))
+		return errbuf_set(err, errlen, -EINVAL, "LISTEN needs PostgreSQL");
+	for (int i = 0; i < n; i++)
+		if (!channel_ok(channels[i]))
+			return errbuf_set(err, errlen, -EINVAL, "not a channel name: '%s'", channels[i]);
+	struct sql_listen *l = calloc(1, sizeof(*l));
+	if (!l)
+		return errbuf_set(err, errlen, -ENOMEM, "out of memory");
+	/* as pg_open; a silent server is found out by the keepalives */
+	const char *const keys[] = { "connect_timeout", "tcp_user_timeout", "keepalives_idle",
+				     "keepalives_interval", "keepalives_count", "application_name",
+				     "dbname", NULL };
+	const char *const vals[] = { "10", "30000", "30", "10", "3", program, target, NULL };
+	l->pg = PQconnectdbParams(keys, vals, 1);
+	int r = 0;
+	if (!l->pg) {
+		r = errbuf_set(err, errlen, -ENOMEM, "out of memory");
+	} else if (PQstatus(l->pg) != CONNECTION_OK) {
+		r = errbuf_set(err, errlen, -EIO, "cannot connect to PostgreSQL: %s",
+			       PQerrorMessage(l->pg));
+	} else {
+		PQsetNoticeProcessor(l->pg, quiet, NULL);
+		for (int i = 0; !r && i < n; i++) {
+			char q[80];
+			snprintf(q, sizeof(q), "LISTEN %s", channels[i]);
+			PGresult *res = PQexec(l->pg, q);
+			if (PQresultStatus(res) != PGRES_COMMAND_OK)
+				r = errbuf_set(err, errlen, -EIO, "LISTEN %s: %s", channels[i],
+					       PQerrorMessage(l->pg));
+			PQclear(res);
+		}
+	}
+	if (r) {
+		sql_listen_close(l);
+		return r;
+	}
+	*out = l;
+	return 0;
+}
+
+int sql_listen_wait(struct sql_listen *l, int ms,
+		    void (*fn)(void *arg, const char *channel, const char *payload), void *arg)
+{
+	int got = 0;
+	for (int waited = 0;; waited = 1) {
+		if (!PQconsumeInput(l->pg) || PQstatus(l->pg) != CONNECTION_OK)
+			return -EIO;
+		PGnotify *nf;
+		while ((nf = PQnotifies(l->pg))) {
+			fn(arg, nf->relname, nf->extra ? nf->extra : "");
+			PQfreemem(nf);
+			got++;
+		}
+		if (got || waited)
+			return got;
+		struct pollfd p = { .fd = PQsocket(l->pg), .events = POLLIN };
+		int r = poll(&p, 1, ms);
+		if (r < 0 && errno != EINTR)
+			return -EIO;
+		if (r == 0)
+			return 0;
+	}
+}
+
+void sql_listen_close(struct sql_listen *l)
+{
+	if (!l)
+		return;
+	if (l->pg)
+		PQfinish(l->pg);
+	free(l);
 }

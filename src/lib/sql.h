@@ -98,4 +98,18 @@ int sql_commit(struct sql *db);
 /* Rolls back the open transaction, if there is one still. */
 void sql_rollback(struct sql *db);
 
+/* PostgreSQL's LISTEN, on a connection of its own that runs no statements:
+ * how a process learns that rows it remembers changed elsewhere (NOTIFY).
+ * Channels are plain identifiers. 0 with *out, -EINVAL (target is not
+ * PostgreSQL, a bad channel), -errno with a reason in err. */
+struct sql_listen;
+int sql_listen_open(const char *target, const char *program, const char *const *channels,
+		    int n, struct sql_listen **out, char *err, size_t errlen);
+/* Waits up to ms for notifications and calls fn for each: how many came,
+ * 0 when none did, -EIO when the connection broke (then open another: what
+ * was announced meanwhile is lost, so assume everything changed). */
+int sql_listen_wait(struct sql_listen *l, int ms,
+		    void (*fn)(void *arg, const char *channel, const char *payload), void *arg);
+void sql_listen_close(struct sql_listen *l);
+
 #endif

@@ -222,6 +222,8 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 		.idle_s = api->conn_timeout_s ? api->conn_timeout_s : 60,
 		.message_max = 512,
 		.tcp_fd = api->tcp_fd,
+		.gate_header = "cpuos-cluster",
+		.gate_value = api->cluster_secret,
 	};
 	int r = httpd_start(&c, &h->server, err, errlen);
 	if (r) {

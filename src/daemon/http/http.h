@@ -40,6 +40,8 @@ struct api_ctx {
 	unsigned price_memory_gib;
 	double price_storage_usd_per_gib_month;
 	struct ports *ports;       /* port URLs (ports.h), or NULL: none */
+	const char *cluster_secret; /* set: a TCP request must show it (header
+				     * cpuos-cluster), as cpuos-api does */
 	int tcp_fd;                /* > 0: a socket listening on the TCP address already
 				    * (bound while root: a port below 1024), taken over */
 };

@@ -319,6 +319,43 @@ int store_node_list(struct store *s, struct store_node **out, size_t *n);
  * a transaction of its own. The number declared down, or -errno. */
 int store_nodes_reap(struct store *s, long long now_ms);
 
+/* ---- placement (cpuos-api; store_place.c) ---- */
+/* A node that may take a sandbox (ready, not drained, leased), with what
+ * it holds: its running sandboxes and the live reservations on it. */
+struct store_load {
+	char name[64];
+	char url[256];
+	unsigned vcpus;                 /* its CPUs */
+	unsigned long long memory_mb;   /* the guest memory it may hold (0: no limit) */
+	unsigned running;
+	unsigned long long held_vcpus, held_memory_mb;
+};
+/* The nodes that may take a sandbox at now_ms, by name; *out malloc'd. */
+int store_node_loads(struct store *s, long long now_ms, struct store_load **out, size_t *n);
+/* An account's limits across every node; 0: none. */
+struct store_quota {
+	unsigned max_sandboxes, vcpus;
+	unsigned long long memory_mb;
+};
+/* What a placement holds until its node has made the sandbox. */
+struct store_rsv {
+	char id[32];
+	char account[128];
+	char node[64];
+	unsigned vcpus, memory_mb;
+	long long until_ms; /* dropped after, if never released */
+};
+/* Writes reservation x, in one transaction holding its account and its
+ * node, if the account's running sandboxes and reservations with x stay
+ * within q, and the node's within its memory: 0; -EDQUOT (the account),
+ * -EAGAIN (the node is full), -ESTALE (the node takes no sandboxes now:
+ * down, drained or its lease ran out by now_ms), -EINVAL, -EIO; why in
+ * err. Reservations past their until_ms are dropped on the way. */
+int store_reserve(struct store *s, const struct store_rsv *x, const struct store_quota *q,
+		  long long now_ms, char *err, size_t errlen);
+/* Drops reservation id (none: 0): 0 or -errno. */
+int store_unreserve(struct store *s, const char *id);
+
 /* ---- a whole store into another ---- */
 struct store_copied {
 	long long accounts, keys, sandboxes, checkpoints, usage_events, secrets;

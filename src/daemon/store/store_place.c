@@ -1,0 +1,245 @@
+/*
+ * store_place: what an API replica (cpuos-api) reads and writes to place a
+ * sandbox (schema 11): the nodes that may take one with what they hold,
+ * and reservations, each counted like a running sandbox against its
+ * account's quotas and its node's memory until the node has made the
+ * sandbox. A reservation is written in one transaction that holds the
+ * account (an advisory lock on PostgreSQL; SQLite's write lock) and the
+ * node's row, so parallel creates on several replicas cannot pass either.
+ */
+#include "daemon/store/store.h"
+#include "daemon/store/store_impl.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What a node holds: its running sandboxes and the live reservations on it. */
+#define HELD_BY_NODE                                                                           \
+	"(SELECT count(*) FROM sandboxes WHERE node = n.name AND state = 'running'), "          \
+	"(SELECT coalesce(sum(vcpus), 0) FROM sandboxes WHERE node = n.name AND "                \
+	"state = 'running') + (SELECT coalesce(sum(vcpus), 0) FROM reservations WHERE "          \
+	"node = n.name AND until_ms > ?1), "                                                     \
+	"(SELECT coalesce(sum(memory_mb), 0) FROM sandboxes WHERE node = n.name AND "            \
+	"state = 'running') + (SELECT coalesce(sum(memory_mb), 0) FROM reservations WHERE "      \
+	"node = n.name AND until_ms > ?1)"
+
+static int col_ull(struct sql_stmt *st, int col, unsigned long long *out)
+{
+	long long v = sql_col_int64(st, col);
+	if (v < 0)
+		return -EIO;
+	*out = (unsigned long long)v;
+	return 0;
+}
+
+int store_node_loads(struct store *s, long long now_ms, struct store_load **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	struct sql_stmt *st;
+	size_t cap = 0;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "SELECT n.name, n.url, n.vcpus, n.memory_mb, " HELD_BY_NODE
+			    " FROM nodes n WHERE n.state = 'ready' AND n.drained = 0 AND "
+			    "n.lease_until_ms > ?1 ORDER BY n.name",
+			    &st);
+	if (!r && sql_bind_int64(st, 1, now_ms) != SQL_OK)
+		r = -EIO;
+	while (!r) {
+		int step = sql_step(st);
+		if (step == SQL_DONE)
+			break;
+		if (step != SQL_ROW) {
+			r = -EIO;
+			break;
+		}
+		if (*n == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			struct store_load *m = realloc(*out, nc * sizeof(**out));
+			if (!m) {
+				r = -ENOMEM;
+				break;
+			}
+			*out = m;
+			cap = nc;
+		}
+		struct store_load *l = &(*out)[*n];
+		memset(l, 0, sizeof(*l));
+		unsigned long long vc, running;
+		if (store__col_copy(st, 0, l->name, sizeof(l->name)) ||
+		    store__col_copy(st, 1, l->url, sizeof(l->url)) || col_ull(st, 2, &vc) ||
+		    col_ull(st, 3, &l->memory_mb) || col_ull(st, 4, &running) ||
+		    col_ull(st, 5, &l->held_vcpus) || col_ull(st, 6, &l->held_memory_mb) ||
+		    vc > UINT_MAX || running > UINT_MAX) {
+			r = -EIO;
+			break;
+		}
+		l->vcpus = (unsigned)vc;
+		l->running = (unsigned)running;
+		(*n)++;
+	}
+	sql_finalize(st);
+	pthread_mutex_unlock(&s->lock);
+	if (r) {
+		free(*out);
+		*out = NULL;
+		*n = 0;
+	}
+	return r;
+}
+
+/* One row of sums, bound ?1 (text) and ?2 (number), into v[0..3). */
+static int sums(struct store *s, const char *sql, const char *t1, long long n2,
+		unsigned long long v[3])
+{
+	struct sql_stmt *st;
+	int r = store__prep(s, sql, &st);
+	if (r)
+		return r;
+	if (store__bind_text(st, 1, t1) != SQL_OK || sql_bind_int64(st, 2, n2) != SQL_OK ||
+	    sql_step(st) != SQL_ROW)
+		r = -EIO;
+	for (int i = 0; !r && i < 3; i++)
+		r = col_ull(st, i, &v[i]);
+	sql_finalize(st);
+	return r;
+}
+
+static int rsv_ok(const struct store_rsv *x)
+{
+	return store__text_ok(x->id, sizeof(x->id), 1, 0) && store__name_ok(x->account) &&
+	       store__text_ok(x->node, sizeof(x->node), 1, 0) && x->until_ms > 0;
+}
+
+int store_reserve(struct store *s, const struct store_rsv *x, const struct store_quota *q,
+		  long long now_ms, char *err, size_t errlen)
+{
+	if (!rsv_ok(x))
+		return -EINVAL;
+	int pg = sql_kind(s->db) == SQL_PG;
+	unsigned long long acct[3], node[3], cap = 0;
+	struct sql_stmt *st = NULL;
+	err[0] = '\0';
+	pthread_mutex_lock(&s->lock);
+	int r = store__begin(s);
+	if (r)
+		goto out;
+	/* the account first, then the node: always in that order */
+	if (pg) {
+		r = store__prep(s, "SELECT pg_advisory_xact_lock(('x' || substr(md5(?1), 1, 16))"
+				   "::bit(64)::bigint)", &st);
+		if (!r && (store__bind_text(st, 1, x->account) != SQL_OK || sql_step(st) != SQL_ROW))
+			r = -EIO;
+		sql_finalize(st);
+		st = NULL;
+		if (r)
+			goto fail;
+	}
+	r = store__prep(s,
+			pg ? "SELECT memory_mb FROM nodes WHERE name = ?1 AND state = 'ready' AND "
+			     "drained = 0 AND lease_until_ms > ?2 FOR UPDATE"
+			   : "SELECT memory_mb FROM nodes WHERE name = ?1 AND state = 'ready' AND "
+			     "drained = 0 AND lease_until_ms > ?2",
+			&st);
+	if (r)
+		goto fail;
+	int step = SQL_ERROR;
+	if (store__bind_text(st, 1, x->node) != SQL_OK || sql_bind_int64(st, 2, now_ms) != SQL_OK ||
+	    ((step = sql_step(st)) != SQL_ROW && step != SQL_DONE))
+		r = -EIO;
+	else if (step == SQL_DONE)
+		r = -ESTALE;
+	else
+		r = col_ull(st, 0, &cap);
+	sql_finalize(st);
+	st = NULL;
+	if (r) {
+		if (r == -ESTALE)
+			snprintf(err, errlen, "node '%s' takes no sandboxes now", x->node);
+		goto fail;
+	}
+	r = store__prep(s, "DELETE FROM reservations WHERE until_ms <= ?1", &st);
+	if (!r && sql_bind_int64(st, 1, now_ms) != SQL_OK)
+		r = -EIO;
+	if (!r)
+		r = store__step_done(st);
+	sql_finalize(st);
+	st = NULL;
+	if (!r)
+		r = sums(s,
+			 "SELECT (SELECT count(*) FROM sandboxes WHERE account = ?1 AND state = "
+			 "'running') + (SELECT count(*) FROM reservations WHERE account = ?1 AND "
+			 "until_ms > ?2), (SELECT coalesce(sum(vcpus), 0) FROM sandboxes WHERE account = "
+			 "?1 AND state = 'running') + (SELECT coalesce(sum(vcpus), 0) FROM reservations "
+			 "WHERE account = ?1 AND until_ms > ?2), (SELECT coalesce(sum(memory_mb), 0) FROM "
+			 "sandboxes WHERE account = ?1 AND state = 'running') + (SELECT "
+			 "coalesce(sum(memory_mb), 0) FROM reservations WHERE account = ?1 AND until_ms > "
+			 "?2)",
+			 x->account, now_ms, acct);
+	if (!r)
+		r = sums(s,
+			 "SELECT 0, (SELECT coalesce(sum(vcpus), 0) FROM sandboxes WHERE node = ?1 AND "
+			 "state = 'running') + (SELECT coalesce(sum(vcpus), 0) FROM reservations WHERE "
+			 "node = ?1 AND until_ms > ?2), (SELECT coalesce(sum(memory_mb), 0) FROM sandboxes "
+			 "WHERE node = ?1 AND state = 'running') + (SELECT coalesce(sum(memory_mb), 0) "
+			 "FROM reservations WHERE node = ?1 AND until_ms > ?2)",
+			 x->node, now_ms, node);
+	if (r)
+		goto fail;
+	if (q->max_sandboxes && acct[0] + 1 > q->max_sandboxes) {
+		snprintf(err, errlen, "account '%s' already runs or starts %u sandboxes", x->account,
+			 q->max_sandboxes);
+		r = -EDQUOT;
+	} else if (q->vcpus && acct[1] + x->vcpus > q->vcpus) {
+		snprintf(err, errlen, "account '%s' would run %llu vCPUs, over its %u", x->account,
+			 acct[1] + x->vcpus, q->vcpus);
+		r = -EDQUOT;
+	} else if (q->memory_mb && acct[2] + x->memory_mb > q->memory_mb) {
+		snprintf(err, errlen, "account '%s' would hold %llu MB of guest memory, over its %llu MB",
+			 x->account, acct[2] + x->memory_mb, q->memory_mb);
+		r = -EDQUOT;
+	} else if (cap && node[2] + x->memory_mb > cap) {
+		snprintf(err, errlen, "node '%s' has no memory for %u MB more: it holds %llu MB of %llu MB",
+			 x->node, x->memory_mb, node[2], cap);
+		r = -EAGAIN;
+	}
+	if (r)
+		goto fail;
+	r = store__prep(s,
+			"INSERT INTO reservations (id, account, node, vcpus, memory_mb, until_ms) "
+			"VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+			&st);
+	if (!r && (store__bind_text(st, 1, x->id) != SQL_OK ||
+		   store__bind_text(st, 2, x->account) != SQL_OK ||
+		   store__bind_text(st, 3, x->node) != SQL_OK ||
+		   sql_bind_int64(st, 4, x->vcpus) != SQL_OK ||
+		   sql_bind_int64(st, 5, x->memory_mb) != SQL_OK ||
+		   sql_bind_int64(st, 6, x->until_ms) != SQL_OK))
+		r = -EIO;
+	if (!r)
+		r = store__step_done(st);
+	sql_finalize(st);
+	if (!r)
+		r = store__commit(s);
+	if (!r)
+		goto out;
+fail:
+	store__rollback(s);
+out:
+	if (r == -EIO && err[0] == '\0')
+		snprintf(err, errlen, "the database did not answer: %s", sql_errmsg(s->db));
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_unreserve(struct store *s, const char *id)
+{
+	const char *t[] = { id };
+	int r = store__change(s, "DELETE FROM reservations WHERE id = ?1", 1, t);
+	return r == -ENOENT ? 0 : r;
+}
