@@ -58,6 +58,10 @@ CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
 # The gateway talks to cpuosd through the CLI's client of its API.
 GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
 GATEWAY_LIBS := -lmicrohttpd -lcurl -ljansson -lsqlite3 -lcrypto -lpthread
+# The API replica: placement and a relay, over the store.
+API_SRCS := $(wildcard src/api/*.c) $(wildcard src/daemon/store/*.c) $(SQL_SRCS) \
+	    src/lib/workers.c src/lib/opts.c
+API_LIBS := -ljansson -lsqlite3 -lpq -lcrypto -lpthread
 TEST_LIB := tests/lib/tap.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -72,6 +76,7 @@ VM_CLI := $(BUILD)/bin/cpuos-vm
 DAEMON := $(BUILD)/bin/cpuosd
 CLI := $(BUILD)/bin/cpuos
 GATEWAY := $(BUILD)/bin/cpuos-gateway
+API := $(BUILD)/bin/cpuos-api
 BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api $(BUILD)/bench/bench_snap
 
 # Unit tests mirror src/: tests/unit/ROOM/test_NAME.c tests src/ROOM (ROOM
@@ -120,7 +125,7 @@ AI_EXAMPLES := examples/ai-sdk/node_modules/.typechecked
 npm_ready = cd $(1) && { [ node_modules/.package-lock.json -nt package-lock.json ] || \
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; }
 
-all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(GATEWAY) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(GATEWAY) $(API) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
 	$(TS_SDK) $(AI_SDK) $(AI_EXAMPLES)
 
 $(TS_SDK): $(wildcard sdk/typescript/src/*.ts) $(wildcard sdk/typescript/*.json)
@@ -195,6 +200,10 @@ $(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
 $(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+
+$(API): $(call obj,$(API_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(API_LIBS)
 
 # The gateway's pure parts: event streams, turns, tool output.
 $(BUILD)/tests/test_gateway: $(call obj,tests/unit/gateway/test_gateway.c $(TEST_LIB) src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c $(COMMON_SRCS))

@@ -20,3 +20,4 @@ python3 bench/bench_jail.py 10
 python3 bench/bench_code.py 5
 python3 bench/bench_gateway.py 500
 python3 bench/bench_objstore.py 6
+python3 bench/bench_cluster.py 5

@@ -55,7 +55,7 @@ mkdir -p "$CPUOS_RUN_DIR"
 # tests by room: tests/unit/ROOM mirrors src/ROOM, binaries keep flat names.
 UNIT_TESTS=(
 	test_tap                           # harness: tests/lib/tap itself
-	test_proto test_buf test_unixsock  # common
+	test_proto test_buf test_unixsock test_http1 # common
 	test_agent test_agent_code         # agent
 	test_agentc test_disk test_qemu    # runner
 	test_cgroup                        # jail

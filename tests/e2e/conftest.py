@@ -143,6 +143,7 @@ class Daemon:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
         self.key_a = self.key_b = None
+        self.headers = {}  # sent with every TCP request (a node's cluster secret)
 
     def start(self, env=None):
         """Starts cpuosd (with env added to its environment) and waits until it answers."""
@@ -194,7 +195,7 @@ class Daemon:
             conn = _UnixConnection(self.socket, timeout)
         else:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        hdrs = dict(headers or {})
+        hdrs = {**(self.headers if not unix else {}), **(headers or {})}
         if key:
             hdrs["Authorization"] = f"Bearer {key}"
         if isinstance(body, (dict, list)):

@@ -349,7 +349,8 @@ struct store_rsv {
  * node, if the account's running sandboxes and reservations with x stay
  * within q, and the node's within its memory: 0; -EDQUOT (the account),
  * -EAGAIN (the node is full), -ESTALE (the node takes no sandboxes now:
- * down, drained or its lease ran out by now_ms), -EINVAL, -EIO; why in
+ * down, drained or its lease ran out by now_ms), -EEXIST (its id is
+ * taken), -EINVAL, -EIO; why in
  * err. Reservations past their until_ms are dropped on the way. */
 int store_reserve(struct store *s, const struct store_rsv *x, const struct store_quota *q,
 		  long long now_ms, char *err, size_t errlen);

@@ -1318,6 +1318,86 @@ out:
 	tdb_remove(&t);
 }
 
+static int reserve(struct store *s, const char *id, const char *account, const char *node,
+		   unsigned vcpus, unsigned memory_mb, long long until_ms,
+		   const struct store_quota *q, long long now_ms)
+{
+	struct store_rsv x = { .vcpus = vcpus, .memory_mb = memory_mb, .until_ms = until_ms };
+	snprintf(x.id, sizeof(x.id), "%s", id);
+	snprintf(x.account, sizeof(x.account), "%s", account);
+	snprintf(x.node, sizeof(x.node), "%s", node);
+	char err[256];
+	return store_reserve(s, &x, q, now_ms, err, sizeof(err));
+}
+
+/* What an API replica places by: the nodes that may take a sandbox with
+ * what they hold, and reservations counted with running sandboxes against
+ * an account's quotas and a node's memory; dropped when released or past
+ * their time. */
+static void test_placement(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	long long ea, eb;
+	struct store *a = open_as(&t, "node-a", 1000000, &ea);
+	struct store *b = open_as(&t, "node-b", 1000000, &eb);
+	struct store *api = NULL;
+	char err[256], v[64];
+	if (!a || !b || !CHECK(store_open(t.path, &api, err, sizeof(err)) == 0))
+		goto out;
+	CHECK(raw_query(t.path, "UPDATE nodes SET memory_mb = 2048 WHERE name = 'node-b'", v,
+			sizeof(v)) == 0);
+	CHECK(insert(a, "sbx_00000000000000a1", "alice", 100, "{}") == 0); /* 2 vCPUs, 1024 MB */
+	struct store_load *l;
+	size_t n;
+	if (CHECK(store_node_loads(api, 1000, &l, &n) == 0 && n == 2)) {
+		CHECK(!strcmp(l[0].name, "node-a") && l[0].running == 1 && l[0].held_vcpus == 2 &&
+		      l[0].held_memory_mb == 1024 && l[0].memory_mb == 4096 &&
+		      !strcmp(l[0].url, "http://node-a.test:7070"));
+		CHECK(!strcmp(l[1].name, "node-b") && l[1].running == 0 && l[1].held_memory_mb == 0);
+		free(l);
+	}
+	struct store_quota q = { .max_sandboxes = 2 };
+	/* alice: one running, one reserved, and no more */
+	CHECK(reserve(api, "rsv_1", "alice", "node-a", 1, 512, 5000, &q, 1000) == 0);
+	CHECK(reserve(api, "rsv_2", "alice", "node-b", 1, 512, 5000, &q, 1000) == -EDQUOT);
+	if (CHECK(store_node_loads(api, 1000, &l, &n) == 0 && n == 2)) {
+		CHECK(l[0].held_vcpus == 3 && l[0].held_memory_mb == 1536 && l[0].running == 1);
+		free(l);
+	}
+	/* released: room again; a clash of ids is refused */
+	CHECK(store_unreserve(api, "rsv_1") == 0 && store_unreserve(api, "rsv_1") == 0);
+	CHECK(reserve(api, "rsv_2", "alice", "node-b", 1, 512, 5000, &q, 1000) == 0);
+	CHECK(reserve(api, "rsv_2", "bob", "node-b", 1, 512, 5000, &q, 1000) == -EEXIST);
+	/* a node's memory: bob fits node-b's 2048 MB once (512 held by alice) */
+	CHECK(reserve(api, "rsv_3", "bob", "node-b", 1, 1536, 5000, &q, 1000) == 0);
+	CHECK(reserve(api, "rsv_4", "bob", "node-b", 1, 128, 5000, &q, 1000) == -EAGAIN);
+	/* the account's vCPUs and memory */
+	struct store_quota small = { .max_sandboxes = 10, .vcpus = 2, .memory_mb = 4096 };
+	CHECK(reserve(api, "rsv_5", "carol", "node-a", 3, 128, 5000, &small, 1000) == -EDQUOT);
+	CHECK(reserve(api, "rsv_5", "carol", "node-a", 1, 8192, 5000, &small, 1000) == -EDQUOT);
+	/* past their time, reservations count no more and are dropped */
+	CHECK(reserve(api, "rsv_6", "bob", "node-b", 1, 128, 6000, &q, 5000) == 0);
+	CHECK(raw_query(t.path, "SELECT count(*) FROM reservations", v, sizeof(v)) == 0 &&
+	      !strcmp(v, "1"));
+	/* a node drained, down or past its lease takes none */
+	CHECK(store_node_drain(api, "node-b", 1) == 0);
+	CHECK(reserve(api, "rsv_7", "dave", "node-b", 1, 128, 9000, &q, 5000) == -ESTALE);
+	if (CHECK(store_node_loads(api, 5000, &l, &n) == 0 && n == 1)) {
+		CHECK(!strcmp(l[0].name, "node-a"));
+		free(l);
+	}
+	CHECK(reserve(api, "rsv_7", "dave", "node-a", 1, 128, 2000000, &q, 1000001) == -ESTALE);
+	CHECK(reserve(api, "rsv_7", "dave", "nowhere", 1, 128, 9000, &q, 5000) == -ESTALE);
+	CHECK(reserve(api, "", "dave", "node-a", 1, 128, 9000, &q, 5000) == -EINVAL);
+out:
+	store_close(api);
+	store_close(a);
+	store_close(b);
+	tdb_remove(&t);
+}
+
 #define ON_PG(fn)                                                                                  \
 	static void pg_##fn(void)                                                                  \
 	{                                                                                          \
@@ -1340,6 +1420,7 @@ ON_PG(test_stored_checkpoints)
 ON_PG(test_pg_schema_and_reopen)
 ON_PG(test_pg_parallel_first_opens)
 ON_PG(test_nodes_and_fencing)
+ON_PG(test_placement)
 ON_PG(test_long_metadata_value)
 
 int main(int argc, char **argv)
@@ -1366,6 +1447,8 @@ int main(int argc, char **argv)
 	    {"pg_store_long_metadata_value", pg_test_long_metadata_value},
 	    {"store_nodes_and_fencing", test_nodes_and_fencing},
 	    {"pg_store_nodes_and_fencing", pg_test_nodes_and_fencing},
+	    {"store_placement", test_placement},
+	    {"pg_store_placement", pg_test_placement},
 	    {"pg_store_copy_from_sqlite", test_copy_sqlite_to_pg},
 	    {"pg_store_key_create_lookup", pg_test_key_create_lookup},
 	    {"pg_store_key_list_delete", pg_test_key_list_delete},

@@ -1,0 +1,98 @@
+/* place: see place.h. */
+#include "api/place.h"
+
+#include "api/capi.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+static unsigned long long rnd(void)
+{
+	unsigned long long v = 0;
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		v = (unsigned long long)capi_now_ms() * 0x9e3779b97f4a7c15ull;
+	return v;
+}
+
+/* Lower is better: the share of its memory it would hold, and half the
+ * share of its CPUs its sandboxes have (overcommitted CPUs slow everyone
+ * down, but memory is what refuses). */
+static double score(const struct store_load *l, unsigned vcpus, unsigned memory_mb)
+{
+	double m = l->memory_mb ? (double)(l->held_memory_mb + memory_mb) / (double)l->memory_mb
+				: (double)l->running / 100.0;
+	double c = l->vcpus ? (double)(l->held_vcpus + vcpus) / (double)l->vcpus : 0;
+	return m + c / 2;
+}
+
+static int fits(const struct store_load *l, unsigned memory_mb)
+{
+	return !l->memory_mb || l->held_memory_mb + memory_mb <= l->memory_mb;
+}
+
+int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
+	  const char (*skip)[64], size_t nskip, struct placed *out, char *err, size_t errlen)
+{
+	struct store_load *loads;
+	size_t n;
+	long long now = capi_now_ms();
+	int r = store_node_loads(capi_db(a), now, &loads, &n);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot read the nodes: %s", strerror(-r));
+		return -EIO;
+	}
+	/* the candidates, first of loads[], in cand[0..nc) */
+	size_t *cand = calloc(n ? n : 1, sizeof(*cand)), nc = 0;
+	if (!cand) {
+		free(loads);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int skipped = 0;
+		for (size_t k = 0; k < nskip; k++)
+			skipped |= !strcmp(skip[k], loads[i].name);
+		if (!skipped && fits(&loads[i], memory_mb))
+			cand[nc++] = i;
+	}
+	r = -ENOSPC;
+	snprintf(err, errlen, "no node can take a sandbox of %u MB now (%zu ready)", memory_mb, n);
+	while (nc > 0) {
+		/* K sampled without repeats (the first K of a partial shuffle) */
+		size_t k = a->sample < nc ? a->sample : nc, best = 0;
+		for (size_t i = 0; i < k; i++) {
+			size_t j = i + (size_t)(rnd() % (nc - i)), t = cand[i];
+			cand[i] = cand[j];
+			cand[j] = t;
+			if (score(&loads[cand[i]], vcpus, memory_mb) <
+			    score(&loads[cand[best]], vcpus, memory_mb))
+				best = i;
+		}
+		const struct store_load *l = &loads[cand[best]];
+		struct store_rsv x = { .vcpus = vcpus, .memory_mb = memory_mb,
+				       .until_ms = now + a->hold_ms };
+		snprintf(x.id, sizeof(x.id), "rsv_%016llx", rnd());
+		snprintf(x.account, sizeof(x.account), "%s", account);
+		snprintf(x.node, sizeof(x.node), "%s", l->name);
+		char why[256];
+		int e = store_reserve(capi_db(a), &x, &a->quota, now, why, sizeof(why));
+		if (e == 0) {
+			snprintf(out->node, sizeof(out->node), "%s", l->name);
+			snprintf(out->url, sizeof(out->url), "%s", l->url);
+			snprintf(out->rsv, sizeof(out->rsv), "%s", x.id);
+			r = 0;
+			break;
+		}
+		if (e != -EAGAIN && e != -ESTALE) {
+			snprintf(err, errlen, "%s", why);
+			r = e == -EDQUOT ? -EDQUOT : -EIO;
+			break;
+		}
+		cand[best] = cand[--nc]; /* it filled up or left meanwhile */
+	}
+	free(cand);
+	free(loads);
+	return r;
+}

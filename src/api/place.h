@@ -1,0 +1,29 @@
+/*
+ * place: which node makes a new sandbox. Filter: the nodes ready, leased,
+ * not drained and with room for its memory (running sandboxes and live
+ * reservations counted, against what the node may hold); score: of K of
+ * them sampled at random, the least loaded (memory, then CPUs); reserve:
+ * one transaction with the account's quotas (store_reserve), so parallel
+ * creates on several replicas pass neither. A node that filled up
+ * meanwhile is dropped and the next best taken.
+ */
+#ifndef CPUOS_API_PLACE_H
+#define CPUOS_API_PLACE_H
+
+#include <stddef.h>
+
+struct capi;
+
+struct placed {
+	char node[64];
+	char url[256];
+	char rsv[32]; /* the reservation to drop once the node answered */
+};
+
+/* Places a sandbox of vcpus and memory_mb for account, on none of the
+ * nodes named in skip[0..nskip): 0 with *out; -EDQUOT (the account's
+ * quota) or -ENOSPC (no node can take it now), why in err; -EIO. */
+int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
+	  const char (*skip)[64], size_t nskip, struct placed *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,270 @@
+"""cpuos-api replicas in front of node daemons on one real PostgreSQL: a node's listener serves
+only the holders of the cluster secret; creates are placed over the nodes and reserved against the
+account's quota across the cluster, also from two replicas at once; every other request reaches the
+sandbox's own node through any replica, streaming both ways (exec's NDJSON, code, uploads with a
+length and chunked, downloads); a paused sandbox of a node lost resumes on another through the same
+URL, the replicas having forgotten its old route when PostgreSQL announced the move."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+import cpuos
+from conftest import ROOT, SLOW, Daemon, PgServer, free_port
+from test_objstore import BUCKET, ObjStore
+
+API_BIN = os.environ.get("CPUOS_API_BIN") or os.path.join(ROOT, "build", "bin", "cpuos-api")
+LEASE = 3 * SLOW
+
+
+@pytest.fixture(scope="module")
+def pg():
+    s = PgServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def objstore():
+    s = ObjStore()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def secret():
+    d = tempfile.mkdtemp(prefix="cpuos-secret-", dir="/tmp")
+    path = os.path.join(d, "cluster.secret")
+    value = os.urandom(24).hex()
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(value + "\n")
+    yield path, value
+    os.unlink(path)
+    os.rmdir(d)
+
+
+class Api:
+    """A cpuos-api process: `url`, `log_tail`."""
+
+    def __init__(self, pg, secret_path, *args):
+        if not os.path.exists(API_BIN):
+            pytest.fail(f"{API_BIN} does not exist: build it first (make all)", pytrace=False)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tempfile.mktemp(prefix="cpuos-api-", suffix=".log", dir="/tmp")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [API_BIN, "--listen", f"127.0.0.1:{self.port}", "--database", pg.url,
+                 "--cluster-secret", secret_path, *args],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **pg.env})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"cpuos-api exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if self.health()["nodes"] >= 1:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        pytest.fail(f"cpuos-api saw no node within 30 s:\n{self.log_tail()}")
+
+    def health(self):
+        import http.client
+        import json
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            c.request("GET", "/v1/health")
+            return json.loads(c.getresponse().read())
+        finally:
+            c.close()
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def cluster(pg, secret, monkeypatch):
+    """make_node(name, *args) and make_api(*args), all closed after the test."""
+    monkeypatch.delenv("CPUOS_E2E_PG", raising=False)  # these name their database themselves
+    path, value = secret
+    made = []
+
+    def make_node(name, *extra, env=None):
+        d = Daemon(extra_args=["--database", pg.url, "--node", name, "--node-lease", str(LEASE),
+                               "--cluster-secret", path, *extra])
+        d.headers = {"cpuos-cluster": value}
+        made.append(d)
+        d.start(env={**pg.env, **(env or {})})
+        return d
+
+    def make_api(*args):
+        a = Api(pg, path, *args)
+        made.append(a)
+        return a
+
+    yield make_node, make_api
+    for x in reversed(made):
+        x.close()
+    pg.query("DELETE FROM sandbox_meta; DELETE FROM sandboxes; DELETE FROM usage_events; "
+             "DELETE FROM reservations; DELETE FROM nodes")
+
+
+def sh(sbx, cmd):
+    r = sbx.exec(cmd, timeout="60s")
+    assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout.strip()
+
+
+def wait_for(what, cond, limit):
+    deadline = time.monotonic() + limit * SLOW
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{what} within {limit * SLOW} s")
+
+
+def test_a_node_serves_only_the_holders_of_the_secret(cluster):
+    make_node, make_api = cluster
+    a = make_node("node-a")
+    key = a.create_key("gate")
+    r = a.http("GET", "/v1/sandboxes", key=key, headers={"cpuos-cluster": "not-the-secret"})
+    assert r.status == 403 and r.json()["error"]["code"] == "not_internal", r
+    a.headers = {}
+    assert a.http("GET", "/v1/health").status == 403
+    assert a.http("GET", "/v1/sandboxes", unix=True).status == 200  # the administrator's socket
+    api = make_api()
+    assert api.health() == {"status": "ok", "role": "api", "nodes": 1}
+    # Whatever a client sends as a secret is not passed on: the replica's own goes.
+    s = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
+    try:
+        assert sh(s, "echo through") == "through"
+    finally:
+        s.kill()
+
+
+def test_creates_spread_and_every_request_reaches_its_node(cluster):
+    make_node, make_api = cluster
+    a, b = make_node("node-a"), make_node("node-b")
+    key = a.create_key("spread")
+    api = make_api()
+    # K = 2 of 2 nodes: each create goes to the less loaded one.
+    boxes = [cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url) for _ in range(4)]
+    try:
+        assert sorted(s.info().node for s in boxes) == ["node-a", "node-a", "node-b", "node-b"]
+        s = boxes[0]
+        # exec, streamed: lines come as they are written
+        lines, t0 = [], time.monotonic()
+        p = s.exec("for i in 1 2 3; do echo $i; sleep 0.3; done", background=True)
+        for kind, text in p.stream():
+            lines.append((time.monotonic() - t0, text))
+        assert "".join(t for _, t in lines).split() == ["1", "2", "3"]
+        assert lines[-1][0] - lines[0][0] >= 0.4, lines  # not held whole
+        # files both ways, with a length and chunked, 8 MB
+        blob = os.urandom(8 << 20)
+        s.files.write("/work/blob", blob)
+        assert hashlib.sha256(s.files.read("/work/blob")).hexdigest() == hashlib.sha256(blob).hexdigest()
+        s.files.write("/work/chunked", iter([blob[:3 << 20], blob[3 << 20:]]))
+        assert sh(s, "sha256sum /work/chunked").split()[0] == hashlib.sha256(blob).hexdigest()
+        # the account's requests reach any node and see the whole cluster
+        listed = cpuos.Sandbox.list(api_key=key, api_url=api.url)
+        assert {x.id for x in listed} == {x.id for x in boxes}
+        # pause and resume through the replica; a second replica reaches it too
+        s.pause()
+        other = make_api()
+        s2 = cpuos.Sandbox.connect(s.id, api_key=key, api_url=other.url)
+        assert sh(s2, "cat /work/blob | wc -c") == str(8 << 20)
+        assert a.http("GET", "/v1/sandboxes/sbx_0123456789abcdef", key=key).status == 404
+        with pytest.raises(cpuos.NotFoundError):
+            cpuos.Sandbox.connect("sbx_0123456789abcdef", api_key=key, api_url=api.url)
+    finally:
+        for s in boxes:
+            s.kill()
+
+
+def test_quotas_hold_across_replicas_creating_at_once(cluster, pg):
+    make_node, make_api = cluster
+    a, b = make_node("node-a"), make_node("node-b")
+    key = a.create_key("quota")
+    apis = [make_api("--max-sandboxes", "3"), make_api("--max-sandboxes", "3")]
+    results, made = [], []
+    lock = threading.Lock()
+
+    def one(i):
+        try:
+            s = cpuos.Sandbox.create(template="base", api_key=key, api_url=apis[i % 2].url)
+            with lock:
+                made.append(s)
+                results.append("ok")
+        except cpuos.CpuosError as e:
+            with lock:
+                results.append(type(e).__name__ + ": " + str(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert results.count("ok") == 3, results
+        assert all("already runs or starts 3 sandboxes" in r for r in results if r != "ok"), results
+        assert pg.query("SELECT count(*) FROM reservations") == "0"  # each dropped once answered
+        assert pg.query("SELECT count(*) FROM sandboxes WHERE state = 'running'") == "3"
+    finally:
+        for s in made:
+            s.kill()
+
+
+def test_a_paused_sandbox_of_a_node_lost_resumes_through_the_same_url(cluster, pg, objstore):
+    make_node, make_api = cluster
+    s3 = ("--s3-endpoint", objstore.endpoint, "--s3-bucket", BUCKET)
+    env = {k: objstore.env[k] for k in ("CPUOS_S3_ACCESS_KEY", "CPUOS_S3_SECRET_KEY")}
+    a = make_node("node-a", *s3, env=env)
+    key = a.create_key("moved")
+    api = make_api()
+    sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
+    assert sbx.info().node == "node-a"  # the only node yet
+    b = make_node("node-b", *s3, env=env)
+    sh(sbx, "echo kept > /work/k")
+    sbx.pause()
+    wait_for("the pause stored",
+             lambda: a.http("GET", f"/v1/sandboxes/{sbx.id}", key=key).json()["stored"], 120)
+    a.stop(signal.SIGKILL)
+    wait_for("node-a declared down",
+             lambda: pg.query("SELECT state FROM nodes WHERE name = 'node-a'") == "down", LEASE + 10)
+    s2 = cpuos.Sandbox.connect(sbx.id, api_key=key, api_url=api.url)  # resumes it
+    assert sh(s2, "cat /work/k") == "kept"
+    assert s2.info().node == "node-b"
+    assert "taken over from node node-a" in b.log_tail(100)
+    # node-a back and ready: a replica that still routed the sandbox there would get 421
+    # from it; PostgreSQL told the replica that it moved.
+    a.start(env={**pg.env, **env})
+    wait_for("node-a ready", lambda: api.health()["nodes"] == 2, 10)
+    for _ in range(3):
+        assert sh(s2, "echo here") == "here"
+    s2.kill()
