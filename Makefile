@@ -378,7 +378,7 @@ $(BUILD)/guest/templates/%.erofs: $(wildcard guest/templates/*.recipe) guest/tem
 guest: kernel templates $(INITRAMFS)
 
 # Installs the programs, the guest (kernel, agent, template images), the
-# docs, systemd units for cpuosd and cpuos-gateway with their paths written
+# docs, systemd units for cpuosd, cpuos-api and cpuos-gateway with their paths written
 # in, and, where none is there yet, their configuration in /etc/cpuos
 # (docs/cluster.md). DESTDIR stages it elsewhere.
 PREFIX ?= /usr/local
@@ -388,7 +388,7 @@ DOCDIR := $(PREFIX)/share/doc/cpuos
 install: all guest
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/guest/templates $(DESTDIR)$(DOCDIR) \
 	  $(DESTDIR)$(SYSTEMD_DIR) $(DESTDIR)/etc/cpuos
-	install -m 0755 $(DAEMON) $(CLI) $(GATEWAY) $(VM_CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(DAEMON) $(CLI) $(GATEWAY) $(API) $(VM_CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(KERNEL) $(INITRAMFS) $(DESTDIR)$(LIBDIR)/guest/
 	install -m 0755 $(AGENT) $(DESTDIR)$(LIBDIR)/guest/
 	install -m 0644 $(foreach t,$(TEMPLATES),$(BUILD)/guest/templates/$(t).erofs) \

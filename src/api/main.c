@@ -30,7 +30,7 @@ static const char usage[] =
 	"A stateless API replica in front of cpuosd nodes (cpuosd --node) sharing one\n"
 	"PostgreSQL: places creates on the nodes and passes every other request to the\n"
 	"node that owns its sandbox, streaming. Run any number behind HAProxy.\n"
-	"  --listen HOST:PORT     where clients reach it (default 127.0.0.1:7080)\n"
+	"  --listen HOST:PORT     where clients reach it (default 127.0.0.1:7071)\n"
 	"  --database URL         the nodes' PostgreSQL (postgresql://USER@HOST[:PORT]/DB;\n"
 	"                         the password from PGPASSFILE, ~/.pgpass or PGPASSWORD)\n"
 	"  --cluster-secret FILE  the secret the nodes' listeners ask for (cpuosd\n"
@@ -77,7 +77,7 @@ long long capi_now_ms(void)
 int main(int argc, char **argv)
 {
 	struct options o = { .db_conns = 4, .max_sandboxes = 20, .sample = 2, .create_tries = 3 };
-	snprintf(o.listen, sizeof(o.listen), "127.0.0.1:7080");
+	snprintf(o.listen, sizeof(o.listen), "127.0.0.1:7071");
 	snprintf(o.log_level, sizeof(o.log_level), "info");
 	const struct opts_spec spec = { "cpuos-api", usage, opt_table, 0 };
 	int p = opts_parse(&spec, &o, argc, argv, NULL);
