@@ -159,6 +159,8 @@ def main():
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # a node stopped leaves its QEMUs running (the next start takes them over): none will
+        subprocess.run(["pkill", "-KILL", "-f", os.path.join(work, "s") + "/"], capture_output=True)
         subprocess.run([os.path.join(ROOT, "scripts", "pg.sh"), "down", os.path.join(work, "pg")],
                        capture_output=True)
         shutil.rmtree(work, ignore_errors=True)

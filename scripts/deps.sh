@@ -22,6 +22,7 @@ pkgs=(
 	# cpuosd --database: its state in PostgreSQL (libpq); the tests run
 	# a server of their own (scripts/pg.sh).
 	libpq-dev postgresql
+	haproxy                                  # in front of the API replicas (scripts/cluster.sh)
 	# make fuzz: clang 14 and its libFuzzer (libclang_rt.fuzzer), which
 	# clang only recommends, and --no-install-recommends leaves out.
 	clang libclang-rt-14-dev
