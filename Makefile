@@ -60,7 +60,7 @@ GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
 GATEWAY_LIBS := -lmicrohttpd -lcurl -ljansson -lsqlite3 -lcrypto -lpthread
 # The API replica: placement and a relay, over the store.
 API_SRCS := $(wildcard src/api/*.c) $(wildcard src/daemon/store/*.c) $(SQL_SRCS) \
-	    src/lib/workers.c src/lib/opts.c
+	    src/daemon/ports/ports.c src/lib/workers.c src/lib/opts.c src/lib/loop.c
 API_LIBS := -ljansson -lsqlite3 -lpq -lcrypto -lpthread
 TEST_LIB := tests/lib/tap.c
 

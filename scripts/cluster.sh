@@ -16,8 +16,9 @@
 #
 # The nodes' lease from CPUOS_CLUSTER_LEASE (seconds, default 15); the
 # programs from CPUOS_BIN_DIR (default build/bin). Ports from
-# CPUOS_CLUSTER_PORT (default 17000): HAProxy on it, the
-# replicas on +1 and +2, node i on +10+i (its port URLs on +40+i),
+# CPUOS_CLUSTER_PORT (default 17000): HAProxy on it (port URLs on +3),
+# the replicas on +1 and +2 (their port URLs on +4 and +5), node i on
+# +10+i (its port URLs' proxy on +40+i),
 # PostgreSQL on +80, the object store on +90..+94. The nodes share the
 # host's cache (template snapshots, the egress CA under it, and one jail
 # uid, as the tests' daemons do) and a cluster secret made at `up`. Each
@@ -58,6 +59,7 @@ node_start() { # name
 	setsid "$bin/cpuosd" --state-dir "$nd/state" --socket "$nd/run/cpuosd.sock" \
 		--guest-dir "$guest" --jail-ids 1900000000:65536 \
 		--listen "127.0.0.1:$((base + 10 + i))" --url-listen "127.0.0.1:$((base + 40 + i))" \
+		--url-public "127.0.0.1:$((base + 3))" \
 		--net-range "10.$((200 + i)).0.0/20" --pool-python 0 \
 		--database "$CPUOS_PG_URL" --node "$name" --node-lease "${CPUOS_CLUSTER_LEASE:-15}" \
 		--cluster-secret "$dir/cluster.secret" \
@@ -103,6 +105,7 @@ up() {
 	. "$dir/env"
 	for i in 1 2; do
 		setsid "$bin/cpuos-api" --listen "127.0.0.1:$((base + i))" --database "$CPUOS_PG_URL" \
+			--url-listen "127.0.0.1:$((base + 3 + i))" \
 			--cluster-secret "$dir/cluster.secret" >>"$dir/api-$i.log" 2>&1 </dev/null &
 		echo $! >"$dir/api-$i.pid"
 	done
@@ -126,6 +129,13 @@ up() {
 		    balance roundrobin
 		    server api-1 127.0.0.1:$((base + 1)) check inter 1s
 		    server api-2 127.0.0.1:$((base + 2)) check inter 1s
+		frontend ports
+		    bind 127.0.0.1:$((base + 3))
+		    default_backend ports
+		backend ports
+		    balance roundrobin
+		    server ports-1 127.0.0.1:$((base + 4)) check inter 1s
+		    server ports-2 127.0.0.1:$((base + 5)) check inter 1s
 	EOF
 	haproxy -D -f "$dir/haproxy.cfg" || die "haproxy did not start"
 	wait_http "http://127.0.0.1:$base/v1/health" 60 || die "the API does not answer on $base"
@@ -133,7 +143,8 @@ up() {
 	key=$(curl -sf --unix-socket "$dir/node-1/run/cpuosd.sock" -X POST http://x/v1/keys \
 		-d '{"name":"cluster"}' | sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
 	[ -n "$key" ] || die "no key from node-1"
-	say "up: HAProxy on 127.0.0.1:$base, replicas on $((base + 1)) and $((base + 2)), $n nodes"
+	say "up: HAProxy on 127.0.0.1:$base (port URLs on $((base + 3))), replicas on" \
+		"$((base + 1)) and $((base + 2)), $n nodes"
 	echo "export CPUOS_API_URL=http://127.0.0.1:$base"
 	echo "export CPUOS_API_KEY=$key"
 }

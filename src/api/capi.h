@@ -34,6 +34,7 @@ struct capi {
 	unsigned sample;            /* placement's K: nodes compared per create */
 	unsigned create_tries;      /* nodes asked before a create fails */
 	long long hold_ms;          /* how long a reservation may outlive its create */
+	char url_domain[256];       /* the nodes' --url-domain ("": path URLs) */
 };
 
 /* A store connection for one call. */

@@ -11,6 +11,7 @@
 #include "lib/opts.h"
 #include "lib/sql.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 
 struct options {
 	char listen[128], database[1024], secret_file[4096], log_level[16];
+	char url_listen[128], url_domain[256];
 	long long db_conns, max_sandboxes, account_vcpus, account_memory_mb, sample, create_tries;
 };
 
@@ -30,12 +32,17 @@ static const char usage[] =
 	"A stateless API replica in front of cpuosd nodes (cpuosd --node) sharing one\n"
 	"PostgreSQL: places creates on the nodes and passes every other request to the\n"
 	"node that owns its sandbox, streaming. Run any number behind HAProxy.\n"
-	"  --listen HOST:PORT     where clients reach it (default 127.0.0.1:7071)\n"
+	"  --listen HOST:PORT     where clients reach it (default 127.0.0.1:7090)\n"
 	"  --database URL         the nodes' PostgreSQL (postgresql://USER@HOST[:PORT]/DB;\n"
 	"                         the password from PGPASSFILE, ~/.pgpass or PGPASSWORD)\n"
 	"  --cluster-secret FILE  the secret the nodes' listeners ask for (cpuosd\n"
 	"                         --cluster-secret): one line of 32 or more characters,\n"
 	"                         the file mode 0600\n"
+	"  --url-listen HOST:PORT port URLs: each request goes to the port URL proxy of its\n"
+	"                         sandbox's node (default: none; give the nodes\n"
+	"                         --url-public with this address, or --url-domain)\n"
+	"  --url-domain NAME[:PORT]  the nodes' --url-domain, when their URLs are\n"
+	"                         http://<port>-<id>.NAME/ (pointed at --url-listen)\n"
 	"  --db-conns N           connections to PostgreSQL (default 4)\n"
 	"  --max-sandboxes N      sandboxes an account may run at once across the cluster\n"
 	"                         (default 20)\n"
@@ -53,6 +60,8 @@ static const struct opt opt_table[] = {
 	OPT_TEXT_OF("database", struct options, database),
 	OPT_TEXT_OF("cluster-secret", struct options, secret_file),
 	OPT_TEXT_OF("log-level", struct options, log_level),
+	OPT_TEXT_OF("url-listen", struct options, url_listen),
+	OPT_TEXT_OF("url-domain", struct options, url_domain),
 	OPT_INT_OF("db-conns", struct options, db_conns, 1, CAPI_DB_CONNS_MAX),
 	OPT_INT_OF("max-sandboxes", struct options, max_sandboxes, 1, 1 << 20),
 	OPT_INT_OF("account-max-vcpus", struct options, account_vcpus, 0, 1 << 20),
@@ -77,7 +86,7 @@ long long capi_now_ms(void)
 int main(int argc, char **argv)
 {
 	struct options o = { .db_conns = 4, .max_sandboxes = 20, .sample = 2, .create_tries = 3 };
-	snprintf(o.listen, sizeof(o.listen), "127.0.0.1:7071");
+	snprintf(o.listen, sizeof(o.listen), "127.0.0.1:7090");
 	snprintf(o.log_level, sizeof(o.log_level), "info");
 	const struct opts_spec spec = { "cpuos-api", usage, opt_table, 0 };
 	int p = opts_parse(&spec, &o, argc, argv, NULL);
@@ -109,6 +118,10 @@ int main(int argc, char **argv)
 	a.sample = (unsigned)o.sample;
 	a.create_tries = (unsigned)o.create_tries;
 	a.hold_ms = 15 * 60 * 1000; /* longer than any create */
+	snprintf(a.url_domain, sizeof(a.url_domain), "%.*s", (int)strcspn(o.url_domain, ":"),
+		 o.url_domain);
+	for (char *s = a.url_domain; *s; s++)
+		*s = (char)tolower((unsigned char)*s);
 	log_set_level(level);
 	log_set_tag("cpuos-api");
 	signal(SIGPIPE, SIG_IGN);
@@ -119,14 +132,15 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	int rc = 1;
-	struct relay *relay = NULL;
+	struct relay *relay = NULL, *ports = NULL;
 	for (a.ndb = 0; a.ndb < (unsigned)o.db_conns; a.ndb++)
 		if (store_open(o.database, &a.db[a.ndb], err, sizeof(err)) < 0) {
 			log_error("%s", err);
 			goto out;
 		}
 	if (routes_open(&a, o.database, &a.routes, err, sizeof(err)) < 0 ||
-	    relay_open(&a, o.listen, &relay, err, sizeof(err)) < 0) {
+	    relay_open(&a, o.listen, 0, &relay, err, sizeof(err)) < 0 ||
+	    (o.url_listen[0] && relay_open(&a, o.url_listen, 1, &ports, err, sizeof(err)) < 0)) {
 		log_error("%s", err);
 		goto out;
 	}
@@ -137,6 +151,7 @@ int main(int argc, char **argv)
 	log_info("stopping");
 	rc = 0;
 out:
+	relay_close(ports);
 	relay_close(relay);
 	routes_close(a.routes);
 	for (unsigned i = 0; i < a.ndb; i++)

@@ -8,6 +8,7 @@
 #include "common/http1.h"
 #include "common/log.h"
 #include "common/tcp.h"
+#include "daemon/ports/ports.h"
 #include "lib/workers.h"
 
 #include <arpa/inet.h>
@@ -35,6 +36,7 @@
 
 struct relay {
 	struct capi *a;
+	int ports; /* port URLs' listener */
 	int lfd, stop; /* the listener; an eventfd that ends the acceptor */
 	pthread_t acceptor;
 	struct workers conns;
@@ -341,7 +343,8 @@ static int send_request(const struct capi *a, int nfd, const struct http1_head *
 
 /* --- one request --------------------------------------------------------------------- */
 
-/* The sandbox id a path names (/v1/sandboxes/{id}[/...]): 1 with it, else 0. */
+/* The sandbox id a path names (/v1/sandboxes/{id}[/...]): 1 with it, else
+ * 0. A session id names its sandbox (ses_X is sbx_X, as on a node). */
 static int path_sandbox(const char *t, size_t n, char *id, size_t idlen)
 {
 	static const char pre[] = "/v1/sandboxes/";
@@ -355,6 +358,8 @@ static int path_sandbox(const char *t, size_t n, char *id, size_t idlen)
 		return 0;
 	memcpy(id, t + pl, k - pl);
 	id[k - pl] = '\0';
+	if (!strncmp(id, "ses_", 4))
+		memcpy(id, "sbx_", 4);
 	return 1;
 }
 
@@ -571,10 +576,60 @@ out:
 	free(buf);
 }
 
+/* A port URL's request: to the proxy of the node that owns the sandbox,
+ * as it came (that proxy checks the token, cuts the path's prefix, passes
+ * a WebSocket on), and whatever follows both ways. */
+static void serve_port(struct conn *c)
+{
+	struct capi *a = c->r->a;
+	char *buf = malloc(HEAD_MAX);
+	size_t head_len = 0;
+	ssize_t got = buf ? tcp_read_until(c->fd, buf, HEAD_MAX, HEAD_MS, head_done, &head_len) : -1;
+	struct http1_head h;
+	struct ports_route rt;
+	char url[256];
+	if (got < 0)
+		goto out;
+	if (http1_parse(buf, head_len, &h) < 0) {
+		answer(c->fd, 400, "bad_request", "not an HTTP/1 request");
+		goto out;
+	}
+	if (!ports_route(a->url_domain[0] ? a->url_domain : NULL, h.target, h.target_len, h.host,
+			 &rt)) {
+		answer(c->fd, 404, "not_found",
+		       a->url_domain[0] ? "no sandbox port here: URLs are http://<port>-<id>.<domain>/"
+					: "no sandbox port here: URLs are /<sandbox id>/<port>/");
+		goto out;
+	}
+	int e = routes_owner_ports(a->routes, rt.id, url, sizeof(url));
+	if (e <= 0) {
+		answer(c->fd, e < 0 ? 503 : 404, e < 0 ? "unavailable" : "not_found",
+		       e < 0 ? "the database does not answer"
+			     : "no such sandbox, or its node serves no port URLs now");
+		goto out;
+	}
+	int nfd = dial(url);
+	if (nfd < 0) {
+		answer(c->fd, 502, "node_unreachable", "the node cannot be reached: %s", strerror(-nfd));
+		goto out;
+	}
+	if (tcp_send_all(nfd, buf, (size_t)got) == 0) {
+		free(buf);
+		buf = NULL;
+		tcp_relay(c->fd, nfd, RELAY_IDLE_MS);
+	}
+	close(nfd);
+out:
+	free(buf);
+}
+
 static void conn_main(void *arg)
 {
 	struct conn *c = arg;
-	serve(c);
+	if (c->r->ports)
+		serve_port(c);
+	else
+		serve(c);
 	pthread_mutex_lock(&c->r->mu);
 	c->r->fds[c->at] = -1;
 	close(c->fd); /* under the lock: relay_close never shuts a number reused */
@@ -648,12 +703,14 @@ static void *acceptor_main(void *arg)
 	return NULL;
 }
 
-int relay_open(struct capi *a, const char *listen, struct relay **out, char *err, size_t errlen)
+int relay_open(struct capi *a, const char *listen, int ports, struct relay **out, char *err,
+	       size_t errlen)
 {
 	struct relay *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->a = a;
+	r->ports = ports;
 	r->lfd = r->stop = -1;
 	for (int i = 0; i < RELAY_MAX_CONNS; i++)
 		r->fds[i] = -1;

@@ -24,8 +24,11 @@
 struct capi;
 struct relay;
 
-/* Listens on HOST:PORT and serves: 0, or -errno with a reason. */
-int relay_open(struct capi *a, const char *listen, struct relay **out, char *err, size_t errlen);
+/* Listens on HOST:PORT and serves the API, or (ports) port URLs: those
+ * go as they are to the proxy of the sandbox's node (cpuosd --url-listen),
+ * which checks their token. 0, or -errno with a reason. */
+int relay_open(struct capi *a, const char *listen, int ports, struct relay **out, char *err,
+	       size_t errlen);
 /* Stops accepting, ends every connection and frees r. */
 void relay_close(struct relay *r);
 

@@ -159,7 +159,7 @@ static int usable(const struct store_node *n, long long now)
 	return !strcmp(n->state, "ready") && n->lease_until_ms > now && n->url[0];
 }
 
-int routes_owner(struct routes *r, const char *id, char *url, size_t urllen)
+static int owner(struct routes *r, const char *id, int ports, char *url, size_t urllen)
 {
 	char node[64] = "";
 	unsigned at = slot_of(id);
@@ -191,11 +191,22 @@ int routes_owner(struct routes *r, const char *id, char *url, size_t urllen)
 	long long now = capi_now_ms();
 	for (size_t i = 0; !e && i < r->nnodes && !found; i++)
 		if (!strcmp(r->nodes[i].name, node) && usable(&r->nodes[i], now)) {
-			snprintf(url, urllen, "%s", r->nodes[i].url);
-			found = 1;
+			const char *u = ports ? r->nodes[i].ports_url : r->nodes[i].url;
+			snprintf(url, urllen, "%s", u);
+			found = u[0] != '\0';
 		}
 	pthread_mutex_unlock(&r->mu);
 	return e < 0 ? e : found;
+}
+
+int routes_owner(struct routes *r, const char *id, char *url, size_t urllen)
+{
+	return owner(r, id, 0, url, urllen);
+}
+
+int routes_owner_ports(struct routes *r, const char *id, char *url, size_t urllen)
+{
+	return owner(r, id, 1, url, urllen);
 }
 
 static unsigned pick(unsigned n)

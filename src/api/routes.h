@@ -27,6 +27,9 @@ void routes_close(struct routes *r);
  * sandbox, or its node is down: routes_any's node then answers, or takes
  * a stored pause over); -EIO when the store did not answer. */
 int routes_owner(struct routes *r, const char *id, char *url, size_t urllen);
+/* The same for the node's port URLs' proxy (its ports_url): 1 with it, 0
+ * when no node of its own can answer or it has none, -EIO. */
+int routes_owner_ports(struct routes *r, const char *id, char *url, size_t urllen);
 /* Any node that is ready, leased and not drained, at random (takes_new
  * 0: a drained one too, when there is no other): 0 with its URL, -ENOENT
  * when there is none, -EIO. */

@@ -78,6 +78,8 @@ static const char usage[] =
 	"  --url-domain NAME[:PORT]  a wildcard domain (*.NAME) pointed at --url-listen:\n"
 	"                         URLs are http://<port>-<id>.NAME[:PORT]/ (default: none,\n"
 	"                         URLs are http://<url-listen>/<id>/<port>/)\n"
+	"  --url-public HOST:PORT the address path URLs name instead of --url-listen's: a\n"
+	"                         cluster's, whose cpuos-api --url-listen passes them on\n"
 	"  --jail on|off          each QEMU with a uid, a mount namespace and a cgroup of its\n"
 	"                         own, no capabilities; cpuosd then gives up root to a helper\n"
 	"                         (default on when run as root)\n"
@@ -188,6 +190,7 @@ static const struct opt table[] = {
 	OPT_TEXT_OF("egress-ca", struct config, egress_ca),
 	OPT_TEXT_OF("url-listen", struct config, url_listen),
 	OPT_TEXT_OF("url-domain", struct config, url_domain),
+	OPT_TEXT_OF("url-public", struct config, url_public),
 	OPT_INT_OF("account-max-vcpus", struct config, account_vcpus, 0, 1 << 20),
 	OPT_INT_OF("account-max-memory-mb", struct config, account_memory_mb, 0, 0),
 	OPT_REAL_OF("memory-overcommit", struct config, overcommit, 0, 100, NULL),

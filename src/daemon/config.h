@@ -44,7 +44,7 @@ struct config {
 	char egress_ca[PATH_MAX];
 	/* port URLs: where they are served ("none": nowhere), the wildcard
 	 * domain they are under ("": path URLs) */
-	char url_listen[128], url_domain[256];
+	char url_listen[128], url_domain[256], url_public[256];
 	/* QEMU's jail: on or off (default: on when root), its ids
 	 * (FIRST:COUNT) and whether it gets cgroups */
 	int jail, cgroups;

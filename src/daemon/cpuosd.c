@@ -286,6 +286,18 @@ static int join_cluster(const struct config *o, struct store *store)
 		snprintf(n.url, sizeof(n.url), "%s", o->node_url);
 	else
 		snprintf(n.url, sizeof(n.url), "http://%.120s", o->listen);
+	/* where a replica passes port URLs on: --url-listen, named by
+	 * node-url's host when it listens on every address */
+	if (strcmp(o->url_listen, "none")) {
+		const char *port = strrchr(o->url_listen, ':');
+		if (!strncmp(o->url_listen, "0.0.0.0:", 8) || !strncmp(o->url_listen, "[::]:", 5)) {
+			const char *h = !strncmp(n.url, "http://", 7) ? n.url + 7 : n.url;
+			snprintf(n.ports_url, sizeof(n.ports_url), "http://%.*s%s",
+				 (int)strcspn(h, "/:"), h, port ? port : "");
+		} else {
+			snprintf(n.ports_url, sizeof(n.ports_url), "http://%.200s", o->url_listen);
+		}
+	}
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct sysinfo si;
 	n.vcpus = cpus > 0 ? (unsigned)cpus : 0;
@@ -691,6 +703,8 @@ int main(int argc, char **argv)
 	struct ports *ports = NULL;
 	struct ports_config pc = {
 		.listen = o.url_listen, .fd = url_fd, .domain = o.url_domain[0] ? o.url_domain : NULL,
+		.public_host = o.url_public[0] ? o.url_public : NULL,
+		.no_ip_limit = cluster_secret[0] != 0,
 		.dial = port_dial, .arg = mgr,
 	};
 	if (strcmp(o.url_listen, "none") && ports_open(&pc, &ports, err, sizeof(err)) < 0) {

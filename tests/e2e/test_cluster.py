@@ -2,22 +2,27 @@
 only the holders of the cluster secret; creates are placed over the nodes and reserved against the
 account's quota across the cluster, also from two replicas at once; every other request reaches the
 sandbox's own node through any replica, streaming both ways (exec's NDJSON, code, uploads with a
-length and chunked, downloads); a paused sandbox of a node lost resumes on another through the same
-URL, the replicas having forgotten its old route when PostgreSQL announced the move."""
+length and chunked, downloads), and port URLs (HTTP and WebSocket) through the replica's port
+listener; a paused sandbox of a node lost resumes on another through the same URL, the replicas
+having forgotten its old route when PostgreSQL announced the move."""
 
 import hashlib
+import http.client
+import json
 import os
 import signal
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 
 import pytest
 
 import cpuos
 from conftest import ROOT, SLOW, Daemon, PgServer, free_port
 from test_objstore import BUCKET, ObjStore
+from test_ports import PORT, bare, request, start_server, ws_connect, ws_recv, ws_send
 
 API_BIN = os.environ.get("CPUOS_API_BIN") or os.path.join(ROOT, "build", "bin", "cpuos-api")
 LEASE = 3 * SLOW
@@ -77,8 +82,6 @@ class Api:
         pytest.fail(f"cpuos-api saw no node within 30 s:\n{self.log_tail()}")
 
     def health(self):
-        import http.client
-        import json
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         try:
             c.request("GET", "/v1/health")
@@ -132,6 +135,16 @@ def cluster(pg, secret, monkeypatch):
         x.close()
     pg.query("DELETE FROM sandbox_meta; DELETE FROM sandboxes; DELETE FROM usage_events; "
              "DELETE FROM reservations; DELETE FROM nodes")
+
+
+def api_call(api, method, path, key):
+    c = http.client.HTTPConnection("127.0.0.1", api.port, timeout=60)
+    try:
+        c.request(method, path, headers={"Authorization": f"Bearer {key}"})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
 
 
 def sh(sbx, cmd):
@@ -191,6 +204,12 @@ def test_creates_spread_and_every_request_reaches_its_node(cluster):
         assert hashlib.sha256(s.files.read("/work/blob")).hexdigest() == hashlib.sha256(blob).hexdigest()
         s.files.write("/work/chunked", iter([blob[:3 << 20], blob[3 << 20:]]))
         assert sh(s, "sha256sum /work/chunked").split()[0] == hashlib.sha256(blob).hexdigest()
+        # a session id names its sandbox (resume takes one), and is routed to its node as the
+        # id is: a replica that sent it anywhere would meet the other node's 421 half the time
+        for b in boxes:
+            for _ in range(4):
+                status, body = api_call(api, "POST", f"/v1/sandboxes/ses_{b.id[4:]}/resume", key)
+                assert status == 200 and json.loads(body)["id"] == b.id, body
         # the account's requests reach any node and see the whole cluster
         listed = cpuos.Sandbox.list(api_key=key, api_url=api.url)
         assert {x.id for x in listed} == {x.id for x in boxes}
@@ -268,3 +287,35 @@ def test_a_paused_sandbox_of_a_node_lost_resumes_through_the_same_url(cluster, p
     for _ in range(3):
         assert sh(s2, "echo here") == "here"
     s2.kill()
+
+
+def test_port_urls_and_websockets_through_the_replica(cluster):
+    make_node, make_api = cluster
+    front = free_port()
+    a = make_node("node-a", "--url-public", f"127.0.0.1:{front}")
+    key = a.create_key("ports")
+    api = make_api("--url-listen", f"127.0.0.1:{front}")
+    sbx = cpuos.Sandbox.create(template="node", api_key=key, api_url=api.url)
+    try:
+        start_server(sbx)
+        url = bare(sbx.url(PORT))
+        u = urllib.parse.urlsplit(url)
+        assert u.port == front, url  # the replica's, not the node's
+        token = {"cpuos-traffic-token": sbx.traffic_token}
+        status, _, body = request(url + "headers", headers=token)
+        assert status == 200 and json.loads(body)["url"] == "/headers", body
+        status, _, body = request(url + "upload", method="POST", headers=token, body=b"x" * 300000)
+        assert (status, body) == (200, b"got 300000 bytes")
+        assert request(url, headers={})[0] == 401  # the node's proxy checks the token
+        s, head = ws_connect(u.hostname, u.port, u.path + "ws", token)
+        try:
+            assert head.startswith("HTTP/1.1 101"), head
+            for text in ("hello", "again on the same connection"):
+                ws_send(s, text)
+                assert ws_recv(s) == "echo: " + text
+        finally:
+            s.close()
+        status, _, body = request(f"http://127.0.0.1:{front}/sbx_0123456789abcdef/{PORT}/")
+        assert status == 404 and b"no such sandbox" in body, body
+    finally:
+        sbx.kill()

@@ -39,6 +39,7 @@ struct ports {
 	char domain[256];  /* without its port; "" for path URLs */
 	char url_host[300]; /* what the URLs name: domain[:port] or the listen address */
 	int any_addr;      /* listening on every address: URLs name the API's host */
+	int no_ip_limit;
 	char listen_port[8];
 	ports_dial_fn dial;
 	void *arg;
@@ -478,7 +479,7 @@ static void take(struct ports *p, int fd, const struct sockaddr_storage *sa)
 		else
 			same += !strcmp(p->ips[i], c->client);
 	}
-	if (same >= PORTS_MAX_PER_IP) /* one address cannot take every thread */
+	if (same >= PORTS_MAX_PER_IP && !p->no_ip_limit) /* one address cannot take every thread */
 		at = -1;
 	if (at >= 0) {
 		p->fds[at][0] = fd;
@@ -590,11 +591,14 @@ int ports_open(const struct ports_config *c, struct ports **out, char *err, size
 	p->lfd = r;
 	p->dial = c->dial;
 	p->arg = c->arg;
+	p->no_ip_limit = c->no_ip_limit;
 	if (c->domain && c->domain[0]) {
 		snprintf(p->url_host, sizeof(p->url_host), "%s", c->domain);
 		snprintf(p->domain, sizeof(p->domain), "%.*s", (int)strcspn(c->domain, ":"), c->domain);
 		for (char *s = p->domain; *s; s++)
 			*s = (char)tolower((unsigned char)*s);
+	} else if (c->public_host && c->public_host[0]) {
+		snprintf(p->url_host, sizeof(p->url_host), "%s", c->public_host);
 	} else {
 		p->any_addr = !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
 		snprintf(p->url_host, sizeof(p->url_host), strchr(host, ':') ? "[%s]:%s" : "%s:%s", host,

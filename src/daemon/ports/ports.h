@@ -39,6 +39,10 @@ struct ports_config {
 	const char *listen; /* HOST:PORT */
 	int fd;             /* > 0: ports_listen's socket on it (bound while root) */
 	const char *domain; /* NAME[:PORT] of the wildcard URLs, or NULL: path URLs */
+	const char *public_host; /* HOST:PORT path URLs name instead of the listen
+				  * address (a cluster's front), or NULL */
+	int no_ip_limit;    /* every connection comes from a cluster's replicas:
+			     * no PORTS_MAX_PER_IP */
 	ports_dial_fn dial;
 	void *arg;
 };

@@ -316,7 +316,8 @@ static const struct sql_migration migrations[] = {
       "DROP INDEX sandbox_meta_by_pair;"
       "CREATE INDEX sandbox_meta_by_key ON sandbox_meta (key);"
       "CREATE INDEX sandbox_meta_by_value ON sandbox_meta USING hash (value);" },
-    /* 10 -> 11: API replicas (cpuos-api). What a placement holds until the
+    /* 10 -> 11: API replicas (cpuos-api). Where one reaches a node's port
+     * URLs' proxy. What a placement holds until the
      * node it chose has made the sandbox, counted with the running ones
      * against the account's quotas and the node's memory; until_ms ends
      * one whose replica died. On PostgreSQL, a sandbox's move to another
@@ -329,7 +330,8 @@ static const struct sql_migration migrations[] = {
       " node TEXT NOT NULL,"
       " vcpus INTEGER NOT NULL,"
       " memory_mb INTEGER NOT NULL,"
-      " until_ms INTEGER NOT NULL) WITHOUT ROWID;",
+      " until_ms INTEGER NOT NULL) WITHOUT ROWID;"
+      "ALTER TABLE nodes ADD COLUMN ports_url TEXT NOT NULL DEFAULT '';",
       "CREATE TABLE reservations ("
       " id TEXT PRIMARY KEY NOT NULL,"
       " account TEXT NOT NULL,"
@@ -337,6 +339,7 @@ static const struct sql_migration migrations[] = {
       " vcpus BIGINT NOT NULL,"
       " memory_mb BIGINT NOT NULL,"
       " until_ms BIGINT NOT NULL);"
+      "ALTER TABLE nodes ADD COLUMN ports_url TEXT NOT NULL DEFAULT '';"
       "CREATE INDEX reservations_by_account ON reservations (account);"
       "CREATE INDEX reservations_by_node ON reservations (node);"
       "CREATE FUNCTION cpuos_route_moved() RETURNS trigger LANGUAGE plpgsql AS "
@@ -345,7 +348,7 @@ static const struct sql_migration migrations[] = {
       "WHEN (OLD.node IS DISTINCT FROM NEW.node) EXECUTE FUNCTION cpuos_route_moved();"
       "CREATE FUNCTION cpuos_node_changed() RETURNS trigger LANGUAGE plpgsql AS "
       "$$ BEGIN PERFORM pg_notify('cpuos_nodes', NEW.name); RETURN NULL; END $$;"
-      "CREATE TRIGGER nodes_changed AFTER INSERT OR UPDATE OF url, state, drained, epoch "
+      "CREATE TRIGGER nodes_changed AFTER INSERT OR UPDATE OF url, ports_url, state, drained, epoch "
       "ON nodes FOR EACH ROW EXECUTE FUNCTION cpuos_node_changed();" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))

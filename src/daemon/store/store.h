@@ -280,6 +280,7 @@ int store_claim(struct store *s, int shared);
 struct store_node {
 	char name[64];      /* [A-Za-z0-9._-], 1..63 */
 	char url[256];      /* where an API reaches it */
+	char ports_url[256]; /* where an API reaches its port URLs' proxy ("": none) */
 	char state[12];     /* "ready", "draining" (ready, and drained), "down" */
 	int drained;        /* takes no new sandboxes, whatever its state */
 	long long epoch;    /* its incarnation */

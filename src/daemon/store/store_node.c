@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NODE_COLS "name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb, drained"
+#define NODE_COLS                                                                          \
+	"name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb, drained, ports_url"
 
 static int name_ok(const char *name)
 {
@@ -67,7 +68,7 @@ static int run(struct store *s, const char *sql, const char *t1, long long n2, l
 int store_node_join(struct store *s, const struct store_node *n, long long *epoch)
 {
 	if (!name_ok(n->name) || !store__text_ok(n->url, sizeof(n->url), 0, 0) ||
-	    n->lease_until_ms <= 0)
+	    !store__text_ok(n->ports_url, sizeof(n->ports_url), 0, 0) || n->lease_until_ms <= 0)
 		return -EINVAL;
 	struct sql_stmt *st = NULL;
 	long long e = 0;
@@ -76,7 +77,8 @@ int store_node_join(struct store *s, const struct store_node *n, long long *epoc
 	if (!r)
 		r = store__prep(s,
 				"INSERT INTO nodes (" NODE_COLS ") VALUES (?1, ?2, 'ready', 1, ?3, ?4, "
-				"?5, ?6, 0) ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
+				"?5, ?6, 0, ?7) ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
+				"ports_url = excluded.ports_url, "
 				/* drained stays: a drain outlives restarts */
 				"state = 'ready', epoch = nodes.epoch + 1, "
 				"lease_until_ms = excluded.lease_until_ms, joined_at = excluded.joined_at, "
@@ -88,7 +90,8 @@ int store_node_join(struct store *s, const struct store_node *n, long long *epoc
 		    sql_bind_int64(st, 3, n->lease_until_ms) != SQL_OK ||
 		    sql_bind_int64(st, 4, n->joined_at) != SQL_OK ||
 		    sql_bind_int64(st, 5, n->vcpus) != SQL_OK ||
-		    sql_bind_int64(st, 6, (long long)n->memory_mb) != SQL_OK)
+		    sql_bind_int64(st, 6, (long long)n->memory_mb) != SQL_OK ||
+		    store__bind_text(st, 7, n->ports_url) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -148,7 +151,8 @@ static int read_node(struct sql_stmt *st, struct store_node *n)
 	memset(n, 0, sizeof(*n));
 	if (store__col_copy(st, 0, n->name, sizeof(n->name)) ||
 	    store__col_copy(st, 1, n->url, sizeof(n->url)) ||
-	    store__col_copy(st, 2, n->state, sizeof(n->state)))
+	    store__col_copy(st, 2, n->state, sizeof(n->state)) ||
+	    store__col_copy(st, 9, n->ports_url, sizeof(n->ports_url)))
 		return -EIO;
 	n->drained = sql_col_int64(st, 8) != 0;
 	if (n->drained && !strcmp(n->state, "ready"))
