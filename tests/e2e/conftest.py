@@ -5,6 +5,7 @@ Set CPUOSD_BIN (CPUOS_GATEWAY_BIN) to test another daemon (gateway) binary, CPUO
 keep their state directories, CPUOS_E2E_PG=1 to run every daemon on PostgreSQL (--database: one
 server for the session, scripts/pg.sh, a database of its own per daemon) instead of SQLite."""
 
+import glob
 import hashlib
 import http.client
 import itertools
@@ -269,6 +270,16 @@ class PgServer:
                              text=True, timeout=60, env={**os.environ, **self.env})
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
+
+    def restart(self):
+        """Stops the server (fast: its connections cut) and starts it again as it was (its
+        output to the log: a server holding the pipe of the call would keep it waiting)."""
+        pg_ctl = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))[-1]
+        out = subprocess.run(["runuser", "-u", "postgres", "--", pg_ctl, "restart", "-D",
+                              os.path.join(self.dir, "data"), "-l", os.path.join(self.dir, "server.log"),
+                              "-m", "fast", "-w", "-t", "60"],
+                             capture_output=True, text=True, timeout=90)
+        assert out.returncode == 0, out.stderr
 
     def close(self):
         subprocess.run([str(ROOT / "scripts/pg.sh"), "down", self.dir], timeout=60)

@@ -81,6 +81,30 @@ class ObjStore:
         with open(os.path.join(self.dir, "run", "proxy.pid")) as f:
             return int(f.read())
 
+    def proxy_kill(self):
+        """The store goes away: its S3 endpoint refuses connections (the proxy and its workers
+        killed), what it stored kept."""
+        pid = self.proxy_pid()
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while subprocess.run(["curl", "-s", "-o", "/dev/null", self.endpoint]).returncode == 0:
+            time.sleep(0.1)
+
+    def proxy_start(self):
+        """The store back, as objstore.sh started it."""
+        conf = os.path.join(self.dir, "etc", "proxy-server.conf")
+        with open(os.path.join(self.dir, "log", "proxy.log"), "ab") as log:
+            p = subprocess.Popen(["swift-proxy-server", conf], stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(os.path.join(self.dir, "run", "proxy.pid"), "w") as f:
+            f.write(str(p.pid))
+        deadline = time.monotonic() + 60
+        while subprocess.run(["curl", "-s", "-o", "/dev/null", self.endpoint]).returncode != 0:
+            assert time.monotonic() < deadline, "the object store's proxy did not come back"
+            time.sleep(0.2)
+
     def close(self):
         subprocess.run([str(ROOT / "scripts/objstore.sh"), "down", self.dir], timeout=60)
         shutil.rmtree(self.dir, ignore_errors=True)
