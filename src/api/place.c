@@ -33,23 +33,15 @@ static int fits(const struct store_load *l, unsigned memory_mb)
 	return !l->memory_mb || l->held_memory_mb + memory_mb <= l->memory_mb;
 }
 
-int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
-	  const char (*skip)[64], size_t nskip, struct placed *out, char *err, size_t errlen)
+/* One round: the candidates among loads[0..n) (fit, not skipped), the
+ * best of K sampled reserved; -ENOSPC when none could be. */
+static int round_of(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
+		    const char (*skip)[64], size_t nskip, const struct store_load *loads, size_t n,
+		    long long now, struct placed *out, char *err, size_t errlen)
 {
-	struct store_load *loads;
-	size_t n;
-	long long now = capi_now_ms();
-	int r = store_node_loads(capi_db(a), now, &loads, &n);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot read the nodes: %s", strerror(-r));
-		return -EIO;
-	}
-	/* the candidates, first of loads[], in cand[0..nc) */
 	size_t *cand = calloc(n ? n : 1, sizeof(*cand)), nc = 0;
-	if (!cand) {
-		free(loads);
+	if (!cand)
 		return -ENOMEM;
-	}
 	for (size_t i = 0; i < n; i++) {
 		int skipped = 0;
 		for (size_t k = 0; k < nskip; k++)
@@ -57,8 +49,7 @@ int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_m
 		if (!skipped && fits(&loads[i], memory_mb))
 			cand[nc++] = i;
 	}
-	r = -ENOSPC;
-	snprintf(err, errlen, "no node can take a sandbox of %u MB now (%zu ready)", memory_mb, n);
+	int r = -ENOSPC;
 	while (nc > 0) {
 		/* K sampled without repeats (the first K of a partial shuffle) */
 		size_t k = a->sample < nc ? a->sample : nc, best = 0;
@@ -93,6 +84,33 @@ int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_m
 		cand[best] = cand[--nc]; /* it filled up or left meanwhile */
 	}
 	free(cand);
-	free(loads);
+	return r;
+}
+
+int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
+	  const char (*skip)[64], size_t nskip, struct placed *out, char *err, size_t errlen)
+{
+	long long now = capi_now_ms();
+	int r = -ENOSPC;
+	size_t ready = 0;
+	/* K nodes drawn by the database, their loads alone summed; all of
+	 * them only when none of those has room (a cluster nearly full) */
+	for (int all = 0; all < 2 && r == -ENOSPC; all++) {
+		struct store_load *loads;
+		size_t n;
+		int e = store_node_loads(capi_db(a), now, all ? 0 : a->sample + (unsigned)nskip,
+					 &loads, &n);
+		if (e < 0) {
+			snprintf(err, errlen, "cannot read the nodes: %s", strerror(-e));
+			return -EIO;
+		}
+		r = round_of(a, account, vcpus, memory_mb, skip, nskip, loads, n, now, out, err,
+			     errlen);
+		ready = n;
+		free(loads);
+	}
+	if (r == -ENOSPC)
+		snprintf(err, errlen, "no node can take a sandbox of %u MB now (%zu ready)", memory_mb,
+			 ready);
 	return r;
 }

@@ -2,7 +2,9 @@
  * place: which node makes a new sandbox. Filter: the nodes ready, leased,
  * not drained and with room for its memory (running sandboxes and live
  * reservations counted, against what the node may hold); score: of K of
- * them sampled at random, the least loaded (memory, then CPUs); reserve:
+ * them sampled at random by the database (only their loads are summed;
+ * all nodes' when none of them has room), the least loaded (memory, then
+ * CPUs); reserve:
  * one transaction with the account's quotas (store_reserve), so parallel
  * creates on several replicas pass neither. A node that filled up
  * meanwhile is dropped and the next best taken.

@@ -331,8 +331,11 @@ struct store_load {
 	unsigned running;
 	unsigned long long held_vcpus, held_memory_mb;
 };
-/* The nodes that may take a sandbox at now_ms, by name; *out malloc'd. */
-int store_node_loads(struct store *s, long long now_ms, struct store_load **out, size_t *n);
+/* The nodes that may take a sandbox at now_ms, by name, or (sample > 0)
+ * that many of them drawn at random, whose loads alone are summed; *out
+ * malloc'd. */
+int store_node_loads(struct store *s, long long now_ms, unsigned sample, struct store_load **out,
+		     size_t *n);
 /* An account's limits across every node; 0: none. */
 struct store_quota {
 	unsigned max_sandboxes, vcpus;

@@ -36,19 +36,26 @@ static int col_ull(struct sql_stmt *st, int col, unsigned long long *out)
 	return 0;
 }
 
-int store_node_loads(struct store *s, long long now_ms, struct store_load **out, size_t *n)
+int store_node_loads(struct store *s, long long now_ms, unsigned sample, struct store_load **out,
+		     size_t *n)
 {
 	*out = NULL;
 	*n = 0;
 	struct sql_stmt *st;
 	size_t cap = 0;
 	pthread_mutex_lock(&s->lock);
+	/* the sample drawn from the nodes' rows alone: only its loads are summed */
 	int r = store__prep(s,
-			    "SELECT n.name, n.url, n.vcpus, n.memory_mb, " HELD_BY_NODE
-			    " FROM nodes n WHERE n.state = 'ready' AND n.drained = 0 AND "
-			    "n.lease_until_ms > ?1 ORDER BY n.name",
+			    sample ? "SELECT n.name, n.url, n.vcpus, n.memory_mb, " HELD_BY_NODE
+				     " FROM (SELECT name, url, vcpus, memory_mb FROM nodes WHERE "
+				     "state = 'ready' AND drained = 0 AND lease_until_ms > ?1 "
+				     "ORDER BY random() LIMIT ?2) n ORDER BY n.name"
+				   : "SELECT n.name, n.url, n.vcpus, n.memory_mb, " HELD_BY_NODE
+				     " FROM nodes n WHERE n.state = 'ready' AND n.drained = 0 AND "
+				     "n.lease_until_ms > ?1 ORDER BY n.name",
 			    &st);
-	if (!r && sql_bind_int64(st, 1, now_ms) != SQL_OK)
+	if (!r && (sql_bind_int64(st, 1, now_ms) != SQL_OK ||
+		   (sample && sql_bind_int64(st, 2, sample) != SQL_OK)))
 		r = -EIO;
 	while (!r) {
 		int step = sql_step(st);

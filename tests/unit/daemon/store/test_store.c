@@ -1351,18 +1351,24 @@ static void test_placement(void)
 	CHECK(insert(a, "sbx_00000000000000a1", "alice", 100, "{}") == 0); /* 2 vCPUs, 1024 MB */
 	struct store_load *l;
 	size_t n;
-	if (CHECK(store_node_loads(api, 1000, &l, &n) == 0 && n == 2)) {
+	if (CHECK(store_node_loads(api, 1000, 0, &l, &n) == 0 && n == 2)) {
 		CHECK(!strcmp(l[0].name, "node-a") && l[0].running == 1 && l[0].held_vcpus == 2 &&
 		      l[0].held_memory_mb == 1024 && l[0].memory_mb == 4096 &&
 		      !strcmp(l[0].url, "http://node-a.test:7070"));
 		CHECK(!strcmp(l[1].name, "node-b") && l[1].running == 0 && l[1].held_memory_mb == 0);
 		free(l);
 	}
+	/* a sample: that many nodes, each with its loads */
+	for (int i = 0; i < 8; i++)
+		if (CHECK(store_node_loads(api, 1000, 1, &l, &n) == 0 && n == 1)) {
+			CHECK(!strcmp(l[0].name, "node-a") ? l[0].running == 1 : l[0].running == 0);
+			free(l);
+		}
 	struct store_quota q = { .max_sandboxes = 2 };
 	/* alice: one running, one reserved, and no more */
 	CHECK(reserve(api, "rsv_1", "alice", "node-a", 1, 512, 5000, &q, 1000) == 0);
 	CHECK(reserve(api, "rsv_2", "alice", "node-b", 1, 512, 5000, &q, 1000) == -EDQUOT);
-	if (CHECK(store_node_loads(api, 1000, &l, &n) == 0 && n == 2)) {
+	if (CHECK(store_node_loads(api, 1000, 0, &l, &n) == 0 && n == 2)) {
 		CHECK(l[0].held_vcpus == 3 && l[0].held_memory_mb == 1536 && l[0].running == 1);
 		free(l);
 	}
@@ -1384,7 +1390,7 @@ static void test_placement(void)
 	/* a node drained, down or past its lease takes none */
 	CHECK(store_node_drain(api, "node-b", 1) == 0);
 	CHECK(reserve(api, "rsv_7", "dave", "node-b", 1, 128, 9000, &q, 5000) == -ESTALE);
-	if (CHECK(store_node_loads(api, 5000, &l, &n) == 0 && n == 1)) {
+	if (CHECK(store_node_loads(api, 5000, 0, &l, &n) == 0 && n == 1)) {
 		CHECK(!strcmp(l[0].name, "node-a"));
 		free(l);
 	}
