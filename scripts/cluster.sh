@@ -51,7 +51,7 @@ wait_http() {
 
 node_start() { # name
 	local name=$1 i=${1#node-} nd="$dir/$1"
-	[[ $i =~ ^[0-9]+$ ]] || die "no node $name (node-1, node-2, ...)"
+	[[ $i =~ ^[1-9][0-9]?$ ]] && ((i <= 29)) || die "no node $name (node-1 ... node-29)"
 	# shellcheck disable=SC1091
 	. "$dir/env"
 	mkdir -p "$nd"
@@ -66,8 +66,7 @@ node_start() { # name
 		--s3-endpoint "$CPUOS_S3_ENDPOINT" --s3-bucket cpuos \
 		>>"$nd/cpuosd.log" 2>&1 </dev/null &
 	echo $! >"$nd/pid"
-	wait_http "http://127.0.0.1:$((base + 10 + i))/v1/health" 120 \
-		-H "cpuos-cluster: $(cat "$dir/cluster.secret")" ||
+	wait_http "http://127.0.0.1:$((base + 10 + i))/v1/health" 120 -H "@$dir/cluster.header" ||
 		{ tail -5 "$nd/cpuosd.log" >&2; die "$name did not start ($nd/cpuosd.log)"; }
 	say "$name up on 127.0.0.1:$((base + 10 + i))"
 }
@@ -79,7 +78,7 @@ node_kill() { # name
 	kill -KILL "$pid" 2>/dev/null || true
 	# its QEMUs (their command lines name its state directory), its
 	# helper and cpuos-netd
-	pkill -KILL -f -- "$nd/state/" 2>/dev/null || true
+	pkill -KILL -f -- "$(printf '%s' "$nd/state/" | sed 's/[].[^$*\\]/\\&/g')" 2>/dev/null || true
 	rm -f "$nd/pid"
 }
 
@@ -92,12 +91,15 @@ up() {
 	dir=$(cd "$dir" && pwd)
 	[ -f "$dir/env" ] && die "$dir holds a cluster already: $0 down $dir first"
 	chmod 0711 "$dir" # for PostgreSQL's user, and cpuosd once it gave root up
+	umask 077 # the passwords and the secret below are root's alone
 	say "PostgreSQL..."
 	"$root/scripts/pg.sh" up "$dir/pg" $((base + 80)) >"$dir/env"
 	say "object store..."
 	"$root/scripts/objstore.sh" up "$dir/s3" $((base + 90)) >>"$dir/env"
-	[ -f "$dir/cluster.secret" ] ||
-		(umask 077 && head -c 32 /dev/urandom | base64 >"$dir/cluster.secret")
+	[ -f "$dir/cluster.secret" ] || head -c 32 /dev/urandom | base64 >"$dir/cluster.secret"
+	# for curl's -H @file: the secret never on a command line
+	echo "cpuos-cluster: $(cat "$dir/cluster.secret")" >"$dir/cluster.header"
+	umask 022
 	for ((i = 1; i <= n; i++)); do
 		node_start "node-$i"
 	done
@@ -152,6 +154,7 @@ up() {
 down() {
 	local f
 	[ -d "$dir" ] || return 0
+	dir=$(cd "$dir" && pwd) # the QEMUs name its absolute path
 	[ -f "$dir/haproxy.pid" ] && kill "$(cat "$dir/haproxy.pid")" 2>/dev/null || true
 	for f in "$dir"/api-*.pid; do
 		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true

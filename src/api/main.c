@@ -151,8 +151,8 @@ int main(int argc, char **argv)
 	log_info("stopping");
 	rc = 0;
 out:
-	relay_close(ports);
-	relay_close(relay);
+	if ((relay_close(ports) | relay_close(relay)) < 0)
+		_exit(rc); /* threads still use the stores: leave them be */
 	routes_close(a.routes);
 	for (unsigned i = 0; i < a.ndb; i++)
 		store_close(a.db[i]);

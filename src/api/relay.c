@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -174,7 +175,7 @@ static int put(struct out *o, const char *s, size_t n)
  * forwarding headers and any cluster secret it made up, with ours, the
  * client's address and Connection: close (Upgrade for a WebSocket). */
 static int node_head(const struct capi *a, const struct http1_head *h, const char *client,
-		     struct out *o)
+		     int whole, struct out *o)
 {
 	int r = put(o, h->buf, (size_t)(h->line2 - h->buf));
 	static const char *const drop[] = { "connection", "keep-alive", "proxy-connection",
@@ -183,7 +184,8 @@ static int node_head(const struct capi *a, const struct http1_head *h, const cha
 	const char *at = NULL, *l, *name, *v;
 	size_t n, nl, vl;
 	while (http1_next(h, &at, &l, &n, &name, &nl, &v, &vl)) {
-		int skip = http1_is(l, n, "upgrade") && !h->websocket;
+		int skip = (http1_is(l, n, "upgrade") && !h->websocket) ||
+			   (whole && http1_is(l, n, "expect")); /* the body is here already */
 		for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
 			skip |= http1_is(l, n, drop[i]);
 		if (!skip)
@@ -327,14 +329,16 @@ out:
 	close_pipe(pipe);
 }
 
-/* Sends the head h (as node_head makes it) and the client bytes that
- * followed it, as far as they are the body's. 0, or -1. */
+/* Sends the head h (as node_head makes it; whole: its body read already,
+ * extra) and the client bytes that followed it, as far as they are the
+ * body's, or all of them for a WebSocket (its first frames). 0, or -1. */
 static int send_request(const struct capi *a, int nfd, const struct http1_head *h, const char *client,
-			struct body *b, const char *extra, size_t nextra)
+			int whole, struct body *b, const char *extra, size_t nextra)
 {
 	struct out o = { .p = malloc(HEAD_MAX + 1024), .cap = HEAD_MAX + 1024 };
-	int r = o.p && node_head(a, h, client, &o) == 0 && tcp_send_all(nfd, o.p, o.len) == 0 &&
-			body_pass(nfd, b, extra, nextra) == 0
+	int r = o.p && node_head(a, h, client, whole, &o) == 0 && tcp_send_all(nfd, o.p, o.len) == 0 &&
+			(h->websocket ? tcp_send_all(nfd, extra, nextra)
+				      : body_pass(nfd, b, extra, nextra)) == 0
 		? 0
 		: -1;
 	free(o.p);
@@ -375,8 +379,9 @@ static int method_is(const struct http1_head *h, const char *m)
 	return h->method_len == strlen(m) && !memcmp(h->buf, m, h->method_len);
 }
 
-/* The bearer key's account: 0, or -1 when there is none or it is unknown
- * (the node then answers 401 in its own words). */
+/* The bearer key's account: 0; -ENOENT when there is none or it is
+ * unknown (the node then answers 401 in its own words); -EIO when the
+ * store did not answer. */
 static int account_of(struct capi *a, const struct http1_head *h, char *account, size_t len)
 {
 	const char *at = NULL, *l, *name, *v;
@@ -386,14 +391,14 @@ static int account_of(struct capi *a, const struct http1_head *h, char *account,
 			continue;
 		char key[256];
 		if (vl < 8 || vl - 7 >= sizeof(key) || strncmp(v, "Bearer ", 7))
-			return -1;
+			return -ENOENT;
 		memcpy(key, v + 7, vl - 7);
 		key[vl - 7] = '\0';
 		int r = store_key_lookup(capi_db(a), key, account, len);
 		explicit_bzero(key, sizeof(key));
-		return r == 0 ? 0 : -1;
+		return r == 0 ? 0 : r == -ENOENT ? -ENOENT : -EIO;
 	}
-	return -1;
+	return -ENOENT;
 }
 
 /* A create's size, as the node will read it; what the node would refuse
@@ -437,8 +442,19 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 	if (!body || !rb)
 		goto out;
 	memcpy(body, extra, have);
+	/* a client that waits for 100 Continue gets it from here: the body is
+	 * read whole before any node is asked */
+	const char *at = NULL, *l, *name, *v;
+	size_t hn, nl, vl;
+	while (have < len && http1_next(h, &at, &l, &hn, &name, &nl, &v, &vl))
+		if (http1_is(l, hn, "expect") && vl == 12 && !strncasecmp(v, "100-continue", 12) &&
+		    tcp_send_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
+			goto out;
+	/* one deadline for all of it: a body that drips holds no thread long */
+	long long until = clock_ms() + HEAD_MS;
 	while (have < len) {
-		if (tcp_wait(c->fd, POLLIN, HEAD_MS) <= 0)
+		long long left = until - clock_ms();
+		if (left <= 0 || tcp_wait(c->fd, POLLIN, (int)left) <= 0)
 			goto out;
 		ssize_t got = recv(c->fd, body + have, len - have, 0);
 		if (got <= 0)
@@ -446,7 +462,12 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 		have += (size_t)got;
 	}
 	char account[128], err[512], url[256];
-	if (account_of(a, h, account, sizeof(account)) < 0) {
+	int known = account_of(a, h, account, sizeof(account));
+	if (known == -EIO) {
+		answer(c->fd, 503, "unavailable", "the database does not answer");
+		goto out;
+	}
+	if (known < 0) {
 		/* no key or an unknown one: a node says so */
 		int e = routes_any(a->routes, 0, url, sizeof(url));
 		int nfd = e ? -1 : dial(url);
@@ -456,7 +477,7 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 		} else {
 			b.left = (long long)len;
 			b.done = len == 0;
-			if (send_request(a, nfd, h, c->client, &b, body, len) == 0)
+			if (send_request(a, nfd, h, c->client, 1, &b, body, len) == 0)
 				pump(c->fd, nfd, &b, 0, NULL, 0);
 			close(nfd);
 		}
@@ -481,7 +502,7 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 		snprintf(tried[ntried++], sizeof(tried[0]), "%s", p.node);
 		int nfd = dial(p.url);
 		struct body b = { .left = (long long)len, .done = len == 0 };
-		if (nfd < 0 || send_request(a, nfd, h, c->client, &b, body, len) < 0) {
+		if (nfd < 0 || send_request(a, nfd, h, c->client, 1, &b, body, len) < 0) {
 			snprintf(err, sizeof(err), "node %s cannot be reached", p.node);
 			store_unreserve(capi_db(a), p.rsv);
 			if (nfd >= 0)
@@ -490,17 +511,20 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 		}
 		ssize_t got = tcp_read_until(nfd, rb, HEAD_MAX, CREATE_MS, status_line_done, NULL);
 		int status = got > 12 && !memcmp(rb, "HTTP/1.", 7) ? atoi(rb + 9) : 0;
-		if ((status == 503 || status == 0) && ntried < tries) {
+		/* another node only when this one said it could not: a node that
+		 * did not answer may still be making the sandbox */
+		if (status == 503 && ntried < tries) {
 			log_info("create: node %s answered %d; another is asked", p.node, status);
 			snprintf(err, sizeof(err), "node %s could not start it", p.node);
 			store_unreserve(capi_db(a), p.rsv);
 			close(nfd);
 			continue;
 		}
-		if (got > 0)
+		if (status >= 200)
 			pump(c->fd, nfd, &b, 0, rb, (size_t)got);
 		else
-			answer(c->fd, 503, "unavailable", "node %s did not answer", p.node);
+			answer(c->fd, 502, "node_unreachable", "node %s did not answer the create",
+			       p.node);
 		store_unreserve(capi_db(a), p.rsv);
 		close(nfd);
 		goto out;
@@ -531,6 +555,13 @@ static void serve(struct conn *c)
 	}
 	const char *extra = buf + head_len;
 	size_t nextra = (size_t)got - head_len;
+	/* routed by the path as it came, while a node routes it decoded: a
+	 * path that decoding would change could pass a create by placement */
+	const char *q = memchr(h.target, '?', h.target_len);
+	if (memchr(h.target, '%', q ? (size_t)(q - h.target) : h.target_len)) {
+		answer(c->fd, 400, "bad_request", "no %%-escapes in an API path");
+		goto out;
+	}
 	if (method_is(&h, "POST") && path_is(&h, "/v1/sandboxes")) {
 		create(c, &h, extra, nextra);
 		goto out;
@@ -566,7 +597,7 @@ static void serve(struct conn *c)
 	}
 	struct body b = { .left = h.body, .chunked = h.chunked };
 	b.done = !b.chunked && b.left == 0;
-	if (send_request(a, nfd, &h, c->client, &b, extra, nextra) == 0) {
+	if (send_request(a, nfd, &h, c->client, 0, &b, extra, nextra) == 0) {
 		free(buf);
 		buf = NULL;
 		pump(c->fd, nfd, &b, h.websocket, NULL, 0);
@@ -748,10 +779,10 @@ fail_workers:
 	return e;
 }
 
-void relay_close(struct relay *r)
+int relay_close(struct relay *r)
 {
 	if (!r)
-		return;
+		return 0;
 	uint64_t one = 1;
 	if (write(r->stop, &one, sizeof(one)) != sizeof(one))
 		log_warn("relay: cannot stop the acceptor");
@@ -766,10 +797,11 @@ void relay_close(struct relay *r)
 	 * process ends under it (r is not freed while a thread may use it) */
 	if (workers_drain(&r->conns, 10000) < 0) {
 		log_warn("relay: %u connections still open at exit", workers_count(&r->conns));
-		return;
+		return -EBUSY;
 	}
 	workers_release(&r->conns);
 	close(r->stop);
 	pthread_mutex_destroy(&r->mu);
 	free(r);
+	return 0;
 }

@@ -29,7 +29,8 @@ struct relay;
  * which checks their token. 0, or -errno with a reason. */
 int relay_open(struct capi *a, const char *listen, int ports, struct relay **out, char *err,
 	       size_t errlen);
-/* Stops accepting, ends every connection and frees r. */
-void relay_close(struct relay *r);
+/* Stops accepting, ends every connection and frees r: 0, or -EBUSY when
+ * some did not end in time (r and what they use must then stay). */
+int relay_close(struct relay *r);
 
 #endif

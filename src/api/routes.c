@@ -2,6 +2,7 @@
 #include "api/routes.h"
 
 #include "api/capi.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "lib/sql.h"
 
@@ -139,7 +140,7 @@ void routes_close(struct routes *r)
 /* Reads the nodes again when they are stale; the caller holds mu. */
 static int fresh_nodes(struct routes *r)
 {
-	long long now = capi_now_ms();
+	long long now = clock_ms(); /* monotonic: an age, not a lease */
 	if (r->nodes_at && now - r->nodes_at < NODES_MAX_AGE_MS)
 		return 0;
 	struct store_node *ns;

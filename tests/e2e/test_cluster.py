@@ -210,9 +210,20 @@ def test_creates_spread_and_every_request_reaches_its_node(cluster):
             for _ in range(4):
                 status, body = api_call(api, "POST", f"/v1/sandboxes/ses_{b.id[4:]}/resume", key)
                 assert status == 200 and json.loads(body)["id"] == b.id, body
+        # a path a node would decode into a create is refused, not passed around placement
+        status, body = api_call(api, "POST", "/v1/%73andboxes", key)
+        assert status == 400 and b"escapes" in body, body
+        # a create whose client waits for 100 Continue gets it from the replica
+        out = subprocess.run(["curl", "-s", "-H", f"Authorization: Bearer {key}", "-H",
+                              "Expect: 100-continue", "-H", "Content-Type: application/json",
+                              "--expect100-timeout", "30", "-d", '{"template": "base"}',
+                              f"{api.url}/v1/sandboxes"], capture_output=True, text=True, timeout=120)
+        made = json.loads(out.stdout)
+        assert made["state"] == "running", out
+        cpuos.Sandbox.connect(made["id"], api_key=key, api_url=api.url).kill()
         # the account's requests reach any node and see the whole cluster
         listed = cpuos.Sandbox.list(api_key=key, api_url=api.url)
-        assert {x.id for x in listed} == {x.id for x in boxes}
+        assert {x.id for x in listed if x.state == "running"} == {x.id for x in boxes}
         # pause and resume through the replica; a second replica reaches it too
         s.pause()
         other = make_api()

@@ -117,6 +117,24 @@ static int sums(struct store *s, const char *sql, const char *t1, long long n2,
 	return r;
 }
 
+/* Reservations past their time (their replica died): no longer counted
+ * (the sums ask until_ms), dropped here, after a reservation's own
+ * transaction and never waiting on rows another replica is dropping. */
+static void drop_expired(struct store *s, long long now_ms)
+{
+	struct sql_stmt *st;
+	if (store__prep(s,
+			sql_kind(s->db) == SQL_PG
+				? "DELETE FROM reservations WHERE id IN (SELECT id FROM reservations "
+				  "WHERE until_ms <= ?1 LIMIT 100 FOR UPDATE SKIP LOCKED)"
+				: "DELETE FROM reservations WHERE until_ms <= ?1",
+			&st))
+		return;
+	if (sql_bind_int64(st, 1, now_ms) == SQL_OK)
+		store__step_done(st);
+	sql_finalize(st);
+}
+
 static int rsv_ok(const struct store_rsv *x)
 {
 	return store__text_ok(x->id, sizeof(x->id), 1, 0) && store__name_ok(x->account) &&
@@ -170,15 +188,7 @@ int store_reserve(struct store *s, const struct store_rsv *x, const struct store
 			snprintf(err, errlen, "node '%s' takes no sandboxes now", x->node);
 		goto fail;
 	}
-	r = store__prep(s, "DELETE FROM reservations WHERE until_ms <= ?1", &st);
-	if (!r && sql_bind_int64(st, 1, now_ms) != SQL_OK)
-		r = -EIO;
-	if (!r)
-		r = store__step_done(st);
-	sql_finalize(st);
-	st = NULL;
-	if (!r)
-		r = sums(s,
+	r = sums(s,
 			 "SELECT (SELECT count(*) FROM sandboxes WHERE account = ?1 AND state = "
 			 "'running') + (SELECT count(*) FROM reservations WHERE account = ?1 AND "
 			 "until_ms > ?2), (SELECT coalesce(sum(vcpus), 0) FROM sandboxes WHERE account = "
@@ -233,8 +243,10 @@ int store_reserve(struct store *s, const struct store_rsv *x, const struct store
 	sql_finalize(st);
 	if (!r)
 		r = store__commit(s);
-	if (!r)
+	if (!r) {
+		drop_expired(s, now_ms);
 		goto out;
+	}
 fail:
 	store__rollback(s);
 out:
