@@ -426,6 +426,7 @@ test:
 # cpuos-gateway under the end-to-end modules whose daemon threads meet
 # (TSAN_E2E: concurrent requests and streams, pauses, forks and restarts,
 # uploads of pauses cancelled by resumes, nodes' lease threads and takeovers,
+# cpuos-api's relay, routes and LISTEN threads (test_cluster),
 # beside the pool and expiry threads, the network's resolver and proxies,
 # the port proxy, the gateway's conversations, hostile clients); the rest
 # drive the same threads one request at a time. tests/tsan.supp silences
@@ -452,11 +453,11 @@ test-asan:
 	  tests/run.sh
 
 TSAN_E2E := $(addprefix tests/e2e/test_,$(addsuffix .py,sdk_api snapshots pause_sdk crash ports \
-	network secrets gateway hostile_clients objstore nodes))
+	network secrets gateway hostile_clients objstore nodes cluster))
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
-	  $(TSAN_BUILD)/bin/cpuos-vm $(TSAN_BUILD)/bin/cpuos-gateway guest
+	  $(TSAN_BUILD)/bin/cpuos-vm $(TSAN_BUILD)/bin/cpuos-gateway $(TSAN_BUILD)/bin/cpuos-api guest
 	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_E2E='$(TSAN_E2E)' CPUOS_SANITIZER=thread \
 	  CPUOS_PAUSE_CYCLES=20 CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
 	  TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp):log_path=$(TSAN_LOGS)/tsan \
