@@ -562,6 +562,14 @@ static void serve(struct conn *c)
 		answer(c->fd, 400, "bad_request", "no %%-escapes in an API path");
 		goto out;
 	}
+	/* a node's /internal routes are the cluster's own: the secret this
+	 * replica adds must not carry a client's call to them (nor any path
+	 * that is not origin-form, which a node would read otherwise) */
+	if (h.target_len < 1 || h.target[0] != '/' ||
+	    (h.target_len >= 9 && !memcmp(h.target, "/internal", 9))) {
+		answer(c->fd, 404, "not_found", "no such route");
+		goto out;
+	}
 	if (method_is(&h, "POST") && path_is(&h, "/v1/sandboxes")) {
 		create(c, &h, extra, nextra);
 		goto out;

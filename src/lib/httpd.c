@@ -338,7 +338,7 @@ static int authenticate(const struct httpd_config *cf, struct httpd_req *r,
 				  "this listener serves the cluster's API replicas only");
 		return -1;
 	}
-	if (r->local || (rt && rt->flags & HTTPD_OPEN))
+	if (r->local || (rt && rt->flags & (HTTPD_OPEN | HTTPD_CLUSTER)))
 		return 0;
 	const char *auth = httpd_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
 	if (!auth || strncmp(auth, "Bearer ", 7) || !auth[7]) {
@@ -369,6 +369,8 @@ static void begin(struct conn *c)
 	if (authenticate(cf, r, rt) < 0)
 		return;
 	if (rt && rt->flags & HTTPD_LOCAL && !r->local)
+		rt = NULL, wrong_method = 0;
+	if (rt && rt->flags & HTTPD_CLUSTER && !r->local && !cf->gate_value)
 		rt = NULL, wrong_method = 0;
 	if (!rt) {
 		if (wrong_method)

@@ -29,6 +29,9 @@ struct httpd;
 #define HTTPD_LOCAL  2u /* on the Unix socket only: elsewhere no such route (404) */
 #define HTTPD_UPLOAD 4u /* the body streams to ops.upload, capped at max_file */
 #define HTTPD_FILE   8u /* the body is kept whole, capped at max_file, not max_body */
+/* No key needed: on the Unix socket, or on TCP behind a gate (gate_value;
+ * the secret is the authority); elsewhere no such route (404). */
+#define HTTPD_CLUSTER 16u
 
 struct httpd_req;
 typedef int (*httpd_handler)(struct httpd_req *r);

@@ -162,8 +162,9 @@ def wait_for(what, cond, limit):
     pytest.fail(f"{what} within {limit * SLOW} s")
 
 
-def test_a_node_serves_only_the_holders_of_the_secret(cluster):
+def test_a_node_serves_only_the_holders_of_the_secret(cluster, secret):
     make_node, make_api = cluster
+    value = secret[1]
     a = make_node("node-a")
     key = a.create_key("gate")
     r = a.http("GET", "/v1/sandboxes", key=key, headers={"cpuos-cluster": "not-the-secret"})
@@ -173,6 +174,17 @@ def test_a_node_serves_only_the_holders_of_the_secret(cluster):
     assert a.http("GET", "/v1/sandboxes", unix=True).status == 200  # the administrator's socket
     api = make_api()
     assert api.health() == {"status": "ok", "role": "api", "nodes": 1}
+    # A node's /internal routes are the cluster's own: behind the secret, with no key, and never
+    # through a replica (which adds the secret to what it passes on).
+    a.headers = {"cpuos-cluster": value}
+    r = a.http("POST", "/internal/sandboxes/sbx_none/take", body={})
+    assert r.status == 404 and r.json()["error"]["code"] == "not_found", r
+    a.headers = {}
+    assert a.http("POST", "/internal/sandboxes/sbx_none/take", body={}).status == 403
+    st, body = api_call(api, "POST", "/internal/sandboxes/sbx_none/take", key)
+    assert st == 404 and b"no such route" in body, (st, body)
+    st, body = api_call(api, "POST", "/internal/nodes/node-a/move", key)
+    assert st == 404, (st, body)
     # Whatever a client sends as a secret is not passed on: the replica's own goes.
     s = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
     try:
@@ -298,6 +310,74 @@ def test_a_paused_sandbox_of_a_node_lost_resumes_through_the_same_url(cluster, p
     for _ in range(3):
         assert sh(s2, "echo here") == "here"
     s2.kill()
+
+
+def test_a_paused_sandbox_not_stored_waits_for_its_lost_node(cluster, pg, objstore):
+    make_node, make_api = cluster
+    s3 = ("--s3-endpoint", objstore.endpoint, "--s3-bucket", BUCKET)
+    env = {k: objstore.env[k] for k in ("CPUOS_S3_ACCESS_KEY", "CPUOS_S3_SECRET_KEY")}
+    a = make_node("node-a", *s3, env=env)
+    key = a.create_key("waits")
+    api = make_api()
+    sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
+    make_node("node-b", *s3, env=env)
+    sh(sbx, "echo kept > /work/k")
+    objstore.proxy_kill()
+    try:
+        sbx.pause()  # local: its upload fails
+        a.stop(signal.SIGKILL)
+    finally:
+        objstore.proxy_start()
+    wait_for("node-a declared down",
+             lambda: pg.query("SELECT state FROM nodes WHERE name = 'node-a'") == "down", LEASE + 10)
+    st, body = api_call(api, "POST", f"/v1/sandboxes/{sbx.id}/resume", key)
+    assert st == 503 and b"resumes once that node is back" in body, (st, body)
+    a.start(env={**pg.env, **env})
+    s2 = cpuos.Sandbox.connect(sbx.id, api_key=key, api_url=api.url)  # its own node again
+    assert sh(s2, "cat /work/k") == "kept" and s2.info().node == "node-a"
+    s2.kill()
+
+
+def test_a_drain_moves_sandboxes_to_the_other_nodes(cluster, pg, objstore):
+    make_node, make_api = cluster
+    s3 = ("--s3-endpoint", objstore.endpoint, "--s3-bucket", BUCKET)
+    env = {k: objstore.env[k] for k in ("CPUOS_S3_ACCESS_KEY", "CPUOS_S3_SECRET_KEY")}
+    a = make_node("node-a", *s3, env=env)
+    key = a.create_key("drain")
+    api = make_api()
+    run = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
+    rest = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
+    b = make_node("node-b", *s3, env=env)
+    sh(run, "echo ran > /work/f")
+    run.exec("sleep 6061", background=True)
+    alive = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 606[1]'"
+    assert sh(run, alive) == "1"
+    sh(rest, "echo rested > /work/f")
+    rest.pause()
+    # asked of node-b's administrator: node-b calls node-a, which moves its own
+    r = b.http("POST", "/v1/nodes/node-a/drain", body={"move": True}, unix=True, timeout=600)
+    assert r.status == 200, r
+    got = r.json()
+    assert got["drained"] and got["name"] == "node-a", got
+    moved = {m["id"]: m for m in got["moved"]}
+    assert moved[run.id] == {"id": run.id, "node": "node-b", "resumed": True}, got
+    assert moved[rest.id] == {"id": rest.id, "node": "node-b", "resumed": False}, got
+    # the running one runs on node-b, its files and processes with it
+    assert run.info().node == "node-b" and run.info().state == "running"
+    assert sh(run, "cat /work/f") == "ran"
+    assert sh(run, alive) == "1"
+    # the paused one is node-b's, paused, until asked for
+    info = rest.info()
+    assert info.node == "node-b" and info.state == "paused", info
+    assert sh(rest, "cat /work/f") == "rested"
+    assert "let go of" in a.log_tail(200) and "taken over" in b.log_tail(200)
+    # a drained node takes nothing new; and has nothing left
+    assert pg.query(f"SELECT count(*) FROM sandboxes WHERE node = 'node-a' "
+                    f"AND state IN ('running', 'paused')") == "0"
+    new = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
+    assert new.info().node == "node-b"
+    for x in (run, rest, new):
+        x.kill()
 
 
 def test_port_urls_and_websockets_through_the_replica(cluster):

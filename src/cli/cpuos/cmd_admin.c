@@ -43,10 +43,13 @@ static const char keys_usage[] =
 
 static const char nodes_usage[] =
     "usage: cpuos nodes [ls] [--json]\n"
-    "       cpuos nodes drain|undrain NAME\n"
+    "       cpuos nodes drain NAME [--move]\n"
+    "       cpuos nodes undrain NAME\n"
     "Lists the nodes that share cpuosd's database (cpuosd --node), or drains one\n"
     "(it takes no new sandboxes, also after a restart) or makes it ready again\n"
-    "(on cpuosd's Unix socket only).\n";
+    "(on cpuosd's Unix socket only). With --move, the drained node's sandboxes go\n"
+    "to the other nodes: each is paused, stored in the object store and resumed\n"
+    "on the least loaded node (paused ones stay paused there); one line each.\n";
 
 static const char templates_usage[] =
     "usage: cpuos templates [ls] [--json]\n"
@@ -422,9 +425,11 @@ int cmd_nodes(struct cli *c, int argc, char **argv)
 		json = argc == 3;
 	} else if (strcmp(sub, "drain") && strcmp(sub, "undrain")) {
 		return cli_usage_err("nodes", "unknown nodes command '%s'", sub);
-	} else if (argc != 3) {
-		return cli_usage_err("nodes", "nodes %s needs one node name", sub);
 	}
+	int move = !strcmp(sub, "drain") && argc == 4 && !strcmp(argv[3], "--move");
+	if (strcmp(sub, "ls") && argc != 3 && !move)
+		return cli_usage_err("nodes", "nodes %s needs one node name%s", sub,
+				     strcmp(sub, "drain") ? "" : " (and --move)");
 	struct api *a = cli_api(c);
 	if (!a)
 		return EXIT_API;
@@ -435,11 +440,32 @@ int cmd_nodes(struct cli *c, int argc, char **argv)
 	apath_init(&p, "/v1/nodes");
 	apath_seg(&p, argv[2]);
 	apath_seg(&p, sub);
-	if (api_json(a, "POST", &p, NULL, &node) < 0)
+	json_t *body = move ? json_pack("{s:b}", "move", 1) : NULL;
+	if (move)
+		api_set_timeout(a, 0); /* each sandbox's pause, upload and resume */
+	int e = api_json(a, "POST", &p, body, &node);
+	json_decref(body);
+	if (e < 0)
 		return keys_fail(a);
 	printf("%s %s\n", cli_str(node, "name"), cli_str(node, "state"));
+	json_t *m;
+	size_t i;
+	int failed = 0;
+	json_array_foreach(json_object_get(node, "moved"), i, m)
+	{
+		const char *err = json_string_value(json_object_get(m, "error"));
+		const char *to = json_string_value(json_object_get(m, "node"));
+		if (err)
+			printf("%s stays: %s\n", cli_str(m, "id"), err);
+		else if (to)
+			printf("%s -> %s%s\n", cli_str(m, "id"), to,
+			       json_is_true(json_object_get(m, "resumed")) ? " (resumed)" : " (paused)");
+		else
+			printf("%s let go of: %s\n", cli_str(m, "id"), cli_str(m, "note"));
+		failed |= err != NULL;
+	}
 	json_decref(node);
-	return 0;
+	return failed ? EXIT_API : 0;
 }
 
 /* ---- templates ---- */

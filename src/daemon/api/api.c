@@ -27,6 +27,8 @@ const struct route api_routes[] = {
 	{ "GET", "/v1/nodes", api_nodes_list, NULL, 0, 1 },
 	{ "POST", "/v1/nodes/{id}/drain", api_node_drain, NULL, 0, 1 },
 	{ "POST", "/v1/nodes/{id}/undrain", api_node_undrain, NULL, 0, 1 },
+	{ "POST", "/internal/nodes/{id}/move", api_node_move, NULL, 0, ROUTE_INTERNAL },
+	{ "POST", "/internal/sandboxes/{id}/take", api_sbx_take, NULL, 0, ROUTE_INTERNAL },
 	{ "POST", "/v1/sandboxes", api_sbx_create, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes", api_sbx_list, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}", api_sbx_get, NULL, 0, 0 },

@@ -120,6 +120,10 @@ int api_keys_list(struct req *r);
 int api_nodes_list(struct req *r);
 int api_node_drain(struct req *r);
 int api_node_undrain(struct req *r);
+/* The cluster's own calls (ROUTE_INTERNAL): this node's sandboxes moved to
+ * the others; a sandbox let go of by another node taken here. */
+int api_node_move(struct req *r);
+int api_sbx_take(struct req *r);
 int api_keys_delete(struct req *r);
 
 int api_exec(struct req *r);

@@ -172,6 +172,8 @@ int api_sbx_kill(struct req *r)
 	char err[256];
 	int e = sbx_elsewhere(r->api->sbx, &row, err, sizeof(err));
 	store_sbx_release(&row);
+	if (e == -EBUSY)
+		return reply_error(r, 503, "unavailable", "%s", err);
 	if (e < 0)
 		return reply_error(r, 421, "misdirected", "%s", err);
 	/* -ENOENT: already stopped */

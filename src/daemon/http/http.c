@@ -200,7 +200,8 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 		h->routes[i] = (struct httpd_route){
 			.method = rt->method,
 			.path = rt->path,
-			.flags = (rt->open ? HTTPD_OPEN : 0) | (rt->admin_only ? HTTPD_LOCAL : 0) |
+			.flags = (rt->open ? HTTPD_OPEN : 0) | (rt->admin_only == 1 ? HTTPD_LOCAL : 0) |
+				 (rt->admin_only == ROUTE_INTERNAL ? HTTPD_CLUSTER : 0) |
 				 (rt->upload ? HTTPD_UPLOAD : 0),
 			.data = rt,
 		};

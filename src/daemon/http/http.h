@@ -70,13 +70,16 @@ typedef int (*http_handler)(struct req *r);
 enum up_phase { UP_BEGIN, UP_DATA, UP_END, UP_ABORT };
 typedef int (*http_upload)(struct req *r, enum up_phase phase, const char *data, size_t n);
 
+#define ROUTE_INTERNAL 2 /* a route's admin_only: for the cluster's own calls */
+
 struct route {
 	const char *method;
 	const char *path; /* "/v1/sandboxes/{id}/files"; {id} and {pid} captured */
 	http_handler handler;
 	http_upload upload; /* instead of a JSON body */
 	int open;           /* no key needed */
-	int admin_only;     /* Unix socket only (else 404) */
+	int admin_only;     /* Unix socket only (else 404); ROUTE_INTERNAL: or behind
+			     * the cluster secret, with no key */
 };
 
 /* The route table, defined by the API modules. */

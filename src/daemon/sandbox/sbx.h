@@ -79,6 +79,8 @@ enum sbx_state {
 	SBX_STOPPING,
 	SBX_STOPPED,      /* killed, timeout, retention, or its VM ended */
 	SBX_LOST,         /* its QEMU went away and left no whole pause */
+	SBX_MOVING,       /* paused, its pause stored; being let go of to another node */
+	SBX_MOVED,        /* another node's now (or any node's): out of this one */
 	SBX_NSTATES
 };
 const char *sbx_state_name(enum sbx_state s);
@@ -184,10 +186,25 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 int sbx_pause_stored(const struct store_sbx *row);
 /* -EREMOTE, with a reason naming the node, when row is a live (running or
  * paused) sandbox of another node's, which only that node can act on;
- * else 0. A paused one whose node was declared down and whose pause is in
- * the object store is taken over instead: it is this node's from then on,
- * loaded paused (its pause fetched at its resume), and the answer is 0. */
+ * else 0. A paused one whose node was declared down or let go of it, and
+ * whose pause is in the object store, is taken over instead: it is this
+ * node's from then on, loaded paused (its pause fetched at its resume), and
+ * the answer is 0. -EBUSY when it is moving, or its node is down with its
+ * pause not stored (it waits for that node). */
 int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen);
+/* Sandbox id, paused, let go of by its node (store_sbx_let_go) or of a node
+ * declared down, its pause stored, taken by this node and loaded paused:
+ * 0 (also when it is this node's already), or -errno with a reason
+ * (-ESTALE: it cannot be: its node lives, nothing is stored, this node is
+ * drained). */
+int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen);
+/* This node's sandbox id, paused first when it runs (*was_running), its
+ * pause put in the object store now, then let go of: its row names no
+ * node, it leaves this node, and any node may take it. 0, or -errno with
+ * a reason: -ENOENT (not here), -ENOTSUP (no object store, no node),
+ * -EBUSY (another transition kept it; it stays here), the pause's or the
+ * upload's error. */
+int sbx_move(struct sbx_mgr *m, const char *id, int *was_running, char *err, size_t errlen);
 
 /* The environment every command of the sandbox gets (JSON object). */
 const char *sbx_env_json(const struct sbx *s);

@@ -42,7 +42,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define BLOB_PASS_S 30
+#define BLOB_PASS_S   30
+#define STORE_WAIT_MS (10 * 60 * 1000) /* for the worker's upload of the same pause */
 
 struct sbx_blob {
 	pthread_mutex_t mu;
@@ -79,29 +80,34 @@ int sbx_pause_stored(const struct store_sbx *row)
 	return row->stored[0] && parse_stored(row->stored, &g, sha) == 0 && g == row->generation;
 }
 
-/* Uploads the pause of sandbox id, if it is still paused and not stored:
- * under a hold, so nothing moves it meanwhile but a waiter's cancel. */
-static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
+/* Uploads the pause of sandbox id, if it is still paused and not stored,
+ * over s3: under a hold (waited for up to hold_ms, an upload under way
+ * waited out), so nothing moves it meanwhile but a waiter's cancel. 0 when
+ * it is stored now (or was), -EAGAIN when there was nothing to upload
+ * (gone, running, busy), or -errno with a reason. */
+static int push_pause(struct sbx_mgr *m, struct s3 *s3, const char *id, int hold_ms, char *err,
+		      size_t errlen)
 {
 	struct sbx *s = sbx__get(m, id);
 	if (!s)
-		return;
+		return errbuf_set(err, errlen, -EAGAIN, "sandbox '%s' is not on this node", id);
 	enum sbx_state now;
-	if (sbx__hold(s, 0, &now) < 0) { /* busy: the next pass */
+	if (sbx__hold_as(s, hold_ms, 0, &now) < 0) { /* busy: the next pass */
 		sbx_put(s);
-		return;
+		return errbuf_set(err, errlen, -EAGAIN, "sandbox '%s' is busy or not paused", id);
 	}
 	struct store_sbx row;
 	if (now != SBX_PAUSED || store_sbx_get(m->store, id, &row) < 0) {
 		sbx__unhold(s);
 		sbx_put(s);
-		return;
+		return errbuf_set(err, errlen, -EAGAIN, "sandbox '%s' is not paused", id);
 	}
 	if (sbx_pause_stored(&row) || strcmp(row.state, "paused")) {
+		int r = sbx_pause_stored(&row) ? 0 : -EAGAIN;
 		store_sbx_release(&row);
 		sbx__unhold(s);
 		sbx_put(s);
-		return;
+		return r < 0 ? errbuf_set(err, errlen, r, "sandbox '%s' is not paused", id) : 0;
 	}
 	/* Waiters for the hold wake to see it is an upload, and cancel it. */
 	pthread_mutex_lock(&m->mu);
@@ -110,17 +116,17 @@ static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
 	__atomic_store_n(&s->store_cancel, m->quit, __ATOMIC_RELAXED);
 	pthread_cond_broadcast(&m->state_cv);
 	pthread_mutex_unlock(&m->mu);
-	s3_set_cancel(b->s3, &s->store_cancel);
-	char prefix[128], sha[65], rec[sizeof(row.stored)], err[512];
+	s3_set_cancel(s3, &s->store_cancel);
+	char prefix[128], sha[65], rec[sizeof(row.stored)];
 	prefix_of(prefix, sizeof(prefix), id, row.generation);
 	double t0 = clock_ms_f();
-	int r = snapblob_push(b->s3, row.run_dir, prefix, sha, err, sizeof(err));
-	s3_set_cancel(b->s3, NULL);
+	int r = snapblob_push(s3, row.run_dir, prefix, sha, err, errlen);
+	s3_set_cancel(s3, NULL);
 	if (r == 0) {
 		snprintf(rec, sizeof(rec), "%u %s", row.generation, sha);
 		r = store_sbx_set_stored(m->store, id, row.generation, rec);
 		if (r < 0)
-			snprintf(err, sizeof(err), "cannot record it: %s", strerror(-r));
+			snprintf(err, errlen, "cannot record it: %s", strerror(-r));
 	}
 	pthread_mutex_lock(&m->mu);
 	s->storing = 0;
@@ -135,20 +141,43 @@ static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
 		char old[65], e2[256];
 		if (row.stored[0] && parse_stored(row.stored, &g, old) == 0 && g != row.generation) {
 			prefix_of(prefix, sizeof(prefix), id, g);
-			if (snapblob_delete(b->s3, prefix, e2, sizeof(e2)) < 0)
+			if (snapblob_delete(s3, prefix, e2, sizeof(e2)) < 0)
 				log_warn("sandbox %s: an older pause stays in the object store: %s", id, e2);
 		}
 	} else {
 		if (r == -ECANCELED)
-			log_info("sandbox %s: upload of its pause stopped: the sandbox is needed", id);
-		else
-			log_warn("sandbox %s: pause not stored in the object store (tried again "
-				 "later): %s", id, err);
+			snprintf(err, errlen, "the upload of its pause stopped: the sandbox is needed");
 		/* What went up of it is no use without its manifest. */
 		char e2[256];
-		snapblob_delete(b->s3, prefix, e2, sizeof(e2));
+		snapblob_delete(s3, prefix, e2, sizeof(e2));
 	}
 	store_sbx_release(&row);
+	return r;
+}
+
+/* The worker's upload of id's pause: logged, tried again on a later pass. */
+static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
+{
+	char err[512];
+	int r = push_pause(m, b->s3, id, 0, err, sizeof(err));
+	if (r == -ECANCELED)
+		log_info("sandbox %s: %s", id, err);
+	else if (r < 0 && r != -EAGAIN)
+		log_warn("sandbox %s: pause not stored in the object store (tried again later): %s",
+			 id, err);
+}
+
+int sbx__blob_store(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
+{
+	if (!m->cfg.blob)
+		return errbuf_set(err, errlen, -ENOTSUP, "this node has no object store");
+	struct s3 *s3;
+	int r = s3_open(&s3, m->cfg.blob, err, errlen);
+	if (r < 0)
+		return r;
+	r = push_pause(m, s3, id, STORE_WAIT_MS, err, errlen);
+	s3_close(s3);
+	return r;
 }
 
 /* The objects of a checkpoint, by its content key. */

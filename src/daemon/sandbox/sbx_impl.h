@@ -160,6 +160,8 @@ enum sbx_event {
 	SBX_EV_KILL,     /* killed, timeout, retention */
 	SBX_EV_ENDED,    /* its VM ended by itself */
 	SBX_EV_STOPPED,
+	SBX_EV_MOVE,     /* paused and stored: let go of, to another node */
+	SBX_EV_MOVED,    /* the row names no node now */
 	SBX_NEVENTS
 };
 struct sbx_transition {
@@ -208,6 +210,9 @@ int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int f
  * transition (a policy): waits up to timeout_ms as sbx__begin does. 0,
  * -EBUSY, or -EPERM when s settled in another state (*now). */
 int sbx__hold(struct sbx *s, int timeout_ms, enum sbx_state *now);
+/* As sbx__hold, but an upload that holds s is waited out, not stopped,
+ * unless cancel (sbx__hold cancels it when it waits at all). */
+int sbx__hold_as(struct sbx *s, int timeout_ms, int cancel, enum sbx_state *now);
 void sbx__unhold(struct sbx *s);
 /* sbx_net.c: the sandbox id, found and held (sbx__hold, up to 60 s): 0
  * with *sp (for sbx__unhold, then sbx_put) and its state in *now, or
@@ -309,6 +314,13 @@ void sbx__snap_cleanup(struct sbx_mgr *m);
  * taken over from a node that is down): 0 or -ENOMEM. */
 int sbx__load_paused(struct sbx_mgr *m, const struct store_sbx *row);
 
+/* sbx_node.c: paused s, its pause stored (the row's record names its
+ * generation), let go of by this node (move, then moved: out of the table,
+ * its files removed), or left as it was (failed). 0, or -errno with a
+ * reason: -EBUSY (another transition), -EAGAIN (nothing stored), -ESTALE
+ * (the row is not this node's, or changed). */
+int sbx__let_go(struct sbx_mgr *m, struct sbx *s, char *err, size_t errlen);
+
 /* sbx_blob.c: pauses kept in the object store (cfg.blob). Starts the
  * worker that uploads each pause in the background and deletes what
  * ended sandboxes left there: 0 or -errno with a reason. */
@@ -316,6 +328,11 @@ int sbx__blob_start(struct sbx_mgr *m, char *err, size_t errlen);
 /* A sandbox paused: its upload is due. */
 void sbx__blob_kick(struct sbx_mgr *m);
 void sbx__blob_stop(struct sbx_mgr *m);
+/* Uploads the pause of paused sandbox id now, in the caller's thread, unless
+ * it is stored already: 0 when it is stored, or -errno with a reason
+ * (-EAGAIN: it is not paused, or busy past ten minutes; an upload of it
+ * under way is waited for). */
+int sbx__blob_store(struct sbx_mgr *m, const char *id, char *err, size_t errlen);
 /* In a resume (the caller owns the transition): when row's pause is not
  * whole in its run directory but the object store has it, fetches it
  * there. 0 (also when there is nothing to do), or -errno with a reason. */

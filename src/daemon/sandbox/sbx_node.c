@@ -1,10 +1,12 @@
 /*
  * sbx_node: the sandbox layer's side of nodes that share one database
- * (store_node.c): whose a sandbox is, and a paused one of a node declared
- * down taken over here, to resume from its stored pause.
+ * (store_node.c): whose a sandbox is; a paused one of a node declared down,
+ * or one its node let go of, taken over here, to resume from its stored
+ * pause; and one of this node's let go of (moved), its pause stored first.
  */
 #include "daemon/sandbox/sbx_impl.h"
 
+#include "common/errbuf.h"
 #include "common/log.h"
 #include "runner/vm.h"
 
@@ -12,6 +14,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#define MOVE_SETTLE_MS 60000 /* for another transition to end */
 
 /* A paused sandbox of a node declared down, its pause in the object
  * store: made this node's and loaded paused. 0, or -ESTALE when it cannot
@@ -54,11 +58,101 @@ out:
 
 int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, size_t errlen)
 {
-	if (!row->node[0] || !strcmp(row->node, store_node_name(m->store)) ||
+	const char *me = store_node_name(m->store);
+	if (!me[0] || !strcmp(row->node, me) ||
 	    (strcmp(row->state, "running") && strcmp(row->state, "paused")))
 		return 0;
 	if (take_over(m, row) == 0)
 		return 0;
+	if (!row->node[0]) /* let go of by its node, and not taken here: drained */
+		return errbuf_set(err, errlen, -EBUSY,
+				  "sandbox '%s' is moving to another node; try again", row->id);
+	struct store_node owner;
+	if (!strcmp(row->state, "paused") && !sbx_pause_stored(row) &&
+	    store_node_get(m->store, row->node, &owner) == 0 && !strcmp(owner.state, "down"))
+		return errbuf_set(err, errlen, -EBUSY,
+				  "sandbox '%s' was paused on node '%s', which is down, before its "
+				  "pause was in the object store: it resumes once that node is back",
+				  row->id, row->node);
 	snprintf(err, errlen, "sandbox '%s' is on node '%s', not this one", row->id, row->node);
 	return -EREMOTE;
+}
+
+int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
+{
+	struct sbx *s = sbx__get(m, id);
+	if (s) { /* this node's already */
+		sbx_put(s);
+		return 0;
+	}
+	struct store_sbx row;
+	if (store_sbx_get(m->store, id, &row) < 0)
+		return errbuf_set(err, errlen, -ENOENT, "no sandbox '%s'", id);
+	int r = take_over(m, &row);
+	if (r < 0)
+		errbuf_set(err, errlen, r,
+			   "sandbox '%s' cannot be taken here: it is %s on node '%s'%s", id,
+			   row.state, row.node[0] ? row.node : "(none)",
+			   sbx_pause_stored(&row) ? "" : ", its pause not in the object store");
+	store_sbx_release(&row);
+	return r;
+}
+
+int sbx__let_go(struct sbx_mgr *m, struct sbx *s, char *err, size_t errlen)
+{
+	enum sbx_state now;
+	int r = sbx__begin(s, SBX_EV_MOVE, MOVE_SETTLE_MS, &now);
+	if (r < 0)
+		return errbuf_set(err, errlen, -EBUSY, "sandbox '%s' is %s: it stays here", s->id,
+				  r == -EBUSY ? "busy" : sbx_state_name(now));
+	struct store_sbx row;
+	char e2[256];
+	memset(&row, 0, sizeof(row));
+	r = store_sbx_get(m->store, s->id, &row);
+	if (r < 0)
+		errbuf_set(err, errlen, r, "sandbox '%s' cannot be read: %s", s->id, strerror(-r));
+	else if (!sbx_pause_stored(&row))
+		r = errbuf_set(err, errlen, -EAGAIN,
+			       "sandbox '%s' has no stored pause (paused again meanwhile?): it "
+			       "stays here",
+			       s->id);
+	else if ((r = store_sbx_let_go(m->store, s->id, row.stored)) < 0)
+		errbuf_set(err, errlen, r, "sandbox '%s' cannot be let go of: %s", s->id,
+			   r == -ESTALE ? "its row changed" : strerror(-r));
+	if (r < 0) {
+		sbx__fire(s, SBX_EV_FAILED, NULL, 0, e2, sizeof(e2));
+	} else {
+		/* Whoever takes it fetches the stored pause. */
+		vm_remove_files(row.run_dir);
+		sbx__fire(s, SBX_EV_MOVED, NULL, 0, e2, sizeof(e2));
+		log_info("sandbox %s let go of: its pause is in the object store for another node",
+			 s->id);
+	}
+	if (row.id[0])
+		store_sbx_release(&row);
+	return r;
+}
+
+int sbx_move(struct sbx_mgr *m, const char *id, int *was_running, char *err, size_t errlen)
+{
+	*was_running = 0;
+	if (!m->cfg.blob || !store_node_name(m->store)[0])
+		return errbuf_set(err, errlen, -ENOTSUP,
+				  "only a node with an object store moves sandboxes");
+	struct sbx *s = sbx__get(m, id);
+	if (!s)
+		return errbuf_set(err, errlen, -ENOENT, "sandbox '%s' is not on this node", id);
+	int r = 0;
+	if (sbx__state(s) != SBX_PAUSED) {
+		*was_running = 1;
+		r = sbx_pause(m, id, err, errlen);
+	}
+	/* Stored now, whatever the uploader was doing; then let go of while
+	 * nobody else can move it. */
+	if (r == 0)
+		r = sbx__blob_store(m, id, err, errlen);
+	if (r == 0)
+		r = sbx__let_go(m, s, err, errlen);
+	sbx_put(s);
+	return r;
 }

@@ -25,14 +25,15 @@ static const char *const stored_names[] = {
 	[SBX_CREATING] = NULL,  [SBX_RESTORING] = "running", [SBX_RUNNING] = "running",
 	[SBX_PAUSING] = "running", [SBX_PAUSED] = "paused",  [SBX_RESUMING] = "paused",
 	[SBX_SNAPSHOTTING] = "running", [SBX_STOPPING] = NULL, [SBX_STOPPED] = "stopped",
-	[SBX_LOST] = "lost",
+	[SBX_LOST] = "lost",    [SBX_MOVING] = "paused",     [SBX_MOVED] = "paused",
 };
 
 static const char *const state_names[] = {
 	[SBX_CREATING] = "creating", [SBX_RESTORING] = "restoring", [SBX_RUNNING] = "running",
 	[SBX_PAUSING] = "pausing",   [SBX_PAUSED] = "paused",       [SBX_RESUMING] = "resuming",
 	[SBX_SNAPSHOTTING] = "snapshotting", [SBX_STOPPING] = "stopping",
-	[SBX_STOPPED] = "stopped",   [SBX_LOST] = "lost",
+	[SBX_STOPPED] = "stopped",   [SBX_LOST] = "lost",           [SBX_MOVING] = "moving",
+	[SBX_MOVED] = "moved",
 };
 
 static const char *const event_names[] = {
@@ -41,6 +42,7 @@ static const char *const event_names[] = {
 	[SBX_EV_PAUSE] = "pause",       [SBX_EV_PAUSED] = "paused",   [SBX_EV_RESUME] = "resume",
 	[SBX_EV_RESUMED] = "resumed",   [SBX_EV_SNAPSHOT] = "snapshot", [SBX_EV_DONE] = "done",
 	[SBX_EV_KILL] = "kill",         [SBX_EV_ENDED] = "ended",     [SBX_EV_STOPPED] = "stopped",
+	[SBX_EV_MOVE] = "move",         [SBX_EV_MOVED] = "moved",
 };
 
 /* The table. to_store: the stored state the transition writes (a
@@ -73,6 +75,11 @@ const struct sbx_transition sbx__table[] = {
 	{ SBX_PAUSED, SBX_EV_KILL, SBX_STOPPING, NULL },
 	{ SBX_RUNNING, SBX_EV_ENDED, SBX_STOPPING, NULL },
 	{ SBX_STOPPING, SBX_EV_STOPPED, SBX_STOPPED, "stopped" },
+	/* to another node (sbx_node.c): the row lets go of its node, which
+	 * store_sbx_let_go writes, since the state stays paused */
+	{ SBX_PAUSED, SBX_EV_MOVE, SBX_MOVING, NULL },
+	{ SBX_MOVING, SBX_EV_MOVED, SBX_MOVED, NULL },
+	{ SBX_MOVING, SBX_EV_FAILED, SBX_PAUSED, NULL },
 };
 const size_t sbx__ntable = sizeof(sbx__table) / sizeof(sbx__table[0]);
 /* How often each row was taken (under a manager's lock), for the tests
@@ -97,7 +104,7 @@ const char *sbx__stored_name(enum sbx_state s)
 int sbx__transitional(enum sbx_state s)
 {
 	return s == SBX_CREATING || s == SBX_RESTORING || s == SBX_PAUSING || s == SBX_RESUMING ||
-	       s == SBX_SNAPSHOTTING || s == SBX_STOPPING;
+	       s == SBX_SNAPSHOTTING || s == SBX_STOPPING || s == SBX_MOVING;
 }
 
 const struct sbx_transition *sbx__lookup(enum sbx_state from, enum sbx_event ev)
@@ -184,7 +191,7 @@ int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int f
 	sbx__taken[t - sbx__table]++;
 	if (t->to_store && (r == 0 || (flags & SBX_FIRE_FORCE)))
 		s->stored = t->to_store;
-	int gone = t->to == SBX_STOPPED || t->to == SBX_LOST;
+	int gone = t->to == SBX_STOPPED || t->to == SBX_LOST || t->to == SBX_MOVED;
 	pthread_cond_broadcast(&m->state_cv);
 	pthread_mutex_unlock(&m->mu);
 	if (gone)
@@ -193,12 +200,13 @@ int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int f
 }
 
 /* Waits (m->mu held) until s is stable and holds no hold, or until. A
- * hold that uploads the pause (sbx_blob.c) is asked to stop: whoever
- * waits needs the sandbox now, the upload can come again. */
-static int settle_locked(struct sbx_mgr *m, struct sbx *s, const struct timespec *until)
+ * hold that uploads the pause (sbx_blob.c) is asked to stop when cancel
+ * is set: whoever waits needs the sandbox now, the upload can come again. */
+static int settle_locked(struct sbx_mgr *m, struct sbx *s, const struct timespec *until,
+			 int cancel)
 {
 	while (sbx__transitional(s->state) || s->held) {
-		if (s->storing)
+		if (s->storing && cancel)
 			__atomic_store_n(&s->store_cancel, 1, __ATOMIC_RELAXED);
 		if (pthread_cond_timedwait(&m->state_cv, &m->mu, until) == ETIMEDOUT)
 			return sbx__transitional(s->state) || s->held ? -EBUSY : 0;
@@ -212,7 +220,7 @@ int sbx__begin(struct sbx *s, enum sbx_event ev, int timeout_ms, enum sbx_state 
 	struct timespec until;
 	clock_deadline(&until, timeout_ms);
 	pthread_mutex_lock(&m->mu);
-	int r = settle_locked(m, s, &until);
+	int r = settle_locked(m, s, &until, 1);
 	const struct sbx_transition *t = r == 0 ? sbx__lookup(s->state, ev) : NULL;
 	if (now)
 		*now = s->state;
@@ -229,11 +237,17 @@ int sbx__begin(struct sbx *s, enum sbx_event ev, int timeout_ms, enum sbx_state 
 
 int sbx__hold(struct sbx *s, int timeout_ms, enum sbx_state *now)
 {
+	/* a try (no wait) is nobody in need */
+	return sbx__hold_as(s, timeout_ms, timeout_ms > 0, now);
+}
+
+int sbx__hold_as(struct sbx *s, int timeout_ms, int cancel, enum sbx_state *now)
+{
 	struct sbx_mgr *m = s->mgr;
 	struct timespec until;
 	clock_deadline(&until, timeout_ms);
 	pthread_mutex_lock(&m->mu);
-	int r = settle_locked(m, s, &until);
+	int r = settle_locked(m, s, &until, cancel);
 	if (r == 0 && s->state != SBX_RUNNING && s->state != SBX_PAUSED)
 		r = -EPERM;
 	if (r == 0)

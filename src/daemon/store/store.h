@@ -307,11 +307,17 @@ int store_node_get(struct store *s, const char *name, struct store_node *out);
  * -ENOENT. */
 int store_node_drain(struct store *s, const char *name, int drain);
 /* This store's node takes paused sandbox id, whose pause is in the object
- * store as stored, from the node that owns it, which was declared down: it
- * is this node's from now on, at its epoch, its run directory run_dir (its
- * pause is fetched there). 0, -ESTALE when any of that does not hold (or
- * there is no such sandbox; nothing written), -EINVAL. */
+ * store as stored, from the node that owned it, which was declared down or
+ * let go of it (store_sbx_let_go): it is this node's from now on, at its
+ * epoch, its run directory run_dir (its pause is fetched there). 0,
+ * -ESTALE when any of that does not hold (or there is no such sandbox;
+ * nothing written), -EINVAL. */
 int store_sbx_take(struct store *s, const char *id, const char *stored, const char *run_dir);
+/* This store's node lets go of its paused sandbox id, whose pause is in
+ * the object store as stored: the row names no node (''), so any node may
+ * take it (store_sbx_take). 0, -ESTALE when the row is not that (nothing
+ * written), -EINVAL (no node, no record). */
+int store_sbx_let_go(struct store *s, const char *id, const char *stored);
 /* Every node, by name; *out malloc'd. */
 int store_node_list(struct store *s, struct store_node **out, size_t *n);
 /* Declares down each node whose lease ran out before now_ms: its epoch

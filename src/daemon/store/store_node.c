@@ -287,12 +287,13 @@ int store_sbx_take(struct store *s, const char *id, const char *stored, const ch
 	}
 	sql_finalize(st);
 	st = NULL;
-	if (!r)
+	/* A row its node let go of (node ''), or one of a node declared down */
+	if (!r && owner[0])
 		r = store__prep(s,
 				pg ? "SELECT 1 FROM nodes WHERE name = ?1 AND state = 'down' FOR SHARE"
 				   : "SELECT 1 FROM nodes WHERE name = ?1 AND state = 'down'",
 				&st);
-	if (!r) {
+	if (!r && owner[0]) {
 		int rc = store__bind_text(st, 1, owner) == SQL_OK ? sql_step(st) : SQL_ERROR;
 		r = rc == SQL_ROW ? 0 : rc == SQL_DONE ? -ESTALE : -EIO;
 	}
@@ -318,6 +319,30 @@ int store_sbx_take(struct store *s, const char *id, const char *stored, const ch
 		r = store__commit(s);
 	if (r)
 		store__rollback(s);
+	pthread_mutex_unlock(&s->lock);
+	return r == -EEXIST ? -EIO : r;
+}
+
+int store_sbx_let_go(struct store *s, const char *id, const char *stored)
+{
+	if (!id || !stored || !stored[0])
+		return -EINVAL;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = s->node[0] ? store__prep(s,
+					 "UPDATE sandboxes SET node = '', node_epoch = 0 WHERE id = ?1 "
+					 "AND state = 'paused' AND stored = ?2 AND node = ?8 "
+					 "AND node_epoch = ?9",
+					 &st)
+			   : -EINVAL;
+	if (!r) {
+		if (store__bind_text(st, 1, id) != SQL_OK || store__bind_text(st, 2, stored) != SQL_OK ||
+		    store__bind_owner(s, st) != SQL_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
+			r = -ESTALE;
+		sql_finalize(st);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return r == -EEXIST ? -EIO : r;
 }

@@ -328,6 +328,22 @@ int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, siz
 	return 0;
 }
 
+/* One node only: nothing moves between nodes. */
+int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
+{
+	(void)m;
+	snprintf(err, errlen, "sandbox '%s' cannot be taken here: there is one node", id);
+	return -ESTALE;
+}
+
+int sbx_move(struct sbx_mgr *m, const char *id, int *was_running, char *err, size_t errlen)
+{
+	(void)m;
+	*was_running = 0;
+	snprintf(err, errlen, "sandbox '%s' cannot move: there is one node", id);
+	return -ENOTSUP;
+}
+
 int sbx_set_network(struct sbx_mgr *m, const char *id, const char *network_text, char *err,
 		    size_t errlen)
 {

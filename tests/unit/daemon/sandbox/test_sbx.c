@@ -592,6 +592,85 @@ out:
 	env_close(&e);
 }
 
+/* ---- moves between nodes ---- */
+
+/* e's store writes as node n1 from now on. */
+static int join_as_node(struct env *e)
+{
+	struct store_node n = { .name = "n1", .url = "http://n1.test:7070",
+				.lease_until_ms = 4102444800000LL, .joined_at = 1, .vcpus = 2,
+				.memory_mb = 4096 };
+	long long epoch;
+	return store_node_join(e->store, &n, &epoch);
+}
+
+/* Records paused id's pause as stored (the upload's record, with a made-up
+ * manifest checksum) in rec: 0 or -errno. */
+static int record_stored(struct env *e, const char *id, char *rec, size_t n)
+{
+	struct store_sbx row;
+	if (store_sbx_get(e->store, id, &row) < 0)
+		return -ENOENT;
+	snprintf(rec, n, "%u %.64s", row.generation,
+		 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+	int r = store_sbx_set_stored(e->store, id, row.generation, rec);
+	store_sbx_release(&row);
+	return r;
+}
+
+static int let_go(struct env *e, const char *id)
+{
+	struct sbx *s = sbx__get(e->m, id);
+	char err[256];
+	int r = s ? sbx__let_go(e->m, s, err, sizeof(err)) : -ENOENT;
+	sbx_put(s);
+	return r;
+}
+
+/* paused -move-> moving -moved-> moved: a node lets go of a paused sandbox
+ * whose pause is stored (out of its table, its files gone, the row paused
+ * and no node's, which store_sbx_take then gives a node, and only that
+ * pause); -failed-> paused when nothing is stored; a running one cannot
+ * move. */
+static void test_move(void)
+{
+	struct env e;
+	char a[32], b[32], c[32], rec[128], dir[256], path[300];
+	if (env_open(&e) < 0)
+		return;
+	if (!CHECK(join_as_node(&e) == 0) || !CHECK(create(&e, "alice", a) == 0) ||
+	    !CHECK(create(&e, "alice", b) == 0) || !CHECK(create(&e, "alice", c) == 0) ||
+	    !CHECK(pause_ok(&e, a)) || !CHECK(pause_ok(&e, b)))
+		goto out;
+	CHECK(let_go(&e, a) == -EAGAIN); /* not stored yet */
+	CHECK(state_of(&e, a) == SBX_PAUSED);
+	CHECK(let_go(&e, c) == -EBUSY && state_of(&e, c) == SBX_RUNNING);
+	if (!CHECK(record_stored(&e, a, rec, sizeof(rec)) == 0))
+		goto out;
+	snprintf(dir, sizeof(dir), "%s", run_dir(&e, a));
+	CHECK(let_go(&e, a) == 0);
+	CHECK(state_of(&e, a) == SBX_NSTATES && !strcmp(stored(&e, a), "paused"));
+	snprintf(path, sizeof(path), "%s/mem", dir);
+	CHECK(access(path, F_OK) < 0 && errno == ENOENT);
+	struct store_sbx row;
+	if (CHECK(store_sbx_get(e.store, a, &row) == 0)) {
+		CHECK(row.node[0] == '\0' && !strcmp(row.stored, rec));
+		store_sbx_release(&row);
+	}
+	CHECK(let_go(&e, a) == -ENOENT); /* gone from here */
+	/* the row taken, as any node would (sbx_take, which needs an object
+	 * store, is run by the cluster's tests) */
+	CHECK(store_sbx_take(e.store, b, rec, dir) == -ESTALE); /* n1's, alive */
+	CHECK(store_sbx_take(e.store, a, "1 x", dir) == -ESTALE); /* not that pause */
+	CHECK(store_sbx_take(e.store, a, rec, dir) == 0);
+	if (CHECK(store_sbx_get(e.store, a, &row) == 0)) {
+		CHECK(!strcmp(row.node, "n1") && !strcmp(row.run_dir, dir));
+		store_sbx_release(&row);
+	}
+out:
+	env_close(&e);
+}
+
 /* One process takes every row of the table (the cases above each take
  * some, in processes of their own). */
 static void test_every_row_is_taken(void)
@@ -603,6 +682,8 @@ static void test_every_row_is_taken(void)
 		goto out;
 	fake_vm.fail_start = -EIO;
 	create(&e, "alice", a); /* boot fails before any object */
+	if (!CHECK(join_as_node(&e) == 0))
+		goto out;
 	struct store_sbx row = { .id = "sbx_taken", .account = "alice", .template = "base",
 				 .state = "stopped", .vcpus = 1, .memory_mb = 512,
 				 .net_slot = NET_NO_SLOT };
@@ -639,6 +720,13 @@ static void test_every_row_is_taken(void)
 	    !CHECK(create(&e, "alice", r3) == 0) || !CHECK(create(&e, "alice", r4) == 0))
 		goto out;
 	pause_ok(&e, r2);
+	char m1[32], m2[32], rec[128];
+	if (CHECK(create(&e, "alice", m1) == 0) && CHECK(create(&e, "alice", m2) == 0) &&
+	    pause_ok(&e, m1) && pause_ok(&e, m2)) {
+		let_go(&e, m1); /* paused -move-> moving -failed-> */
+		if (record_stored(&e, m2, rec, sizeof(rec)) == 0)
+			let_go(&e, m2); /* -moved-> */
+	}
 	int p3 = fake_vm_pid(run_dir(&e, r3)), p4 = fake_vm_pid(run_dir(&e, r4));
 	sbx_mgr_free(e.m);
 	e.m = NULL;
@@ -679,6 +767,7 @@ int main(int argc, char **argv)
 		{ "sbx_lost_race", test_lost_race },
 		{ "sbx_busy_and_hold", test_busy_and_hold },
 		{ "sbx_acquire_accounts", test_acquire_accounts },
+		{ "sbx_move", test_move },
 		{ "sbx_every_row_is_taken", test_every_row_is_taken },
 		{ NULL, NULL },
 	};
