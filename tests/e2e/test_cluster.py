@@ -3,8 +3,10 @@ only the holders of the cluster secret; creates are placed over the nodes and re
 account's quota across the cluster, also from two replicas at once; every other request reaches the
 sandbox's own node through any replica, streaming both ways (exec's NDJSON, code, uploads with a
 length and chunked, downloads), and port URLs (HTTP and WebSocket) through the replica's port
-listener; a paused sandbox of a node lost resumes on another through the same URL, the replicas
-having forgotten its old route when PostgreSQL announced the move."""
+listener; a replica killed mid-request leaves the other serving and loses nothing; a paused
+sandbox of a node lost resumes on another through the same URL, the replicas having forgotten its
+old route when PostgreSQL announced the move, and one whose pause was not stored waits for its
+node; a drain with move hands a node's sandboxes, running and paused, to another node."""
 
 import hashlib
 import http.client
@@ -280,6 +282,34 @@ def test_quotas_hold_across_replicas_creating_at_once(cluster, pg):
     finally:
         for s in made:
             s.kill()
+
+
+def test_a_replica_killed_mid_request_leaves_the_other_serving(cluster, pg):
+    make_node, make_api = cluster
+    a = make_node("node-a")
+    key = a.create_key("replica")
+    one, two = make_api(), make_api()
+    sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=one.url)
+    p = sbx.exec("for i in $(seq 1 20); do echo $i; sleep 0.2; done", background=True)
+    seen = []
+    with pytest.raises(Exception):  # the stream breaks with its replica
+        for kind, text in p.stream():
+            seen.append(text)
+            if len(seen) == 1:
+                one.proc.kill()
+    one.proc.wait()
+    assert seen, "no output came before the replica was killed"
+    # What went through the dead replica is whole on the node: the command runs to its end,
+    # and the other replica reaches the sandbox and the account.
+    s2 = cpuos.Sandbox.connect(sbx.id, api_key=key, api_url=two.url)
+    r = s2.process(p.pid).wait(timeout="60s")
+    assert r.exit_code == 0 and r.stdout.split() == [str(i) for i in range(1, 21)], r
+    assert sh(s2, "echo still") == "still"
+    new = cpuos.Sandbox.create(template="base", api_key=key, api_url=two.url)
+    assert {x.id for x in cpuos.Sandbox.list(api_key=key, api_url=two.url)} == {sbx.id, new.id}
+    assert pg.query("SELECT count(*) FROM reservations") == "0"
+    for x in (s2, new):  # sbx's client knows only the dead replica
+        x.kill()
 
 
 def test_a_paused_sandbox_of_a_node_lost_resumes_through_the_same_url(cluster, pg, objstore):

@@ -187,6 +187,9 @@ class Process:
                                       timed_out=event.get("timed_out", False)))
                     resp.drain()  # the end of the chunked body, so the connection can be reused
                     return
+        # A connection cut mid-stream (a proxy or API replica gone) reads as a clean end.
+        raise CpuosError(f"the output stream of process {self.pid} ended without an exit line "
+                         "(the connection was cut); the process may still run")
 
     def output(self) -> ExecResult:
         """Read the whole stream.

@@ -365,6 +365,18 @@ def test_exec_stream_without_exit_is_an_error(fake):
     assert got == ["half"]
 
 
+def test_process_stream_cut_short_is_an_error(fake):
+    # A stream whose connection is cut (an API replica gone) ends as a clean end would.
+    fake.routes[("GET", "/v1/sandboxes/sbx_1/processes/7/stream")] = \
+        lambda h, q, b: h.send_ndjson([{"type": "stdout", "data": "half"}])
+    p = cpuos.Process(_sandbox(fake), {"pid": 7, "state": "running"})
+    got = []
+    with pytest.raises(cpuos.CpuosError, match="without an exit line"):
+        for kind, text in p.stream():
+            got.append(text)
+    assert got == ["half"]
+
+
 def test_exec_stream_bad_line_is_an_error(fake):
     def answer(h, q, b):
         h.send_response(200)
