@@ -9,6 +9,11 @@
 #include <string.h>
 #include <sys/random.h>
 
+/* The one size warm pools and their template snapshots hold (sbx_pool.c):
+ * the create defaults. */
+#define POOL_VCPUS     1
+#define POOL_MEMORY_MB 512
+
 static unsigned long long rnd(void)
 {
 	unsigned long long v = 0;
@@ -17,15 +22,35 @@ static unsigned long long rnd(void)
 	return v;
 }
 
+int place_offers(const char *list, const char *template)
+{
+	size_t n = strlen(template);
+	for (const char *p = list; n && *p;) {
+		size_t len = strcspn(p, ",");
+		if (len >= n && !memcmp(p, template, n) && (len == n || p[n] == ':'))
+			return len == n || strtoul(p + n + 1, NULL, 10) > 0;
+		p += len + (p[len] == ',');
+	}
+	return 0;
+}
+
 /* Lower is better: the share of its memory it would hold, and half the
  * share of its CPUs its sandboxes have (overcommitted CPUs slow everyone
- * down, but memory is what refuses). */
-static double score(const struct store_load *l, unsigned vcpus, unsigned memory_mb)
+ * down, but memory is what refuses); less by 1 for a free warm VM of the
+ * template (a create there only claims it), by 0.5 for its template
+ * snapshot held (a restore, not a boot), both of the pools' one size: a
+ * busier node with a warm VM wins over an idle one without. */
+static double score(const struct store_load *l, const struct want *w)
 {
-	double m = l->memory_mb ? (double)(l->held_memory_mb + memory_mb) / (double)l->memory_mb
+	double m = l->memory_mb ? (double)(l->held_memory_mb + w->memory_mb) / (double)l->memory_mb
 				: (double)l->running / 100.0;
-	double c = l->vcpus ? (double)(l->held_vcpus + vcpus) / (double)l->vcpus : 0;
-	return m + c / 2;
+	double c = l->vcpus ? (double)(l->held_vcpus + w->vcpus) / (double)l->vcpus : 0;
+	double ready = 0;
+	if (w->template[0] && w->vcpus == POOL_VCPUS && w->memory_mb == POOL_MEMORY_MB)
+		ready = place_offers(l->warm, w->template)   ? 1
+			: place_offers(l->held, w->template) ? 0.5
+							     : 0;
+	return m + c / 2 - ready;
 }
 
 static int fits(const struct store_load *l, unsigned memory_mb)
@@ -35,7 +60,7 @@ static int fits(const struct store_load *l, unsigned memory_mb)
 
 /* One round: the candidates among loads[0..n) (fit, not skipped), the
  * best of K sampled reserved; -ENOSPC when none could be. */
-static int round_of(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
+static int round_of(struct capi *a, const char *account, const struct want *w,
 		    const char (*skip)[64], size_t nskip, const struct store_load *loads, size_t n,
 		    long long now, struct placed *out, char *err, size_t errlen)
 {
@@ -46,7 +71,7 @@ static int round_of(struct capi *a, const char *account, unsigned vcpus, unsigne
 		int skipped = 0;
 		for (size_t k = 0; k < nskip; k++)
 			skipped |= !strcmp(skip[k], loads[i].name);
-		if (!skipped && fits(&loads[i], memory_mb))
+		if (!skipped && fits(&loads[i], w->memory_mb))
 			cand[nc++] = i;
 	}
 	int r = -ENOSPC;
@@ -57,12 +82,11 @@ static int round_of(struct capi *a, const char *account, unsigned vcpus, unsigne
 			size_t j = i + (size_t)(rnd() % (nc - i)), t = cand[i];
 			cand[i] = cand[j];
 			cand[j] = t;
-			if (score(&loads[cand[i]], vcpus, memory_mb) <
-			    score(&loads[cand[best]], vcpus, memory_mb))
+			if (score(&loads[cand[i]], w) < score(&loads[cand[best]], w))
 				best = i;
 		}
 		const struct store_load *l = &loads[cand[best]];
-		struct store_rsv x = { .vcpus = vcpus, .memory_mb = memory_mb,
+		struct store_rsv x = { .vcpus = w->vcpus, .memory_mb = w->memory_mb,
 				       .until_ms = now + a->hold_ms };
 		snprintf(x.id, sizeof(x.id), "rsv_%016llx", rnd());
 		snprintf(x.account, sizeof(x.account), "%s", account);
@@ -87,8 +111,8 @@ static int round_of(struct capi *a, const char *account, unsigned vcpus, unsigne
 	return r;
 }
 
-int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
-	  const char (*skip)[64], size_t nskip, struct placed *out, char *err, size_t errlen)
+int place(struct capi *a, const char *account, const struct want *w, const char (*skip)[64],
+	  size_t nskip, struct placed *out, char *err, size_t errlen)
 {
 	long long now = capi_now_ms();
 	int r = -ENOSPC;
@@ -104,13 +128,12 @@ int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_m
 			snprintf(err, errlen, "cannot read the nodes: %s", strerror(-e));
 			return -EIO;
 		}
-		r = round_of(a, account, vcpus, memory_mb, skip, nskip, loads, n, now, out, err,
-			     errlen);
+		r = round_of(a, account, w, skip, nskip, loads, n, now, out, err, errlen);
 		ready = n;
 		free(loads);
 	}
 	if (r == -ENOSPC)
-		snprintf(err, errlen, "no node can take a sandbox of %u MB now (%zu ready)", memory_mb,
-			 ready);
+		snprintf(err, errlen, "no node can take a sandbox of %u MB now (%zu ready)",
+			 w->memory_mb, ready);
 	return r;
 }

@@ -4,7 +4,9 @@
  * reservations counted, against what the node may hold); score: of K of
  * them sampled at random by the database (only their loads are summed;
  * all nodes' when none of them has room), the least loaded (memory, then
- * CPUs); reserve:
+ * CPUs), a node with a free warm VM of the template counted as far less
+ * loaded and one holding its template snapshot as less (both of the
+ * default size, as nodes say at their lease's renewals); reserve:
  * one transaction with the account's quotas (store_reserve), so parallel
  * creates on several replicas pass neither. A node that filled up
  * meanwhile is dropped and the next best taken.
@@ -22,10 +24,19 @@ struct placed {
 	char rsv[32]; /* the reservation to drop once the node answered */
 };
 
-/* Places a sandbox of vcpus and memory_mb for account, on none of the
- * nodes named in skip[0..nskip): 0 with *out; -EDQUOT (the account's
- * quota) or -ENOSPC (no node can take it now), why in err; -EIO. */
-int place(struct capi *a, const char *account, unsigned vcpus, unsigned memory_mb,
-	  const char (*skip)[64], size_t nskip, struct placed *out, char *err, size_t errlen);
+/* What a create asks for: its template ("" from a checkpoint) and size. */
+struct want {
+	char template[64];
+	unsigned vcpus, memory_mb;
+};
+
+/* Places a sandbox w for account, on none of the nodes named in
+ * skip[0..nskip): 0 with *out; -EDQUOT (the account's quota) or -ENOSPC
+ * (no node can take it now), why in err; -EIO. */
+int place(struct capi *a, const char *account, const struct want *w, const char (*skip)[64],
+	  size_t nskip, struct placed *out, char *err, size_t errlen);
+/* Whether a node's list ("base:2,python" forms) names template with a
+ * count above 0 (a bare name counts as one). */
+int place_offers(const char *list, const char *template);
 
 #endif

@@ -401,19 +401,22 @@ static int account_of(struct capi *a, const struct http1_head *h, char *account,
 	return -ENOENT;
 }
 
-/* A create's size, as the node will read it; what the node would refuse
- * leaves the defaults, and the node says why. */
-static void create_size(const char *body, size_t n, unsigned *vcpus, unsigned *memory_mb)
+/* A create's template and size, as the node will read them; what the node
+ * would refuse leaves the defaults, and the node says why. */
+static void create_want(const char *body, size_t n, struct want *w)
 {
-	*vcpus = 1;
-	*memory_mb = 512;
+	*w = (struct want){ .vcpus = 1, .memory_mb = 512 };
 	json_t *j = json_loadb(body, n, 0, NULL), *v;
 	if ((v = json_object_get(j, "vcpus")) && json_is_integer(v) && json_integer_value(v) >= 1 &&
 	    json_integer_value(v) <= 64)
-		*vcpus = (unsigned)json_integer_value(v);
+		w->vcpus = (unsigned)json_integer_value(v);
 	if ((v = json_object_get(j, "memory_mb")) && json_is_integer(v) &&
 	    json_integer_value(v) >= 128 && json_integer_value(v) <= 1 << 20)
-		*memory_mb = (unsigned)json_integer_value(v);
+		w->memory_mb = (unsigned)json_integer_value(v);
+	if ((v = json_object_get(j, "template")) && json_is_string(v) &&
+	    json_string_length(v) < sizeof(w->template) &&
+	    !json_is_string(json_object_get(j, "checkpoint"))) /* a checkpoint has its own */
+		snprintf(w->template, sizeof(w->template), "%s", json_string_value(v));
 	json_decref(j);
 }
 
@@ -469,7 +472,7 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 	}
 	if (known < 0) {
 		/* no key or an unknown one: a node says so */
-		int e = routes_any(a->routes, 0, url, sizeof(url));
+		int e = routes_any(a->routes, 0, NULL, url, sizeof(url));
 		int nfd = e ? -1 : dial(url);
 		struct body b = { .done = 1 };
 		if (nfd < 0) {
@@ -483,16 +486,15 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 		}
 		goto out;
 	}
-	unsigned vcpus, memory_mb;
-	create_size(body, len, &vcpus, &memory_mb);
+	struct want w;
+	create_want(body, len, &w);
 	char tried[8][64];
 	size_t ntried = 0;
 	unsigned tries = a->create_tries < 8 ? a->create_tries : 8;
 	snprintf(err, sizeof(err), "no node could start it");
 	while (ntried < tries) {
 		struct placed p;
-		int e = place(a, account, vcpus, memory_mb, (const char(*)[64])tried, ntried, &p, err,
-			      sizeof(err));
+		int e = place(a, account, &w, (const char(*)[64])tried, ntried, &p, err, sizeof(err));
 		if (e == -EDQUOT) {
 			answer(c->fd, 429, "quota_exceeded", "%s", err);
 			goto out;
@@ -582,16 +584,16 @@ static void serve(struct conn *c)
 			answer(c->fd, 200, "", "{\"status\":\"ok\",\"role\":\"api\",\"nodes\":%d}", n);
 		goto out;
 	}
-	char id[64], url[256];
+	char id[64], url[256], compat[24] = "";
 	int e = 0, own = 0;
 	if (path_sandbox(h.target, h.target_len, id, sizeof(id)))
-		e = own = routes_owner(a->routes, id, url, sizeof(url));
+		e = own = routes_owner(a->routes, id, url, sizeof(url), compat);
 	/* an account's request, or a sandbox with no node of its own to
 	 * answer: any node (one that takes sandboxes, since it may take a
-	 * stored pause over) */
+	 * stored pause over, and restores what its own node made, if any) */
 	if (e == 0 && !own)
-		e = routes_any(a->routes, path_sandbox(h.target, h.target_len, id, sizeof(id)), url,
-			       sizeof(url));
+		e = routes_any(a->routes, path_sandbox(h.target, h.target_len, id, sizeof(id)),
+			       compat, url, sizeof(url));
 	if (e < 0) {
 		answer(c->fd, 503, "unavailable",
 		       e == -ENOENT ? "no node is ready" : "the database does not answer");

@@ -160,8 +160,11 @@ static int usable(const struct store_node *n, long long now)
 	return !strcmp(n->state, "ready") && n->lease_until_ms > now && n->url[0];
 }
 
-static int owner(struct routes *r, const char *id, int ports, char *url, size_t urllen)
+static int owner(struct routes *r, const char *id, int ports, char *url, size_t urllen,
+		 char compat[24])
 {
+	if (compat)
+		compat[0] = '\0';
 	char node[64] = "";
 	unsigned at = slot_of(id);
 	pthread_mutex_lock(&r->mu);
@@ -191,23 +194,27 @@ static int owner(struct routes *r, const char *id, int ports, char *url, size_t 
 	int e = fresh_nodes(r);
 	long long now = capi_now_ms();
 	for (size_t i = 0; !e && i < r->nnodes && !found; i++)
-		if (!strcmp(r->nodes[i].name, node) && usable(&r->nodes[i], now)) {
+		if (!strcmp(r->nodes[i].name, node)) {
 			const char *u = ports ? r->nodes[i].ports_url : r->nodes[i].url;
-			snprintf(url, urllen, "%s", u);
-			found = u[0] != '\0';
+			if (usable(&r->nodes[i], now)) {
+				snprintf(url, urllen, "%s", u);
+				found = u[0] != '\0';
+			} else if (compat) {
+				snprintf(compat, 24, "%s", r->nodes[i].compat);
+			}
 		}
 	pthread_mutex_unlock(&r->mu);
 	return e < 0 ? e : found;
 }
 
-int routes_owner(struct routes *r, const char *id, char *url, size_t urllen)
+int routes_owner(struct routes *r, const char *id, char *url, size_t urllen, char compat[24])
 {
-	return owner(r, id, 0, url, urllen);
+	return owner(r, id, 0, url, urllen, compat);
 }
 
 int routes_owner_ports(struct routes *r, const char *id, char *url, size_t urllen)
 {
-	return owner(r, id, 1, url, urllen);
+	return owner(r, id, 1, url, urllen, NULL);
 }
 
 static unsigned pick(unsigned n)
@@ -221,12 +228,18 @@ static unsigned pick(unsigned n)
 	return (unsigned)(s % n);
 }
 
-int routes_any(struct routes *r, int takes_new, char *url, size_t urllen)
+/* Whether node n restores what compat names (either unknown: yes). */
+static int restores(const struct store_node *n, const char *compat)
+{
+	return !compat || !compat[0] || !n->compat[0] || !strcmp(n->compat, compat);
+}
+
+int routes_any(struct routes *r, int takes_new, const char *compat, char *url, size_t urllen)
 {
 	pthread_mutex_lock(&r->mu);
 	int e = fresh_nodes(r);
 	long long now = capi_now_ms();
-	unsigned n = 0, open = 0;
+	unsigned n = 0, open = 0, same = 0;
 	for (size_t i = 0; !e && i < r->nnodes; i++) {
 		n += usable(&r->nodes[i], now);
 		open += usable(&r->nodes[i], now) && !r->nodes[i].drained;
@@ -235,13 +248,19 @@ int routes_any(struct routes *r, int takes_new, char *url, size_t urllen)
 	 * there is */
 	int only_open = open || takes_new;
 	n = only_open ? open : n;
+	/* of those, the ones that restore the sandbox's pause, if any do */
+	for (size_t i = 0; !e && i < r->nnodes; i++)
+		same += usable(&r->nodes[i], now) && (!only_open || !r->nodes[i].drained) &&
+			restores(&r->nodes[i], compat);
+	int only_same = same > 0;
+	n = only_same ? same : n;
 	if (!e && !n)
 		e = -ENOENT;
 	if (!e) {
 		unsigned k = pick(n);
 		for (size_t i = 0; i < r->nnodes; i++)
 			if (usable(&r->nodes[i], now) && (!only_open || !r->nodes[i].drained) &&
-			    k-- == 0) {
+			    (!only_same || restores(&r->nodes[i], compat)) && k-- == 0) {
 				snprintf(url, urllen, "%s", r->nodes[i].url);
 				break;
 			}

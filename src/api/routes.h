@@ -25,15 +25,18 @@ void routes_close(struct routes *r);
 /* Where a request for sandbox id goes: 1 with the URL of its node, which is
  * ready and leased; 0 when no node of its own can answer (no such
  * sandbox, or its node is down: routes_any's node then answers, or takes
- * a stored pause over); -EIO when the store did not answer. */
-int routes_owner(struct routes *r, const char *id, char *url, size_t urllen);
+ * a stored pause over, and compat, which may be NULL, is what its node
+ * restores ("" unknown), for routes_any); -EIO when the store did not
+ * answer. */
+int routes_owner(struct routes *r, const char *id, char *url, size_t urllen, char compat[24]);
 /* The same for the node's port URLs' proxy (its ports_url): 1 with it, 0
  * when no node of its own can answer or it has none, -EIO. */
 int routes_owner_ports(struct routes *r, const char *id, char *url, size_t urllen);
 /* Any node that is ready, leased and not drained, at random (takes_new
- * 0: a drained one too, when there is no other): 0 with its URL, -ENOENT
- * when there is none, -EIO. */
-int routes_any(struct routes *r, int takes_new, char *url, size_t urllen);
+ * 0: a drained one too, when there is no other), one that restores what
+ * compat names first (NULL or "": any): 0 with its URL, -ENOENT when there
+ * is none, -EIO. */
+int routes_any(struct routes *r, int takes_new, const char *compat, char *url, size_t urllen);
 /* How many nodes are ready and leased now (the health check's), or -EIO. */
 int routes_ready(struct routes *r);
 

@@ -333,6 +333,10 @@ struct lease {
 	pthread_t thread;
 	/* monotonic ms: the last renewal, and since when every one went */
 	long long renewed, renewing_since;
+	/* What the node offers placement comes from here, once it serves
+	 * (set under mu, and only before lease_stop, which comes before the
+	 * manager's end). */
+	struct sbx_mgr *mgr;
 };
 
 static int node_round(struct lease *l);
@@ -427,6 +431,16 @@ static int node_round(struct lease *l)
 	l->renewed = now;
 	if (!l->renewing_since)
 		l->renewing_since = now;
+	pthread_mutex_lock(&l->mu);
+	struct sbx_mgr *mgr = l->mgr;
+	pthread_mutex_unlock(&l->mu);
+	if (mgr) {
+		char compat[24], warm[256], held[256];
+		sbx_offers(mgr, compat, sizeof(compat), warm, sizeof(warm), held, sizeof(held));
+		int e = store_node_offers(l->store, compat, warm, held);
+		if (e < 0 && e != -ESTALE) /* fenced: the next renewal says so */
+			log_warn("node %s: cannot record what it offers: %s", o->node, strerror(-e));
+	}
 	/* Others are judged only by a node that has renewed all along for a
 	 * lease: after an outage of the database, each has a lease to renew
 	 * before anyone is declared down. */
@@ -753,6 +767,11 @@ int main(int argc, char **argv)
 			lease_stop(&lease);
 		store_close(store);
 		return 1;
+	}
+	if (o.node[0]) {
+		pthread_mutex_lock(&lease.mu);
+		lease.mgr = mgr;
+		pthread_mutex_unlock(&lease.mu);
 	}
 	log_info("serving on %s%s%s (guest %s, accel %s)", no_tcp ? "" : o.listen,
 		 !no_tcp && !no_sock ? " and " : "", no_sock ? "" : o.socket, o.guest_dir,

@@ -251,6 +251,36 @@ def test_creates_spread_and_every_request_reaches_its_node(cluster):
             s.kill()
 
 
+def test_placement_prefers_a_free_warm_vm_of_the_template(cluster, pg):
+    make_node, make_api = cluster
+    a, b = make_node("node-a"), make_node("node-b", "--pool-other", "1")
+    key = a.create_key("warm")
+    api = make_api()
+    # node-b runs one sandbox already, so by load alone node-a would take the next one
+    r = b.http("POST", "/v1/sandboxes", body={"template": "base"}, key=key)
+    assert r.status == 201, r
+    first = r.json()["id"]
+
+    def offers(name):
+        return pg.query(f"SELECT compat || ' ' || warm || ' ' || held FROM nodes "
+                        f"WHERE name = '{name}'").split(" ")
+
+    wait_for("node-b's warm base VM in its row", lambda: "base:1" in offers("node-b")[1], 120)
+    ca, cb = offers("node-a"), offers("node-b")
+    assert len(ca[0]) == 16 and ca[0] == cb[0], (ca, cb)  # one host: one kind of snapshot
+    assert ca[1] == "" and "base" in ca[2].split(","), ca  # no pool; its snapshot held
+    s = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
+    try:
+        assert s.info().node == "node-b"
+        # another size than the pools': load alone, so node-a
+        big = cpuos.Sandbox.create(template="base", memory_mb=640, api_key=key, api_url=api.url)
+        assert big.info().node == "node-a"
+        big.kill()
+    finally:
+        s.kill()
+        b.http("DELETE", f"/v1/sandboxes/{first}", key=key)
+
+
 def test_quotas_hold_across_replicas_creating_at_once(cluster, pg):
     make_node, make_api = cluster
     a, b = make_node("node-a"), make_node("node-b")
@@ -408,6 +438,37 @@ def test_a_drain_moves_sandboxes_to_the_other_nodes(cluster, pg, objstore):
     assert new.info().node == "node-b"
     for x in (run, rest, new):
         x.kill()
+
+
+def test_template_snapshots_are_shared_through_the_object_store(cluster, pg, objstore):
+    make_node, make_api = cluster
+    s3 = ("--s3-endpoint", objstore.endpoint, "--s3-bucket", BUCKET)
+    env = {k: objstore.env[k] for k in ("CPUOS_S3_ACCESS_KEY", "CPUOS_S3_SECRET_KEY")}
+    a = make_node("node-a", *s3, env=env)
+    mine = "SELECT key || ' ' || node FROM template_snaps WHERE key LIKE 'base-1c-512m-%'"
+    wait_for("node-a's base snapshot in the object store", lambda: pg.query(mine) != "", 180)
+    key, by = pg.query(mine).split()
+    assert by == "node-a", by
+    a.stop()
+    # node-b has never made it: its cache lacks that snapshot (the suite's cache is shared, so
+    # it is taken away here), and it fetches node-a's instead of booting and warming its own
+    local = os.path.join("/var/cache/cpuos/snapshots", key.rsplit("-", 1)[0])
+    assert os.path.isdir(local), local
+    subprocess.run(["rm", "-rf", local], check=True)
+    b = make_node("node-b", *s3, env=env)
+    wait_for("node-b fetched it", lambda: os.path.isfile(os.path.join(local, "manifest.json")), 120)
+    log = b.log_tail(400)
+    assert f"template snapshot {key} fetched from the object store (stored by node node-a)" in log
+    assert "building the base template snapshot" not in log
+    key_b = b.create_key("fetched")
+    r = b.http("POST", "/v1/sandboxes", body={"template": "base"}, key=key_b)
+    assert r.status == 201, r
+    sid = r.json()["id"]
+    r = b.http("POST", f"/v1/sandboxes/{sid}/exec", body={"cmd": "echo restored"}, key=key_b)
+    assert r.status == 200 and r.json()["stdout"] == "restored\n", r
+    b.http("DELETE", f"/v1/sandboxes/{sid}", key=key_b)
+    # stored once: node-b does not store what it fetched
+    assert pg.query("SELECT count(*) FROM template_snaps WHERE key LIKE 'base-1c-512m-%'") == "1"
 
 
 def test_port_urls_and_websockets_through_the_replica(cluster):

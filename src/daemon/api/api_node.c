@@ -25,10 +25,11 @@ static json_t *node_json(const struct store_node *n)
 	char joined[CLOCK_RFC3339_LEN], lease[CLOCK_RFC3339_LEN];
 	clock_rfc3339(n->joined_at, joined, sizeof(joined));
 	clock_rfc3339(n->lease_until_ms / 1000, lease, sizeof(lease));
-	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s, s:s, s:i, s:I}", "name", n->name, "url",
-			 n->url, "state", n->state, "drained", n->drained, "epoch",
+	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s, s:s, s:i, s:I, s:s, s:s, s:s}", "name",
+			 n->name, "url", n->url, "state", n->state, "drained", n->drained, "epoch",
 			 (json_int_t)n->epoch, "lease_until", lease, "joined_at", joined, "vcpus",
-			 (int)n->vcpus, "memory_mb", (json_int_t)n->memory_mb);
+			 (int)n->vcpus, "memory_mb", (json_int_t)n->memory_mb, "compat", n->compat,
+			 "warm", n->warm, "held", n->held);
 }
 
 int api_nodes_list(struct req *r)
@@ -159,12 +160,16 @@ static const char *error_message(json_t *j)
 	return m ? m : "";
 }
 
-/* The node, not this one, that takes new sandboxes and is least loaded
- * (the share of its memory held, and half that of its CPUs): 0 with its
- * name and URL, or -ENOENT. */
+/* The node, not this one, that takes new sandboxes, restores what this one
+ * made (its compat, or either is unknown), and is least loaded (the share
+ * of its memory held, and half that of its CPUs): 0 with its name and URL,
+ * or -ENOENT. */
 static int least_loaded(struct store *st, const char *not, char *name, size_t namelen, char *url,
 			size_t urllen)
 {
+	struct store_node me;
+	if (store_node_get(st, not, &me) < 0)
+		return -EIO;
 	struct store_load *l;
 	size_t n;
 	if (store_node_loads(st, (long long)(clock_realtime_ns() / 1000000), 0, &l, &n) < 0)
@@ -172,7 +177,8 @@ static int least_loaded(struct store *st, const char *not, char *name, size_t na
 	double best = 0;
 	int found = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!strcmp(l[i].name, not) || !l[i].url[0])
+		if (!strcmp(l[i].name, not) || !l[i].url[0] ||
+		    (me.compat[0] && l[i].compat[0] && strcmp(me.compat, l[i].compat)))
 			continue;
 		double s = (l[i].memory_mb ? (double)l[i].held_memory_mb / (double)l[i].memory_mb : 0) +
 			   (l[i].vcpus ? 0.5 * (double)l[i].held_vcpus / l[i].vcpus : 0);

@@ -198,6 +198,13 @@ int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, siz
  * (-ESTALE: it cannot be: its node lives, nothing is stored, this node is
  * drained). */
 int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen);
+/* What this node offers placement (store_node_offers): compat, a digest of
+ * what a snapshot made here needs of the host that restores it (the
+ * accelerator, the vCPU model, the kernel, the initramfs and the egress CA;
+ * not QEMU's version, known only from a running QEMU); its free warm VMs and
+ * held template snapshots of the default size. */
+void sbx_offers(struct sbx_mgr *m, char *compat, size_t cn, char *warm, size_t wn, char *held,
+		size_t hn);
 /* This node's sandbox id, paused first when it runs (*was_running), its
  * pause put in the object store now, then let go of: its row names no
  * node, it leaves this node, and any node may take it. 0, or -errno with

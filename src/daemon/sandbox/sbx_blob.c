@@ -550,3 +550,81 @@ out:
 	pthread_mutex_unlock(&m->ckpt_fetch_mu);
 	return r;
 }
+
+/* ---- template snapshots shared by the nodes ---- */
+
+/* The key of template snapshot dir here: "" (-ENOENT) without a cluster. */
+static int tsnap_key(struct sbx_mgr *m, const char *dir, char *key, size_t n)
+{
+	char compat[24];
+	const char *base = strrchr(dir, '/');
+	if (!m->cfg.blob || !store_node_name(m->store)[0])
+		return -ENOENT;
+	sbx__compat(m, compat, sizeof(compat));
+	if (!compat[0])
+		return -ENOENT;
+	int w = snprintf(key, n, "%s-%s", base ? base + 1 : dir, compat);
+	return w > 0 && (size_t)w < n ? 0 : -ENAMETOOLONG;
+}
+
+int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, char *err, size_t errlen)
+{
+	char key[sizeof(((struct store_tsnap *)0)->key)], fetch[600];
+	struct store_tsnap t;
+	int r = tsnap_key(m, dir, key, sizeof(key));
+	if (r == 0)
+		r = store_tsnap_get(m->store, key, &t);
+	if (r < 0)
+		return r == -ENOENT ? -ENOENT
+				    : errbuf_set(err, errlen, r, "cannot look it up: %s", strerror(-r));
+	double t0 = clock_ms_f();
+	struct s3 *s3;
+	if ((r = s3_open(&s3, m->cfg.blob, err, errlen)) < 0)
+		return r;
+	snprintf(fetch, sizeof(fetch), "%s.fetch", dir);
+	snap_remove(fetch); /* what an earlier fetch left */
+	r = snapblob_pull(s3, t.prefix, t.stored, fetch, err, errlen);
+	s3_close(s3);
+	struct snap_manifest sm;
+	if (r == 0 && (r = snap_load(fetch, &sm, 1, err, errlen)) == 0 && rename(fetch, dir) < 0)
+		r = errbuf_set(err, errlen, -errno, "cannot move '%s': %s", fetch, strerror(errno));
+	if (r < 0)
+		snap_remove(fetch);
+	else
+		log_info("template snapshot %s fetched from the object store (stored by node %s) in "
+			 "%.0f ms",
+			 key, t.node, clock_ms_f() - t0);
+	return r;
+}
+
+int sbx__blob_tsnap_share(struct sbx_mgr *m, const char *dir, char *err, size_t errlen)
+{
+	struct store_tsnap t = { 0 };
+	if (tsnap_key(m, dir, t.key, sizeof(t.key)) < 0)
+		return 0;
+	struct store_tsnap had;
+	int r = store_tsnap_get(m->store, t.key, &had);
+	if (r != -ENOENT)
+		return r < 0 ? errbuf_set(err, errlen, r, "cannot look it up: %s", strerror(-r)) : 0;
+	char tag[20];
+	sbx__random_id(tag, sizeof(tag), "");
+	/* a prefix of this upload's own: two nodes storing the same key at once
+	 * do not mix their objects, and the first recorded wins */
+	snprintf(t.prefix, sizeof(t.prefix), "templates/%.100s/%s", t.key, tag);
+	double t0 = clock_ms_f();
+	struct s3 *s3;
+	if ((r = s3_open(&s3, m->cfg.blob, err, errlen)) < 0)
+		return r;
+	r = snapblob_push(s3, dir, t.prefix, t.stored, err, errlen);
+	if (r == 0 && (r = store_tsnap_put(m->store, &t)) < 0 && r != -EEXIST)
+		errbuf_set(err, errlen, r, "cannot record it: %s", strerror(-r));
+	if (r < 0) { /* half up, not recorded, or another's was first */
+		char e2[256];
+		snapblob_delete(s3, t.prefix, e2, sizeof(e2));
+	} else {
+		log_info("template snapshot %s stored in the object store in %.0f ms", t.key,
+			 clock_ms_f() - t0);
+	}
+	s3_close(s3);
+	return r == -EEXIST ? 0 : r;
+}

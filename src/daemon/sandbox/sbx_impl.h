@@ -314,6 +314,13 @@ void sbx__snap_cleanup(struct sbx_mgr *m);
  * taken over from a node that is down): 0 or -ENOMEM. */
 int sbx__load_paused(struct sbx_mgr *m, const struct store_sbx *row);
 
+/* sbx_pool.c: the free warm VMs of each template ("base:2,python:1") and the
+ * templates whose snapshot is ready ("base,python"), of the pools' size. */
+void sbx__pool_offers(struct sbx_mgr *m, char *warm, size_t wn, char *held, size_t hn);
+
+/* sbx_node.c: what a snapshot made here needs of a host (sbx_offers), 16
+ * hex digits, "" when the guest files cannot be read. */
+void sbx__compat(struct sbx_mgr *m, char *compat, size_t cn);
 /* sbx_node.c: paused s, its pause stored (the row's record names its
  * generation), let go of by this node (move, then moved: out of the table,
  * its files removed), or left as it was (failed). 0, or -errno with a
@@ -333,6 +340,16 @@ void sbx__blob_stop(struct sbx_mgr *m);
  * (-EAGAIN: it is not paused, or busy past ten minutes; an upload of it
  * under way is waited for). */
 int sbx__blob_store(struct sbx_mgr *m, const char *id, char *err, size_t errlen);
+/* Template snapshots shared by nodes (--node with an object store), keyed
+ * by what they were made from: the name of their directory dir (a digest
+ * of kernel, initramfs, image and CA, and the size) and this node's
+ * compat. Fetch: the one stored under dir's key, into dir (which must not
+ * exist), checked whole: 0, -ENOENT (none, or no cluster), -errno with a
+ * reason. Share: dir, a whole snapshot, stored and recorded unless one is
+ * under its key already: 0 (also then, and without a cluster), -errno
+ * with a reason. */
+int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, char *err, size_t errlen);
+int sbx__blob_tsnap_share(struct sbx_mgr *m, const char *dir, char *err, size_t errlen);
 /* In a resume (the caller owns the transition): when row's pause is not
  * whole in its run directory but the object store has it, fetches it
  * there. 0 (also when there is nothing to do), or -errno with a reason. */

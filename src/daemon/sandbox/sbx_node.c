@@ -8,10 +8,12 @@
 
 #include "common/errbuf.h"
 #include "common/log.h"
+#include "runner/snap.h"
 #include "runner/vm.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -155,4 +157,31 @@ int sbx_move(struct sbx_mgr *m, const char *id, int *was_running, char *err, siz
 		r = sbx__let_go(m, s, err, errlen);
 	sbx_put(s);
 	return r;
+}
+
+void sbx__compat(struct sbx_mgr *m, char *compat, size_t cn)
+{
+	char kernel[512], initrd[512], image[512], err[256];
+	struct snap_env e = { 0 };
+	snprintf(e.accel, sizeof(e.accel), "%s", m->cfg.accel == QEMU_ACCEL_KVM ? "kvm" : "tcg");
+	sbx__guest_paths(m, "base", kernel, initrd, image, sizeof(image));
+	compat[0] = '\0';
+	if (snap_env_files(&e, kernel, initrd, image, err, sizeof(err)) == 0) {
+		uint64_t h = 1469598103934665603ull; /* FNV-1a: equal or not, no secret */
+		const char *parts[] = { e.accel, e.cpu, e.kernel_sha, e.initrd_sha,
+					m->cfg.net ? net_ca_id(m->cfg.net) : "" };
+		for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+			for (const char *p = parts[i]; *p; p++)
+				h = (h ^ (uint8_t)*p) * 1099511628211ull;
+			h = (h ^ 0xff) * 1099511628211ull; /* a field's end */
+		}
+		snprintf(compat, cn, "%016llx", (unsigned long long)h);
+	}
+}
+
+void sbx_offers(struct sbx_mgr *m, char *compat, size_t cn, char *warm, size_t wn, char *held,
+		size_t hn)
+{
+	sbx__compat(m, compat, cn);
+	sbx__pool_offers(m, warm, wn, held, hn);
 }

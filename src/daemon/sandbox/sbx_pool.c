@@ -5,7 +5,9 @@
  * under the cache directory; creates of that size restore it. A pool keeps
  * VMs already restored from it, so a create of the default size only
  * claims one. One worker thread builds and fills, never past the pools'
- * memory budget or what the host has free.
+ * memory budget or what the host has free. Nodes of a cluster share
+ * template snapshots through the object store (sbx_blob.c): one is fetched
+ * before it would be built, and one made here is stored once ready.
  */
 #include "daemon/sandbox/sbx_impl.h"
 
@@ -44,6 +46,10 @@ struct tsnap {
 	char dir[512];
 	int state;
 	long long failed_at;
+	/* in the object store for other nodes (sbx__blob_tsnap_share): done,
+	 * or the next try */
+	int shared;
+	long long share_at;
 };
 
 struct pooled {
@@ -179,6 +185,8 @@ int sbx__run(struct vm *vm, const char *shell, const char *user, const char *env
 	return r < 0 ? r : w.exit_code == 0 ? 0 : -EIO;
 }
 
+/* Template snapshot t made: 0 built here, 1 fetched from the object store,
+ * or -errno with a reason. */
 static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t errlen)
 {
 	const struct sbx_config *c = &m->cfg;
@@ -187,6 +195,12 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	sbx__random_id(tag, sizeof(tag), "");
 	snprintf(run, sizeof(run), "%s/snapshots/build-%s", c->cache_dir, tag);
 	snprintf(tmp, sizeof(tmp), "%s.tmp-%s", t->dir, tag);
+	/* another node's, of the same making, if the object store has it */
+	int f = sbx__blob_tsnap_fetch(m, t->dir, err, errlen);
+	if (f == 0)
+		return 1;
+	if (f != -ENOENT)
+		log_warn("template %s snapshot not fetched, built here instead: %s", t->template, err);
 	fs_mkdir_p(run, 0700, (uid_t)-1, (gid_t)-1);
 	log_info("building the %s template snapshot (%u vCPU, %u MB): boot, warm, save; "
 		 "creates boot until it is ready", t->template, t->vcpus, t->memory_mb);
@@ -325,6 +339,39 @@ int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm)
 	return r;
 }
 
+void sbx__pool_offers(struct sbx_mgr *m, char *warm, size_t wn, char *held, size_t hn)
+{
+	struct sbx_pools *p = m->pools;
+	size_t w = 0, h = 0;
+	warm[0] = held[0] = '\0';
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->nsnaps; i++) {
+		const struct tsnap *t = &p->snaps[i];
+		if (t->vcpus != POOL_VCPUS || t->memory_mb != POOL_MEMORY_MB ||
+		    t->disk_mb != POOL_DISK_MB || t->state != SNAP_READY)
+			continue;
+		unsigned free_vms = 0;
+		for (int k = 0; k < p->npool; k++)
+			free_vms += !strcmp(p->pool[k].template, t->template);
+		/* whole entries only: one cut short would name another template */
+		int n = snprintf(held + h, hn - h, "%s%s", h ? "," : "", t->template);
+		if (n > 0 && (size_t)n < hn - h)
+			h += (size_t)n;
+		else
+			held[h] = '\0';
+		if (!free_vms)
+			continue;
+		n = snprintf(warm + w, wn - w, "%s%s:%u", w ? "," : "", t->template, free_vms);
+		if (n > 0 && (size_t)n < wn - w)
+			w += (size_t)n;
+		else
+			warm[w] = '\0';
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
 unsigned sbx__pool_depth(struct sbx_mgr *m)
 {
 	struct sbx_pools *p = m->pools;
@@ -370,8 +417,9 @@ static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 	return 1;
 }
 
-/* What the worker should do next (pools locked): a snapshot to build, or
- * a template whose pool is short; NULL when nothing. */
+/* What the worker should do next (pools locked): a snapshot to build
+ * (*fill 0), a template whose pool is short (1), or a ready snapshot to
+ * store for the other nodes (2); NULL when nothing. */
 static struct tsnap *next_job(struct sbx_mgr *m, int *fill)
 {
 	struct sbx_pools *p = m->pools;
@@ -405,6 +453,14 @@ static struct tsnap *next_job(struct sbx_mgr *m, int *fill)
 			return t;
 		}
 	}
+	/* last, ready ones not yet offered to the other nodes */
+	for (int i = 0; i < p->nsnaps; i++) {
+		struct tsnap *t = &p->snaps[i];
+		if (t->state == SNAP_READY && !t->shared && now >= t->share_at) {
+			*fill = 2;
+			return t;
+		}
+	}
 	return NULL;
 }
 
@@ -429,9 +485,19 @@ static void *worker_main(void *arg)
 			t->state = SNAP_BUILDING;
 		pthread_mutex_unlock(&p->mu);
 		char err[512] = "";
-		int r = fill ? (fill_one(m, &copy) ? 0 : -EAGAIN) : build(m, &copy, err, sizeof(err));
+		int r = fill == 2   ? sbx__blob_tsnap_share(m, copy.dir, err, sizeof(err))
+			: fill == 1 ? (fill_one(m, &copy) ? 0 : -EAGAIN)
+				    : build(m, &copy, err, sizeof(err));
 		pthread_mutex_lock(&p->mu);
-		if (!fill) {
+		if (fill == 2) {
+			t->shared = r == 0;
+			t->share_at = (long long)time(NULL) + RETRY_S;
+			if (r < 0)
+				log_warn("template %s snapshot not stored in the object store (tried "
+					 "again later): %s", copy.template, err);
+		} else if (!fill) {
+			t->shared = r == 1; /* fetched: stored already */
+			r = r > 0 ? 0 : r;
 			t->state = r == 0 ? SNAP_READY : SNAP_FAILED;
 			t->failed_at = (long long)time(NULL);
 			if (r < 0)

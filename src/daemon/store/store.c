@@ -350,6 +350,32 @@ static const struct sql_migration migrations[] = {
       "$$ BEGIN PERFORM pg_notify('cpuos_nodes', NEW.name); RETURN NULL; END $$;"
       "CREATE TRIGGER nodes_changed AFTER INSERT OR UPDATE OF url, ports_url, state, drained, epoch "
       "ON nodes FOR EACH ROW EXECUTE FUNCTION cpuos_node_changed();" },
+    /* 11 -> 12: what placement weighs besides load, as each node says at
+     * its lease's renewals: which snapshots it can restore (compat: a
+     * digest of its accelerator, vCPU model, kernel, initramfs and egress
+     * CA), its free warm-pool VMs ("base:2,python:1") and the template
+     * snapshots it holds ("base,python"), both of the default size. And
+     * template snapshots in the object store, by the key of what they
+     * were made from: where (prefix) and the SHA-256 of their stored
+     * manifest, the first node's to store one. */
+    { "ALTER TABLE nodes ADD COLUMN compat TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE nodes ADD COLUMN warm TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE nodes ADD COLUMN held TEXT NOT NULL DEFAULT '';"
+      "CREATE TABLE template_snaps ("
+      " key TEXT PRIMARY KEY NOT NULL,"
+      " prefix TEXT NOT NULL,"
+      " stored TEXT NOT NULL,"
+      " node TEXT NOT NULL,"
+      " created_at INTEGER NOT NULL) WITHOUT ROWID;",
+      "ALTER TABLE nodes ADD COLUMN compat TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE nodes ADD COLUMN warm TEXT NOT NULL DEFAULT '';"
+      "ALTER TABLE nodes ADD COLUMN held TEXT NOT NULL DEFAULT '';"
+      "CREATE TABLE template_snaps ("
+      " key TEXT PRIMARY KEY NOT NULL,"
+      " prefix TEXT NOT NULL,"
+      " stored TEXT NOT NULL,"
+      " node TEXT NOT NULL,"
+      " created_at BIGINT NOT NULL);" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -287,6 +287,11 @@ struct store_node {
 	long long lease_until_ms, joined_at;
 	unsigned vcpus;
 	unsigned long long memory_mb;
+	/* What placement weighs: the snapshots it restores ("" unknown: any),
+	 * its free warm-pool VMs by template ("base:2,python:1") and the
+	 * template snapshots it holds ("base,python"), of the default size. */
+	char compat[24];
+	char warm[256], held[256];
 };
 /* Node n->name joins (made, or back): one more epoch, ready, its lease
  * until n->lease_until_ms; the rows of the sandboxes it owns are taken at
@@ -294,6 +299,9 @@ struct store_node {
  * epoch (every change to a sandbox's row holds only while the row is its
  * own at it). 0 with the epoch in *epoch, -EINVAL, -errno. */
 int store_node_join(struct store *s, const struct store_node *n, long long *epoch);
+/* What this store's node offers now (store_node's compat, warm and held):
+ * 0, -ESTALE (fenced), -EINVAL, -EIO. */
+int store_node_offers(struct store *s, const char *compat, const char *warm, const char *held);
 /* The name this store writes as ("" if none). */
 const char *store_node_name(struct store *s);
 /* Renews this store's node's lease: 0, or -ESTALE when the node was
@@ -318,6 +326,19 @@ int store_sbx_take(struct store *s, const char *id, const char *stored, const ch
  * take it (store_sbx_take). 0, -ESTALE when the row is not that (nothing
  * written), -EINVAL (no node, no record). */
 int store_sbx_let_go(struct store *s, const char *id, const char *stored);
+/* A template snapshot in the object store, by the key of what it was made
+ * from (its directory's name and the compat of the node that made it). */
+struct store_tsnap {
+	char key[128];
+	char prefix[192];  /* its objects */
+	char stored[65];   /* the SHA-256 of its stored manifest */
+	char node[64];     /* that stored it */
+};
+/* The template snapshot stored under key: 0 with *out, -ENOENT, -EIO. */
+int store_tsnap_get(struct store *s, const char *key, struct store_tsnap *out);
+/* Records t as stored by this store's node, unless one is stored under its
+ * key already (the first wins): 0, -EEXIST, -EINVAL, -EIO. */
+int store_tsnap_put(struct store *s, const struct store_tsnap *t);
 /* Every node, by name; *out malloc'd. */
 int store_node_list(struct store *s, struct store_node **out, size_t *n);
 /* Declares down each node whose lease ran out before now_ms: its epoch
@@ -336,6 +357,7 @@ struct store_load {
 	unsigned long long memory_mb;   /* the guest memory it may hold (0: no limit) */
 	unsigned running;
 	unsigned long long held_vcpus, held_memory_mb;
+	char compat[24], warm[256], held[256]; /* as in store_node */
 };
 /* The nodes that may take a sandbox at now_ms, by name, or (sample > 0)
  * that many of them drawn at random, whose loads alone are summed; *out

@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NODE_COLS                                                                          \
-	"name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb, drained, ports_url"
+	"name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb, drained, ports_url, " \
+	"compat, warm, held"
 
 static int name_ok(const char *name)
 {
@@ -68,7 +70,8 @@ static int run(struct store *s, const char *sql, const char *t1, long long n2, l
 int store_node_join(struct store *s, const struct store_node *n, long long *epoch)
 {
 	if (!name_ok(n->name) || !store__text_ok(n->url, sizeof(n->url), 0, 0) ||
-	    !store__text_ok(n->ports_url, sizeof(n->ports_url), 0, 0) || n->lease_until_ms <= 0)
+	    !store__text_ok(n->ports_url, sizeof(n->ports_url), 0, 0) ||
+	    !store__text_ok(n->compat, sizeof(n->compat), 0, 0) || n->lease_until_ms <= 0)
 		return -EINVAL;
 	struct sql_stmt *st = NULL;
 	long long e = 0;
@@ -77,8 +80,9 @@ int store_node_join(struct store *s, const struct store_node *n, long long *epoc
 	if (!r)
 		r = store__prep(s,
 				"INSERT INTO nodes (" NODE_COLS ") VALUES (?1, ?2, 'ready', 1, ?3, ?4, "
-				"?5, ?6, 0, ?7) ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
-				"ports_url = excluded.ports_url, "
+				"?5, ?6, 0, ?7, ?8, '', '') ON CONFLICT (name) DO UPDATE SET "
+				"url = excluded.url, ports_url = excluded.ports_url, "
+				"compat = excluded.compat, warm = '', held = '', "
 				/* drained stays: a drain outlives restarts */
 				"state = 'ready', epoch = nodes.epoch + 1, "
 				"lease_until_ms = excluded.lease_until_ms, joined_at = excluded.joined_at, "
@@ -91,7 +95,8 @@ int store_node_join(struct store *s, const struct store_node *n, long long *epoc
 		    sql_bind_int64(st, 4, n->joined_at) != SQL_OK ||
 		    sql_bind_int64(st, 5, n->vcpus) != SQL_OK ||
 		    sql_bind_int64(st, 6, (long long)n->memory_mb) != SQL_OK ||
-		    store__bind_text(st, 7, n->ports_url) != SQL_OK)
+		    store__bind_text(st, 7, n->ports_url) != SQL_OK ||
+		    store__bind_text(st, 8, n->compat) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -146,13 +151,43 @@ int store_node_renew(struct store *s, long long lease_until_ms)
 	return r == -EEXIST ? -EIO : r;
 }
 
+int store_node_offers(struct store *s, const char *compat, const char *warm, const char *held)
+{
+	if (!store__text_ok(compat, sizeof(((struct store_node *)0)->compat), 0, 0) ||
+	    !store__text_ok(warm, sizeof(((struct store_node *)0)->warm), 0, 0) ||
+	    !store__text_ok(held, sizeof(((struct store_node *)0)->held), 0, 0))
+		return -EINVAL;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = s->node[0] ? store__prep(s,
+					 "UPDATE nodes SET warm = ?2, held = ?4, compat = ?5 "
+					 "WHERE name = ?1 AND epoch = ?3 AND state != 'down'",
+					 &st)
+			   : -EINVAL;
+	if (!r) {
+		if (store__bind_text(st, 1, s->node) != SQL_OK || store__bind_text(st, 2, warm) != SQL_OK ||
+		    sql_bind_int64(st, 3, s->node_epoch) != SQL_OK ||
+		    store__bind_text(st, 4, held) != SQL_OK ||
+		    store__bind_text(st, 5, compat) != SQL_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
+			r = -ESTALE;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r == -EEXIST ? -EIO : r;
+}
+
 static int read_node(struct sql_stmt *st, struct store_node *n)
 {
 	memset(n, 0, sizeof(*n));
 	if (store__col_copy(st, 0, n->name, sizeof(n->name)) ||
 	    store__col_copy(st, 1, n->url, sizeof(n->url)) ||
 	    store__col_copy(st, 2, n->state, sizeof(n->state)) ||
-	    store__col_copy(st, 9, n->ports_url, sizeof(n->ports_url)))
+	    store__col_copy(st, 9, n->ports_url, sizeof(n->ports_url)) ||
+	    store__col_copy(st, 10, n->compat, sizeof(n->compat)) ||
+	    store__col_copy(st, 11, n->warm, sizeof(n->warm)) ||
+	    store__col_copy(st, 12, n->held, sizeof(n->held)))
 		return -EIO;
 	n->drained = sql_col_int64(st, 8) != 0;
 	if (n->drained && !strcmp(n->state, "ready"))
@@ -345,6 +380,57 @@ int store_sbx_let_go(struct store *s, const char *id, const char *stored)
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r == -EEXIST ? -EIO : r;
+}
+
+int store_tsnap_get(struct store *s, const char *key, struct store_tsnap *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!store__text_ok(key, sizeof(out->key), 1, 0))
+		return -ENOENT;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, "SELECT key, prefix, stored, node FROM template_snaps WHERE key = ?1",
+			    &st);
+	if (!r) {
+		int rc = store__bind_text(st, 1, key) == SQL_OK ? sql_step(st) : SQL_ERROR;
+		if (rc == SQL_DONE)
+			r = -ENOENT;
+		else if (rc != SQL_ROW || store__col_copy(st, 0, out->key, sizeof(out->key)) ||
+			 store__col_copy(st, 1, out->prefix, sizeof(out->prefix)) ||
+			 store__col_copy(st, 2, out->stored, sizeof(out->stored)) ||
+			 store__col_copy(st, 3, out->node, sizeof(out->node)))
+			r = -EIO;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int store_tsnap_put(struct store *s, const struct store_tsnap *t)
+{
+	if (!store__text_ok(t->key, sizeof(t->key), 1, 0) ||
+	    !store__text_ok(t->prefix, sizeof(t->prefix), 1, 0) || strlen(t->stored) != 64 ||
+	    strspn(t->stored, "0123456789abcdef") != 64 || !s->node[0])
+		return -EINVAL;
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "INSERT INTO template_snaps (key, prefix, stored, node, created_at) "
+			    "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (key) DO NOTHING",
+			    &st);
+	if (!r) {
+		if (store__bind_text(st, 1, t->key) != SQL_OK ||
+		    store__bind_text(st, 2, t->prefix) != SQL_OK ||
+		    store__bind_text(st, 3, t->stored) != SQL_OK ||
+		    store__bind_text(st, 4, s->node) != SQL_OK ||
+		    sql_bind_int64(st, 5, (long long)time(NULL)) != SQL_OK)
+			r = -EIO;
+		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
+			r = -EEXIST;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 /* Declares node name, at epoch, down if its lease still ran out before

@@ -47,12 +47,13 @@ int store_node_loads(struct store *s, long long now_ms, unsigned sample, struct 
 	/* the sample drawn from the nodes' rows alone: only its loads are summed */
 	int r = store__prep(s,
 			    sample ? "SELECT n.name, n.url, n.vcpus, n.memory_mb, " HELD_BY_NODE
-				     " FROM (SELECT name, url, vcpus, memory_mb FROM nodes WHERE "
+				     ", n.compat, n.warm, n.held FROM (SELECT name, url, vcpus, "
+				     "memory_mb, compat, warm, held FROM nodes WHERE "
 				     "state = 'ready' AND drained = 0 AND lease_until_ms > ?1 "
 				     "ORDER BY random() LIMIT ?2) n ORDER BY n.name"
 				   : "SELECT n.name, n.url, n.vcpus, n.memory_mb, " HELD_BY_NODE
-				     " FROM nodes n WHERE n.state = 'ready' AND n.drained = 0 AND "
-				     "n.lease_until_ms > ?1 ORDER BY n.name",
+				     ", n.compat, n.warm, n.held FROM nodes n WHERE n.state = 'ready' "
+				     "AND n.drained = 0 AND n.lease_until_ms > ?1 ORDER BY n.name",
 			    &st);
 	if (!r && (sql_bind_int64(st, 1, now_ms) != SQL_OK ||
 		   (sample && sql_bind_int64(st, 2, sample) != SQL_OK)))
@@ -82,6 +83,9 @@ int store_node_loads(struct store *s, long long now_ms, unsigned sample, struct 
 		    store__col_copy(st, 1, l->url, sizeof(l->url)) || col_ull(st, 2, &vc) ||
 		    col_ull(st, 3, &l->memory_mb) || col_ull(st, 4, &running) ||
 		    col_ull(st, 5, &l->held_vcpus) || col_ull(st, 6, &l->held_memory_mb) ||
+		    store__col_copy(st, 7, l->compat, sizeof(l->compat)) ||
+		    store__col_copy(st, 8, l->warm, sizeof(l->warm)) ||
+		    store__col_copy(st, 9, l->held, sizeof(l->held)) ||
 		    vc > UINT_MAX || running > UINT_MAX) {
 			r = -EIO;
 			break;

@@ -131,7 +131,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "11"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "12"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -154,11 +154,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 12", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 13", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 12") != NULL);
+	CHECK(strstr(err, "schema version 13") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1020,7 +1020,7 @@ static void test_pg_schema_and_reopen(void)
 	char v[64], err[256];
 	CHECK(raw_query(t.path, "SELECT version FROM cpuos_schema WHERE program = 'cpuosd'", v,
 			sizeof(v)) == 0 &&
-	      !strcmp(v, "11"));
+	      !strcmp(v, "12"));
 	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, "{}") == 0);
 	store_close(t.s);
 	t.s = NULL;
@@ -1030,10 +1030,10 @@ static void test_pg_schema_and_reopen(void)
 	store_sbx_release(&x);
 	store_close(t.s);
 	t.s = NULL;
-	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 12", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 13", v, sizeof(v)) == 0);
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 12") != NULL);
+	CHECK(strstr(err, "schema version 13") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1349,9 +1349,19 @@ static void test_placement(void)
 	CHECK(raw_query(t.path, "UPDATE nodes SET memory_mb = 2048 WHERE name = 'node-b'", v,
 			sizeof(v)) == 0);
 	CHECK(insert(a, "sbx_00000000000000a1", "alice", 100, "{}") == 0); /* 2 vCPUs, 1024 MB */
+	/* what a node offers: written by it alone, at its epoch; read with
+	 * its load and in its row */
+	CHECK(store_node_offers(a, "00112233aabbccdd", "base:2,python:1", "base,python") == 0);
+	CHECK(store_node_offers(api, "", "", "") == -EINVAL); /* no node */
+	CHECK(store_node_offers(a, "", "bad text\n", "") == -EINVAL);
+	struct store_node row;
+	if (CHECK(store_node_get(api, "node-b", &row) == 0))
+		CHECK(!row.compat[0] && !row.warm[0] && !row.held[0]);
 	struct store_load *l;
 	size_t n;
 	if (CHECK(store_node_loads(api, 1000, 0, &l, &n) == 0 && n == 2)) {
+		CHECK(!strcmp(l[0].compat, "00112233aabbccdd") && !strcmp(l[0].warm, "base:2,python:1") &&
+		      !strcmp(l[0].held, "base,python") && !l[1].warm[0]);
 		CHECK(!strcmp(l[0].name, "node-a") && l[0].running == 1 && l[0].held_vcpus == 2 &&
 		      l[0].held_memory_mb == 1024 && l[0].memory_mb == 4096 &&
 		      !strcmp(l[0].url, "http://node-a.test:7070"));
@@ -1397,6 +1407,15 @@ static void test_placement(void)
 	CHECK(reserve(api, "rsv_7", "dave", "node-a", 1, 128, 2000000, &q, 1000001) == -ESTALE);
 	CHECK(reserve(api, "rsv_7", "dave", "nowhere", 1, 128, 9000, &q, 5000) == -ESTALE);
 	CHECK(reserve(api, "", "dave", "node-a", 1, 128, 9000, &q, 5000) == -EINVAL);
+	/* a join starts what it offers anew; a fenced node writes nothing */
+	if (CHECK(store_node_get(api, "node-a", &row) == 0))
+		CHECK(!strcmp(row.compat, "00112233aabbccdd") && !strcmp(row.held, "base,python"));
+	long long e2;
+	struct store *a2 = open_as(&t, "node-a", 1000000, &e2);
+	if (a2 && CHECK(store_node_get(api, "node-a", &row) == 0))
+		CHECK(!row.compat[0] && !row.warm[0] && !row.held[0]);
+	CHECK(store_node_offers(a, "x", "", "") == -ESTALE);
+	store_close(a2);
 out:
 	store_close(api);
 	store_close(a);
