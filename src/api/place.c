@@ -71,6 +71,9 @@ static int round_of(struct capi *a, const char *account, const struct want *w,
 		int skipped = 0;
 		for (size_t k = 0; k < nskip; k++)
 			skipped |= !strcmp(skip[k], loads[i].name);
+		/* a checkpoint restores only where its node's snapshots do */
+		if (w->compat[0] && loads[i].compat[0] && strcmp(w->compat, loads[i].compat))
+			skipped = 1;
 		if (!skipped && fits(&loads[i], w->memory_mb))
 			cand[nc++] = i;
 	}

@@ -24,10 +24,13 @@ struct placed {
 	char rsv[32]; /* the reservation to drop once the node answered */
 };
 
-/* What a create asks for: its template ("" from a checkpoint) and size. */
+/* What a create asks for: its template ("" from a checkpoint) and size,
+ * and for one from a checkpoint what it needs of the node (compat, "":
+ * any node). */
 struct want {
 	char template[64];
 	unsigned vcpus, memory_mb;
+	char compat[24];
 };
 
 /* Places a sandbox w for account, on none of the nodes named in

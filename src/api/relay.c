@@ -401,9 +401,11 @@ static int account_of(struct capi *a, const struct http1_head *h, char *account,
 	return -ENOENT;
 }
 
-/* A create's template and size, as the node will read them; what the node
- * would refuse leaves the defaults, and the node says why. */
-static void create_want(const char *body, size_t n, struct want *w)
+/* A create's template and size, as the node will read them, and from a
+ * checkpoint of account's what it needs; what the node would refuse leaves
+ * the defaults, and the node says why. */
+static void create_want(struct capi *a, const char *account, const char *body, size_t n,
+			struct want *w)
 {
 	*w = (struct want){ .vcpus = 1, .memory_mb = 512 };
 	json_t *j = json_loadb(body, n, 0, NULL), *v;
@@ -417,6 +419,8 @@ static void create_want(const char *body, size_t n, struct want *w)
 	    json_string_length(v) < sizeof(w->template) &&
 	    !json_is_string(json_object_get(j, "checkpoint"))) /* a checkpoint has its own */
 		snprintf(w->template, sizeof(w->template), "%s", json_string_value(v));
+	if ((v = json_object_get(j, "checkpoint")) && json_is_string(v))
+		store_ckpt_compat(capi_db(a), account, json_string_value(v), w->compat);
 	json_decref(j);
 }
 
@@ -487,7 +491,7 @@ static void create(struct conn *c, const struct http1_head *h, const char *extra
 		goto out;
 	}
 	struct want w;
-	create_want(body, len, &w);
+	create_want(a, account, body, len, &w);
 	char tried[8][64];
 	size_t ntried = 0;
 	unsigned tries = a->create_tries < 8 ? a->create_tries : 8;

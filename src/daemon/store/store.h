@@ -178,6 +178,11 @@ int store_ckpt_insert(struct store *s, const struct store_ckpt *c);
 /* By id, or by name within account: 0 with *out filled, or -ENOENT. */
 int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
 		   struct store_ckpt *out);
+/* What checkpoint id_or_name of account needs of a host that restores it:
+ * the compat of the node that made it ("" unknown). 0, -ENOENT (no such
+ * checkpoint, or made on a single host), -EIO. */
+int store_ckpt_compat(struct store *s, const char *account, const char *id_or_name,
+		      char compat[24]);
 /* account NULL: every account; newest first. */
 int store_ckpt_list(struct store *s, const char *account, struct store_ckpt **out, size_t *n);
 /* Deletes checkpoint id; one that was stored goes, in the same

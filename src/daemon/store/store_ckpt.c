@@ -103,6 +103,31 @@ static int read_ckpt(struct sql_stmt *st, struct store_ckpt *c)
 	return c->env_json ? 0 : -ENOMEM;
 }
 
+int store_ckpt_compat(struct store *s, const char *account, const char *id_or_name,
+		      char compat[24])
+{
+	compat[0] = '\0';
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s,
+			    "SELECT n.compat FROM checkpoints c JOIN nodes n ON n.name = c.node "
+			    "WHERE (c.id = ?1 OR c.name = ?1) AND c.account = ?2 "
+			    "ORDER BY c.id = ?1 DESC LIMIT 1",
+			    &st);
+	if (!r) {
+		int rc = store__bind_text(st, 1, id_or_name) == SQL_OK &&
+				 store__bind_text(st, 2, account) == SQL_OK
+			     ? sql_step(st)
+			     : SQL_ERROR;
+		r = rc == SQL_ROW ? store__col_copy(st, 0, compat, 24)
+		    : rc == SQL_DONE ? -ENOENT
+				     : -EIO;
+		sql_finalize(st);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 int store_ckpt_get(struct store *s, const char *account, const char *id_or_name,
 		   struct store_ckpt *out)
 {

@@ -1407,6 +1407,13 @@ static void test_placement(void)
 	CHECK(reserve(api, "rsv_7", "dave", "node-a", 1, 128, 2000000, &q, 1000001) == -ESTALE);
 	CHECK(reserve(api, "rsv_7", "dave", "nowhere", 1, 128, 9000, &q, 5000) == -ESTALE);
 	CHECK(reserve(api, "", "dave", "node-a", 1, 128, 9000, &q, 5000) == -EINVAL);
+	/* a checkpoint needs what its node restores */
+	char compat[24];
+	CHECK(ckpt_insert(a, "ckp_00000000000000c1", "c1", 5) == 0);
+	CHECK(store_ckpt_compat(api, "alice", "c1", compat) == 0 &&
+	      !strcmp(compat, "00112233aabbccdd"));
+	CHECK(store_ckpt_compat(api, "bob", "c1", compat) == -ENOENT); /* another's */
+	CHECK(store_ckpt_compat(api, "alice", "nope", compat) == -ENOENT && !compat[0]);
 	/* a join starts what it offers anew; a fenced node writes nothing */
 	if (CHECK(store_node_get(api, "node-a", &row) == 0))
 		CHECK(!strcmp(row.compat, "00112233aabbccdd") && !strcmp(row.held, "base,python"));
