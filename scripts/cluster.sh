@@ -2,8 +2,12 @@
 # A cpuos cluster on this one machine, to try it or test against: a
 # PostgreSQL (scripts/pg.sh), an object store (scripts/objstore.sh), N node
 # daemons (cpuosd --node, default 3), two cpuos-api replicas and HAProxy in
-# front of them, all on 127.0.0.1, all state under DIR. Needs root (the
-# nodes run VMs) and a built tree (make all guest).
+# front of them, all state under DIR. Each node runs in a network namespace
+# of its own, joined to a bridge of this cluster (10.199.X.0/24, X from
+# DIR; the host is .1, node i is .10+i), where PostgreSQL and the object
+# store listen too; the replicas and HAProxy are on the host (HAProxy on
+# 127.0.0.1). Needs root (the nodes run VMs) and a built tree (make all
+# guest).
 #
 #   scripts/cluster.sh up DIR [N]          start it and print the export
 #                                          lines of its API (CPUOS_API_URL,
@@ -12,6 +16,10 @@
 #                                          host loss would: SIGKILL of its
 #                                          daemon and of every QEMU it runs
 #   scripts/cluster.sh start-node DIR NAME start it again (it rejoins)
+#   scripts/cluster.sh cut-node DIR NAME   cut its network off (its link to
+#                                          the bridge down): a partition;
+#                                          it runs on, unable to renew
+#   scripts/cluster.sh heal-node DIR NAME  its link up again
 #   scripts/cluster.sh down DIR            end everything
 #
 # The nodes' lease from CPUOS_CLUSTER_LEASE (seconds, default 15); the
@@ -21,13 +29,13 @@
 # +10+i (its port URLs' proxy on +40+i),
 # PostgreSQL on +80, the object store on +90..+94. The nodes share the
 # host's cache (template snapshots, the egress CA under it, and one jail
-# uid, as the tests' daemons do) and a cluster secret made at `up`. Each
-# node is a process on this host's loopback, not a network namespace of
-# its own: a host loss is its processes killed, not a partition.
+# uid, as the tests' daemons do) and a cluster secret made at `up`. A node
+# is entered with nsenter --net, not ip netns exec, which would remount
+# /sys and hide the cgroups the jail uses.
 set -euo pipefail
 cmd=${1:-} dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || {
-	echo "usage: $0 up DIR [N] | stop-node DIR NAME | start-node DIR NAME | down DIR" >&2
+	echo "usage: $0 up DIR [N] | stop-node|start-node|cut-node|heal-node DIR NAME | down DIR" >&2
 	exit 2
 }
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +45,41 @@ base=${CPUOS_CLUSTER_PORT:-17000}
 
 say() { echo "cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
+
+# The cluster's names and addresses, from DIR (absolute by now).
+net_of() {
+	local h
+	h=$(printf '%s' "$dir" | sha256sum | cut -c1-4)
+	tag=$h
+	bridge=cpcl$h
+	subnet=10.199.$((16#${h:0:2})) # .0/24
+	host_ip=$subnet.1
+}
+ns_of() { echo "cpcl-$tag-$1"; }     # a node's namespace
+veth_of() { echo "cpcl$tag${1#node-}"; } # its link's host end
+
+# The bridge, once.
+bridge_up() {
+	net_of
+	ip link show "$bridge" >/dev/null 2>&1 && return 0
+	ip link add "$bridge" type bridge
+	ip addr add "$host_ip/24" dev "$bridge"
+	ip link set "$bridge" up
+}
+
+# Node i's namespace and link, once.
+node_net() { # name i
+	local ns veth
+	ns=$(ns_of "$1") veth=$(veth_of "$1")
+	[ -e "/var/run/netns/$ns" ] && return 0
+	ip netns add "$ns"
+	ip link add "$veth" type veth peer name eth0 netns "$ns"
+	ip link set "$veth" master "$bridge" up
+	ip -n "$ns" link set lo up
+	ip -n "$ns" addr add "$subnet.$((10 + $2))/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$ns" route add default via "$host_ip"
+}
 
 # Waits until URL answers 2xx (with curl's extra arguments), at most $2 s.
 wait_http() {
@@ -56,19 +99,27 @@ node_start() { # name
 	. "$dir/env"
 	mkdir -p "$nd"
 	chmod 0711 "$nd"
-	setsid "$bin/cpuosd" --state-dir "$nd/state" --socket "$nd/run/cpuosd.sock" \
+	bridge_up
+	node_net "$name" "$i"
+	local ip=$subnet.$((10 + i)) lease=${CPUOS_CLUSTER_LEASE:-15}
+	# a node cut off from the database learns it within about a lease, not
+	# lib/sql's 30 s of TCP patience (the URL's settings win)
+	local db="${CPUOS_PG_URL/127.0.0.1/$host_ip}?tcp_user_timeout=$((lease * 1000))"
+	db+="&connect_timeout=$((lease > 2 ? lease : 2))"
+	nsenter --net="/var/run/netns/$(ns_of "$name")" setsid "$bin/cpuosd" \
+		--state-dir "$nd/state" --socket "$nd/run/cpuosd.sock" \
 		--guest-dir "$guest" --jail-ids 1900000000:65536 \
-		--listen "127.0.0.1:$((base + 10 + i))" --url-listen "127.0.0.1:$((base + 40 + i))" \
+		--listen "$ip:$((base + 10 + i))" --url-listen "$ip:$((base + 40 + i))" \
 		--url-public "127.0.0.1:$((base + 3))" \
 		--net-range "10.$((200 + i)).0.0/20" --pool-python 0 \
-		--database "$CPUOS_PG_URL" --node "$name" --node-lease "${CPUOS_CLUSTER_LEASE:-15}" \
-		--cluster-secret "$dir/cluster.secret" \
+		--database "$db" --node "$name" \
+		--node-lease "$lease" --cluster-secret "$dir/cluster.secret" \
 		--s3-endpoint "$CPUOS_S3_ENDPOINT" --s3-bucket cpuos \
 		>>"$nd/cpuosd.log" 2>&1 </dev/null &
 	echo $! >"$nd/pid"
-	wait_http "http://127.0.0.1:$((base + 10 + i))/v1/health" 120 -H "@$dir/cluster.header" ||
+	wait_http "http://$ip:$((base + 10 + i))/v1/health" 120 -H "@$dir/cluster.header" ||
 		{ tail -5 "$nd/cpuosd.log" >&2; die "$name did not start ($nd/cpuosd.log)"; }
-	say "$name up on 127.0.0.1:$((base + 10 + i))"
+	say "$name up on $ip:$((base + 10 + i)) (network namespace $(ns_of "$name"))"
 }
 
 node_kill() { # name
@@ -92,10 +143,11 @@ up() {
 	[ -f "$dir/env" ] && die "$dir holds a cluster already: $0 down $dir first"
 	chmod 0711 "$dir" # for PostgreSQL's user, and cpuosd once it gave root up
 	umask 077 # the passwords and the secret below are root's alone
+	bridge_up
 	say "PostgreSQL..."
-	"$root/scripts/pg.sh" up "$dir/pg" $((base + 80)) >"$dir/env"
+	CPUOS_PG_LISTEN=$host_ip "$root/scripts/pg.sh" up "$dir/pg" $((base + 80)) >"$dir/env"
 	say "object store..."
-	"$root/scripts/objstore.sh" up "$dir/s3" $((base + 90)) >>"$dir/env"
+	CPUOS_OBJSTORE_LISTEN=$host_ip "$root/scripts/objstore.sh" up "$dir/s3" $((base + 90)) >>"$dir/env"
 	[ -f "$dir/cluster.secret" ] || head -c 32 /dev/urandom | base64 >"$dir/cluster.secret"
 	# for curl's -H @file: the secret never on a command line
 	echo "cpuos-cluster: $(cat "$dir/cluster.secret")" >"$dir/cluster.header"
@@ -175,6 +227,11 @@ down() {
 	done
 	"$root/scripts/objstore.sh" down "$dir/s3" || true
 	"$root/scripts/pg.sh" down "$dir/pg" || true
+	net_of
+	for f in /var/run/netns/"cpcl-$tag"-*; do
+		[ -e "$f" ] && ip netns del "$(basename "$f")"
+	done
+	ip link del "$bridge" 2>/dev/null || true
 	rm -f "$dir/env" "$dir/haproxy.pid"
 	say "down"
 }
@@ -193,6 +250,14 @@ start-node)
 	[ -n "${3:-}" ] || die "start-node DIR NAME"
 	dir=$(cd "$dir" && pwd)
 	node_start "$3"
+	;;
+cut-node | heal-node)
+	[ -n "${3:-}" ] || die "$cmd DIR NAME"
+	dir=$(cd "$dir" && pwd)
+	net_of
+	ip link show "$(veth_of "$3")" >/dev/null 2>&1 || die "no node $3 in $dir"
+	ip link set "$(veth_of "$3")" "$([ "$cmd" = cut-node ] && echo down || echo up)"
+	say "$3 $([ "$cmd" = cut-node ] && echo cut off || echo reachable again)"
 	;;
 *) die "unknown command $cmd" ;;
 esac

@@ -2,7 +2,8 @@
 # A local S3-compatible object store for tests and trials: OpenStack Swift
 # from Debian (swift-proxy, -account, -container, -object) with its s3api
 # and tempauth (which keeps S3 requests' credentials in memcached, so one
-# runs too), one replica, every server on 127.0.0.1, all state under DIR.
+# runs too), one replica, every server on 127.0.0.1 (the S3 endpoint on
+# CPUOS_OBJSTORE_LISTEN instead, if set), all state under DIR.
 #
 #   scripts/objstore.sh up DIR [PORT]   start it (the S3 endpoint on PORT,
 #                                       default 18080; the three storage
@@ -68,10 +69,11 @@ for kind in object container account; do
 	i=$((i + 1))
 done
 
-common() { # port
+host=${CPUOS_OBJSTORE_LISTEN:-127.0.0.1}
+common() { # port [address]
 	cat <<EOF
 [DEFAULT]
-bind_ip = 127.0.0.1
+bind_ip = ${2:-127.0.0.1}
 bind_port = $1
 workers = 0
 swift_dir = $etc
@@ -91,7 +93,7 @@ for kind in object container account; do
 done
 # s3api before tempauth; slo for multipart uploads (s3api keeps them as
 # static large objects); cache before both: tempauth's S3 check needs it.
-{ common "$port"
+{ common "$port" "$host"
   cat <<EOF
 [pipeline:main]
 pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats s3api tempauth copy slo dlo proxy-logging proxy-server
@@ -138,9 +140,11 @@ done
 # Ready when the proxy and the three servers answer HTTP (any status: the
 # servers refuse a bare GET, which is an answer).
 answers() {
-	local p
+	local p h
 	for p in "$port" $((port + 1)) $((port + 2)) $((port + 3)); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/" 2>/dev/null)" != 000 ] || return 1
+		h=127.0.0.1
+		[ "$p" = "$port" ] && h=$host
+		[ "$(curl -s -o /dev/null -w '%{http_code}' "http://$h:$p/" 2>/dev/null)" != 000 ] || return 1
 	done
 }
 end=$((SECONDS + 120))
@@ -158,7 +162,7 @@ until answers; do
 	sleep 0.2
 done
 cat <<EOF
-export CPUOS_S3_ENDPOINT=http://127.0.0.1:$port
+export CPUOS_S3_ENDPOINT=http://$host:$port
 export CPUOS_S3_REGION=us-east-1
 export CPUOS_S3_ACCESS_KEY=cpuos:tester
 export CPUOS_S3_SECRET_KEY=testing

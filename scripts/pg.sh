@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local PostgreSQL server for tests and trials: Debian's postgresql, a
 # cluster of its own under DIR (initdb), run as the postgres user (the
-# server refuses root), on 127.0.0.1 and a socket in DIR/run.
+# server refuses root), on 127.0.0.1 (and the addresses in
+# CPUOS_PG_LISTEN, a comma-separated list, if set) and a socket in DIR/run.
 #
 #   scripts/pg.sh up DIR [PORT]   start it (default port 15432) and print
 #                                 the export lines of its URL
@@ -56,8 +57,11 @@ as_pg sh -c "umask 077; printf '%s\n' '$password' > '$dir/pwfile'"
 as_pg "$bin/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" -E UTF8 --locale=C.UTF-8 \
 	--auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1 ||
 	{ echo "pg: initdb failed:" >&2; tail -5 "$dir/initdb.log" >&2; exit 1; }
+# from the other addresses' networks too (scripts/cluster.sh's nodes)
+[ -z "${CPUOS_PG_LISTEN:-}" ] ||
+	as_pg sh -c "echo 'host all all samenet scram-sha-256' >> '$dir/data/pg_hba.conf'"
 as_pg "$bin/pg_ctl" start -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-	-o "-p $port -k $dir/run -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off" \
+	-o "-p $port -k $dir/run -c listen_addresses=127.0.0.1${CPUOS_PG_LISTEN:+,$CPUOS_PG_LISTEN} -c fsync=off -c full_page_writes=off" \
 	>/dev/null ||
 	{ echo "pg: the server did not start:" >&2; tail -5 "$dir/server.log" >&2; exit 1; }
 as_pg "$bin/psql" -q -X -v ON_ERROR_STOP=1 -h "$dir/run" -p "$port" -U postgres -d postgres \

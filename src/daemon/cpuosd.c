@@ -411,6 +411,9 @@ static int node_round(struct lease *l)
 	const struct config *o = l->o;
 	long long lease_ms = o->node_lease_s * 1000, now = mono_ms();
 	int r = store_node_renew(l->store, now_ms() + lease_ms);
+	/* a database cut off answers nothing until TCP gives up (lib/sql's
+	 * tcp_user_timeout, 30 s): judged by the time after the try */
+	now = mono_ms();
 	if (r == -ESTALE) {
 		log_error("node %s was declared down (its lease ran out) or joined elsewhere: "
 			  "stopping; what it ran is lost, and the next start kills it",

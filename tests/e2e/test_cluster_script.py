@@ -141,3 +141,54 @@ def test_a_paused_sandbox_moves_when_its_node_is_lost(cluster):
     out = subprocess.run([SCRIPT, "start-node", cluster.dir, owner], capture_output=True, text=True,
                          timeout=300, env=cluster.env)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_node_cut_off_is_fenced_and_kills_what_it_ran_when_back(cluster):
+    """A partition, not a kill: the node's link to the bridge goes down while it runs a sandbox.
+    The others declare it down and the sandbox lost; the node, unable to renew, stops by itself
+    (its QEMU runs on, cut off); back on the network it joins at a new epoch and kills it."""
+    kw = dict(api_key=cluster.key_a, api_url=cluster.url)
+    sbx = cpuos.Sandbox.create(template="base", **kw)
+    owner = sbx.info().node
+
+    def qemu_runs():
+        return subprocess.run(["pgrep", "-f", f"qemu.*{sbx.id}"], capture_output=True).returncode == 0
+
+    def wait(what, cond, limit):
+        deadline = time.monotonic() + limit * SLOW
+        while True:
+            try:
+                if cond():
+                    return
+            except cpuos.CpuosError:  # its node unreachable (502) until declared down
+                pass
+            assert time.monotonic() < deadline, f"{what}\n{cluster.log_tail()}"
+            time.sleep(0.3)
+
+    assert qemu_runs()
+    pid_file = os.path.join(cluster.dir, owner, "pid")
+    with open(pid_file) as f:
+        daemon = int(f.read())
+    cut = subprocess.run([SCRIPT, "cut-node", cluster.dir, owner], capture_output=True, text=True,
+                         timeout=60, env=cluster.env)
+    assert cut.returncode == 0, cut.stderr
+    try:
+        wait("the sandbox of the node cut off declared lost", lambda: sbx.info().state == "lost",
+             LEASE * 4 + 30)
+        # it learns when its database connection gives up (cluster.sh sets tcp_user_timeout
+        # and connect_timeout to a lease), a renewal then fails, and its lease is past
+        wait("the node cut off stopped by itself", lambda: not os.path.exists(f"/proc/{daemon}"),
+             LEASE * 4 + 30)
+        assert qemu_runs()  # nobody could reach it to stop it
+    finally:
+        heal = subprocess.run([SCRIPT, "heal-node", cluster.dir, owner], capture_output=True,
+                              text=True, timeout=60, env=cluster.env)
+        assert heal.returncode == 0, heal.stderr
+    back = subprocess.run([SCRIPT, "start-node", cluster.dir, owner], capture_output=True,
+                          text=True, timeout=300, env=cluster.env)
+    assert back.returncode == 0, back.stderr
+    wait("the QEMU of the lost sandbox killed by its node, back", lambda: not qemu_runs(), 60)
+    with open(os.path.join(cluster.dir, owner, "cpuosd.log"), "rb") as f:
+        log = f.read().decode("utf-8", "replace")
+    assert "could not renew its lease" in log or "declared down" in log, log[-2000:]
+    assert sbx.info().state == "lost"

@@ -145,8 +145,10 @@ static int push_pause(struct sbx_mgr *m, struct s3 *s3, const char *id, int hold
 				log_warn("sandbox %s: an older pause stays in the object store: %s", id, e2);
 		}
 	} else {
-		if (r == -ECANCELED)
+		if (r == -ECANCELED) { /* said before the clean-up, which may wait on the store */
 			snprintf(err, errlen, "the upload of its pause stopped: the sandbox is needed");
+			log_info("sandbox %s: upload of its pause stopped: the sandbox is needed", id);
+		}
 		/* What went up of it is no use without its manifest. */
 		char e2[256];
 		snapblob_delete(s3, prefix, e2, sizeof(e2));
@@ -160,9 +162,7 @@ static void upload(struct sbx_mgr *m, struct sbx_blob *b, const char *id)
 {
 	char err[512];
 	int r = push_pause(m, b->s3, id, 0, err, sizeof(err));
-	if (r == -ECANCELED)
-		log_info("sandbox %s: %s", id, err);
-	else if (r < 0 && r != -EAGAIN)
+	if (r < 0 && r != -EAGAIN && r != -ECANCELED) /* that one is said already */
 		log_warn("sandbox %s: pause not stored in the object store (tried again later): %s",
 			 id, err);
 }
@@ -567,7 +567,8 @@ static int tsnap_key(struct sbx_mgr *m, const char *dir, char *key, size_t n)
 	return w > 0 && (size_t)w < n ? 0 : -ENAMETOOLONG;
 }
 
-int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, char *err, size_t errlen)
+int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, const int *cancel, char *err,
+			  size_t errlen)
 {
 	char key[sizeof(((struct store_tsnap *)0)->key)], fetch[600];
 	struct store_tsnap t;
@@ -583,6 +584,7 @@ int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, char *err, size_t 
 		return r;
 	snprintf(fetch, sizeof(fetch), "%s.fetch", dir);
 	snap_remove(fetch); /* what an earlier fetch left */
+	s3_set_cancel(s3, cancel);
 	r = snapblob_pull(s3, t.prefix, t.stored, fetch, err, errlen);
 	s3_close(s3);
 	struct snap_manifest sm;
@@ -597,7 +599,8 @@ int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, char *err, size_t 
 	return r;
 }
 
-int sbx__blob_tsnap_share(struct sbx_mgr *m, const char *dir, char *err, size_t errlen)
+int sbx__blob_tsnap_share(struct sbx_mgr *m, const char *dir, const int *cancel, char *err,
+			  size_t errlen)
 {
 	struct store_tsnap t = { 0 };
 	if (tsnap_key(m, dir, t.key, sizeof(t.key)) < 0)
@@ -615,6 +618,7 @@ int sbx__blob_tsnap_share(struct sbx_mgr *m, const char *dir, char *err, size_t 
 	struct s3 *s3;
 	if ((r = s3_open(&s3, m->cfg.blob, err, errlen)) < 0)
 		return r;
+	s3_set_cancel(s3, cancel); /* the clean-up below too: a daemon stopping leaves it */
 	r = snapblob_push(s3, dir, t.prefix, t.stored, err, errlen);
 	if (r == 0 && (r = store_tsnap_put(m->store, &t)) < 0 && r != -EEXIST)
 		errbuf_set(err, errlen, r, "cannot record it: %s", strerror(-r));

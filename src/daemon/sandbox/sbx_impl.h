@@ -347,9 +347,11 @@ int sbx__blob_store(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
  * exist), checked whole: 0, -ENOENT (none, or no cluster), -errno with a
  * reason. Share: dir, a whole snapshot, stored and recorded unless one is
  * under its key already: 0 (also then, and without a cluster), -errno
- * with a reason. */
-int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, char *err, size_t errlen);
-int sbx__blob_tsnap_share(struct sbx_mgr *m, const char *dir, char *err, size_t errlen);
+ * with a reason. Either stops (-ECANCELED) once *cancel is set. */
+int sbx__blob_tsnap_fetch(struct sbx_mgr *m, const char *dir, const int *cancel, char *err,
+			  size_t errlen);
+int sbx__blob_tsnap_share(struct sbx_mgr *m, const char *dir, const int *cancel, char *err,
+			  size_t errlen);
 /* In a resume (the caller owns the transition): when row's pause is not
  * whole in its run directory but the object store has it, fetches it
  * there. 0 (also when there is nothing to do), or -errno with a reason. */

@@ -67,6 +67,7 @@ struct sbx_pools {
 	int npool;
 	pthread_t worker;
 	int quit, started;
+	int cancel; /* stops a transfer to or from the object store: the daemon stops */
 };
 
 static const char *warm_command(const char *template)
@@ -196,7 +197,7 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	snprintf(run, sizeof(run), "%s/snapshots/build-%s", c->cache_dir, tag);
 	snprintf(tmp, sizeof(tmp), "%s.tmp-%s", t->dir, tag);
 	/* another node's, of the same making, if the object store has it */
-	int f = sbx__blob_tsnap_fetch(m, t->dir, err, errlen);
+	int f = sbx__blob_tsnap_fetch(m, t->dir, &m->pools->cancel, err, errlen);
 	if (f == 0)
 		return 1;
 	if (f != -ENOENT)
@@ -485,7 +486,7 @@ static void *worker_main(void *arg)
 			t->state = SNAP_BUILDING;
 		pthread_mutex_unlock(&p->mu);
 		char err[512] = "";
-		int r = fill == 2   ? sbx__blob_tsnap_share(m, copy.dir, err, sizeof(err))
+		int r = fill == 2   ? sbx__blob_tsnap_share(m, copy.dir, &p->cancel, err, sizeof(err))
 			: fill == 1 ? (fill_one(m, &copy) ? 0 : -EAGAIN)
 				    : build(m, &copy, err, sizeof(err));
 		pthread_mutex_lock(&p->mu);
@@ -615,6 +616,7 @@ void sbx__pools_stop(struct sbx_mgr *m)
 	p->quit = 1;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
+	__atomic_store_n(&p->cancel, 1, __ATOMIC_RELAXED);
 	if (p->started)
 		pthread_join(p->worker, NULL);
 	/* Warm VMs belong to no sandbox: they go with the daemon. The
