@@ -36,21 +36,26 @@ int place_offers(const char *list, const char *template)
 
 /* Lower is better: the share of its memory it would hold, and half the
  * share of its CPUs its sandboxes have (overcommitted CPUs slow everyone
- * down, but memory is what refuses); less by 1 for a free warm VM of the
- * template (a create there only claims it), by 0.5 for its template
- * snapshot held (a restore, not a boot), both of the pools' one size: a
- * busier node with a warm VM wins over an idle one without. */
+ * down, but memory is what refuses). A free warm VM of the template (a
+ * create there only claims it) counts as two sandboxes fewer on that node,
+ * its template snapshot held (a restore there, not a fetch) as half of one,
+ * both of the pools' one size: a node with a warm VM wins over one a
+ * sandbox less busy without, a held snapshot breaks ties, and neither
+ * draws every create of a template to one node (the counts are up to a
+ * third of a lease old). */
 static double score(const struct store_load *l, const struct want *w)
 {
 	double m = l->memory_mb ? (double)(l->held_memory_mb + w->memory_mb) / (double)l->memory_mb
 				: (double)l->running / 100.0;
 	double c = l->vcpus ? (double)(l->held_vcpus + w->vcpus) / (double)l->vcpus : 0;
+	double one = (l->memory_mb ? (double)w->memory_mb / (double)l->memory_mb : 0.01) +
+		     (l->vcpus ? (double)w->vcpus / (double)l->vcpus / 2 : 0);
 	double ready = 0;
 	if (w->template[0] && w->vcpus == POOL_VCPUS && w->memory_mb == POOL_MEMORY_MB)
-		ready = place_offers(l->warm, w->template)   ? 1
+		ready = place_offers(l->warm, w->template)   ? 2
 			: place_offers(l->held, w->template) ? 0.5
 							     : 0;
-	return m + c / 2 - ready;
+	return m + c / 2 - ready * one;
 }
 
 static int fits(const struct store_load *l, unsigned memory_mb)

@@ -262,10 +262,12 @@ def test_placement_prefers_a_free_warm_vm_of_the_template(cluster, pg):
     first = r.json()["id"]
 
     def offers(name):
-        return pg.query(f"SELECT compat || ' ' || warm || ' ' || held FROM nodes "
-                        f"WHERE name = '{name}'").split(" ")
+        # (all three are '' until the node's first renewal says what it has)
+        return pg.query(f"SELECT compat || '|' || warm || '|' || held FROM nodes "
+                        f"WHERE name = '{name}'").split("|")
 
     wait_for("node-b's warm base VM in its row", lambda: "base:1" in offers("node-b")[1], 120)
+    wait_for("node-a's base snapshot in its row", lambda: "base" in offers("node-a")[2].split(","), 60)
     ca, cb = offers("node-a"), offers("node-b")
     assert len(ca[0]) == 16 and ca[0] == cb[0], (ca, cb)  # one host: one kind of snapshot
     assert ca[1] == "" and "base" in ca[2].split(","), ca  # no pool; its snapshot held
