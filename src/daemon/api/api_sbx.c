@@ -178,7 +178,8 @@ int api_sbx_kill(struct req *r)
 		return reply_error(r, 421, "misdirected", "%s", err);
 	/* -ENOENT: already stopped */
 	if (sbx_kill(r->api->sbx, r->param[0], "killed") == -EBUSY)
-		return reply_error(r, 503, "unavailable", "sandbox '%s' is busy; try again",
+		return reply_error(r, 503, "unavailable",
+				   "sandbox '%s' is busy or moving to another node; try again",
 				   r->param[0]);
 	return reply_empty(r, 204);
 }

@@ -390,7 +390,8 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 	int r = sbx__begin(s, SBX_EV_KILL, SETTLE_MS, &now);
 	if (r < 0) {
 		sbx_put(s);
-		return r == -EBUSY ? -EBUSY : -ENOENT;
+		/* moved: the node that took it kills it (the caller says try again) */
+		return r == -EBUSY || now == SBX_MOVED ? -EBUSY : -ENOENT;
 	}
 	char err[256];
 	if (now == SBX_PAUSED) { /* no VM: its files go */

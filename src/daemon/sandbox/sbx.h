@@ -137,7 +137,9 @@ int sbx_acquire(struct sbx_mgr *m, const char *id, const char *account, int flag
  * a reference; NULL otherwise. Never waits. */
 struct sbx *sbx_find(struct sbx_mgr *m, const char *id, const char *account);
 void sbx_put(struct sbx *s);
-/* Stops a sandbox and records why ("killed", "timeout"). */
+/* Stops a sandbox and records why ("killed", "timeout"): 0, -ENOENT when
+ * it stopped already (or never was here), -EBUSY when it is busy or has
+ * just moved to another node (try again). */
 int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason);
 /* Networks (sbx_net.c). A policy from the API, checked, in the compact
  * form the store keeps: malloc'd, or NULL with the reason in err (-EINVAL:

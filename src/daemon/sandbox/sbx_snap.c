@@ -9,6 +9,7 @@
 #include "daemon/sandbox/sbx_impl.h"
 
 #include "common/crash.h"
+#include "common/errbuf.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "runner/snap.h"
@@ -53,12 +54,16 @@ static void count(struct sbx_mgr *m, unsigned long long *n, double *ms_sum, doub
 }
 
 /* Why s (which settled in state now) cannot take a pause, a resume or a
- * snapshot: 0 when it is already where the caller wants it (want). */
+ * snapshot: 0 when it is already where the caller wants it (want), -EBUSY
+ * when another node has just taken it, else -ESHUTDOWN. */
 static int refuse(struct sbx *s, enum sbx_state now, enum sbx_state want, char *err,
 		  size_t errlen)
 {
 	if (now == want)
 		return 0;
+	if (now == SBX_MOVED) /* its row names the node that took it */
+		return errbuf_set(err, errlen, -EBUSY,
+				  "sandbox '%s' moved to another node just now; try again", s->id);
 	snprintf(err, errlen, "sandbox '%s' is %s", s->id,
 		 now == SBX_RUNNING || now == SBX_SNAPSHOTTING ? "running" : sbx_state_name(now));
 	return -ESHUTDOWN;
@@ -94,8 +99,8 @@ static int start(struct sbx *s, enum sbx_event ev, enum sbx_state want, char *er
 	int r = sbx__begin(s, ev, CLAIM_MS, &now);
 	if (r == -EBUSY)
 		snprintf(err, errlen, "sandbox '%s' is busy", s->id);
-	else if (r == -EPERM)
-		r = refuse(s, now, want, err, errlen) == 0 ? 1 : -ESHUTDOWN;
+	else if (r == -EPERM && (r = refuse(s, now, want, err, errlen)) == 0)
+		r = 1;
 	return r;
 }
 
