@@ -1,9 +1,10 @@
 /*
  * sbx_impl: what the two halves of the sandbox manager share: the sandbox
  * and operation structs, the caps on what a guest may make us hold, and
- * two small helpers. sbx.c owns lifecycles (create, pump, kill, restore,
- * expiry); sbx_op.c the operations HTTP threads run on a sandbox.
- * Included by those two files only.
+ * two small helpers. sbx.c owns lifecycles (pump, kill, expiry),
+ * sbx_create.c a create, sbx_restore.c a restart's restore; sbx_op.c the
+ * operations HTTP threads run on a sandbox. Included by the sandbox
+ * manager's files only.
  */
 #ifndef CPUOS_SBX_IMPL_H
 #define CPUOS_SBX_IMPL_H
