@@ -167,8 +167,8 @@ def test_a_pause_outlives_the_disk_it_was_made_on(s3d, store):
     sh(sbx, "echo kept > /work/k && head -c 4194304 /dev/urandom > /dev/shm/blob")
     blob = sh(sbx, "sha256sum < /dev/shm/blob")
     # A process that lives through it all: its pid and its counter go on.
-    sh(sbx, "nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n > /work/tick; sleep 0.2; done' "
-            ">/dev/null 2>&1 & echo $! > /work/pid")
+    sh(sbx, "nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n > /work/t && mv /work/t /work/tick; "
+            "sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid")
     assert info(s3d, sbx.id)["stored"] is False
     t0 = time.monotonic()
     sbx.pause()
