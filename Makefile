@@ -302,6 +302,11 @@ $(BUILD)/tests/test_snapblob: $(call obj,tests/unit/daemon/blob/test_snapblob.c 
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS) -lzstd
 
+# cpuos-api's placement, on a real store.
+$(BUILD)/tests/test_place: $(call obj,tests/unit/api/test_place.c $(TEST_LIB) src/api/place.c $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpq -lcrypto -ljansson -lpthread
+
 # The agent's tests talk raw frames to an agent in --listen mode (tests/lib/rawagent).
 RAWAGENT_TESTS := $(BUILD)/tests/test_agent $(BUILD)/tests/test_agent_code
 $(RAWAGENT_TESTS): $(BUILD)/tests/%: $(call obj,tests/unit/agent/%.c tests/lib/rawagent.c $(TEST_LIB) $(COMMON_SRCS))

@@ -67,6 +67,7 @@ UNIT_TESTS=(
 	test_sysfilter                     # daemon
 	test_sbx                           # daemon/sandbox
 	test_api                           # daemon/api
+	test_place                         # api
 	test_store test_store_usage        # daemon/store
 	test_policy test_proxy test_rules test_secret test_netd test_seal # daemon/net
 	test_ports                         # daemon/ports

@@ -34,6 +34,8 @@ struct capi {
 	unsigned sample;            /* placement's K: nodes compared per create */
 	unsigned create_tries;      /* nodes asked before a create fails */
 	long long hold_ms;          /* how long a reservation may outlive its create */
+	unsigned max_starting;      /* creates under way on one node (0: any number) */
+	long long busy_wait_ms;     /* how long a create waits for a node not busy */
 	char url_domain[256];       /* the nodes' --url-domain ("": path URLs) */
 };
 

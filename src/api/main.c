@@ -25,6 +25,7 @@ struct options {
 	char listen[128], database[1024], secret_file[4096], log_level[16];
 	char url_listen[128], url_domain[256];
 	long long db_conns, max_sandboxes, account_vcpus, account_memory_mb, sample, create_tries;
+	long long node_max_starting;
 };
 
 static const char usage[] =
@@ -52,6 +53,8 @@ static const char usage[] =
 	"  --placement-sample K   nodes compared for each create, sampled at random; the\n"
 	"                         least loaded wins (default 2)\n"
 	"  --create-tries N       nodes asked before a create fails (default 3)\n"
+	"  --node-max-starting N  creates under way on one node at once, from all replicas;\n"
+	"                         one more waits for a node (default 8; 0: no limit)\n"
 	"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 	"  --config FILE          options from FILE, one 'name = value' a line\n";
 
@@ -68,6 +71,7 @@ static const struct opt opt_table[] = {
 	OPT_INT_OF("account-max-memory-mb", struct options, account_memory_mb, 0, 1LL << 40),
 	OPT_INT_OF("placement-sample", struct options, sample, 1, 64),
 	OPT_INT_OF("create-tries", struct options, create_tries, 1, 8),
+	OPT_INT_OF("node-max-starting", struct options, node_max_starting, 0, 1 << 20),
 	{ 0 },
 };
 
@@ -85,7 +89,8 @@ long long capi_now_ms(void)
 
 int main(int argc, char **argv)
 {
-	struct options o = { .db_conns = 4, .max_sandboxes = 20, .sample = 2, .create_tries = 3 };
+	struct options o = { .db_conns = 4, .max_sandboxes = 20, .sample = 2, .create_tries = 3,
+			     .node_max_starting = 8 };
 	snprintf(o.listen, sizeof(o.listen), "127.0.0.1:7090");
 	snprintf(o.log_level, sizeof(o.log_level), "info");
 	const struct opts_spec spec = { "cpuos-api", usage, opt_table, 0 };
@@ -118,6 +123,8 @@ int main(int argc, char **argv)
 	a.sample = (unsigned)o.sample;
 	a.create_tries = (unsigned)o.create_tries;
 	a.hold_ms = 15 * 60 * 1000; /* longer than any create */
+	a.max_starting = (unsigned)o.node_max_starting;
+	a.busy_wait_ms = 30 * 1000;
 	snprintf(a.url_domain, sizeof(a.url_domain), "%.*s", (int)strcspn(o.url_domain, ":"),
 		 o.url_domain);
 	for (char *s = a.url_domain; *s; s++)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 /* The one size warm pools and their template snapshots hold (sbx_pool.c):
  * the create defaults. */
@@ -58,16 +59,31 @@ static double score(const struct store_load *l, const struct want *w)
 	return m + c / 2 - ready * one;
 }
 
-static int fits(const struct store_load *l, unsigned memory_mb)
+/* What a sandbox may write on its node's disk: its writable layer full,
+ * and a pause of its memory. */
+static unsigned long long disk_need(const struct want *w)
 {
-	return !l->memory_mb || l->held_memory_mb + memory_mb <= l->memory_mb;
+	return (unsigned long long)w->disk_mb + w->memory_mb;
+}
+
+enum fit { FITS, NO_ROOM, BUSY };
+
+static enum fit fits(const struct capi *a, const struct store_load *l, const struct want *w)
+{
+	if (l->memory_mb && l->held_memory_mb + w->memory_mb > l->memory_mb)
+		return NO_ROOM;
+	if (l->disk_free_mb >= 0 &&
+	    l->starting_disk_mb + disk_need(w) > (unsigned long long)l->disk_free_mb)
+		return NO_ROOM;
+	return a->max_starting && l->starting >= a->max_starting ? BUSY : FITS;
 }
 
 /* One round: the candidates among loads[0..n) (fit, not skipped), the
- * best of K sampled reserved; -ENOSPC when none could be. */
+ * best of K sampled reserved; -ENOSPC when none could be, *busy set when
+ * one could have but for the creates under way there. */
 static int round_of(struct capi *a, const char *account, const struct want *w,
 		    const char (*skip)[64], size_t nskip, const struct store_load *loads, size_t n,
-		    long long now, struct placed *out, char *err, size_t errlen)
+		    long long now, int *busy, struct placed *out, char *err, size_t errlen)
 {
 	size_t *cand = calloc(n ? n : 1, sizeof(*cand)), nc = 0;
 	if (!cand)
@@ -79,7 +95,9 @@ static int round_of(struct capi *a, const char *account, const struct want *w,
 		/* a checkpoint restores only where its node's snapshots do */
 		if (w->compat[0] && loads[i].compat[0] && strcmp(w->compat, loads[i].compat))
 			skipped = 1;
-		if (!skipped && fits(&loads[i], w->memory_mb))
+		enum fit f = skipped ? NO_ROOM : fits(a, &loads[i], w);
+		*busy |= f == BUSY;
+		if (f == FITS)
 			cand[nc++] = i;
 	}
 	int r = -ENOSPC;
@@ -95,7 +113,8 @@ static int round_of(struct capi *a, const char *account, const struct want *w,
 		}
 		const struct store_load *l = &loads[cand[best]];
 		struct store_rsv x = { .vcpus = w->vcpus, .memory_mb = w->memory_mb,
-				       .until_ms = now + a->hold_ms };
+				       .disk_mb = disk_need(w), .until_ms = now + a->hold_ms,
+				       .max_starting = a->max_starting };
 		snprintf(x.id, sizeof(x.id), "rsv_%016llx", rnd());
 		snprintf(x.account, sizeof(x.account), "%s", account);
 		snprintf(x.node, sizeof(x.node), "%s", l->name);
@@ -113,7 +132,10 @@ static int round_of(struct capi *a, const char *account, const struct want *w,
 			r = e == -EDQUOT ? -EDQUOT : -EIO;
 			break;
 		}
-		cand[best] = cand[--nc]; /* it filled up or left meanwhile */
+		/* it filled up, got busy or left meanwhile: others' creates
+		 * may end soon */
+		*busy |= e == -EAGAIN;
+		cand[best] = cand[--nc];
 	}
 	free(cand);
 	return r;
@@ -122,26 +144,45 @@ static int round_of(struct capi *a, const char *account, const struct want *w,
 int place(struct capi *a, const char *account, const struct want *w, const char (*skip)[64],
 	  size_t nskip, struct placed *out, char *err, size_t errlen)
 {
-	long long now = capi_now_ms();
-	int r = -ENOSPC;
+	long long until = capi_now_ms() + a->busy_wait_ms;
+	int r = -ENOSPC, busy = 0;
 	size_t ready = 0;
-	/* K nodes drawn by the database, their loads alone summed; all of
-	 * them only when none of those has room (a cluster nearly full) */
-	for (int all = 0; all < 2 && r == -ENOSPC; all++) {
-		struct store_load *loads;
-		size_t n;
-		int e = store_node_loads(capi_db(a), now, all ? 0 : a->sample + (unsigned)nskip,
-					 &loads, &n);
-		if (e < 0) {
-			snprintf(err, errlen, "cannot read the nodes: %s", strerror(-e));
-			return -EIO;
+	for (unsigned pause_ms = 20;; pause_ms = pause_ms < 320 ? pause_ms * 2 : 500) {
+		long long now = capi_now_ms();
+		busy = 0;
+		/* K nodes drawn by the database, their loads alone summed; all
+		 * of them only when none of those has room (a cluster nearly
+		 * full) */
+		for (int all = 0; all < 2 && r == -ENOSPC; all++) {
+			struct store_load *loads;
+			size_t n;
+			int e = store_node_loads(capi_db(a), now,
+						 all ? 0 : a->sample + (unsigned)nskip, &loads, &n);
+			if (e < 0) {
+				snprintf(err, errlen, "cannot read the nodes: %s", strerror(-e));
+				return -EIO;
+			}
+			r = round_of(a, account, w, skip, nskip, loads, n, now, &busy, out, err,
+				     errlen);
+			ready = n;
+			free(loads);
 		}
-		r = round_of(a, account, w, skip, nskip, loads, n, now, out, err, errlen);
-		ready = n;
-		free(loads);
+		/* Every node with room is starting its most: one ends soon. */
+		if (r != -ENOSPC || !busy || now + pause_ms > until)
+			break;
+		struct timespec ts = { 0, (long)pause_ms * 1000000 };
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
 	}
-	if (r == -ENOSPC)
-		snprintf(err, errlen, "no node can take a sandbox of %u MB now (%zu ready)",
-			 w->memory_mb, ready);
+	if (r == -ENOSPC && busy)
+		snprintf(err, errlen,
+			 "every node with room for a sandbox of %u MB is starting its most at once "
+			 "(%u); try again",
+			 w->memory_mb, a->max_starting);
+	else if (r == -ENOSPC)
+		snprintf(err, errlen,
+			 "no node has room for a sandbox of %u MB of memory and %u MB of disk now "
+			 "(%zu ready)",
+			 w->memory_mb, w->disk_mb, ready);
 	return r;
 }

@@ -1,7 +1,11 @@
 /*
  * place: which node makes a new sandbox. Filter: the nodes ready, leased,
- * not drained and with room for its memory (running sandboxes and live
- * reservations counted, against what the node may hold); score: of K of
+ * not drained, that restore its checkpoint if it has one, with room for
+ * its memory (running sandboxes and live reservations counted, against
+ * what the node may hold) and on their disk (what its writable layer and
+ * a pause of its memory may take, and those of the creates under way
+ * there, within what the node last said was free), and starting fewer
+ * sandboxes than --node-max-starting at once; score: of K of
  * them sampled at random by the database (only their loads are summed;
  * all nodes' when none of them has room), the least loaded (memory, then
  * CPUs), a node with a free warm VM of the template counted as far less
@@ -9,7 +13,8 @@
  * default size, as nodes say at their lease's renewals); reserve:
  * one transaction with the account's quotas (store_reserve), so parallel
  * creates on several replicas pass neither. A node that filled up
- * meanwhile is dropped and the next best taken.
+ * meanwhile is dropped and the next best taken. When every node with room
+ * is busy starting others, the create waits for one, a while.
  */
 #ifndef CPUOS_API_PLACE_H
 #define CPUOS_API_PLACE_H
@@ -29,7 +34,7 @@ struct placed {
  * any node). */
 struct want {
 	char template[64];
-	unsigned vcpus, memory_mb;
+	unsigned vcpus, memory_mb, disk_mb;
 	char compat[24];
 };
 

@@ -407,7 +407,7 @@ static int account_of(struct capi *a, const struct http1_head *h, char *account,
 static void create_want(struct capi *a, const char *account, const char *body, size_t n,
 			struct want *w)
 {
-	*w = (struct want){ .vcpus = 1, .memory_mb = 512 };
+	*w = (struct want){ .vcpus = 1, .memory_mb = 512, .disk_mb = 2048 };
 	json_t *j = json_loadb(body, n, 0, NULL), *v;
 	if ((v = json_object_get(j, "vcpus")) && json_is_integer(v) && json_integer_value(v) >= 1 &&
 	    json_integer_value(v) <= 64)
@@ -415,6 +415,9 @@ static void create_want(struct capi *a, const char *account, const char *body, s
 	if ((v = json_object_get(j, "memory_mb")) && json_is_integer(v) &&
 	    json_integer_value(v) >= 128 && json_integer_value(v) <= 1 << 20)
 		w->memory_mb = (unsigned)json_integer_value(v);
+	if ((v = json_object_get(j, "disk_mb")) && json_is_integer(v) &&
+	    json_integer_value(v) >= 64 && json_integer_value(v) <= 1 << 20)
+		w->disk_mb = (unsigned)json_integer_value(v);
 	if ((v = json_object_get(j, "template")) && json_is_string(v) &&
 	    json_string_length(v) < sizeof(w->template) &&
 	    !json_is_string(json_object_get(j, "checkpoint"))) /* a checkpoint has its own */

@@ -38,6 +38,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -402,6 +403,17 @@ static int lease_stop(struct lease *l)
 	return fenced;
 }
 
+/* What its sandboxes may still write on its disk: the space free to them
+ * in the state directory's file system, where their disks and pauses are
+ * (-1: unknown). */
+static long long disk_free_mb(const char *dir)
+{
+	struct statvfs v;
+	if (statvfs(dir, &v) < 0)
+		return -1;
+	return (long long)((unsigned long long)v.f_bavail * v.f_frsize >> 20);
+}
+
 /* A node's round: its lease renewed, and the nodes whose leases ran out
  * declared down (any node may; each is declared once). -1 when this node
  * must stop: it was declared down, or it could not renew for a whole lease
@@ -440,7 +452,7 @@ static int node_round(struct lease *l)
 	if (mgr) {
 		char compat[24], warm[256], held[256];
 		sbx_offers(mgr, compat, sizeof(compat), warm, sizeof(warm), held, sizeof(held));
-		int e = store_node_offers(l->store, compat, warm, held);
+		int e = store_node_offers(l->store, compat, warm, held, disk_free_mb(o->state_dir));
 		if (e < 0 && e != -ESTALE) /* fenced: the next renewal says so */
 			log_warn("node %s: cannot record what it offers: %s", o->node, strerror(-e));
 	}

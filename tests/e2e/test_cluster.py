@@ -12,6 +12,7 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -271,6 +272,9 @@ def test_placement_prefers_a_free_warm_vm_of_the_template(cluster, pg):
     ca, cb = offers("node-a"), offers("node-b")
     assert len(ca[0]) == 16 and ca[0] == cb[0], (ca, cb)  # one host: one kind of snapshot
     assert ca[1] == "" and "base" in ca[2].split(","), ca  # no pool; its snapshot held
+    listed = {n["name"]: n for n in a.http("GET", "/v1/nodes", unix=True).json()["nodes"]}
+    free = shutil.disk_usage(a.state_dir).free >> 20  # what placement weighs the disk by
+    assert abs(listed["node-a"]["disk_free_mb"] - free) < 4096, (listed["node-a"], free)
     s = cpuos.Sandbox.create(template="base", api_key=key, api_url=api.url)
     try:
         assert s.info().node == "node-b"
@@ -287,9 +291,17 @@ def test_quotas_hold_across_replicas_creating_at_once(cluster, pg):
     make_node, make_api = cluster
     a, b = make_node("node-a"), make_node("node-b")
     key = a.create_key("quota")
-    apis = [make_api("--max-sandboxes", "3"), make_api("--max-sandboxes", "3")]
-    results, made = [], []
+    # and each node starts one at a time, whichever replica asks: the others wait their turn
+    limits = ("--max-sandboxes", "3", "--node-max-starting", "1")
+    apis = [make_api(*limits), make_api(*limits)]
+    results, made, busiest = [], [], []
     lock = threading.Lock()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            busiest.append(int(pg.query("SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n "
+                                        "FROM reservations GROUP BY node) c")))
 
     def one(i):
         try:
@@ -301,13 +313,18 @@ def test_quotas_hold_across_replicas_creating_at_once(cluster, pg):
             with lock:
                 results.append(type(e).__name__ + ": " + str(e))
 
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    done.set()
+    watcher.join()
     try:
         assert results.count("ok") == 3, results
+        assert busiest and max(busiest) == 1, busiest
         assert all("already runs or starts 3 sandboxes" in r for r in results if r != "ok"), results
         assert pg.query("SELECT count(*) FROM reservations") == "0"  # each dropped once answered
         assert pg.query("SELECT count(*) FROM sandboxes WHERE state = 'running'") == "3"

@@ -25,11 +25,16 @@ static json_t *node_json(const struct store_node *n)
 	char joined[CLOCK_RFC3339_LEN], lease[CLOCK_RFC3339_LEN];
 	clock_rfc3339(n->joined_at, joined, sizeof(joined));
 	clock_rfc3339(n->lease_until_ms / 1000, lease, sizeof(lease));
-	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:s, s:s, s:i, s:I, s:s, s:s, s:s}", "name",
-			 n->name, "url", n->url, "state", n->state, "drained", n->drained, "epoch",
-			 (json_int_t)n->epoch, "lease_until", lease, "joined_at", joined, "vcpus",
-			 (int)n->vcpus, "memory_mb", (json_int_t)n->memory_mb, "compat", n->compat,
-			 "warm", n->warm, "held", n->held);
+	json_t *j = json_pack("{s:s, s:s, s:s, s:b, s:I, s:s, s:s, s:i, s:I, s:s, s:s, s:s}",
+			      "name", n->name, "url", n->url, "state", n->state, "drained",
+			      n->drained, "epoch", (json_int_t)n->epoch, "lease_until", lease,
+			      "joined_at", joined, "vcpus", (int)n->vcpus, "memory_mb",
+			      (json_int_t)n->memory_mb, "compat", n->compat, "warm", n->warm, "held",
+			      n->held);
+	/* null until the node has said */
+	json_object_set_new(j, "disk_free_mb",
+			    n->disk_free_mb < 0 ? json_null() : json_integer(n->disk_free_mb));
+	return j;
 }
 
 int api_nodes_list(struct req *r)
@@ -161,11 +166,12 @@ static const char *error_message(json_t *j)
 }
 
 /* The node, not this one, that takes new sandboxes, restores what this one
- * made (its compat, or either is unknown), and is least loaded (the share
- * of its memory held, and half that of its CPUs): 0 with its name and URL,
- * or -ENOENT. */
-static int least_loaded(struct store *st, const char *not, char *name, size_t namelen, char *url,
-			size_t urllen)
+ * made (its compat, or either is unknown), has room for sandbox x (its
+ * memory, and on its disk what a create there would need) and is least
+ * loaded (the share of its memory held, and half that of its CPUs): 0
+ * with its name and URL, or -ENOENT. */
+static int least_loaded(struct store *st, const char *not, const struct store_sbx *x, char *name,
+			size_t namelen, char *url, size_t urllen)
 {
 	struct store_node me;
 	if (store_node_get(st, not, &me) < 0)
@@ -178,7 +184,11 @@ static int least_loaded(struct store *st, const char *not, char *name, size_t na
 	int found = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(l[i].name, not) || !l[i].url[0] ||
-		    (me.compat[0] && l[i].compat[0] && strcmp(me.compat, l[i].compat)))
+		    (me.compat[0] && l[i].compat[0] && strcmp(me.compat, l[i].compat)) ||
+		    (l[i].memory_mb && l[i].held_memory_mb + x->memory_mb > l[i].memory_mb) ||
+		    (l[i].disk_free_mb >= 0 &&
+		     l[i].starting_disk_mb + x->disk_mb + x->memory_mb >
+			     (unsigned long long)l[i].disk_free_mb))
 			continue;
 		double s = (l[i].memory_mb ? (double)l[i].held_memory_mb / (double)l[i].memory_mb : 0) +
 			   (l[i].vcpus ? 0.5 * (double)l[i].held_vcpus / l[i].vcpus : 0);
@@ -210,21 +220,36 @@ static json_t *move_one(struct req *r, const char *id)
 							     "any node takes it when it is asked for"));
 		return out;
 	}
-	if (least_loaded(api->store, store_node_name(api->store), name, sizeof(name), url,
-			 sizeof(url)) < 0) {
-		json_object_set_new(out, "note", json_string("no other node takes sandboxes now: "
+	struct store_sbx x;
+	if (store_sbx_get(api->store, id, &x) < 0) {
+		json_object_set_new(out, "note", json_string("its row cannot be read: any node "
+							     "takes it when it is asked for"));
+		return out;
+	}
+	int e = least_loaded(api->store, store_node_name(api->store), &x, name, sizeof(name), url,
+			     sizeof(url));
+	store_sbx_release(&x);
+	if (e < 0) {
+		json_object_set_new(out, "note", json_string("no other node has room for it now: "
 							     "one takes it when it is asked for"));
 		return out;
 	}
 	snprintf(path, sizeof(path), "/internal/sandboxes/%s/take", id);
 	long status;
 	json_t *ans;
-	int e = node_post(url, path, api->cluster_secret,
-			  was_running ? "{\"resume\":true}" : "{\"resume\":false}", CALL_MS, &status,
-			  &ans, err, sizeof(err));
+	e = node_post(url, path, api->cluster_secret,
+		      was_running ? "{\"resume\":true}" : "{\"resume\":false}", CALL_MS, &status,
+		      &ans, err, sizeof(err));
+	const char *failed = json_string_value(json_object_get(ans, "resume_error"));
 	if (e == 0 && status == 200) {
 		json_object_set_new(out, "node", json_string(name));
-		json_object_set_new(out, "resumed", json_boolean(was_running));
+		json_object_set_new(out, "resumed", json_boolean(was_running && !failed));
+		if (failed) {
+			char note[700];
+			snprintf(note, sizeof(note), "taken, but paused there: its resume failed (%s)",
+				 failed);
+			json_object_set_new(out, "note", json_string(note));
+		}
 	} else {
 		char note[700];
 		snprintf(note, sizeof(note), "node '%s' did not take it (%s): any node takes it when "
@@ -266,11 +291,16 @@ static int drain_move(struct req *r, json_t *node)
 	}
 	struct store_node other;
 	char err[512], path[128];
-	if (!api->cluster_secret || store_node_get(api->store, r->param[0], &other) < 0) {
+	if (!api->cluster_secret) {
 		json_decref(node);
 		return reply_error(r, 400, "bad_request",
 				   "this node has no --cluster-secret to call node '%s' with: run "
 				   "the drain on that node",
+				   r->param[0]);
+	}
+	if (store_node_get(api->store, r->param[0], &other) < 0) {
+		json_decref(node);
+		return reply_error(r, 500, "internal", "node '%s' is drained, but cannot be read",
 				   r->param[0]);
 	}
 	snprintf(path, sizeof(path), "/internal/nodes/%s/move", other.name);

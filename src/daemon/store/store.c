@@ -376,6 +376,13 @@ static const struct sql_migration migrations[] = {
       " stored TEXT NOT NULL,"
       " node TEXT NOT NULL,"
       " created_at BIGINT NOT NULL);" },
+    /* 12 -> 13: the disk a node has free for sandboxes, as it says at its
+     * lease's renewals (-1: it has not said), and what a placement
+     * holds of it until the sandbox is made. */
+    { "ALTER TABLE nodes ADD COLUMN disk_free_mb INTEGER NOT NULL DEFAULT -1;"
+      "ALTER TABLE reservations ADD COLUMN disk_mb INTEGER NOT NULL DEFAULT 0;",
+      "ALTER TABLE nodes ADD COLUMN disk_free_mb BIGINT NOT NULL DEFAULT -1;"
+      "ALTER TABLE reservations ADD COLUMN disk_mb BIGINT NOT NULL DEFAULT 0;" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -297,6 +297,7 @@ struct store_node {
 	 * template snapshots it holds ("base,python"), of the default size. */
 	char compat[24];
 	char warm[256], held[256];
+	long long disk_free_mb; /* for sandboxes, at its last renewal; -1: unsaid */
 };
 /* Node n->name joins (made, or back): one more epoch, ready, its lease
  * until n->lease_until_ms; the rows of the sandboxes it owns are taken at
@@ -304,9 +305,10 @@ struct store_node {
  * epoch (every change to a sandbox's row holds only while the row is its
  * own at it). 0 with the epoch in *epoch, -EINVAL, -errno. */
 int store_node_join(struct store *s, const struct store_node *n, long long *epoch);
-/* What this store's node offers now (store_node's compat, warm and held):
- * 0, -ESTALE (fenced), -EINVAL, -EIO. */
-int store_node_offers(struct store *s, const char *compat, const char *warm, const char *held);
+/* What this store's node offers now (store_node's compat, warm, held and
+ * disk_free_mb): 0, -ESTALE (fenced), -EINVAL, -EIO. */
+int store_node_offers(struct store *s, const char *compat, const char *warm, const char *held,
+		      long long disk_free_mb);
 /* The name this store writes as ("" if none). */
 const char *store_node_name(struct store *s);
 /* Renews this store's node's lease: 0, or -ESTALE when the node was
@@ -363,6 +365,9 @@ struct store_load {
 	unsigned running;
 	unsigned long long held_vcpus, held_memory_mb;
 	char compat[24], warm[256], held[256]; /* as in store_node */
+	long long disk_free_mb;                /* as in store_node */
+	unsigned starting;                     /* its live reservations: creates under way */
+	unsigned long long starting_disk_mb;   /* the disk they hold */
 };
 /* The nodes that may take a sandbox at now_ms, by name, or (sample > 0)
  * that many of them drawn at random, whose loads alone are summed; *out
@@ -380,12 +385,16 @@ struct store_rsv {
 	char account[128];
 	char node[64];
 	unsigned vcpus, memory_mb;
-	long long until_ms; /* dropped after, if never released */
+	unsigned long long disk_mb; /* what it may write on its node's disk */
+	long long until_ms;         /* dropped after, if never released */
+	unsigned max_starting;      /* the node's creates under way, with this
+				     * one, at most (0: any number) */
 };
 /* Writes reservation x, in one transaction holding its account and its
  * node, if the account's running sandboxes and reservations with x stay
- * within q, and the node's within its memory: 0; -EDQUOT (the account),
- * -EAGAIN (the node is full), -ESTALE (the node takes no sandboxes now:
+ * within q, and the node's within its memory, its free disk (less what
+ * its other reservations hold) and x->max_starting: 0; -EDQUOT (the
+ * account), -EAGAIN (the node is full or busy), -ESTALE (the node takes no sandboxes now:
  * down, drained or its lease ran out by now_ms), -EEXIST (its id is
  * taken), -EINVAL, -EIO; why in
  * err. Reservations past their until_ms are dropped on the way. */

@@ -20,7 +20,7 @@
 
 #define NODE_COLS                                                                          \
 	"name, url, state, epoch, lease_until_ms, joined_at, vcpus, memory_mb, drained, ports_url, " \
-	"compat, warm, held"
+	"compat, warm, held, disk_free_mb"
 
 static int name_ok(const char *name)
 {
@@ -80,9 +80,9 @@ int store_node_join(struct store *s, const struct store_node *n, long long *epoc
 	if (!r)
 		r = store__prep(s,
 				"INSERT INTO nodes (" NODE_COLS ") VALUES (?1, ?2, 'ready', 1, ?3, ?4, "
-				"?5, ?6, 0, ?7, ?8, '', '') ON CONFLICT (name) DO UPDATE SET "
+				"?5, ?6, 0, ?7, ?8, '', '', -1) ON CONFLICT (name) DO UPDATE SET "
 				"url = excluded.url, ports_url = excluded.ports_url, "
-				"compat = excluded.compat, warm = '', held = '', "
+				"compat = excluded.compat, warm = '', held = '', disk_free_mb = -1, "
 				/* drained stays: a drain outlives restarts */
 				"state = 'ready', epoch = nodes.epoch + 1, "
 				"lease_until_ms = excluded.lease_until_ms, joined_at = excluded.joined_at, "
@@ -151,16 +151,19 @@ int store_node_renew(struct store *s, long long lease_until_ms)
 	return r == -EEXIST ? -EIO : r;
 }
 
-int store_node_offers(struct store *s, const char *compat, const char *warm, const char *held)
+int store_node_offers(struct store *s, const char *compat, const char *warm, const char *held,
+		      long long disk_free_mb)
 {
-	if (!store__text_ok(compat, sizeof(((struct store_node *)0)->compat), 0, 0) ||
+	if (disk_free_mb < -1 ||
+	    !store__text_ok(compat, sizeof(((struct store_node *)0)->compat), 0, 0) ||
 	    !store__text_ok(warm, sizeof(((struct store_node *)0)->warm), 0, 0) ||
 	    !store__text_ok(held, sizeof(((struct store_node *)0)->held), 0, 0))
 		return -EINVAL;
 	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = s->node[0] ? store__prep(s,
-					 "UPDATE nodes SET warm = ?2, held = ?4, compat = ?5 "
+					 "UPDATE nodes SET warm = ?2, held = ?4, compat = ?5, "
+					 "disk_free_mb = ?6 "
 					 "WHERE name = ?1 AND epoch = ?3 AND state != 'down'",
 					 &st)
 			   : -EINVAL;
@@ -168,7 +171,8 @@ int store_node_offers(struct store *s, const char *compat, const char *warm, con
 		if (store__bind_text(st, 1, s->node) != SQL_OK || store__bind_text(st, 2, warm) != SQL_OK ||
 		    sql_bind_int64(st, 3, s->node_epoch) != SQL_OK ||
 		    store__bind_text(st, 4, held) != SQL_OK ||
-		    store__bind_text(st, 5, compat) != SQL_OK)
+		    store__bind_text(st, 5, compat) != SQL_OK ||
+		    sql_bind_int64(st, 6, disk_free_mb) != SQL_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE;
@@ -195,8 +199,9 @@ static int read_node(struct sql_stmt *st, struct store_node *n)
 	n->epoch = sql_col_int64(st, 3);
 	n->lease_until_ms = sql_col_int64(st, 4);
 	n->joined_at = sql_col_int64(st, 5);
+	n->disk_free_mb = sql_col_int64(st, 13);
 	long long v = sql_col_int64(st, 6), m = sql_col_int64(st, 7);
-	if (v < 0 || v > UINT_MAX || m < 0)
+	if (v < 0 || v > UINT_MAX || m < 0 || n->disk_free_mb < -1)
 		return -EIO;
 	n->vcpus = (unsigned)v;
 	n->memory_mb = (unsigned long long)m;

@@ -131,7 +131,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "12"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "13"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -154,11 +154,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 13", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 14", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 13") != NULL);
+	CHECK(strstr(err, "schema version 14") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1020,7 +1020,7 @@ static void test_pg_schema_and_reopen(void)
 	char v[64], err[256];
 	CHECK(raw_query(t.path, "SELECT version FROM cpuos_schema WHERE program = 'cpuosd'", v,
 			sizeof(v)) == 0 &&
-	      !strcmp(v, "12"));
+	      !strcmp(v, "13"));
 	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, "{}") == 0);
 	store_close(t.s);
 	t.s = NULL;
@@ -1030,10 +1030,10 @@ static void test_pg_schema_and_reopen(void)
 	store_sbx_release(&x);
 	store_close(t.s);
 	t.s = NULL;
-	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 13", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 14", v, sizeof(v)) == 0);
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 13") != NULL);
+	CHECK(strstr(err, "schema version 14") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1330,6 +1330,24 @@ static int reserve(struct store *s, const char *id, const char *account, const c
 	return store_reserve(s, &x, q, now_ms, err, sizeof(err));
 }
 
+/* A create under way of 128 MB on node, that may write disk_mb there,
+ * where max_starting may be under way at once. */
+static int reserve_disk(struct store *s, const char *id, const char *node,
+			unsigned long long disk_mb, unsigned max_starting)
+{
+	struct store_rsv x = { .vcpus = 1, .memory_mb = 128, .disk_mb = disk_mb,
+			       .until_ms = 5000, .max_starting = max_starting };
+	snprintf(x.id, sizeof(x.id), "%s", id);
+	snprintf(x.account, sizeof(x.account), "erin");
+	snprintf(x.node, sizeof(x.node), "%s", node);
+	struct store_quota q = { .max_sandboxes = 100 };
+	char err[256];
+	int r = store_reserve(s, &x, &q, 1000, err, sizeof(err));
+	if (r == -EAGAIN && !strstr(err, node))
+		fprintf(stderr, "# the refusal does not name the node: %s\n", err);
+	return r;
+}
+
 /* What an API replica places by: the nodes that may take a sandbox with
  * what they hold, and reservations counted with running sandboxes against
  * an account's quotas and a node's memory; dropped when released or past
@@ -1351,12 +1369,15 @@ static void test_placement(void)
 	CHECK(insert(a, "sbx_00000000000000a1", "alice", 100, "{}") == 0); /* 2 vCPUs, 1024 MB */
 	/* what a node offers: written by it alone, at its epoch; read with
 	 * its load and in its row */
-	CHECK(store_node_offers(a, "00112233aabbccdd", "base:2,python:1", "base,python") == 0);
-	CHECK(store_node_offers(api, "", "", "") == -EINVAL); /* no node */
-	CHECK(store_node_offers(a, "", "bad text\n", "") == -EINVAL);
+	CHECK(store_node_offers(a, "00112233aabbccdd", "base:2,python:1", "base,python", 9000) == 0);
+	CHECK(store_node_offers(api, "", "", "", -1) == -EINVAL); /* no node */
+	CHECK(store_node_offers(a, "", "bad text\n", "", -1) == -EINVAL);
+	CHECK(store_node_offers(a, "", "", "", -2) == -EINVAL);
 	struct store_node row;
 	if (CHECK(store_node_get(api, "node-b", &row) == 0))
-		CHECK(!row.compat[0] && !row.warm[0] && !row.held[0]);
+		CHECK(!row.compat[0] && !row.warm[0] && !row.held[0] && row.disk_free_mb == -1);
+	if (CHECK(store_node_get(api, "node-a", &row) == 0))
+		CHECK(row.disk_free_mb == 9000);
 	struct store_load *l;
 	size_t n;
 	if (CHECK(store_node_loads(api, 1000, 0, &l, &n) == 0 && n == 2)) {
@@ -1366,6 +1387,8 @@ static void test_placement(void)
 		      l[0].held_memory_mb == 1024 && l[0].memory_mb == 4096 &&
 		      !strcmp(l[0].url, "http://node-a.test:7070"));
 		CHECK(!strcmp(l[1].name, "node-b") && l[1].running == 0 && l[1].held_memory_mb == 0);
+		CHECK(l[0].disk_free_mb == 9000 && l[1].disk_free_mb == -1 && l[0].starting == 0 &&
+		      l[0].starting_disk_mb == 0);
 		free(l);
 	}
 	/* a sample: that many nodes, each with its loads */
@@ -1393,6 +1416,25 @@ static void test_placement(void)
 	struct store_quota small = { .max_sandboxes = 10, .vcpus = 2, .memory_mb = 4096 };
 	CHECK(reserve(api, "rsv_5", "carol", "node-a", 3, 128, 5000, &small, 1000) == -EDQUOT);
 	CHECK(reserve(api, "rsv_5", "carol", "node-a", 1, 8192, 5000, &small, 1000) == -EDQUOT);
+	/* a node's free disk, less what its creates under way may write,
+	 * and how many it may start at once */
+	CHECK(reserve_disk(api, "rsv_d1", "node-a", 5000, 0) == 0);
+	CHECK(reserve_disk(api, "rsv_d2", "node-a", 4001, 0) == -EAGAIN);
+	CHECK(reserve_disk(api, "rsv_d2", "node-a", 4000, 2) == 0);
+	CHECK(reserve_disk(api, "rsv_d3", "node-a", 0, 2) == -EAGAIN); /* two under way */
+	CHECK(reserve_disk(api, "rsv_d3", "node-a", 0, 3) == 0);
+	if (CHECK(store_node_loads(api, 1000, 0, &l, &n) == 0 && n == 2)) {
+		CHECK(l[0].starting == 3 && l[0].starting_disk_mb == 9000);
+		CHECK(l[1].starting == 2 && l[1].starting_disk_mb == 0); /* rsv_2, rsv_3 */
+		free(l);
+	}
+	CHECK(store_unreserve(api, "rsv_d1") == 0);
+	CHECK(reserve_disk(api, "rsv_d4", "node-a", 5000, 3) == 0);
+	for (int i = 2; i <= 4; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "rsv_d%d", i);
+		CHECK(store_unreserve(api, id) == 0);
+	}
 	/* past their time, reservations count no more and are dropped */
 	CHECK(reserve(api, "rsv_6", "bob", "node-b", 1, 128, 6000, &q, 5000) == 0);
 	CHECK(raw_query(t.path, "SELECT count(*) FROM reservations", v, sizeof(v)) == 0 &&
@@ -1421,7 +1463,7 @@ static void test_placement(void)
 	struct store *a2 = open_as(&t, "node-a", 1000000, &e2);
 	if (a2 && CHECK(store_node_get(api, "node-a", &row) == 0))
 		CHECK(!row.compat[0] && !row.warm[0] && !row.held[0]);
-	CHECK(store_node_offers(a, "x", "", "") == -ESTALE);
+	CHECK(store_node_offers(a, "x", "", "", 1) == -ESTALE);
 	store_close(a2);
 out:
 	store_close(api);
