@@ -180,6 +180,12 @@ static int owner(struct routes *r, const char *id, int ports, char *url, size_t 
 		if (e < 0)
 			return -EIO;
 		snprintf(node, sizeof(node), "%s", x.node);
+		/* what restores its stored pause, if it says: where it may
+		 * resume when its node is gone or let go of it */
+		unsigned g;
+		char sha[65];
+		if (compat && store_stored_split(x.stored, &g, sha, compat) < 0)
+			compat[0] = '\0';
 		store_sbx_release(&x);
 		pthread_mutex_lock(&r->mu);
 		/* unless it moved meanwhile: then the next request asks again */
@@ -199,7 +205,7 @@ static int owner(struct routes *r, const char *id, int ports, char *url, size_t 
 			if (usable(&r->nodes[i], now)) {
 				snprintf(url, urllen, "%s", u);
 				found = u[0] != '\0';
-			} else if (compat) {
+			} else if (compat && !compat[0]) {
 				snprintf(compat, 24, "%s", r->nodes[i].compat);
 			}
 		}

@@ -25,8 +25,9 @@ void routes_close(struct routes *r);
 /* Where a request for sandbox id goes: 1 with the URL of its node, which is
  * ready and leased; 0 when no node of its own can answer (no such
  * sandbox, or its node is down: routes_any's node then answers, or takes
- * a stored pause over, and compat, which may be NULL, is what its node
- * restores ("" unknown), for routes_any); -EIO when the store did not
+ * a stored pause over, and compat, which may be NULL, is what restores
+ * that pause, as its record says or else as its node does ("" unknown),
+ * for routes_any); -EIO when the store did not
  * answer. */
 int routes_owner(struct routes *r, const char *id, char *url, size_t urllen, char compat[24]);
 /* The same for the node's port URLs' proxy (its ports_url): 1 with it, 0

@@ -139,7 +139,7 @@ def objstore():
     s.close()
 
 
-def test_a_paused_sandbox_of_a_node_lost_resumes_on_another(nodes, pg, objstore):
+def test_a_paused_sandbox_of_a_node_lost_resumes_on_another(nodes, pg, objstore, tmp_path):
     s3 = ("--s3-endpoint", objstore.endpoint, "--s3-bucket", BUCKET)
     env = {k: objstore.env[k] for k in ("CPUOS_S3_ACCESS_KEY", "CPUOS_S3_SECRET_KEY")}
     a, b = nodes("node-a", *s3, env=env), nodes("node-b", *s3, env=env)
@@ -155,6 +155,12 @@ def test_a_paused_sandbox_of_a_node_lost_resumes_on_another(nodes, pg, objstore)
     a.stop(signal.SIGKILL)  # A's host is lost, its disk with it as far as B can tell
     wait_for("node-a declared down",
              lambda: pg.query("SELECT state FROM nodes WHERE name = 'node-a'") == "down", LEASE + 10)
+    # A node whose snapshots differ (here another egress CA) leaves it: its stored pause says
+    # what restores it.
+    c = nodes("node-c", *s3, "--egress-ca", str(tmp_path / "ca"), env=env)
+    r = c.http("POST", f"/v1/sandboxes/{sbx.id}/resume", key=key)
+    assert r.status == 421 and "cannot restore" in r.json()["error"]["message"], r
+    assert row(c, key, sbx.id)["state"] == "paused"
     s2 = cpuos.Sandbox.connect(sbx.id, api_key=key, api_url=b.url)
     assert sh(s2, "cat /work/k") == "kept"  # resumed on B, from the object store
     assert s2.info().node == "node-b"

@@ -338,7 +338,7 @@ int api_sbx_take(struct req *r)
 	int e = sbx_take(r->api->sbx, r->param[0], err, sizeof(err));
 	if (e == 0 && resume)
 		e = sbx_resume(r->api->sbx, r->param[0], err, sizeof(err));
-	if (e == -ESTALE)
+	if (e == -ESTALE || e == -EXDEV)
 		return reply_error(r, 409, "conflict", "%s", err);
 	if (e < 0)
 		return api_resume_error(r, e, err);

@@ -198,7 +198,7 @@ int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, siz
  * declared down, its pause stored, taken by this node and loaded paused:
  * 0 (also when it is this node's already), or -errno with a reason
  * (-ESTALE: it cannot be: its node lives, nothing is stored, this node is
- * drained). */
+ * drained; -EXDEV: this node cannot restore its pause). */
 int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen);
 /* What this node offers placement (store_node_offers): compat, a digest of
  * what a snapshot made here needs of the host that restores it (the

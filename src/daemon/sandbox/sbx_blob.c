@@ -60,17 +60,11 @@ static void prefix_of(char *out, size_t n, const char *id, unsigned generation)
 	snprintf(out, n, "pauses/%s/%u", id, generation);
 }
 
-/* Splits a stored record "<generation> <sha>": 0 or -EINVAL. */
+/* Splits a stored record (store_stored_split): 0 or -EINVAL. */
 static int parse_stored(const char *stored, unsigned *generation, char sha[65])
 {
-	char *end;
-	unsigned long g = strtoul(stored, &end, 10);
-	if (end == stored || *end != ' ' || g > 0xffffffffUL || strlen(end + 1) != 64 ||
-	    strspn(end + 1, "0123456789abcdef") != 64)
-		return -EINVAL;
-	*generation = (unsigned)g;
-	memcpy(sha, end + 1, 65);
-	return 0;
+	char compat[24];
+	return store_stored_split(stored, generation, sha, compat);
 }
 
 int sbx_pause_stored(const struct store_sbx *row)
@@ -123,7 +117,11 @@ static int push_pause(struct sbx_mgr *m, struct s3 *s3, const char *id, int hold
 	int r = snapblob_push(s3, row.run_dir, prefix, sha, err, errlen);
 	s3_set_cancel(s3, NULL);
 	if (r == 0) {
-		snprintf(rec, sizeof(rec), "%u %s", row.generation, sha);
+		/* with what restores it: a node that cannot never takes it */
+		char compat[24];
+		sbx__compat(m, compat, sizeof(compat));
+		snprintf(rec, sizeof(rec), "%u %s%s%s", row.generation, sha, compat[0] ? " " : "",
+			 compat);
 		r = store_sbx_set_stored(m->store, id, row.generation, rec);
 		if (r < 0)
 			snprintf(err, errlen, "cannot record it: %s", strerror(-r));

@@ -19,14 +19,29 @@
 
 #define MOVE_SETTLE_MS 60000 /* for another transition to end */
 
+/* Whether this node restores the stored pause of row: its record names
+ * no compat (made before records did) or this node's. */
+static int restores_here(struct sbx_mgr *m, const struct store_sbx *row)
+{
+	unsigned g;
+	char sha[65], theirs[24], mine[24];
+	if (store_stored_split(row->stored, &g, sha, theirs) < 0)
+		return 0;
+	sbx__compat(m, mine, sizeof(mine));
+	return !theirs[0] || !mine[0] || !strcmp(theirs, mine);
+}
+
 /* A paused sandbox of a node declared down, its pause in the object
  * store: made this node's and loaded paused. 0, or -ESTALE when it cannot
- * be (its node lives, nothing is stored), -errno. One at a time: a second
- * request for it finds it here. */
+ * be (its node lives, nothing is stored), -EXDEV when this node could not
+ * restore its pause (another kernel, CPU model, accelerator or egress CA),
+ * -errno. One at a time: a second request for it finds it here. */
 static int take_over(struct sbx_mgr *m, const struct store_sbx *row)
 {
 	if (!m->cfg.blob || strcmp(row->state, "paused") || !sbx_pause_stored(row))
 		return -ESTALE;
+	if (!restores_here(m, row))
+		return -EXDEV;
 	/* Not by a node being drained. */
 	struct store_node me;
 	if (store_node_get(m->store, store_node_name(m->store), &me) < 0 || me.drained)
@@ -49,9 +64,9 @@ static int take_over(struct sbx_mgr *m, const struct store_sbx *row)
 	vm_remove_files(run);
 	r = sbx__load_paused(m, &now);
 	if (r == 0)
-		log_info("sandbox %s taken over from node %s, which was declared down: its pause "
-			 "comes from the object store",
-			 row->id, row->node);
+		log_info("sandbox %s taken over from %s%s: its pause comes from the object store",
+			 row->id, row->node[0] ? "node " : "the node that let go of it",
+			 row->node[0] ? row->node : "");
 	store_sbx_release(&now);
 out:
 	pthread_mutex_unlock(&m->take_mu);
@@ -64,8 +79,15 @@ int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, siz
 	if (!me[0] || !strcmp(row->node, me) ||
 	    (strcmp(row->state, "running") && strcmp(row->state, "paused")))
 		return 0;
-	if (take_over(m, row) == 0)
+	int t = take_over(m, row);
+	if (t == 0)
 		return 0;
+	if (t == -EXDEV)
+		return errbuf_set(err, errlen, -EREMOTE,
+				  "sandbox '%s' was paused on a node whose snapshots this one cannot "
+				  "restore (another kernel, CPU model or accelerator): a node like "
+				  "that one resumes it",
+				  row->id);
 	if (!row->node[0]) /* let go of by its node, and not taken here: drained */
 		return errbuf_set(err, errlen, -EBUSY,
 				  "sandbox '%s' is moving to another node; try again", row->id);
@@ -91,7 +113,12 @@ int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	if (store_sbx_get(m->store, id, &row) < 0)
 		return errbuf_set(err, errlen, -ENOENT, "no sandbox '%s'", id);
 	int r = take_over(m, &row);
-	if (r < 0)
+	if (r == -EXDEV)
+		errbuf_set(err, errlen, r,
+			   "sandbox '%s' cannot be taken here: this node cannot restore its pause "
+			   "(another kernel, CPU model or accelerator)",
+			   id);
+	else if (r < 0)
 		errbuf_set(err, errlen, r,
 			   "sandbox '%s' cannot be taken here: it is %s on node '%s'%s", id,
 			   row.state, row.node[0] ? row.node : "(none)",

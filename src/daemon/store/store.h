@@ -87,8 +87,9 @@ struct store_sbx {
 			      * a JSON array; NULL = "[]"; owned */
 	char *transforms_json; /* request transformations (rules.h), a JSON
 				* array; NULL = "[]"; owned */
-	char stored[80];     /* the pause in the object store: "<generation>
-			      * <SHA-256 of its manifest>"; "" = none */
+	char stored[104];    /* the pause in the object store: "<generation>
+			      * <SHA-256 of its manifest>[ <compat>]" (what
+			      * restores it, as store_node's); "" = none */
 	char node[64];       /* the node that owns it; "" on a single host
 			      * (written by the store, not taken from here) */
 };
@@ -151,6 +152,10 @@ int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n);
  * (store_sbx's form): 0, or -ESTALE when the row is no longer paused at
  * that generation (nothing written), -ENOENT, -EINVAL. */
 int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, const char *stored);
+/* Splits a stored record (store_sbx's form) into its generation, the
+ * SHA-256 of its manifest and its compat ("" when it names none): 0 or
+ * -EINVAL. */
+int store_stored_split(const char *stored, unsigned *generation, char sha[65], char compat[24]);
 /* Forgets the stored pause of id if it is still was: 0, -ESTALE. */
 int store_sbx_clear_stored(struct store *s, const char *id, const char *was);
 /* Ended sandboxes (stopped, lost) whose stored pause is still to delete. */

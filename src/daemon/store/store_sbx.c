@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define HEX "0123456789abcdef"
+
 #define MAX_META_FILTER 64 /* metadata pairs in one list filter */
 #define MAX_LIST_LIMIT	100
 /* A cursor is the hex of "<created_at>.<id>": at most 19 digits, a dot and
@@ -703,6 +705,23 @@ int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, c
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r == -EEXIST ? -EIO : r;
+}
+
+int store_stored_split(const char *stored, unsigned *generation, char sha[65], char compat[24])
+{
+	char *end;
+	unsigned long g = strtoul(stored, &end, 10);
+	if (end == stored || *end != ' ' || g > 0xffffffffUL || strspn(end + 1, HEX) != 64)
+		return -EINVAL;
+	const char *c = end + 65;
+	size_t cn = *c == ' ' ? strlen(c + 1) : 0;
+	if ((*c && *c != ' ') || (*c == ' ' && (cn == 0 || cn > 23 || strspn(c + 1, HEX) != cn)))
+		return -EINVAL;
+	*generation = (unsigned)g;
+	memcpy(sha, end + 1, 64);
+	sha[64] = '\0';
+	memcpy(compat, *c ? c + 1 : c, cn + 1);
+	return 0;
 }
 
 int store_sbx_clear_stored(struct store *s, const char *id, const char *was)

@@ -949,6 +949,24 @@ static void test_stored_pauses(void)
 	CHECK(store_sbx_clear_stored(t.s, id, "1 other") == -ESTALE);
 	CHECK(store_sbx_clear_stored(t.s, id, rec) == 0);
 	CHECK(store_sbx_stored_ended(t.s, &xs, &n) == 0 && n == 0);
+	/* a record with the compat of its node, and one without (older) */
+	unsigned g;
+	char sha[65], compat[24], r2[160];
+	CHECK(store_stored_split(rec, &g, sha, compat) == 0 && g == 0 && !strcmp(sha, rec + 2) &&
+	      !compat[0]);
+	snprintf(r2, sizeof(r2), "17 %s 00112233aabbccdd", rec + 2);
+	CHECK(store_stored_split(r2, &g, sha, compat) == 0 && g == 17 &&
+	      !strcmp(compat, "00112233aabbccdd"));
+	const char *bad[] = { "", "0", "x 0123", "0 0123456789abcdef" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(store_stored_split(bad[i], &g, sha, compat) == -EINVAL);
+	/* after a good generation and SHA-256 */
+	const char *tail[] = { " ", " XYZ", " 00112233aabbccdd00112233", "a", " 0011 22" };
+	for (size_t i = 0; i < sizeof(tail) / sizeof(tail[0]); i++) {
+		snprintf(r2, sizeof(r2), "%s%s", rec, tail[i]);
+		if (!CHECK(store_stored_split(r2, &g, sha, compat) == -EINVAL))
+			t_note("accepted '%s'", r2);
+	}
 	tdb_remove(&t);
 }
 
