@@ -172,6 +172,26 @@ def test_a_paused_sandbox_of_a_node_lost_resumes_on_another(nodes, pg, objstore,
     assert "taken over from node node-a" in log and "fetched from the object store" in log
 
 
+def test_a_sandbox_no_node_took_is_deleted_past_the_retention(nodes, pg, objstore):
+    """A paused sandbox let go of that no node took (a drain's move with no other node there) has no
+    node to end it: one past whose retention it is takes it over and deletes it."""
+    s3 = ("--s3-endpoint", objstore.endpoint, "--s3-bucket", BUCKET)
+    env = {k: objstore.env[k] for k in ("CPUOS_S3_ACCESS_KEY", "CPUOS_S3_SECRET_KEY")}
+    a = nodes("node-a", *s3, env=env)
+    key = a.create_key("orphan")
+    sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
+    sbx.pause()
+    r = a.http("POST", "/v1/nodes/node-a/drain", body={"move": True}, unix=True, timeout=600)
+    assert r.status == 200, r
+    (moved,) = r.json()["moved"]
+    assert moved["node"] is None and "takes it when it is asked for" in moved["note"], moved
+    where = f"FROM sandboxes WHERE id = '{sbx.id}'"
+    assert pg.query(f"SELECT state || '|' || node {where}") == "paused|"
+    nodes("node-b", *s3, "--paused-retention", "1", env=env)
+    wait_for("node-b to delete it", lambda: pg.query(
+        f"SELECT state || '|' || end_reason || '|' || node {where}") == "stopped|retention|node-b", 60)
+
+
 def test_a_node_stopped_past_its_lease_is_fenced(nodes, pg):
     a, b = nodes("node-a"), nodes("node-b")
     key = a.create_key("fenced")

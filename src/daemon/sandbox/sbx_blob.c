@@ -290,6 +290,7 @@ static void pass(struct sbx_mgr *m, struct sbx_blob *b)
 {
 	struct store_sbx *rows;
 	size_t n;
+	sbx__adopt_orphans(m);
 	if (store_sbx_paused(m->store, &rows, &n) == 0) {
 		for (size_t i = 0; i < n && !quitting(b); i++)
 			if (!sbx_pause_stored(&rows[i]))

@@ -328,6 +328,10 @@ void sbx__compat(struct sbx_mgr *m, char *compat, size_t cn);
  * reason: -EBUSY (another transition), -EAGAIN (nothing stored), -ESTALE
  * (the row is not this node's, or changed). */
 int sbx__let_go(struct sbx_mgr *m, struct sbx *s, char *err, size_t errlen);
+/* sbx_node.c: paused sandboxes that no live node owns (store_sbx_orphans)
+ * and that are past this node's retention, taken over here, for the
+ * expiry to delete as it does this node's own. */
+void sbx__adopt_orphans(struct sbx_mgr *m);
 
 /* sbx_blob.c: pauses kept in the object store (cfg.blob). Starts the
  * worker that uploads each pause in the background and deletes what

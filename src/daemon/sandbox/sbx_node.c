@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define MOVE_SETTLE_MS 60000 /* for another transition to end */
 
@@ -100,6 +101,21 @@ int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, siz
 				  row->id, row->node);
 	snprintf(err, errlen, "sandbox '%s' is on node '%s', not this one", row->id, row->node);
 	return -EREMOTE;
+}
+
+void sbx__adopt_orphans(struct sbx_mgr *m)
+{
+	struct store_sbx *rows;
+	size_t n;
+	long long before = (long long)time(NULL) - m->cfg.paused_retention_s;
+	if (!store_node_name(m->store)[0] || store_sbx_orphans(m->store, before, &rows, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++)
+		if (take_over(m, &rows[i]) == 0)
+			log_info("sandbox %s was paused past the retention with no node of its own: "
+				 "this node deletes it",
+				 rows[i].id);
+	store_sbx_free_list(rows, n);
 }
 
 int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen)

@@ -158,6 +158,12 @@ int store_sbx_set_stored(struct store *s, const char *id, unsigned generation, c
 int store_stored_split(const char *stored, unsigned *generation, char sha[65], char compat[24]);
 /* Forgets the stored pause of id if it is still was: 0, -ESTALE. */
 int store_sbx_clear_stored(struct store *s, const char *id, const char *was);
+/* Paused sandboxes, their pauses stored, that no live node owns (let go
+ * of, or of a node declared down), paused at or before paused_before
+ * (seconds): what a node takes over to end by the retention. At most 100,
+ * the oldest first; *out as for store_sbx_list. */
+int store_sbx_orphans(struct store *s, long long paused_before, struct store_sbx **out,
+		      size_t *n);
 /* Ended sandboxes (stopped, lost) whose stored pause is still to delete. */
 int store_sbx_stored_ended(struct store *s, struct store_sbx **out, size_t *n);
 

@@ -662,6 +662,8 @@ int store_sbx_count_running(struct store *s, const char *account)
 }
 
 static int by_state(struct store *s, const char *sql, struct store_sbx **out, size_t *n);
+static int by_state_at(struct store *s, const char *sql, long long n2, struct store_sbx **out,
+		       size_t *n);
 
 int store_sbx_running(struct store *s, struct store_sbx **out, size_t *n)
 {
@@ -673,6 +675,16 @@ int store_sbx_paused(struct store *s, struct store_sbx **out, size_t *n)
 {
 	return by_state(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'paused' "
 			   "AND node = ?1 ORDER BY paused_at, id", out, n);
+}
+
+int store_sbx_orphans(struct store *s, long long paused_before, struct store_sbx **out,
+		      size_t *n)
+{
+	return by_state_at(s, "SELECT " SBX_COLS " FROM sandboxes WHERE state = 'paused' AND "
+			      "stored != '' AND paused_at <= ?2 AND node != ?1 AND (node = '' OR "
+			      "node IN (SELECT name FROM nodes WHERE state = 'down')) "
+			      "ORDER BY paused_at, id LIMIT 100",
+			   paused_before, out, n);
 }
 
 int store_sbx_stored_ended(struct store *s, struct store_sbx **out, size_t *n)
@@ -738,6 +750,13 @@ int store_sbx_clear_stored(struct store *s, const char *id, const char *was)
 
 static int by_state(struct store *s, const char *sql, struct store_sbx **out, size_t *n)
 {
+	return by_state_at(s, sql, 0, out, n);
+}
+
+/* The rows sql selects, ?1 this store's node and ?2 (if it has one) n2. */
+static int by_state_at(struct store *s, const char *sql, long long n2, struct store_sbx **out,
+		       size_t *n)
+{
 	*out = NULL;
 	*n = 0;
 	struct store_sbx *xs = NULL;
@@ -747,8 +766,10 @@ static int by_state(struct store *s, const char *sql, struct store_sbx **out, si
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);
 	if (!r) {
-		r = store__bind_text(st, 1, s->node) == SQL_OK ? collect(st, 0, &xs, &got, &more)
-							       : -EIO;
+		r = store__bind_text(st, 1, s->node) == SQL_OK &&
+				    (sql_param_count(st) < 2 || sql_bind_int64(st, 2, n2) == SQL_OK)
+			    ? collect(st, 0, &xs, &got, &more)
+			    : -EIO;
 		sql_finalize(st);
 	}
 	pthread_mutex_unlock(&s->lock);
