@@ -182,6 +182,8 @@ def test_a_node_serves_only_the_holders_of_the_secret(cluster, secret):
     a.headers = {"cpuos-cluster": value}
     r = a.http("POST", "/internal/sandboxes/sbx_none/take", body={})
     assert r.status == 404 and r.json()["error"]["code"] == "not_found", r
+    r = a.http("POST", "/internal/nodes/node-a/move", body={})  # only once drained
+    assert r.status == 409 and "not drained" in r.json()["error"]["message"], r
     a.headers = {}
     assert a.http("POST", "/internal/sandboxes/sbx_none/take", body={}).status == 403
     st, body = api_call(api, "POST", "/internal/sandboxes/sbx_none/take", key)

@@ -326,6 +326,13 @@ int api_node_move(struct req *r)
 	if (strcmp(r->param[0], store_node_name(r->api->store)))
 		return reply_error(r, 421, "misdirected", "this is node '%s', not '%s'",
 				   store_node_name(r->api->store), r->param[0]);
+	/* moved away only to stay away: new sandboxes would come back */
+	struct store_node me;
+	if (store_node_get(r->api->store, r->param[0], &me) < 0)
+		return reply_error(r, 500, "internal", "cannot read node '%s'", r->param[0]);
+	if (!me.drained)
+		return reply_error(r, 409, "conflict",
+				   "node '%s' is not drained: drain it first, then move", r->param[0]);
 	return reply_json(r, 200, json_pack("{s:o}", "moved", move_all(r)));
 }
 
@@ -334,18 +341,23 @@ int api_sbx_take(struct req *r)
 	int resume = 0;
 	if (api_bool(r, "resume", &resume) < 0)
 		return 0;
-	char err[512];
+	char err[512], why[512] = "";
 	int e = sbx_take(r->api->sbx, r->param[0], err, sizeof(err));
-	if (e == 0 && resume)
-		e = sbx_resume(r->api->sbx, r->param[0], err, sizeof(err));
 	if (e == -ESTALE || e == -EXDEV)
 		return reply_error(r, 409, "conflict", "%s", err);
 	if (e < 0)
 		return api_resume_error(r, e, err);
+	/* Taken, it is this node's whatever its resume does: a failed one
+	 * leaves it paused here, and says why. */
+	if (resume && sbx_resume(r->api->sbx, r->param[0], why, sizeof(why)) == 0)
+		why[0] = '\0';
 	struct store_sbx row;
 	if (store_sbx_get(r->api->store, r->param[0], &row) < 0)
 		return reply_error(r, 404, "not_found", "no sandbox '%s'", r->param[0]);
-	reply_json(r, 200, api_sandbox_json(r, &row));
+	json_t *j = api_sandbox_json(r, &row);
+	if (why[0])
+		json_object_set_new(j, "resume_error", json_string(why));
+	reply_json(r, 200, j);
 	store_sbx_release(&row);
 	return 0;
 }
