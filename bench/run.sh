@@ -17,6 +17,7 @@ build/bench/bench_api hostile 100
 build/bench/bench_snap
 python3 bench/bench_net.py 10
 python3 bench/bench_jail.py 10
+python3 bench/bench_pool.py 10
 python3 bench/bench_code.py 5
 python3 bench/bench_gateway.py 500
 python3 bench/bench_objstore.py 6

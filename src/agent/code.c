@@ -424,10 +424,11 @@ void code_ctx_delete(struct conn *c, const struct proto_frame *f)
 /* Queues a call for the kernel: the options line, the environment, an empty field, the code,
  * each NUL-terminated (what the scripts in interp/ read). 0 or -ENOMEM. */
 static int queue_call(struct conn *c, struct ctx *x, const struct proto_frame *f, const uint8_t *code,
-		      uint32_t len, const char *formats)
+		      uint32_t len, const char *formats, bool counted)
 {
 	char opts[96];
-	int n = snprintf(opts, sizeof(opts), "gen=%u formats=%s", agent.restores, formats);
+	int n = snprintf(opts, sizeof(opts), "gen=%u formats=%s count=%d", agent.restores, formats,
+			 counted);
 	int r = pbuf_append(&x->req, opts, (size_t)n + 1);
 	size_t off = 0;
 	struct proto_attr a;
@@ -473,7 +474,7 @@ static void req_flush(struct ctx *x)
 
 /* The call's options other than the context: 0, or -1 after P_ERROR. */
 static int parse_call(struct conn *c, const struct proto_frame *f, const uint8_t **code,
-		      uint32_t *len, uint64_t *timeout, char *formats, size_t flen)
+		      uint32_t *len, uint64_t *timeout, char *formats, size_t flen, bool *counted)
 {
 	*code = proto_get(f, A_CODE, len);
 	if (!*code) {
@@ -489,6 +490,13 @@ static int parse_call(struct conn *c, const struct proto_frame *f, const uint8_t
 		conn_send_attr_error(c, f->id, r, "timeout_ms");
 		return -1;
 	}
+	uint32_t uncounted = 0;
+	r = proto_get_u32(f, A_UNCOUNTED, &uncounted);
+	if (r == -EPROTO) {
+		conn_send_attr_error(c, f->id, r, "uncounted");
+		return -1;
+	}
+	*counted = !uncounted;
 	snprintf(formats, flen, "png");
 	r = proto_get_str(f, A_FORMATS, formats, flen);
 	if (r < 0 && r != -ENOENT) {
@@ -507,14 +515,14 @@ static int parse_call(struct conn *c, const struct proto_frame *f, const uint8_t
 void code_run(struct conn *c, const struct proto_frame *f)
 {
 	struct ctx tmpl = {0};
-	bool lang_given, restarted = false;
+	bool lang_given, restarted = false, counted;
 	const uint8_t *code;
 	uint32_t len;
 	uint64_t timeout = 0;
 	char formats[16];
 	int64_t window;
 	if (parse_ctx(c, f, &tmpl, &lang_given) < 0 ||
-	    parse_call(c, f, &code, &len, &timeout, formats, sizeof(formats)) < 0 ||
+	    parse_call(c, f, &code, &len, &timeout, formats, sizeof(formats), &counted) < 0 ||
 	    conn_op_window(c, f, &window) < 0)
 		return;
 
@@ -543,7 +551,8 @@ void code_run(struct conn *c, const struct proto_frame *f)
 	}
 	struct proc *p = kernel_of(x);
 	struct conn_op *op = NULL;
-	if (queue_call(c, x, f, code, len, formats) < 0 || !(op = conn_op_open(c, f->id, OP_CODE))) {
+	if (queue_call(c, x, f, code, len, formats, counted) < 0 ||
+	    !(op = conn_op_open(c, f->id, OP_CODE))) {
 		pbuf_release(&x->req);
 		x->req_head = 0;
 		return;

@@ -126,6 +126,8 @@ enum proto_tag {
 	A_FORMATS = 47,    /* str: figure formats, "png" or "png,svg" */
 	A_RESTARTED = 48,  /* u32 bool: P_STARTED of P_CODE: the kernel had died, this is a new one */
 	A_DIED = 49,       /* u32 bool: P_OK of P_CODE: the kernel died during the call */
+	A_UNCOUNTED = 50,  /* u32 bool: P_CODE: a call that is not one of the context's cells
+			    * (no execution count, no `_`): the host warming a kernel */
 };
 
 enum proto_proc_state { PS_RUNNING = 1, PS_EXITED = 2 };

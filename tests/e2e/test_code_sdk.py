@@ -19,6 +19,7 @@ def test_state_persists_between_calls(sandbox):
     assert second.text == "42" and second.results[0].is_main_result, second
     assert (second.context, second.language) == ("default", "python")
     assert second.execution_count == first.execution_count + 1
+    assert first.execution_count == 1  # the template's and the warm pool's warm-ups are no cells
     assert sandbox.run_code("persist_x + 1;").results == []  # a notebook's rule: ";" shows nothing
 
 

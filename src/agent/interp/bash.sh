@@ -32,7 +32,7 @@ while IFS= read -r -d '' -u 3 __cpuos_opts; do
 		RANDOM=$SRANDOM
 	fi
 	__cpuos_gen=$__cpuos_g
-	__cpuos_count=$((__cpuos_count + 1))
+	[[ " $__cpuos_opts " == *" count=0 "* ]] || __cpuos_count=$((__cpuos_count + 1))
 	__cpuos_intr=
 	__cpuos_cell 3<&- 4>&-
 	__cpuos_status=$?

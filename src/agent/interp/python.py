@@ -115,7 +115,7 @@ class Kernel:
             opts, env, code = call
             self.prepare(opts, env)
             try:
-                self.run(code)
+                self.run(code, counted=opts.get("count") != "0")
             finally:
                 flush_std()
                 emit({"type": "end", "execution_count": self.count})
@@ -140,9 +140,12 @@ class Kernel:
 
     # --- running a cell ---
 
-    def run(self, code):
-        self.count += 1
-        name = f"<cell {self.count}>"
+    def run(self, code, counted=True):
+        """Runs one cell; one not counted (the host warming this kernel) leaves no count and no
+        `_` behind."""
+        if counted:
+            self.count += 1
+        name = f"<cell {self.count}>" if counted else "<warm>"
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         value, error = None, None
         try:
@@ -156,7 +159,8 @@ class Kernel:
         if error is not None:
             emit(error_event(error))
         elif value is not None and not ends_with_semicolon(code):
-            self.ns["_"] = value
+            if counted:
+                self.ns["_"] = value
             self.display_value(value, main=True)
         self.flush_figures()
 

@@ -40,8 +40,10 @@ static void append(char *dst, size_t cap, size_t *n, const uint8_t *p, size_t k)
 }
 
 /* Sends a P_CODE (lang and env may be NULL, timeout 0: none): 0 or -errno. */
-static int send_code(struct client *c, uint32_t id, const char *ctx, const char *lang,
-		     const char *code, uint64_t timeout_ms, uint32_t window, const char *env)
+/* A P_CODE; uncounted: with A_UNCOUNTED 1, a call that is no cell. */
+static int send_code_as(struct client *c, uint32_t id, const char *ctx, const char *lang,
+			const char *code, uint64_t timeout_ms, uint32_t window, const char *env,
+			int uncounted)
 {
 	struct pbuf b = {0};
 	int r = proto_begin(&b, P_CODE, 0, id);
@@ -55,10 +57,18 @@ static int send_code(struct client *c, uint32_t id, const char *ctx, const char 
 		r = proto_put_u32(&b, A_WINDOW, window);
 	if (!r && env)
 		r = proto_put_str(&b, A_ENV, env);
+	if (!r && uncounted)
+		r = proto_put_u32(&b, A_UNCOUNTED, 1);
 	r = r ? r : proto_end(&b);
 	r = r ? r : cl_send_buf(c, &b);
 	pbuf_release(&b);
 	return r;
+}
+
+static int send_code(struct client *c, uint32_t id, const char *ctx, const char *lang,
+		     const char *code, uint64_t timeout_ms, uint32_t window, const char *env)
+{
+	return send_code_as(c, id, ctx, lang, code, timeout_ms, window, env, 0);
 }
 
 /* Reads operation id's frames up to its end into *k. */
@@ -181,6 +191,23 @@ static void test_python_state_and_results(void)
 	CHECK(ok_with(code(&c, "py", NULL, "s", 0), "!text"));
 	/* Each call ends its events with the execution count. */
 	CHECK(ok_with(code(&c, "py", NULL, "x", 0), "\"execution_count\": 7}"));
+	/* A call that is no cell (the host warming the kernel) shows its value but counts
+	 * nothing and leaves no `_`; in bash too. */
+	static struct call w;
+	uint32_t id = next_id++;
+	if (CHECK(send_code_as(&c, id, "py", NULL, "99", 0, 0, NULL, 1) == 0)) {
+		collect(&c, id, &w);
+		CHECK(ok_with(&w, "\"text\": \"99\"") && ok_with(&w, "\"execution_count\": 7}"));
+	}
+	CHECK(ok_with(code(&c, "py", NULL, "_", 0), "\"text\": \"41\""));
+	CHECK(ok_with(code(&c, "py", NULL, "x", 0), "\"execution_count\": 9}"));
+	id = next_id++;
+	memset(&w, 0, sizeof(w));
+	if (CHECK(send_code_as(&c, id, "sh", "bash", "true", 0, 0, NULL, 1) == 0)) {
+		collect(&c, id, &w);
+		CHECK(ok_with(&w, "\"execution_count\": 0}"));
+	}
+	CHECK(ok_with(code(&c, "sh", NULL, "true", 0), "\"execution_count\": 1}"));
 out:
 	cl_close(&c);
 }
