@@ -1,62 +1,22 @@
 /*
  * s3: requests to an S3-compatible store over libcurl; see s3.h. One
- * request is a struct req: where its body comes from (a file range or
- * memory), where the answer goes (a file, memory, or the error buffer) and
- * the hashes fed on the way. call() runs it with the retries.
+ * request is a struct req (s3_impl.h): where its body comes from (a file
+ * range or memory), where the answer goes (a file, memory, or the error
+ * buffer) and the hashes fed on the way. s3__call() runs it with the
+ * retries. The transfers built on it are in s3_xfer.c.
  */
-#include "lib/s3.h"
+#include "lib/s3_impl.h"
 
-#include "common/buf.h"
 #include "common/errbuf.h"
 #include "common/fs.h"
 
-#include <curl/curl.h>
 #include <errno.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define ATTEMPTS 3
-#define ERR_BODY_MAX 8192   /* an error's or a small answer's XML */
-#define ETAG_MAX 128
-
-struct s3 {
-	struct s3_conf c;
-	CURL *h;
-	char sigv4[96];
-	const int *cancel; /* s3_set_cancel's flag, or NULL */
-};
-
-struct req {
-	const char *method; /* GET PUT POST DELETE HEAD */
-	const char *key;    /* NULL: the bucket itself */
-	const char *query;  /* "" or "a=b&c=d", already escaped */
-	/* The body: from fd at [off, off + len), else mem[0..len). */
-	int in_fd;
-	const char *in_mem;
-	uint64_t in_off, in_len, in_done;
-	EVP_MD_CTX *in_hash;
-	/* The answer's body: to out_fd, else to out_mem, else to sink
-	 * (bounded either way). */
-	int out_fd;
-	struct buf *out_mem;
-	const struct s3_sink *sink;
-	uint64_t out_limit, out_len;
-	int out_over;
-	EVP_MD_CTX *out_hash;
-	/* What came back. */
-	long status;
-	char etag[ETAG_MAX];
-	long long length; /* Content-Length, -1 when not given */
-	struct buf err;   /* a non-2xx answer's body */
-	int err_over;     /* ... cut at ERR_BODY_MAX */
-	int write_err;
-};
-
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
 
@@ -127,7 +87,7 @@ static int endpoint_ok(const char *e)
 	return *h == '\0';
 }
 
-static int text_ok(const char *s, size_t min)
+int s3__text_ok(const char *s, size_t min)
 {
 	size_t n = strlen(s);
 	if (n < min)
@@ -149,10 +109,10 @@ int s3_open(struct s3 **out, const struct s3_conf *c, char *err, size_t errlen)
 		return errbuf_set(err, errlen, -EINVAL,
 				  "object store: bucket '%.64s' is not 3 to 63 of a-z, 0-9, '.' and '-'",
 				  c->bucket);
-	if (!text_ok(c->region, 1) || strchr(c->region, ':') || strlen(c->region) > 32)
+	if (!s3__text_ok(c->region, 1) || strchr(c->region, ':') || strlen(c->region) > 32)
 		return errbuf_set(err, errlen, -EINVAL, "object store: region '%.32s' is not valid",
 				  c->region);
-	if (!text_ok(c->access_key, 1) || !text_ok(c->secret_key, 1))
+	if (!s3__text_ok(c->access_key, 1) || !s3__text_ok(c->secret_key, 1))
 		return errbuf_set(err, errlen, -EINVAL,
 				  "object store: the access key and secret must be printable and not empty");
 	if (c->part_size && c->part_size < S3_PART_MIN)
@@ -299,7 +259,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
  * entities decoded, any other markup inside refused. 0, -ENOENT when the
  * element is absent, -EBADMSG when its text is not plain or does not fit.
  */
-static int xml_text(const char *xml, size_t len, const char *tag, char *out, size_t n)
+int s3__xml_text(const char *xml, size_t len, const char *tag, char *out, size_t n)
 {
 	char open[64], close[64];
 	snprintf(open, sizeof(open), "<%s>", tag);
@@ -345,14 +305,14 @@ static int xml_text(const char *xml, size_t len, const char *tag, char *out, siz
 }
 
 /* Keeps what an error quotes printable: a store is not trusted. */
-static void printable(char *s)
+void s3__printable(char *s)
 {
 	for (; *s; s++)
 		if (*s < 0x20 || *s > 0x7e)
 			*s = '?';
 }
 
-static void hash_reset(EVP_MD_CTX *h)
+void s3__hash_reset(EVP_MD_CTX *h)
 {
 	if (h)
 		EVP_DigestInit_ex(h, EVP_sha256(), NULL);
@@ -365,7 +325,7 @@ static void hex(const unsigned char *in, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
-static void hash_hex(EVP_MD_CTX *h, char out[65])
+void s3__hash_hex(EVP_MD_CTX *h, char out[65])
 {
 	unsigned char md[32];
 	unsigned int mdlen = 0;
@@ -482,7 +442,7 @@ static int attempt(struct s3 *s, struct req *r, char *err, size_t errlen)
 
 /* Runs r until it gets a 2xx, at most ATTEMPTS times: 0 or -errno. The
  * hashes are rewound to where they stood before each try. */
-static int call(struct s3 *s, struct req *r, char *err, size_t errlen)
+int s3__call(struct s3 *s, struct req *r, char *err, size_t errlen)
 {
 	EVP_MD_CTX *in_was = NULL;
 	if (r->in_hash && (!(in_was = EVP_MD_CTX_new()) || !EVP_MD_CTX_copy_ex(in_was, r->in_hash))) {
@@ -497,7 +457,7 @@ static int call(struct s3 *s, struct req *r, char *err, size_t errlen)
 			if (in_was)
 				EVP_MD_CTX_copy_ex(r->in_hash, in_was);
 		}
-		hash_reset(r->out_hash);
+		s3__hash_reset(r->out_hash);
 		if (r->out_fd >= 0 && ftruncate(r->out_fd, 0) < 0) {
 			ret = errbuf_set(err, errlen, -errno, "object store: cannot truncate: %s",
 					 strerror(errno));
@@ -523,10 +483,10 @@ static int call(struct s3 *s, struct req *r, char *err, size_t errlen)
 		}
 		char code[64] = "", msg[160] = "";
 		if (r->err.p) {
-			xml_text(r->err.p, r->err.len, "Code", code, sizeof(code));
-			xml_text(r->err.p, r->err.len, "Message", msg, sizeof(msg));
-			printable(code);
-			printable(msg);
+			s3__xml_text(r->err.p, r->err.len, "Code", code, sizeof(code));
+			s3__xml_text(r->err.p, r->err.len, "Message", msg, sizeof(msg));
+			s3__printable(code);
+			s3__printable(msg);
 		}
 		const char *what = r->key ? r->key : s->c.bucket;
 		int again = r->status >= 500 || r->status == 429 || r->status == 408;
@@ -544,7 +504,7 @@ static int call(struct s3 *s, struct req *r, char *err, size_t errlen)
 	return ret;
 }
 
-static void req_init(struct req *r, const char *method, const char *key, const char *query)
+void s3__req_init(struct req *r, const char *method, const char *key, const char *query)
 {
 	memset(r, 0, sizeof(*r));
 	r->method = method;
@@ -556,7 +516,7 @@ static void req_init(struct req *r, const char *method, const char *key, const c
 	buf_init(&r->err, ERR_BODY_MAX + 1);
 }
 
-static int key_check(const char *key, char *err, size_t errlen)
+int s3__key_check(const char *key, char *err, size_t errlen)
 {
 	if (s3_key_ok(key))
 		return 0;
@@ -567,8 +527,8 @@ static int key_check(const char *key, char *err, size_t errlen)
 int s3_bucket_create(struct s3 *s, char *err, size_t errlen)
 {
 	struct req r;
-	req_init(&r, "PUT", NULL, "");
-	int ret = call(s, &r, err, errlen);
+	s3__req_init(&r, "PUT", NULL, "");
+	int ret = s3__call(s, &r, err, errlen);
 	/* S3 says 409 BucketAlreadyOwnedByYou; some stores answer 202/200. */
 	if (ret == -EIO && r.status == 409 && r.err.p && strstr(r.err.p, "BucketAlreadyOwnedByYou"))
 		ret = 0;
@@ -576,337 +536,15 @@ int s3_bucket_create(struct s3 *s, char *err, size_t errlen)
 	return ret;
 }
 
-int s3_put_mem(struct s3 *s, const char *key, const void *p, size_t n, char *err, size_t errlen)
-{
-	int ret = key_check(key, err, errlen);
-	if (ret < 0)
-		return ret;
-	struct req r;
-	req_init(&r, "PUT", key, "");
-	r.in_mem = n ? p : "";
-	r.in_len = n;
-	ret = call(s, &r, err, errlen);
-	buf_release(&r.err);
-	return ret;
-}
-
-/* Escapes s for a query value (RFC 3986 unreserved kept). */
-static int query_escape(const char *s, char *out, size_t n)
-{
-	size_t o = 0;
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		int keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-			   (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' || ch == '~';
-		if (o + (keep ? 1 : 3) >= n)
-			return -ENAMETOOLONG;
-		if (keep)
-			out[o++] = (char)ch;
-		else
-			o += (size_t)sprintf(out + o, "%%%02X", ch);
-	}
-	out[o] = '\0';
-	return 0;
-}
-
-/* Where the parts of a multipart upload come from: a file's range, or a
- * source read into memory a part at a time. */
-struct parts {
-	int fd; /* a file: [0, size) in parts of psize */
-	uint64_t size, psize;
-	EVP_MD_CTX *hash;
-	const struct s3_source *src; /* else a source, into buf[cap] */
-	char *buf;
-	size_t len, cap;
-	int eof;
-	uint64_t total; /* bytes read from src so far */
-};
-
-/* Fills p->buf from the source: 0 (p->len bytes, p->eof at its end),
- * the source's -errno, or -ECANCELED (a source that compresses well may
- * read for long before a part is full). */
-static int fill(struct parts *p, const int *cancel)
-{
-	p->len = 0;
-	while (p->len < p->cap && !p->eof) {
-		if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
-			return -ECANCELED;
-		ssize_t n = p->src->read(p->src->arg, p->buf + p->len, p->cap - p->len);
-		if (n < 0)
-			return (int)n;
-		if (n == 0)
-			p->eof = 1;
-		p->len += (size_t)n;
-		p->total += (uint64_t)n;
-	}
-	return 0;
-}
-
-/* Sets r's body to part i (0-based): 1 if there is one, 0 past the last,
- * or -errno. */
-static int next_part(struct parts *p, uint64_t i, struct req *r, const int *cancel)
-{
-	if (!p->src) {
-		if (i * p->psize >= p->size)
-			return 0;
-		r->in_fd = p->fd;
-		r->in_off = i * p->psize;
-		r->in_len = p->size - r->in_off < p->psize ? p->size - r->in_off : p->psize;
-		r->in_hash = p->hash;
-		return 1;
-	}
-	if (i > 0) { /* part 0 was read to choose between one PUT and parts */
-		if (p->eof)
-			return 0;
-		int e = fill(p, cancel);
-		if (e < 0)
-			return e;
-		if (p->len == 0)
-			return 0;
-	}
-	r->in_mem = p->buf;
-	r->in_len = p->len;
-	return 1;
-}
-
-static int put_multipart(struct s3 *s, const char *key, struct parts *p, char *err, size_t errlen)
-{
-	if (!p->src && (p->size + p->psize - 1) / p->psize > 10000)
-		return errbuf_set(err, errlen, -EFBIG,
-				  "object store: %s needs %llu parts of %llu bytes (at most 10000)", key,
-				  (unsigned long long)((p->size + p->psize - 1) / p->psize),
-				  (unsigned long long)p->psize);
-	struct req r;
-	struct buf answer, done;
-	buf_init(&answer, ERR_BODY_MAX);
-	buf_init(&done, 0);
-	char upload[256], upload_q[800], query[900];
-	req_init(&r, "POST", key, "uploads=");
-	r.out_mem = &answer;
-	int ret = call(s, &r, err, errlen);
-	buf_release(&r.err);
-	if (ret == 0 && (xml_text(answer.p ? answer.p : "", answer.len, "UploadId", upload,
-				  sizeof(upload)) < 0 ||
-			 !text_ok(upload, 1) || query_escape(upload, upload_q, sizeof(upload_q)) < 0))
-		ret = errbuf_set(err, errlen, -EIO,
-				 "object store: POST %s?uploads: the answer names no upload", key);
-	buf_release(&answer);
-	if (ret < 0)
-		return ret;
-	ret = buf_adds(&done, "<CompleteMultipartUpload>");
-	for (uint64_t i = 0; ret == 0; i++) {
-		snprintf(query, sizeof(query), "partNumber=%llu&uploadId=%s",
-			 (unsigned long long)i + 1, upload_q);
-		req_init(&r, "PUT", key, query);
-		int more = next_part(p, i, &r, s->cancel);
-		if (more <= 0) {
-			ret = more < 0 ? errbuf_set(err, errlen, more, "object store: %s: reading: %s",
-						    key, strerror(-more))
-				       : 0;
-			buf_release(&r.err);
-			break;
-		}
-		if (i == 10000)
-			ret = errbuf_set(err, errlen, -EFBIG, "object store: %s: over 10000 parts", key);
-		else
-			ret = call(s, &r, err, errlen);
-		if (ret == 0 && !r.etag[0])
-			ret = errbuf_set(err, errlen, -EIO,
-					 "object store: part %llu of %s came back without an ETag",
-					 (unsigned long long)i + 1, key);
-		if (ret == 0)
-			ret = buf_addf(&done, "<Part><PartNumber>%llu</PartNumber><ETag>%s</ETag></Part>",
-				       (unsigned long long)i + 1, r.etag);
-		buf_release(&r.err);
-	}
-	if (ret == 0)
-		ret = buf_adds(&done, "</CompleteMultipartUpload>");
-	if (ret == 0) {
-		/* A completion may fail with 200 and an <Error> body: S3 says
-		 * so; it is retried like a 5xx. */
-		snprintf(query, sizeof(query), "uploadId=%s", upload_q);
-		for (int i = 0; i < ATTEMPTS; i++) {
-			buf_init(&answer, ERR_BODY_MAX);
-			req_init(&r, "POST", key, query);
-			r.in_mem = done.p;
-			r.in_len = done.len;
-			r.out_mem = &answer;
-			ret = call(s, &r, err, errlen);
-			int failed = ret == 0 && answer.p && strstr(answer.p, "<Error>");
-			if (failed) {
-				char code[64] = "";
-				xml_text(answer.p, answer.len, "Code", code, sizeof(code));
-				printable(code);
-				ret = errbuf_set(err, errlen, -EAGAIN,
-						 "object store: completing %s failed: %s", key, code);
-			}
-			buf_release(&r.err);
-			buf_release(&answer);
-			if (ret != -EAGAIN || !failed)
-				break;
-		}
-	}
-	buf_release(&done);
-	if (ret < 0 && ret != -ECANCELED) {
-		/* Leave no parts behind; a failure here is the store's to
-		 * sweep. Not when cancelled: whoever cancelled is waiting, and
-		 * a store that hangs would hold them (the parts are then the
-		 * store's to expire, as S3's lifecycle rules do). */
-		char e2[64];
-		const int *cancel = s->cancel;
-		s->cancel = NULL;
-		snprintf(query, sizeof(query), "uploadId=%s", upload_q);
-		req_init(&r, "DELETE", key, query);
-		call(s, &r, e2, sizeof(e2));
-		buf_release(&r.err);
-		s->cancel = cancel;
-	}
-	return ret;
-}
-
-int s3_put_source(struct s3 *s, const char *key, const struct s3_source *src, uint64_t *size,
-		  char *err, size_t errlen)
-{
-	int ret = key_check(key, err, errlen);
-	if (ret < 0)
-		return ret;
-	struct parts p = { .src = src, .cap = (size_t)s->c.part_size, .psize = s->c.part_size };
-	if (!(p.buf = malloc(p.cap)))
-		return errbuf_set(err, errlen, -ENOMEM, "object store: out of memory");
-	if ((ret = fill(&p, s->cancel)) < 0) {
-		ret = errbuf_set(err, errlen, ret, "object store: %s: reading: %s", key, strerror(-ret));
-	} else if (p.eof) { /* all of it in one part: one PUT */
-		struct req r;
-		req_init(&r, "PUT", key, "");
-		r.in_mem = p.len ? p.buf : "";
-		r.in_len = p.len;
-		ret = call(s, &r, err, errlen);
-		buf_release(&r.err);
-	} else {
-		ret = put_multipart(s, key, &p, err, errlen);
-	}
-	free(p.buf);
-	if (ret == 0 && size)
-		*size = p.total;
-	return ret;
-}
-
-int s3_put_fd(struct s3 *s, const char *key, int fd, uint64_t size, char sha256[65], char *err,
-	      size_t errlen)
-{
-	int ret = key_check(key, err, errlen);
-	if (ret < 0)
-		return ret;
-	EVP_MD_CTX *hash = EVP_MD_CTX_new();
-	if (!hash)
-		return errbuf_set(err, errlen, -ENOMEM, "object store: out of memory");
-	hash_reset(hash);
-	if (size > s->c.part_size) {
-		struct parts p = { .fd = fd, .size = size, .psize = s->c.part_size, .hash = hash };
-		ret = put_multipart(s, key, &p, err, errlen);
-	} else {
-		struct req r;
-		req_init(&r, "PUT", key, "");
-		r.in_fd = fd;
-		r.in_len = size;
-		r.in_hash = hash;
-		ret = call(s, &r, err, errlen);
-		buf_release(&r.err);
-	}
-	if (ret == 0 && sha256)
-		hash_hex(hash, sha256);
-	EVP_MD_CTX_free(hash);
-	return ret;
-}
-
-int s3_get_fd(struct s3 *s, const char *key, int fd, uint64_t limit, uint64_t *size,
-	      char sha256[65], char *err, size_t errlen)
-{
-	int ret = key_check(key, err, errlen);
-	if (ret < 0)
-		return ret;
-	EVP_MD_CTX *hash = EVP_MD_CTX_new();
-	if (!hash)
-		return errbuf_set(err, errlen, -ENOMEM, "object store: out of memory");
-	struct req r;
-	req_init(&r, "GET", key, "");
-	r.out_fd = fd;
-	r.out_limit = limit;
-	r.out_hash = hash;
-	ret = call(s, &r, err, errlen);
-	/* libcurl fails a body shorter than its Content-Length; a longer
-	 * one it cuts, so compare. */
-	if (ret == 0 && r.length >= 0 && (uint64_t)r.length != r.out_len)
-		ret = errbuf_set(err, errlen, -EIO, "object store: GET %s: %llu bytes of %lld", key,
-				 (unsigned long long)r.out_len, r.length);
-	if (ret == 0 && ftruncate(fd, (off_t)r.out_len) < 0) /* the holes at the end */
-		ret = errbuf_set(err, errlen, -errno, "object store: GET %s: %s", key, strerror(errno));
-	if (ret == 0) {
-		if (size)
-			*size = r.out_len;
-		if (sha256)
-			hash_hex(hash, sha256);
-	}
-	buf_release(&r.err);
-	EVP_MD_CTX_free(hash);
-	return ret;
-}
-
-int s3_get_mem(struct s3 *s, const char *key, struct buf *b, size_t limit, char *err,
-	       size_t errlen)
-{
-	int ret = key_check(key, err, errlen);
-	if (ret < 0)
-		return ret;
-	size_t was = b->len;
-	struct buf got;
-	buf_init(&got, limit);
-	struct req r;
-	req_init(&r, "GET", key, "");
-	r.out_mem = &got;
-	r.out_limit = limit;
-	ret = call(s, &r, err, errlen);
-	if (ret == 0 && r.length >= 0 && (uint64_t)r.length != r.out_len)
-		ret = errbuf_set(err, errlen, -EIO, "object store: GET %s: %llu bytes of %lld", key,
-				 (unsigned long long)r.out_len, r.length);
-	if (ret == 0 && got.len)
-		ret = buf_add(b, got.p, got.len) < 0 ? errbuf_set(err, errlen, -EFBIG,
-					"object store: GET %s: no room for %zu bytes", key, got.len) : 0;
-	if (ret < 0)
-		b->len = was;
-	buf_release(&got);
-	buf_release(&r.err);
-	return ret;
-}
-
-int s3_get_sink(struct s3 *s, const char *key, uint64_t limit, const struct s3_sink *sink,
-		uint64_t *size, char *err, size_t errlen)
-{
-	int ret = key_check(key, err, errlen);
-	if (ret < 0)
-		return ret;
-	struct req r;
-	req_init(&r, "GET", key, "");
-	r.sink = sink;
-	r.out_limit = limit;
-	ret = call(s, &r, err, errlen);
-	if (ret == 0 && r.length >= 0 && (uint64_t)r.length != r.out_len)
-		ret = errbuf_set(err, errlen, -EIO, "object store: GET %s: %llu bytes of %lld", key,
-				 (unsigned long long)r.out_len, r.length);
-	if (ret == 0 && size)
-		*size = r.out_len;
-	buf_release(&r.err);
-	return ret;
-}
 
 int s3_head(struct s3 *s, const char *key, uint64_t *size, char *err, size_t errlen)
 {
-	int ret = key_check(key, err, errlen);
+	int ret = s3__key_check(key, err, errlen);
 	if (ret < 0)
 		return ret;
 	struct req r;
-	req_init(&r, "HEAD", key, "");
-	ret = call(s, &r, err, errlen);
+	s3__req_init(&r, "HEAD", key, "");
+	ret = s3__call(s, &r, err, errlen);
 	if (ret == 0 && r.length < 0)
 		ret = errbuf_set(err, errlen, -EIO, "object store: HEAD %s: no Content-Length", key);
 	if (ret == 0 && size)
@@ -917,12 +555,12 @@ int s3_head(struct s3 *s, const char *key, uint64_t *size, char *err, size_t err
 
 int s3_delete(struct s3 *s, const char *key, char *err, size_t errlen)
 {
-	int ret = key_check(key, err, errlen);
+	int ret = s3__key_check(key, err, errlen);
 	if (ret < 0)
 		return ret;
 	struct req r;
-	req_init(&r, "DELETE", key, "");
-	ret = call(s, &r, err, errlen);
+	s3__req_init(&r, "DELETE", key, "");
+	ret = s3__call(s, &r, err, errlen);
 	buf_release(&r.err);
 	return ret == -ENOENT ? 0 : ret;
 }
