@@ -157,7 +157,9 @@ def test_a_paused_sandbox_of_a_node_lost_resumes_on_another(nodes, pg, objstore,
              lambda: pg.query("SELECT state FROM nodes WHERE name = 'node-a'") == "down", LEASE + 10)
     # A node whose snapshots differ (here another egress CA) leaves it: its stored pause says
     # what restores it.
-    c = nodes("node-c", *s3, "--egress-ca", str(tmp_path / "ca"), env=env)
+    # (building no template snapshot of its own meanwhile: its CA makes them new to it)
+    c = nodes("node-c", *s3, "--egress-ca", str(tmp_path / "ca"), "--template-snapshots", "off",
+              env=env)
     r = c.http("POST", f"/v1/sandboxes/{sbx.id}/resume", key=key)
     assert r.status == 421 and "cannot restore" in r.json()["error"]["message"], r
     assert row(c, key, sbx.id)["state"] == "paused"
