@@ -86,8 +86,8 @@ int sbx_elsewhere(struct sbx_mgr *m, const struct store_sbx *row, char *err, siz
 	if (t == -EXDEV)
 		return errbuf_set(err, errlen, -EREMOTE,
 				  "sandbox '%s' was paused on a node whose snapshots this one cannot "
-				  "restore (another kernel, CPU model or accelerator): a node like "
-				  "that one resumes it",
+				  "restore (another kernel, CPU model, accelerator or egress CA): a "
+				  "node like that one resumes it",
 				  row->id);
 	if (!row->node[0]) /* let go of by its node, and not taken here: drained */
 		return errbuf_set(err, errlen, -EBUSY,
@@ -132,7 +132,7 @@ int sbx_take(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	if (r == -EXDEV)
 		errbuf_set(err, errlen, r,
 			   "sandbox '%s' cannot be taken here: this node cannot restore its pause "
-			   "(another kernel, CPU model or accelerator)",
+			   "(another kernel, CPU model, accelerator or egress CA)",
 			   id);
 	else if (r < 0)
 		errbuf_set(err, errlen, r,
