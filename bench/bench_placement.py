@@ -7,7 +7,8 @@ loads: 100 running sandboxes per node in the sandboxes table, summed by every pl
 For 10 nodes and then for N nodes (default 100): C creates (default 10,000) from 4 replicas at
 once, each create its own connection as an SDK's would be: creates per second, a create's p50 and
 p99 through the replica, and PostgreSQL's transactions and time (from pg_stat_database) per create.
-Run on a built tree: python3 bench/bench_placement.py [N] [C]. Prints figures; asserts nothing."""
+Run on a built tree: python3 bench/bench_placement.py [N] [C]; CPUOS_API_ARGS="--node-max-starting
+0" (for example) adds arguments to the replicas. Prints figures; asserts nothing."""
 
 import hashlib
 import http.client
@@ -96,7 +97,7 @@ def run(env, url, secret_file, key, n_nodes, creates, servers):
         procs.append(subprocess.Popen(
             [os.path.join(ROOT, "build", "bin", "cpuos-api"), "--listen", f"127.0.0.1:{p}",
              "--database", url, "--cluster-secret", secret_file, "--max-sandboxes", "1000000",
-             "--log-level", "warn"],
+             "--log-level", "warn", *os.environ.get("CPUOS_API_ARGS", "").split()],
             env={**os.environ, **env}, stderr=subprocess.DEVNULL))
     for p in ports:
         for _ in range(100):
