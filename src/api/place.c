@@ -59,21 +59,11 @@ static double score(const struct store_load *l, const struct want *w)
 	return m + c / 2 - ready * one;
 }
 
-/* What a sandbox may write on its node's disk: its writable layer full,
- * and a pause of its memory. */
-static unsigned long long disk_need(const struct want *w)
-{
-	return (unsigned long long)w->disk_mb + w->memory_mb;
-}
-
 enum fit { FITS, NO_ROOM, BUSY };
 
 static enum fit fits(const struct capi *a, const struct store_load *l, const struct want *w)
 {
-	if (l->memory_mb && l->held_memory_mb + w->memory_mb > l->memory_mb)
-		return NO_ROOM;
-	if (l->disk_free_mb >= 0 &&
-	    l->starting_disk_mb + disk_need(w) > (unsigned long long)l->disk_free_mb)
+	if (!store_load_room(l, w->memory_mb, w->disk_mb))
 		return NO_ROOM;
 	return a->max_starting && l->starting >= a->max_starting ? BUSY : FITS;
 }
@@ -113,7 +103,8 @@ static int round_of(struct capi *a, const char *account, const struct want *w,
 		}
 		const struct store_load *l = &loads[cand[best]];
 		struct store_rsv x = { .vcpus = w->vcpus, .memory_mb = w->memory_mb,
-				       .disk_mb = disk_need(w), .until_ms = now + a->hold_ms,
+				       .disk_mb = store_disk_need(w->memory_mb, w->disk_mb),
+				       .until_ms = now + a->hold_ms,
 				       .max_starting = a->max_starting };
 		snprintf(x.id, sizeof(x.id), "rsv_%016llx", rnd());
 		snprintf(x.account, sizeof(x.account), "%s", account);

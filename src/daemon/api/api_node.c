@@ -185,10 +185,7 @@ static int least_loaded(struct store *st, const char *not, const struct store_sb
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(l[i].name, not) || !l[i].url[0] ||
 		    (me.compat[0] && l[i].compat[0] && strcmp(me.compat, l[i].compat)) ||
-		    (l[i].memory_mb && l[i].held_memory_mb + x->memory_mb > l[i].memory_mb) ||
-		    (l[i].disk_free_mb >= 0 &&
-		     l[i].starting_disk_mb + x->disk_mb + x->memory_mb >
-			     (unsigned long long)l[i].disk_free_mb))
+		    !store_load_room(&l[i], x->memory_mb, x->disk_mb))
 			continue;
 		double s = (l[i].memory_mb ? (double)l[i].held_memory_mb / (double)l[i].memory_mb : 0) +
 			   (l[i].vcpus ? 0.5 * (double)l[i].held_vcpus / l[i].vcpus : 0);

@@ -380,6 +380,14 @@ struct store_load {
 	unsigned starting;                     /* its live reservations: creates under way */
 	unsigned long long starting_disk_mb;   /* the disk they hold */
 };
+/* What a sandbox of memory_mb and disk_mb may write on its node's disk:
+ * its writable layer full and a pause of its memory. */
+unsigned long long store_disk_need(unsigned memory_mb, unsigned disk_mb);
+/* Whether node l has room for one more sandbox of memory_mb and disk_mb:
+ * its memory (if it has a limit), and its free disk (if it said) less
+ * what its creates under way hold. What store_reserve checks again in
+ * its transaction. */
+int store_load_room(const struct store_load *l, unsigned memory_mb, unsigned disk_mb);
 /* The nodes that may take a sandbox at now_ms, by name, or (sample > 0)
  * that many of them drawn at random, whose loads alone are summed; *out
  * malloc'd. */

@@ -114,6 +114,19 @@ int store_node_loads(struct store *s, long long now_ms, unsigned sample, struct 
 	return r;
 }
 
+unsigned long long store_disk_need(unsigned memory_mb, unsigned disk_mb)
+{
+	return (unsigned long long)disk_mb + memory_mb;
+}
+
+int store_load_room(const struct store_load *l, unsigned memory_mb, unsigned disk_mb)
+{
+	if (l->memory_mb && l->held_memory_mb + memory_mb > l->memory_mb)
+		return 0;
+	return l->disk_free_mb < 0 || l->starting_disk_mb + store_disk_need(memory_mb, disk_mb) <=
+					      (unsigned long long)l->disk_free_mb;
+}
+
 /* One row of sums, bound ?1 (text) and ?2 (number), into v[0..4). */
 static int sums(struct store *s, const char *sql, const char *t1, long long n2,
 		unsigned long long v[4])
