@@ -12,53 +12,29 @@ With CPUOSD_BEFORE=PATH (a cpuosd built before the pools did that) the same on t
 alternating, side by side. Creates that found the pool empty (restored instead) are not counted.
 Run as root on a built tree: python3 bench/bench_pool.py [N]. Prints figures; asserts nothing."""
 
-import json
 import os
 import re
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import bench_net  # noqa: E402
 import cpuos  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 WORK = "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"  # ~0.3 s of a TCG vCPU
-GUEST_DIR = os.environ.get("CPUOS_GUEST_DIR", os.path.join(ROOT, "build", "guest"))
 
 
-class Daemon:
+class Daemon(bench_net.Daemon):
+    """bench_net's daemon with a python pool of one VM, and its claims' figures."""
+
     def __init__(self, name, binary):
+        super().__init__("--pool-python", "1", "--url-listen", "none", binary=binary)
         self.name = name
-        self.dir = tempfile.mkdtemp(prefix="cpuos-bench-pool-")
-        os.chmod(self.dir, 0o711)  # for cpuosd, which gives up root, to reach its state
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log = os.path.join(self.dir, "log")
-        sock = os.path.join(self.dir, "run", "d.sock")  # made, so owned, by cpuosd
-        self.proc = subprocess.Popen(
-            [binary, "--state-dir", os.path.join(self.dir, "s"), "--socket", sock,
-             "--listen", f"127.0.0.1:{self.port}", "--url-listen", "none", "--guest-dir", GUEST_DIR,
-             "--pool-python", "1"],
-            stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(self.url + "/v1/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        out = subprocess.run(["curl", "-s", "--unix-socket", sock, "-X", "POST", "http://x/v1/keys",
-                              "-d", '{"name":"bench"}'], capture_output=True, text=True).stdout
-        self.key = json.loads(out)["key"]
         self.samples = []
 
     def pooled(self, sid):
@@ -84,11 +60,6 @@ class Daemon:
         if not self.pooled(s.id):
             return None
         return [(t[0] - t0) * 1000] + [(b - a) * 1000 for a, b in zip(t, t[1:])] + [quiet]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def main():
