@@ -9,6 +9,13 @@
 
 #define JAIL_MAX_PATHS 12
 
+/* A kept QEMU build (runner/qemu_build.h) is <builds>/<id>/ with its
+ * binary at <id>/QEMU_BUILD_BIN; id is this many lowercase hex digits.
+ * A daemon's builds are its cache directory's QEMU_BUILDS_DIR. */
+#define QEMU_BUILDS_DIR "qemu"
+#define QEMU_BUILD_BIN "bin/qemu-system-x86_64"
+#define QEMU_BUILD_ID_LEN 16
+
 /* One QEMU. */
 struct jail_spec {
 	const char *name;     /* its cgroup leaf: one path component */

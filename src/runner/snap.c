@@ -10,6 +10,7 @@
 
 #include "common/fs.h"
 #include "runner/qemu.h"
+#include "runner/qemu_build.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -213,6 +214,8 @@ static json_t *env_json(const struct snap_env *e)
 			 "nic", e->nic);
 	if (j && e->trust[0])
 		json_object_set_new(j, "egress_ca", json_string(e->trust));
+	if (j && e->qemu_build[0])
+		json_object_set_new(j, "qemu_build", json_string(e->qemu_build));
 	return j;
 }
 
@@ -341,19 +344,22 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 	int format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0;
 	json_int_t created = 0;
 	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
-	const char *cpu = "", *trust = "";
+	const char *cpu = "", *trust = "", *build = "";
 	json_t *files = NULL;
 	if (json_unpack(doc,
-			"{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b, s?s}, s:s, s:b, "
-			"s:I, s:o}",
+			"{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b, s?s, s?s}, s:s, "
+			"s:b, s:I, s:o}",
 			"format", &format, "made_with", "qemu", &qemu, "accel", &accel, "cpu", &cpu,
 			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
 			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "egress_ca", &trust,
-			"ram", &ram, "sealed", &sealed, "created_ns", &created, "files", &files) < 0 ||
+			"qemu_build", &build, "ram", &ram, "sealed", &sealed, "created_ns", &created,
+			"files", &files) < 0 ||
 	    !json_is_object(files))
 		return bad(err, errlen, what, "the manifest lacks a field");
 	if (trust[0] && !sha_ok(trust))
 		return bad(err, errlen, what, "the manifest's egress CA is malformed");
+	if (build[0] && !qemu_build_id_ok(build))
+		return bad(err, errlen, what, "the manifest's QEMU build is malformed");
 	if (format != SNAP_FORMAT) {
 		snprintf(err, errlen, "snapshot '%s' has format %d; this cpuos reads %d", what, format,
 			 SNAP_FORMAT);
@@ -362,6 +368,7 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 	if (vcpus < 0 || mem < 0 || disk < 0)
 		return bad(err, errlen, what, "the manifest has a negative size");
 	snprintf(m->env.qemu, sizeof(m->env.qemu), "%s", qemu);
+	snprintf(m->env.qemu_build, sizeof(m->env.qemu_build), "%s", build);
 	snprintf(m->env.accel, sizeof(m->env.accel), "%s", accel);
 	snprintf(m->env.kernel_sha, sizeof(m->env.kernel_sha), "%s", ksha);
 	snprintf(m->env.initrd_sha, sizeof(m->env.initrd_sha), "%s", isha);

@@ -23,6 +23,11 @@
  * and snap_check compares. */
 struct snap_env {
 	char qemu[128];     /* QMP query-version: "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" */
+	/* The kept QEMU build it ran on (qemu_build.h), which restores it
+	 * after the installed QEMU changed; "" when it ran on a QEMU not
+	 * kept (cpuos-vm, tests) or in a manifest of a cpuos before, then
+	 * found by its version. Not compared: the version is. */
+	char qemu_build[17];
 	char accel[8];      /* "tcg" or "kvm": CPU state does not cross them */
 	char kernel_sha[65], initrd_sha[65];
 	/* The template image by content, "sha256:" + hex, so the same image

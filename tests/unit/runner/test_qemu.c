@@ -1,6 +1,7 @@
 /* Unit tests for the QEMU command line and the QMP client. */
 #include "runner/migrate.h"
 #include "runner/qemu.h"
+#include "runner/qemu_build.h"
 #include "runner/qmp.h"
 #include "runner/snap.h"
 #include "common/fs.h"
@@ -557,6 +558,139 @@ static void test_snap_names_egress_ca(void)
 	CHECK(system(cmd) == 0);
 }
 
+/* A fake install prefix: the real QEMU binary (which answers --version),
+ * an accelerator module, firmware with a link, and what is not kept. */
+static void fake_prefix(const char *dir, const char *rom)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; q=$(command -v qemu-system-x86_64); cd '%s'; "
+		 "mkdir -p bin lib/x86_64-linux-gnu/qemu share/qemu/keymaps; "
+		 "cp \"$q\" bin/qemu-system-x86_64; "
+		 "echo tcg > lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so; "
+		 "echo gui > lib/x86_64-linux-gnu/qemu/ui-gtk.so; "
+		 "echo '%s' > share/qemu/qboot.rom; ln -sf qboot.rom share/qemu/bios-microvm.bin; "
+		 "echo us > share/qemu/keymaps/en-us",
+		 dir, rom);
+	CHECK(system(cmd) == 0);
+}
+
+static int count_entries(const char *dir)
+{
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "test $(ls -A '%s' | wc -l) -eq", dir);
+	for (int n = 0; n < 5; n++) {
+		char c2[420];
+		snprintf(c2, sizeof(c2), "%s %d", cmd, n);
+		if (system(c2) == 0)
+			return n;
+	}
+	return -1;
+}
+
+/* A build is kept once by content, whole, with what QEMU finds beside
+ * its binary and nothing else; another firmware is another build; a
+ * kept build is found by id, by version and by its binary's path. */
+static void test_qemu_build_keep(void)
+{
+	char dir[] = "/tmp/cpuos-qbuild-XXXXXX", pa[300], pb[300], builds[300], bin[400];
+	char err[512], path[PATH_MAX + 64], cmd[400];
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(pa, sizeof(pa), "%s/a", dir);
+	snprintf(pb, sizeof(pb), "%s/b", dir);
+	snprintf(builds, sizeof(builds), "%s/builds", dir);
+	CHECK(mkdir(pa, 0755) == 0 && mkdir(pb, 0755) == 0);
+	fake_prefix(pa, "qboot one");
+	fake_prefix(pb, "qboot two");
+
+	struct qemu_build a, a2, b, f;
+	snprintf(bin, sizeof(bin), "%s/bin/qemu-system-x86_64", pa);
+	CHECK(qemu_build_keep(builds, bin, &a, err, sizeof(err)) == 0);
+	t_note("kept %s (%s)", a.id, a.version);
+	CHECK(qemu_build_id_ok(a.id) && a.major >= 7 && strstr(a.version, " Debian ") &&
+	      !strchr(a.version, '(')); /* as QMP's query-version says it */
+	snprintf(path, sizeof(path), "%s/%s/" QEMU_BUILD_BIN, builds, a.id);
+	CHECK(!strcmp(a.binary, path) && access(path, X_OK) == 0);
+	static const char *const kept[] = { "lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so",
+					    "share/qemu/qboot.rom", "share/qemu/bios-microvm.bin",
+					    "version" };
+	for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/%s", a.dir, kept[i]);
+		CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0644);
+	}
+	snprintf(path, sizeof(path), "%s/lib/x86_64-linux-gnu/qemu/ui-gtk.so", a.dir);
+	CHECK(access(path, F_OK) < 0);
+	snprintf(path, sizeof(path), "%s/share/qemu/keymaps", a.dir);
+	CHECK(access(path, F_OK) < 0);
+
+	CHECK(qemu_build_keep(builds, bin, &a2, err, sizeof(err)) == 0 && !strcmp(a.id, a2.id));
+	CHECK(count_entries(builds) == 1); /* no temporary left */
+	snprintf(bin, sizeof(bin), "%s/bin/qemu-system-x86_64", pb);
+	CHECK(qemu_build_keep(builds, bin, &b, err, sizeof(err)) == 0 && strcmp(a.id, b.id));
+	CHECK(count_entries(builds) == 2);
+
+	CHECK(qemu_build_find(builds, b.id, NULL, &f) == 0 && !strcmp(f.dir, b.dir));
+	CHECK(qemu_build_find(builds, "", a.version, &f) == 0 && !strcmp(f.version, a.version));
+	CHECK(qemu_build_find(builds, "0123456789abcdef", a.version, &f) == -ENOENT);
+	CHECK(qemu_build_find(builds, "../../etc/passwd", NULL, &f) == -ENOENT);
+	CHECK(qemu_build_find(builds, "", "6.2.0", &f) == -ENOENT);
+	CHECK(qemu_build_of(builds, a.binary, &f) == 0 && !strcmp(f.id, a.id));
+	CHECK(qemu_build_of(builds, "/usr/bin/qemu-system-x86_64", &f) == -ENOENT);
+	snprintf(path, sizeof(path), "%s/%s/bin/sh", builds, a.id);
+	CHECK(qemu_build_of(builds, path, &f) == -ENOENT);
+
+	/* a wrapper script is run as it is, not kept */
+	snprintf(path, sizeof(path), "%s/wrapper", dir);
+	put_file(dir, "wrapper", "#!/bin/sh\nexec qemu-system-x86_64 \"$@\"\n");
+	chmod(path, 0755);
+	CHECK(qemu_build_keep(builds, path, &f, err, sizeof(err)) == -ENOEXEC && strstr(err, "ELF"));
+	CHECK(qemu_build_keep(builds, "/nonexistent/qemu", &f, err, sizeof(err)) < 0 &&
+	      strstr(err, "/nonexistent/qemu"));
+
+	struct qemu_build v = { 0 };
+	v.major = 7, v.minor = 2;
+	CHECK(!qemu_build_has_rom_off(&v));
+	v.major = 8, v.minor = 2;
+	CHECK(qemu_build_has_rom_off(&v));
+	v.major = 10, v.minor = 0;
+	CHECK(qemu_build_has_rom_off(&v));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
+/* A manifest names the build that made it; a forged one is refused, and
+ * one without (a cpuos before) reads. */
+static void test_snap_names_qemu_build(void)
+{
+	char dir[] = "/tmp/cpuos-snapqb-XXXXXX", err[256], cmd[300], mpath[300];
+	CHECK(mkdtemp(dir) != NULL);
+	struct snap_manifest m;
+	memset(&m, 0, sizeof(m));
+	snprintf(m.env.accel, sizeof(m.env.accel), "tcg");
+	snprintf(m.env.qemu, sizeof(m.env.qemu), "10.0.2 (Debian)");
+	snprintf(m.env.qemu_build, sizeof(m.env.qemu_build), "0123456789abcdef");
+	snprintf(m.files[SNAP_STATE].name, sizeof(m.files[0].name), "state");
+	snprintf(m.files[SNAP_DISK].name, sizeof(m.files[0].name), "disk.qcow2");
+	put_file(dir, "state", "device state");
+	put_file(dir, "disk.qcow2", "layer");
+	CHECK(snap_seal(dir, &m, err, sizeof(err)) == 0);
+	memset(&m, 0, sizeof(m));
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
+	CHECK(!strcmp(m.env.qemu_build, "0123456789abcdef"));
+	snprintf(mpath, sizeof(mpath), "%s/" SNAP_MANIFEST, dir);
+	json_t *doc = json_load_file(mpath, 0, NULL);
+	json_t *with = json_object_get(doc, "made_with");
+	CHECK(with && json_object_set_new(with, "qemu_build", json_string("../x")) == 0 &&
+	      json_dump_file(doc, mpath, 0) == 0);
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == -EBADMSG && strstr(err, "QEMU build"));
+	CHECK(json_object_del(with, "qemu_build") == 0 && json_dump_file(doc, mpath, 0) == 0);
+	json_decref(doc);
+	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0 && !m.env.qemu_build[0]);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -573,6 +707,8 @@ int main(int argc, char **argv)
 		{ "run_dir_symlinks", test_run_dir_symlinks },
 		{ "snap_names_image_by_content", test_snap_names_image_by_content },
 		{ "snap_names_egress_ca", test_snap_names_egress_ca },
+		{ "snap_names_qemu_build", test_snap_names_qemu_build },
+		{ "qemu_build_keep", test_qemu_build_keep },
 		{ 0, 0 },
 	};
 	return t_main(argc, argv, cases);
