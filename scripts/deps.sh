@@ -44,6 +44,53 @@ pip_install() {
 		python3 -m pip install --quiet --break-system-packages "$1"
 }
 
+# QEMU 10 from Debian 12's bookworm-backports (Debian's own 7.2 opens a
+# snapshot's RAM for writing even to map it private; 8.2's rom=off opens it
+# read-only): the suite added, and QEMU's packages pinned to it so that
+# an upgrade takes QEMU from there too. The QEMU a pause was made with is
+# kept by cpuosd (src/runner/qemu_build.h): one that replaces it strands
+# none. Debian 12's 7.2 stays installable from bookworm (scripts/qemu-other.sh).
+qemu_pkgs="qemu-system-x86 qemu-system-common qemu-system-data qemu-system-modules-opengl"
+qemu_pkgs+=" qemu-utils qemu-block-extra"
+backports_ok() {
+	grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ &&
+		[ -f /etc/apt/preferences.d/cpuos-qemu ]
+}
+qemu_ok() {
+	dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | grep -q '^1:10\.'
+}
+if ! backports_ok || ! qemu_ok; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: QEMU 10 from bookworm-backports is missing; run as root to install it" >&2
+		exit 1
+	fi
+	if ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+		# The mirror the system's sources name, else Debian's.
+		mirror=$(grep -rhoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list \
+			/etc/apt/sources.list.d/ 2>/dev/null | head -1 | tr -d ' ' || true)
+		echo "deb ${mirror:-http://deb.debian.org/debian} bookworm-backports main" \
+			>/etc/apt/sources.list.d/cpuos-backports.list
+	fi
+	# The QEMU being replaced, saved for cpuosd to keep as a build at its
+	# next start: pauses it made resume on it (docs/architecture.md).
+	if [ -x /usr/bin/qemu-system-x86_64 ] && ! qemu_ok; then
+		v=$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null | tr -c 'A-Za-z0-9.\n' _)
+		out=/var/cache/cpuos/qemu-outgoing/${v:-unknown}/usr
+		mkdir -p "$out/bin" "$out/lib/x86_64-linux-gnu/qemu" "$out/share/qemu"
+		cp -L /usr/bin/qemu-system-x86_64 "$out/bin/"
+		cp -L /usr/lib/x86_64-linux-gnu/qemu/accel-*.so "$out/lib/x86_64-linux-gnu/qemu/" 2>/dev/null || true
+		cp -L /usr/share/qemu/*.bin /usr/share/qemu/*.rom "$out/share/qemu/" 2>/dev/null || true
+		echo "deps: QEMU $v saved in $out for cpuosd to keep"
+	fi
+	printf 'Package: %s\nPin: release n=bookworm-backports\nPin-Priority: 990\n' \
+		"$qemu_pkgs" >/etc/apt/preferences.d/cpuos-qemu
+	echo "deps: QEMU 10 from bookworm-backports"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-x86 qemu-utils
+	qemu_ok || { echo "deps: qemu-system-x86 is not 10.x after installing it" >&2; exit 1; }
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

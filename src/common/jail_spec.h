@@ -23,12 +23,19 @@ struct jail_spec {
 	int kvm;              /* it opens /dev/kvm */
 	const char *run_dir;  /* read-write, and made the shared group's */
 	const char *binary;   /* a QEMU outside /usr (tests, --qemu), or NULL */
+	const char *prefix;   /* a kept QEMU build's directory (binary under
+			       * it): bound whole, for the modules and
+			       * firmware QEMU finds beside its binary */
 	/* Files or directories it reads (kernel, initramfs, image, layer
 	 * base: readable by others, or refused) and files it writes (a
-	 * snapshot's RAM file, which QEMU 7.2 opens for writing even to map
-	 * it private). */
+	 * snapshot's RAM file, which QEMU before 8.2 opens for writing even
+	 * to map it private). */
 	const char *ro[JAIL_MAX_PATHS];
 	const char *rw[JAIL_MAX_PATHS];
+	/* A snapshot's RAM file mapped private by a QEMU that opens it
+	 * read-only (rom=off): bound read-only, the shared group's to read
+	 * and no one's to write. */
+	const char *ram_ro;
 	const char *tap;      /* a TAP in the network namespace it runs in,
 			       * opened by QEMU by name: given to its uid */
 	int own_netns;        /* it has no network namespace of the caller's:

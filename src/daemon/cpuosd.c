@@ -23,7 +23,9 @@
 #include "lib/s3.h"
 #include "lib/sql.h"
 #include "priv/priv.h"
+#include "runner/qemu_build.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -147,6 +149,30 @@ static int read_s3(const struct config *o, struct s3_conf *c)
  * many 65536-id blocks there are (up to uid 1967108863 by default). */
 #define JAIL_BLOCKS "/run/cpuos-jail-blocks"
 #define JAIL_BLOCKS_MAX 1024u
+
+/* What scripts/deps.sh saved of the QEMU an upgrade of it replaced
+ * (<cache>/qemu-outgoing/<version>/usr/bin/...), kept as a build: the
+ * pauses a cpuos before kept builds made resume on it, found by version. */
+static void keep_outgoing(const char *cache_dir, const char *builds)
+{
+	char dir[PATH_MAX + 32], bin[PATH_MAX + 400], err[512];
+	snprintf(dir, sizeof(dir), "%s/qemu-outgoing", cache_dir);
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct qemu_build b;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(bin, sizeof(bin), "%s/%.200s/usr/bin/qemu-system-x86_64", dir, e->d_name);
+		if (qemu_build_keep(builds, bin, &b, err, sizeof(err)) < 0)
+			log_warn("QEMU replaced by an upgrade not kept: %s", err);
+		else
+			log_info("QEMU %s, replaced by an upgrade: build %s", b.version, b.id);
+	}
+	closedir(d);
+}
 
 /* The privileged helper (priv.h), started while this process has no
  * thread yet: this binary again, holding what networks and QEMU's jail
@@ -587,6 +613,22 @@ int main(int argc, char **argv)
 		}
 		o.jail_first = first;
 	}
+	/* The QEMU every VM runs on, kept by content (qemu_build.h) while
+	 * root, so that the builds are root's, in the cache the helper is
+	 * given (its block's): a pause resumes on the build that made it
+	 * after the package changed. */
+	static char qemu_builds[PATH_MAX + 8];
+	static struct qemu_build qbuild;
+	snprintf(qemu_builds, sizeof(qemu_builds), "%s/" QEMU_BUILDS_DIR, o.cache_dir);
+	if (qemu_build_keep(qemu_builds, o.qemu[0] ? o.qemu : "qemu-system-x86_64", &qbuild, err,
+			    sizeof(err)) < 0) {
+		log_warn("QEMU not kept, run as it is (its VMs' pauses will not resume after it "
+			 "changes): %s", err);
+		qbuild.id[0] = '\0';
+	} else {
+		log_info("QEMU %s: build %s", qbuild.version, qbuild.id);
+		keep_outgoing(o.cache_dir, qemu_builds);
+	}
 	/* The last id of the block is cpuos-netd's, never a QEMU's. */
 	if (o.net && o.jail)
 		o.jail_count--;
@@ -705,7 +747,9 @@ int main(int argc, char **argv)
 	}
 	struct sbx_config sc = {
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
-		.qemu = o.qemu[0] ? o.qemu : NULL, .accel = accel,
+		.qemu = qbuild.id[0] ? qbuild.binary : o.qemu[0] ? o.qemu : NULL,
+		.qemu_builds = qbuild.id[0] ? qemu_builds : NULL, .qemu_build = qbuild.id,
+		.accel = accel,
 		.max_sandboxes = (int)o.max_sandboxes, .max_output = (size_t)o.max_output,
 		.account_vcpus = (unsigned)o.account_vcpus,
 		.account_memory_mb = (unsigned long long)o.account_memory_mb,

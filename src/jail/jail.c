@@ -260,7 +260,7 @@ static int open_bind(const char *path, int how, int trusted, struct stat *st)
 }
 
 /* The path as QEMU will see it: absolute, from the daemon's cwd; how as
- * RW, RO or RO_EXEC; trusted as open_bind. */
+ * RW, RO, RO_EXEC or RO_SHARED; trusted as open_bind. */
 static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int how, int trusted)
 {
 	char dst[512];
@@ -340,9 +340,10 @@ static int add_system(struct jail_plan *p, const struct jail_spec *s)
 }
 
 /* A regular file (through fd) becomes the shared group's to read and
- * write as well: one of the daemon's (the shared id's) or a QEMU's, never
- * a file of anyone else's linked in (a hard link is not a symlink). */
-static int share_fd(const struct jail *j, int fd)
+ * write as well (mode 0660), or to read alone and no one's to write (0440):
+ * one of the daemon's (the shared id's) or a QEMU's, never a file of
+ * anyone else's linked in (a hard link is not a symlink). */
+static int share_fd(const struct jail *j, int fd, mode_t mode)
 {
 	gid_t shared = j->first;
 	struct stat st;
@@ -352,7 +353,8 @@ static int share_fd(const struct jail *j, int fd)
 		return -EINVAL;
 	if (st.st_uid != shared && !in_range(j, st.st_uid))
 		return -EPERM;
-	if (fchown(fd, (uid_t)-1, shared) < 0 || fchmod(fd, (st.st_mode & 0770) | 0660) < 0)
+	if (fchown(fd, (uid_t)-1, shared) < 0 ||
+	    fchmod(fd, mode == 0660 ? (st.st_mode & 0770) | 0660 : mode) < 0)
 		return -errno;
 	return 0;
 }
@@ -383,7 +385,7 @@ static int share_run_dir(const struct jail *j, const char *dir)
 			continue;
 		int fd = open_no_links(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK);
 		if (fd >= 0) {
-			int s2 = share_fd(j, fd);
+			int s2 = share_fd(j, fd, 0660);
 			if (s2 < 0 && s2 != -EINVAL) /* not a regular file: left */
 				r = s2;
 			close(fd);
@@ -403,15 +405,29 @@ static int readable(const char *path)
 	return S_ISDIR(st.st_mode) || (st.st_mode & S_IROTH) ? 0 : -EACCES;
 }
 
-/* A snapshot's RAM file, which QEMU 7.2 opens for writing even to map it
- * copy-on-write: the shared group's, which every jail has (see
- * docs/architecture.md, "Where QEMU 7.2 falls short"). */
+/* A snapshot's RAM file, which QEMU before 8.2 opens for writing even to
+ * map it copy-on-write: the shared group's, which every jail has (see
+ * docs/architecture.md, "A snapshot's RAM is read-only to the QEMUs that
+ * map it"). */
 static int share_rw(const struct jail *j, const char *path)
 {
 	int fd = open_no_links(AT_FDCWD, path, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
 		return fd;
-	int r = share_fd(j, fd);
+	int r = share_fd(j, fd, 0660);
+	close(fd);
+	return r;
+}
+
+/* A snapshot's RAM file that QEMU opens read-only (rom=off): the shared
+ * group's to read and no one's to write, whatever a QEMU before 8.2 made
+ * of it. */
+static int share_ro(const struct jail *j, const char *path)
+{
+	int fd = open_no_links(AT_FDCWD, path, O_RDONLY | O_NONBLOCK);
+	if (fd < 0)
+		return fd;
+	int r = share_fd(j, fd, 0440);
 	close(fd);
 	return r;
 }
@@ -445,8 +461,13 @@ int jail_prepare(struct jail *j, const struct jail_spec *s, struct jail_plan **o
 	what = "what every QEMU needs";
 	if ((r = add_system(p, s)) < 0)
 		goto fail;
-	if (s->binary && (r = readable(what = s->binary)) == 0)
+	/* A kept build: the helper checked that it is root's throughout. */
+	if (s->prefix)
+		r = add_bind(p, p->cwd, what = s->prefix, RO_EXEC, 1);
+	if (r == 0 && s->binary && (r = readable(what = s->binary)) == 0)
 		r = add_bind(p, p->cwd, s->binary, RO_EXEC, 1);
+	if (r == 0 && s->ram_ro && (r = share_ro(j, what = s->ram_ro)) == 0)
+		r = add_bind(p, p->cwd, s->ram_ro, RO_SHARED, 0);
 	for (int i = 0; r == 0 && i < JAIL_MAX_PATHS; i++) {
 		if (s->ro[i])
 			r = add_bind(p, p->cwd, what = s->ro[i], RO, 0);

@@ -19,7 +19,9 @@ struct bind {
 	int dir, ro, exec;
 };
 
-enum { RW = 0, RO = 1, RO_EXEC = 2 };
+/* RO_SHARED: read-only, a file the jail made its shared group's to read
+ * (a snapshot's RAM file), which others need not read. */
+enum { RW = 0, RO = 1, RO_EXEC = 2, RO_SHARED = 3 };
 
 struct jail_plan {
 	uid_t uid;

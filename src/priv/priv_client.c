@@ -411,6 +411,7 @@ int priv_spawn(struct priv *p, const struct jail_spec *s, int slot, char *const 
 	    proto_put_u32(&b, T_KVM, !!s->kvm) < 0 || proto_put_str(&b, T_RUN_DIR, s->run_dir) < 0 ||
 	    (s->binary && proto_put_str(&b, T_BINARY, s->binary) < 0) ||
 	    (s->tap && proto_put_str(&b, T_TAP, s->tap) < 0) ||
+	    (s->ram_ro && proto_put_str(&b, T_RAM_RO, s->ram_ro) < 0) ||
 	    (slot >= 0 && proto_put_u32(&b, T_SLOT, (uint32_t)slot) < 0) ||
 	    put_strs(&b, T_RO, s->ro, JAIL_MAX_PATHS) < 0 ||
 	    put_strs(&b, T_RW, s->rw, JAIL_MAX_PATHS) < 0 ||

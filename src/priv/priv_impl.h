@@ -21,7 +21,7 @@ struct privd {
 	uint32_t base;          /* its first address, host order */
 	struct cgroups *cg;
 	struct jail *jail;
-	char dirs[4][4200];     /* what b's paths point to */
+	char dirs[5][4200];     /* what b's paths point to */
 	pid_t daemon;           /* the parent it serves */
 };
 

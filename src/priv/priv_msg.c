@@ -10,12 +10,14 @@
 #include "common/netconst.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #define BIT(t) (1ull << (t))
 
@@ -37,7 +39,7 @@ static const struct {
 	[PR_NS_COUNTERS] = { BIT(T_SLOT), BIT(T_SLOT), 0 },
 	[PR_SPAWN] = { BIT(T_NAME) | BIT(T_VCPUS) | BIT(T_MEMORY) | BIT(T_RUN_DIR) | BIT(T_ARG) |
 			       BIT(T_SLOT) | BIT(T_KVM) | BIT(T_BINARY) | BIT(T_RO) | BIT(T_RW) |
-			       BIT(T_TAP),
+			       BIT(T_TAP) | BIT(T_RAM_RO),
 		       BIT(T_NAME) | BIT(T_VCPUS) | BIT(T_MEMORY) | BIT(T_RUN_DIR) | BIT(T_ARG), 1 },
 	[PR_REAP] = { BIT(T_PID), BIT(T_PID), 0 },
 	[PR_KILL] = { BIT(T_PID) | BIT(T_SIGNO), BIT(T_PID) | BIT(T_SIGNO), 0 },
@@ -171,6 +173,7 @@ static int take(struct priv_req *r, size_t *used, const struct proto_attr *a)
 	case T_RUN_DIR: r->run_dir = s; return 0;
 	case T_BINARY: r->binary = s; return 0;
 	case T_TAP: r->tap = s; return 0;
+	case T_RAM_RO: r->ram_ro = s; return 0;
 	case T_RO: return r->nro < JAIL_MAX_PATHS ? (r->ro[r->nro++] = s, 0) : -1;
 	case T_RW: return r->nrw < JAIL_MAX_PATHS ? (r->rw[r->nrw++] = s, 0) : -1;
 	case T_ARG: return r->argc < PRIV_MAX_ARGS ? (r->argv[r->argc++] = s, 0) : -1;
@@ -186,6 +189,34 @@ static int in_one_of(const char *path, const char *const *dirs, size_t n, int di
 		    (!direct || is_name(path + strlen(dirs[i]) + 1)))
 			return 1;
 	return 0;
+}
+
+const char *priv_kept_build(const struct priv_bounds *b, const char *binary, char *dir)
+{
+	if (!binary || !is_under(binary, b->qemu_builds))
+		return NULL;
+	const char *id = binary + strlen(b->qemu_builds) + 1;
+	for (int i = 0; i < QEMU_BUILD_ID_LEN; i++)
+		if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+			return NULL;
+	if (strcmp(id + QEMU_BUILD_ID_LEN, "/" QEMU_BUILD_BIN))
+		return NULL;
+	/* The daemon without root writes beside the cache: the build must
+	 * be root's, from the kept builds' directory down to the binary. */
+	snprintf(dir, PATH_MAX, "%.*s", (int)(id - binary) + QEMU_BUILD_ID_LEN, binary);
+	char path[PATH_MAX + 8];
+	const char *steps[] = { b->qemu_builds, dir, "bin", QEMU_BUILD_BIN };
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		struct stat st;
+		if (i < 2)
+			snprintf(path, sizeof(path), "%s", steps[i]);
+		else
+			snprintf(path, sizeof(path), "%s/%s", dir, steps[i]);
+		if (lstat(path, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022) ||
+		    (i < 3 ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)))
+			return NULL;
+	}
+	return dir;
 }
 
 /* What a spawn's paths may be: its run directory one of the daemon's,
@@ -208,11 +239,17 @@ static int check_spawn(const struct priv_req *r, const struct priv_bounds *b, ch
 		if (!in_one_of(r->rw[i], b->rw_dirs, 3, 0) && !is_under(r->rw[i], r->run_dir))
 			return bad(err, errlen, "'%s' is not a snapshot's, a checkpoint's or "
 				   "the run directory's", r->rw[i]);
+	if (r->ram_ro && !in_one_of(r->ram_ro, b->rw_dirs, 3, 0))
+		return bad(err, errlen, "'%s' is not a snapshot's or a checkpoint's", r->ram_ro);
 	const char *qemu = b->qemu ? b->qemu : "qemu-system-x86_64";
+	char dir[PATH_MAX];
+	if (r->binary && priv_kept_build(b, r->binary, dir))
+		qemu = r->binary;
+	else if (r->binary && (!b->qemu || strcmp(r->binary, b->qemu)))
+		return bad(err, errlen, "'%s' is not the QEMU configured or a build kept",
+			   r->binary);
 	if (strcmp(r->argv[0], qemu))
 		return bad(err, errlen, "'%s' is not the QEMU configured", r->argv[0]);
-	if (r->binary && (!b->qemu || strcmp(r->binary, b->qemu)))
-		return bad(err, errlen, "'%s' is not the QEMU configured", r->binary);
 	if (r->tap && (r->slot < 0 || strcmp(r->tap, NET_TAP)))
 		return bad(err, errlen, "a TAP is '" NET_TAP "' of a slot's namespace");
 	return 0;

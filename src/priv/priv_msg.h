@@ -78,6 +78,7 @@ enum priv_tag {
 	T_NET_RANGE = 28, T_NET_TAG = 29, T_JAIL = 30, T_CGROUPS = 31, T_JAIL_FIRST = 32,
 	T_JAIL_COUNT = 33, T_JAIL_ROOT = 34, T_JAIL_LOCKS = 35, T_STATE_DIR = 36,
 	T_CACHE_DIR = 37, T_GUEST_DIR = 38, T_QEMU = 39, T_LOG_LEVEL = 40, T_NETD = 41,
+	T_RAM_RO = 42,  /* str: PR_SPAWN's jail_spec.ram_ro */
 	T_NTAGS,
 };
 
@@ -93,6 +94,7 @@ struct priv_bounds {
 	const char *rw_dirs[3];     /* snapshot RAM files a QEMU may open for writing */
 	const char *ro_dirs[3];     /* what it may read is under */
 	const char *qemu;
+	const char *qemu_builds;    /* kept QEMU builds (qemu_build.h): root's */
 };
 
 struct priv_req {
@@ -106,7 +108,7 @@ struct priv_req {
 	size_t nallow, ndeny;
 	struct priv_addr addrs[PRIV_MAX_ADDRS];
 	size_t naddrs;
-	const char *name, *run_dir, *binary, *tap;
+	const char *name, *run_dir, *binary, *tap, *ram_ro;
 	const char *ro[JAIL_MAX_PATHS], *rw[JAIL_MAX_PATHS];
 	int nro, nrw, argc;
 	const char *argv[PRIV_MAX_ARGS + 1];
@@ -117,6 +119,11 @@ struct priv_req {
 
 /* The request in buf[0..n), which came with nfds descriptors: 0 with r
  * filled, or -EINVAL (-EPROTO for a broken frame) with a reason in err. */
+/* The kept build's directory when binary is the QEMU of one of b's kept
+ * builds (root's all the way down, written by no one else), else NULL;
+ * dir: PATH_MAX bytes. */
+const char *priv_kept_build(const struct priv_bounds *b, const char *binary, char *dir);
+
 int priv_decode(const uint8_t *buf, size_t n, int nfds, const struct priv_bounds *b,
 		struct priv_req *r, char *err, size_t errlen);
 

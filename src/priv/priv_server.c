@@ -37,7 +37,10 @@ static int spawn_jailed(struct privd *d, const struct priv_req *r, int logfd,
 	struct jail_spec s = {
 		.name = r->name, .vcpus = r->vcpus, .memory_mb = r->memory_mb, .kvm = (int)r->kvm,
 		.run_dir = r->run_dir, .binary = r->binary, .tap = r->tap, .own_netns = r->slot < 0,
+		.ram_ro = r->ram_ro,
 	};
+	char dir[PATH_MAX];
+	s.prefix = priv_kept_build(&d->b, r->binary, dir);
 	memcpy(s.ro, r->ro, sizeof(s.ro));
 	memcpy(s.rw, r->rw, sizeof(s.rw));
 	struct jail_plan *plan;
@@ -199,12 +202,13 @@ static int open_all(struct privd *d, const struct priv_config *c, char *err, siz
 	snprintf(d->dirs[1], sizeof(d->dirs[1]), "%s/snapshots", c->state_dir);
 	snprintf(d->dirs[2], sizeof(d->dirs[2]), "%s/snapshots", c->cache_dir);
 	snprintf(d->dirs[3], sizeof(d->dirs[3]), "%s/checkpoints", c->state_dir);
+	snprintf(d->dirs[4], sizeof(d->dirs[4]), "%s/" QEMU_BUILDS_DIR, c->cache_dir);
 	d->b = (struct priv_bounds){ .jail = c->jail, .jail_first = c->jail_first,
 				     .jail_count = c->jail_count,
 				     .run_parents = { d->dirs[0], d->dirs[1], d->dirs[2] },
 				     .rw_dirs = { d->dirs[2], d->dirs[1], d->dirs[3] },
 				     .ro_dirs = { c->guest_dir, c->cache_dir, c->state_dir },
-				     .qemu = c->qemu };
+				     .qemu = c->qemu, .qemu_builds = d->dirs[4] };
 	int r;
 	if (c->net_range && (r = privd_net_open(d, c->net_range, c->net_tag, err, errlen)) < 0)
 		return r;

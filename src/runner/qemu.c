@@ -159,8 +159,9 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	    c->mem_path ? ",memory-backend=mem" : "");
 	if (c->mem_path) {
 		add(&b, "-object");
-		add(&b, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s", c->memory_mb,
-		    c->mem_path, c->mem_shared ? "on" : "off");
+		add(&b, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s%s", c->memory_mb,
+		    c->mem_path, c->mem_shared ? "on" : "off",
+		    c->mem_readonly && !c->mem_shared ? ",readonly=on,rom=off" : "");
 	}
 	if (c->accel == QEMU_ACCEL_KVM) {
 		add(&b, "-accel");

@@ -32,6 +32,10 @@ struct qemu_config {
 	 * that never changes (a snapshot restored by many VMs). */
 	const char *mem_path;
 	int mem_shared;
+	/* mem_path opened read-only though mapped private and writable
+	 * (rom=off, QEMU 8.2 and later): a snapshot's RAM that many VMs map
+	 * and none may change. */
+	int mem_readonly;
 	int incoming;         /* wait for a migration (`-incoming defer`) */
 	/* The guest's one NIC (virtio-net) uses this TAP device, which QEMU
 	 * finds in its network namespace; NULL: no NIC. */

@@ -17,6 +17,7 @@
 #include "runner/console.h"
 #include "runner/disk.h"
 #include "runner/migrate.h"
+#include "runner/qemu_build.h"
 #include "runner/qmp.h"
 #include "runner/snap.h"
 #include "common/clock.h"
@@ -205,11 +206,18 @@ static int jail_spec(struct vm *vm, const struct vm_config *cfg, const struct qe
 		.tap = qc->tap,
 		.own_netns = cfg->netns == NULL,
 	};
-	/* A QEMU of the caller's own (tests, --qemu) outside /usr. */
+	/* A QEMU of the caller's own (tests, --qemu) outside /usr, or a
+	 * kept build (the helper binds its directory). */
 	if (strchr(qc->binary, '/') && strncmp(qc->binary, "/usr/", 5))
 		s->binary = qc->binary;
-	if (strncmp(qc->mem_path, vm->run_dir, strlen(vm->run_dir)))
-		s->rw[0] = qc->mem_path;
+	/* A snapshot's RAM, mapped private: read-only where QEMU opens it
+	 * so (rom=off), else QEMU opens it for writing. */
+	if (strncmp(qc->mem_path, vm->run_dir, strlen(vm->run_dir))) {
+		if (qc->mem_readonly)
+			s->ram_ro = qc->mem_path;
+		else
+			s->rw[0] = qc->mem_path;
+	}
 	return 0;
 }
 
@@ -339,8 +347,17 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	if ((r = snap_env_files(&vm->env, cfg->kernel, cfg->initrd, cfg->template, err, errlen)) < 0)
 		goto fail;
 	snprintf(scratch, sizeof(scratch), "%s/scratch.qcow2", vm->run_dir);
+	struct qemu_build build;
+	int kept = cfg->qemu_builds && qemu_build_of(cfg->qemu_builds, qemu, &build) == 0;
 	if (cfg->restore) {
 		r = vm__prepare_restore(vm, cfg, &m, mem, sizeof(mem), err, errlen);
+		/* On the build it was made with, if that is not this one and
+		 * is kept (by id, or by version in a manifest without one). */
+		if (r == 0 && kept &&
+		    (m.env.qemu_build[0] ? strcmp(m.env.qemu_build, build.id)
+					 : strcmp(m.env.qemu, build.version)) &&
+		    qemu_build_find(cfg->qemu_builds, m.env.qemu_build, m.env.qemu, &build) == 0)
+			qemu = build.binary;
 		if (r == 0)
 			r = snap_check(&m, &vm->env, err, errlen); /* QEMU's version is checked below */
 		/* The guest trusts what it trusted when it was saved: a pause
@@ -370,6 +387,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.tsc_khz = qemu_host_tsc_khz(),
 		.mem_path = mem,
 		.mem_shared = vm->ram_shared,
+		.mem_readonly = kept && qemu_build_has_rom_off(&build),
 		.incoming = cfg->restore != NULL,
 		.tap = cfg->netns ? NET_TAP : NULL,
 		.extra_args = cfg->extra_args,
@@ -410,9 +428,16 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	vm->t.qemu_ms = clock_ms_f() - t0;
 	if ((r = migrate_qemu_version(vm->qmp, vm->env.qemu, sizeof(vm->env.qemu), err, errlen)) < 0)
 		goto fail;
+	snprintf(vm->env.qemu_build, sizeof(vm->env.qemu_build), "%s", kept ? build.id : "");
 	if (cfg->restore) {
 		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m.files[SNAP_STATE].name);
-		if ((r = snap_check(&m, &vm->env, err, errlen)) < 0 ||
+		if ((r = snap_check(&m, &vm->env, err, errlen)) < 0 && m.env.qemu_build[0] &&
+		    strcmp(m.env.qemu_build, vm->env.qemu_build)) {
+			size_t l = strlen(err);
+			snprintf(err + l, errlen - l, " (its build %s is not kept in '%s')",
+				 m.env.qemu_build, cfg->qemu_builds ? cfg->qemu_builds : "");
+		}
+		if (r < 0 ||
 		    (r = migrate_load(vm->qmp, path, m.ram_in_file, vm__migrate_ms(vm), err, errlen)) < 0)
 			goto fail;
 		vm->t.restore_ms = clock_ms_f() - t0;

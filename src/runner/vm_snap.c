@@ -12,6 +12,7 @@
 #include "common/proto.h"
 #include "runner/agentc.h"
 #include "runner/migrate.h"
+#include "runner/qemu_build.h"
 #include "runner/qmp.h"
 
 #include <errno.h>
@@ -230,6 +231,15 @@ int vm__env_from_cmdline(struct vm *vm, char *err, size_t errlen)
 	if (!kernel || !initrd || !tpl[0]) {
 		snprintf(err, errlen, "qemu's command line lacks kernel, initrd or template");
 		return -EIO;
+	}
+	/* A kept build's binary is <builds>/<id>/bin/qemu-system-x86_64. */
+	size_t l = strlen(cmd), bl = strlen("/" QEMU_BUILD_BIN);
+	if (l > bl + QEMU_BUILD_ID_LEN && !strcmp(cmd + l - bl, "/" QEMU_BUILD_BIN) &&
+	    cmd[l - bl - QEMU_BUILD_ID_LEN - 1] == '/') {
+		char id[QEMU_BUILD_ID_LEN + 1];
+		snprintf(id, sizeof(id), "%s", cmd + l - bl - QEMU_BUILD_ID_LEN);
+		if (qemu_build_id_ok(id))
+			snprintf(vm->env.qemu_build, sizeof(vm->env.qemu_build), "%s", id);
 	}
 	int r = snap_env_files(&vm->env, kernel, initrd, tpl, err, errlen);
 	return r < 0 ? r : migrate_qemu_version(vm->qmp, vm->env.qemu, sizeof(vm->env.qemu), err, errlen);

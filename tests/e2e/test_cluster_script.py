@@ -110,7 +110,8 @@ def test_a_paused_sandbox_moves_when_its_node_is_lost(cluster):
     kw = dict(api_key=cluster.key_a, api_url=cluster.url)
     sbx = cpuos.Sandbox.create(template="base", **kw)
     sbx.exec("echo kept > /work/k && nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n > /work/t && "
-             "mv /work/t /work/tick; sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid")
+             "mv /work/t /work/tick; sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid; "
+             "until [ -s /work/tick ]; do sleep 0.05; done")  # it ticked before the pause
     sbx.pause()
     deadline = time.monotonic() + 120 * SLOW
     while not sbx.client.request("GET", f"/v1/sandboxes/{sbx.id}")["stored"]:

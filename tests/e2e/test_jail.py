@@ -12,8 +12,9 @@ from conftest import GUEST_DIR, started_daemon
 T = 60
 
 
-def qemu_pid(sbx, binary=b"qemu-system"):
-    """The QEMU whose command line names this sandbox's run directory."""
+def qemu_pid(sbx, binary=None):
+    """The QEMU whose command line names this sandbox's run directory (binary: its exact
+    argv[0]; else any named qemu-system-*, as the kept builds' are)."""
     want = f"/vms/{sbx.id}/".encode()
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -23,14 +24,16 @@ def qemu_pid(sbx, binary=b"qemu-system"):
                 cmd = f.read()
         except OSError:
             continue
-        if cmd.startswith(binary) and want in cmd:
+        argv0 = cmd.split(b"\0", 1)[0]
+        named = argv0 == binary if binary else os.path.basename(argv0).startswith(b"qemu-system")
+        if named and want in cmd:
             return int(pid)
     pytest.fail(f"no QEMU process found for {sbx.id}")
 
 
 def wrapped_qemu_pid(sbx):
     """The same, for a QEMU that a wrapper script exec'ed by its full path."""
-    return qemu_pid(sbx, b"/usr/bin/qemu-system")
+    return qemu_pid(sbx, b"/usr/bin/qemu-system-x86_64")
 
 
 def status(pid):

@@ -146,7 +146,8 @@ def test_a_paused_sandbox_of_a_node_lost_resumes_on_another(nodes, pg, objstore,
     key = a.create_key("moved")
     sbx = cpuos.Sandbox.create(template="base", api_key=key, api_url=a.url)
     sh(sbx, "echo kept > /work/k && nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n > /work/t && "
-            "mv /work/t /work/tick; sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid")
+            "mv /work/t /work/tick; sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid; "
+            "until [ -s /work/tick ]; do sleep 0.05; done")  # it ticked before the pause
     sbx.pause()
     wait_for("the pause stored", lambda: row(a, key, sbx.id)["stored"], 120)
     # Asked of B while A lives: A's.

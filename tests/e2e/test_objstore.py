@@ -168,7 +168,8 @@ def test_a_pause_outlives_the_disk_it_was_made_on(s3d, store):
     blob = sh(sbx, "sha256sum < /dev/shm/blob")
     # A process that lives through it all: its pid and its counter go on.
     sh(sbx, "nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n > /work/t && mv /work/t /work/tick; "
-            "sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid")
+            "sleep 0.2; done' >/dev/null 2>&1 & echo $! > /work/pid; "
+            "until [ -s /work/tick ]; do sleep 0.05; done")  # it ticked before the pause
     assert info(s3d, sbx.id)["stored"] is False
     t0 = time.monotonic()
     sbx.pause()

@@ -45,7 +45,8 @@ def qemu_of(sbx):
                 cmd = f.read()
         except OSError:
             continue
-        if cmd.startswith(b"qemu-system") and want in cmd:
+        argv0 = cmd.split(b"\0", 1)[0]  # a kept build's: <cache>/qemu/<id>/bin/qemu-system-x86_64
+        if os.path.basename(argv0).startswith(b"qemu-system") and want in cmd:
             return int(p)
     return None
 

@@ -145,10 +145,14 @@ static int snap_dir(struct sbx_mgr *m, const struct tsnap *t, char *out, size_t 
 	if (snap_env_files(&e, kernel, initrd, image, err, sizeof(err)) < 0)
 		return -ENOENT;
 	uint64_t h = 1469598103934665603ull; /* FNV-1a: a cache key, not a checksum */
-	/* A guest trusts the egress CA it was booted with (sbx_net.c). */
+	/* A guest trusts the egress CA it was booted with (sbx_net.c). A
+	 * template snapshot is made again for another QEMU build, though
+	 * the old build, kept, would restore it: sandboxes start on the
+	 * QEMU installed, pauses of theirs stay on theirs. */
 	const char *parts[] = { e.kernel_sha, e.initrd_sha, e.template,
-				m->cfg.net ? net_ca_id(m->cfg.net) : "" };
-	for (size_t i = 0; i < 4; i++)
+				m->cfg.net ? net_ca_id(m->cfg.net) : "",
+				m->cfg.qemu_build ? m->cfg.qemu_build : "" };
+	for (size_t i = 0; i < 5; i++)
 		for (const char *p = parts[i]; *p; p++)
 			h = (h ^ (uint8_t)*p) * 1099511628211ull;
 	/* A VM with a NIC restores only where there is one (snap.h). */
@@ -210,7 +214,8 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	log_info("building the %s template snapshot (%u vCPU, %u MB): boot, warm, save; "
 		 "creates boot until it is ready", t->template, t->vcpus, t->memory_mb);
 	struct vm_config vc = {
-		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
+		.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+		.vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = run, .cache_dir = c->cache_dir, .hostname = "cpuos",
 	};
@@ -399,7 +404,8 @@ static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 	char kernel[512], initrd[512], image[512], err[512];
 	sbx__guest_paths(m, t->template, kernel, initrd, image, sizeof(image));
 	struct vm_config vc = {
-		.qemu = c->qemu, .accel = c->accel, .vcpus = t->vcpus, .memory_mb = t->memory_mb,
+		.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+		.vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = e.run_dir, .cache_dir = c->cache_dir, .hostname = e.id + 4,
 		.restore = t->dir, .new_identity = 1,

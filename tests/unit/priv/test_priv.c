@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <limits.h>
 #include <unistd.h>
 
 static struct priv_req req;
@@ -89,6 +90,13 @@ static void test_decode_refuses(void)
 	const char *climb[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
 				"/usr/bin/qemu-system-x86_64", S(16), "/c/../etc/passwd", NULL };
 	CHECK(decode(PR_SPAWN, 1, climb, err) == -EINVAL);
+	/* a snapshot's RAM mapped read-only: a snapshot's or a checkpoint's */
+	const char *ram[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18), "/usr/bin/qemu-system-x86_64",
+			      S(42), "/c/snapshots/python-1/mem", NULL };
+	CHECK(decode(PR_SPAWN, 1, ram, err) == 0 && !strcmp(req.ram_ro, "/c/snapshots/python-1/mem"));
+	const char *ram_etc[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
+				  "/usr/bin/qemu-system-x86_64", S(42), "/g/bzImage", NULL };
+	CHECK(decode(PR_SPAWN, 1, ram_etc, err) == -EINVAL && strstr(err, "/g/bzImage"));
 	const char *cg[] = { S(9), "../../x", S(10), "1", S(11), "512", S(13), "/s/vms/sbx_1",
 			     S(18), "/usr/bin/qemu-system-x86_64", NULL };
 	CHECK(decode(PR_SPAWN, 1, cg, err) == -EINVAL && strstr(err, "cgroup"));
@@ -506,11 +514,54 @@ static void test_drop_walk(void)
 		t_note("could not remove %s", top);
 }
 
+/* A kept QEMU build is accepted as a spawn's binary only in the kept
+ * builds' directory, named by a build id, and root's all the way down:
+ * the daemon without root writes beside it. */
+static void test_kept_build(void)
+{
+	char tmp[] = "/tmp/cpuos-kept-XXXXXX", builds[64], bin[160], other[160], cmd[300];
+	char got[PATH_MAX], want[100];
+	CHECK(mkdtemp(tmp) != NULL);
+	snprintf(builds, sizeof(builds), "%s/qemu", tmp);
+	snprintf(want, sizeof(want), "%s/0123456789abcdef", builds);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; cd %s; mkdir -p qemu/0123456789abcdef/bin qemu/0123456789ABCDEF/bin; "
+		 "chmod -R 0755 qemu; touch qemu/0123456789abcdef/bin/qemu-system-x86_64 "
+		 "qemu/0123456789ABCDEF/bin/qemu-system-x86_64",
+		 tmp);
+	CHECK(system(cmd) == 0);
+	struct priv_bounds b = bounds;
+	b.qemu_builds = builds;
+	snprintf(bin, sizeof(bin), "%s/0123456789abcdef/bin/qemu-system-x86_64", builds);
+	/* root's only: a test run without root sees its own files refused */
+	if (getuid() == 0)
+		CHECK(priv_kept_build(&b, bin, got) && !strcmp(got, want));
+	else
+		CHECK(!priv_kept_build(&b, bin, got));
+	snprintf(other, sizeof(other), "%s/0123456789ABCDEF/bin/qemu-system-x86_64", builds);
+	CHECK(!priv_kept_build(&b, other, got)); /* not an id */
+	snprintf(other, sizeof(other), "%s/0123456789abcdef/bin/../bin/qemu-system-x86_64", builds);
+	CHECK(!priv_kept_build(&b, other, got));
+	snprintf(other, sizeof(other), "%s/0123456789abcdef/bin/sh", builds);
+	CHECK(!priv_kept_build(&b, other, got));
+	CHECK(!priv_kept_build(&bounds, bin, got)); /* no kept builds configured */
+	snprintf(cmd, sizeof(cmd), "chmod g+w %s/0123456789abcdef", builds);
+	CHECK(system(cmd) == 0);
+	CHECK(!priv_kept_build(&b, bin, got)); /* another may write it */
+	snprintf(cmd, sizeof(cmd), "chmod g-w %s/0123456789abcdef && cd %s/0123456789abcdef/bin && "
+		 "mv qemu-system-x86_64 q && ln -s q qemu-system-x86_64", builds, builds);
+	CHECK(system(cmd) == 0);
+	CHECK(!priv_kept_build(&b, bin, got)); /* a link */
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+	CHECK(system(cmd) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	priv_helper_main(argc, argv); /* the helper's start: this binary again */
 	static const struct t_case cases[] = {
 		{ "priv_decode_refuses", test_decode_refuses },
+		{ "priv_kept_build", test_kept_build },
 		{ "priv_helper", test_helper },
 		{ "priv_helper_refuses", test_helper_refuses },
 		{ "priv_helper_timeout", test_helper_timeout },

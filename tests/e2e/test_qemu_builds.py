@@ -1,0 +1,213 @@
+"""QEMU builds (issue 23): a snapshot's RAM is read-only to the QEMUs that map it, and a pause
+made by one QEMU build resumes on that build after the daemon runs another.
+
+Every QEMU runs from a build kept by content in the cache (src/runner/qemu_build.h). The other
+build here is Debian 12's own QEMU 7.2, unpacked beside the installed QEMU 10 by
+scripts/qemu-other.sh (downloaded from the same mirror the machine's packages come from).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import cpuos
+from conftest import ROOT, SLOW, started_daemon
+
+T = 60 * SLOW
+OTHER_DIR = "/var/cache/cpuos/qemu-debian12"
+
+
+def sh(sbx, cmd):
+    r = sbx.exec(cmd, timeout=T)
+    assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout.strip()
+
+
+def qemu_of(d, sbx_id):
+    """(pid, argv) of the QEMU whose run directory is the sandbox's."""
+    want = os.path.join(d.state_dir, "vms", sbx_id) + "/"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]).startswith("qemu-system") and any(want in a for a in argv):
+            return int(pid), argv
+    pytest.fail(f"no QEMU runs {sbx_id}")
+
+
+def mem_backend(argv):
+    return next(a for a in argv if a.startswith("memory-backend-file,"))
+
+
+def restored_from_snapshot(d, make):
+    """A sandbox made by make() whose RAM is a snapshot's file (not its own): the template's
+    snapshot may still be in the making when the first one is created, which then boots."""
+    deadline = time.monotonic() + 300 * SLOW
+    while time.monotonic() < deadline:
+        sbx = make()
+        pid, argv = qemu_of(d, sbx.id)
+        path = re.search(r"mem-path=([^,]+)", mem_backend(argv)).group(1)
+        if not path.startswith(os.path.join(d.state_dir, "vms")):
+            return sbx, pid, argv, path
+        sbx.kill()
+        time.sleep(2)
+    pytest.fail("no sandbox was restored from a snapshot:\n" + d.log_tail(30))
+
+
+def assert_read_only(pid, argv, path):
+    """QEMU maps path private and holds it open read-only; inside its jail (its mount namespace,
+    its root) even root cannot open it for writing; no one but its readers' group reads it."""
+    assert "readonly=on,rom=off" in mem_backend(argv), mem_backend(argv)
+    fds = [fd for fd in os.listdir(f"/proc/{pid}/fd")
+           if os.readlink(f"/proc/{pid}/fd/{fd}") == path]
+    for fd in fds:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            flags = int(re.search(r"flags:\s+([0-7]+)", f.read()).group(1), 8)
+        assert flags & os.O_ACCMODE == os.O_RDONLY, oct(flags)
+    with open(f"/proc/{pid}/maps") as f:
+        maps = [line.split() for line in f if line.rstrip().endswith(" " + path)]
+    assert maps, "QEMU does not map the snapshot's RAM"
+    for m in maps:
+        assert m[1][3] == "p", m  # private: what the guest writes stays QEMU's
+    assert os.stat(path).st_mode & 0o222 == 0, oct(os.stat(path).st_mode)
+    r = subprocess.run(["nsenter", "-t", str(pid), "-m", "-r", "-w", "--",
+                        "/bin/sh", "-c", f"echo x >> '{path}'"], capture_output=True, text=True)
+    assert r.returncode != 0 and "Read-only file system" in r.stderr, (r.returncode, r.stderr)
+    r = subprocess.run(["nsenter", "-t", str(pid), "-m", "-r", "-w", "--",
+                        "/bin/sh", "-c", f"test -r '{path}'"])
+    assert r.returncode == 0  # the same path, so it is the jail's bind that refuses
+
+
+def test_a_snapshots_memory_is_read_only_to_every_qemu_that_maps_it(daemon, make_sandbox):
+    """A template's snapshot and a checkpoint, each restored: the RAM file under both is opened
+    read-only (QEMU 10's rom=off) and bound read-only into the jail."""
+    sbx, pid, argv, path = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
+    assert path.startswith("/var/cache/cpuos/snapshots/") or "/snapshots/" in path, path
+    assert_read_only(pid, argv, path)
+    assert sh(sbx, "python3 -c 'print(6 * 7)'") == "42"  # the guest writes its RAM all the same
+
+    # A checkpoint of a sandbox whose RAM is a file of its own (after a pause and resume, or a
+    # cold boot) keeps that file, which the sandboxes made from it map.
+    parent = make_sandbox(template="base")
+    parent.pause()
+    parent = cpuos.Sandbox.connect(parent.id)
+    sh(parent, "true")  # resumed
+    _, pargv = qemu_of(daemon, parent.id)
+    assert "share=on" in mem_backend(pargv), mem_backend(pargv)
+    sh(parent, "echo at-the-checkpoint > /work/k")
+    ckp = parent.checkpoint(f"ro-{parent.id[-8:]}")
+    try:
+        child = make_sandbox(template=None, checkpoint=ckp)
+        cpid, cargv = qemu_of(daemon, child.id)
+        cpath = re.search(r"mem-path=([^,]+)", mem_backend(cargv)).group(1)
+        assert "/checkpoints/" in cpath, cpath
+        assert_read_only(cpid, cargv, cpath)
+        assert sh(child, "cat /work/k") == "at-the-checkpoint"
+    finally:
+        ckp.delete()
+
+
+@pytest.fixture(scope="module")
+def other_qemu():
+    r = subprocess.run([str(ROOT / "scripts/qemu-other.sh"), OTHER_DIR], capture_output=True,
+                       text=True, timeout=300)
+    if r.returncode != 0:
+        pytest.fail("scripts/qemu-other.sh could not unpack Debian 12's QEMU: " + r.stderr[-500:],
+                    pytrace=False)
+    path = r.stdout.strip()
+    version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    installed = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True,
+                               text=True).stdout
+    assert version.split("\n")[0] != installed.split("\n")[0], "the two QEMUs are one"
+    return path
+
+
+def manifest(d, sbx_id):
+    with open(os.path.join(d.state_dir, "vms", sbx_id, "manifest.json")) as f:
+        return json.load(f)["made_with"]
+
+
+def test_a_pause_resumes_on_the_qemu_build_that_made_it(other_qemu):
+    """Paused under QEMU 7.2, resumed by a daemon restarted on QEMU 10: the sandbox comes back
+    on the 7.2 build the cache kept (its files and its processes there), while a new sandbox
+    runs on 10. With that build gone, the resume is refused, naming it, and the pause stays;
+    with 7.2 saved as an upgrade's outgoing QEMU, a manifest naming no build resumes on it."""
+    # a cache of its own, whose kept builds it may remove
+    cache = tempfile.mkdtemp(prefix="cpuos-cache-", dir="/tmp")
+    os.chmod(cache, 0o755)
+    gen = started_daemon("--qemu", other_qemu, "--template-snapshots", "off", "--cache-dir", cache)
+    d = next(gen)
+    try:
+        sbx = cpuos.Sandbox.create(template="base", timeout="10m", api_key=d.key_a, api_url=d.url)
+        pid, argv = qemu_of(d, sbx.id)
+        old_bin = argv[0]
+        assert old_bin.startswith(os.path.join(cache, "qemu") + "/"), old_bin
+        assert os.readlink(f"/proc/{pid}/exe") == old_bin
+        sh(sbx, "echo kept > /work/k; nohup sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 &"
+                " echo $! > /work/pid")
+        loop = sh(sbx, "cat /work/pid")
+        sbx.pause()
+        made = manifest(d, sbx.id)
+        assert made["qemu"].startswith("7.2."), made
+        old_build = made["qemu_build"]
+        assert f"/{old_build}/bin/" in old_bin
+
+        i = d.extra_args.index("--qemu")
+        del d.extra_args[i:i + 2]
+        d.restart(kill=False)
+        assert "QEMU 10." in d.log_tail(40)
+        s2 = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+        assert sh(s2, "cat /work/k") == "kept"
+        assert sh(s2, f"kill -0 {loop} && echo alive") == "alive"
+        pid, argv = qemu_of(d, sbx.id)
+        assert argv[0] == old_bin, argv[0]
+
+        new = cpuos.Sandbox.create(template="base", timeout="5m", api_key=d.key_a, api_url=d.url)
+        _, nargv = qemu_of(d, new.id)
+        assert nargv[0] != old_bin and nargv[0].startswith(os.path.join(cache, "qemu") + "/")
+        assert sh(new, "echo hi") == "hi"
+        new.kill()
+
+        s2.pause()  # paused again: still by the build that runs it
+        assert manifest(d, sbx.id)["qemu_build"] == old_build
+        d.stop()
+        shutil.rmtree(os.path.join(cache, "qemu", old_build))
+        d.start()
+        r = d.http("POST", f"/v1/sandboxes/{sbx.id}/resume", key=d.key_a)
+        assert r.status >= 400, r
+        msg = r.json()["error"]["message"]
+        assert "QEMU" in msg and old_build in msg, msg
+        assert d.http("GET", f"/v1/sandboxes/{sbx.id}", key=d.key_a).json()["state"] == "paused"
+
+        # A pause made by a cpuos before kept builds names none: it resumes on a kept build of
+        # its version, here the one scripts/deps.sh saves of the QEMU an upgrade replaces.
+        path = os.path.join(d.state_dir, "vms", sbx.id, "manifest.json")
+        with open(path) as f:
+            doc = json.load(f)
+        del doc["made_with"]["qemu_build"]
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        d.stop()
+        shutil.copytree(OTHER_DIR, os.path.join(cache, "qemu-outgoing", "7.2"), symlinks=True)
+        d.start()
+        assert "replaced by an upgrade: build" in d.log_tail(40)
+        s3 = cpuos.Sandbox.connect(sbx.id, api_key=d.key_a, api_url=d.url)
+        assert sh(s3, "cat /work/k") == "kept"
+        assert sh(s3, f"kill -0 {loop} && echo alive") == "alive"
+        _, argv = qemu_of(d, sbx.id)
+        out = subprocess.run([argv[0], "--version"], capture_output=True, text=True).stdout
+        assert out.startswith("QEMU emulator version 7.2."), out
+    finally:
+        try:
+            next(gen)
+        except StopIteration:
+            pass
+        shutil.rmtree(cache, ignore_errors=True)
