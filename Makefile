@@ -459,6 +459,11 @@ test-asan:
 
 TSAN_E2E := $(addprefix tests/e2e/test_,$(addsuffix .py,sdk_api snapshots pause_sdk crash ports \
 	network secrets gateway hostile_clients objstore nodes cluster))
+# Two hostile clients of one stream each, against one request's thread:
+# nothing the concurrent ones do not show TSan, at a minute of its time;
+# ASan's run of the whole suite runs them.
+TSAN_E2E += $(addprefix --deselect tests/e2e/test_hostile_clients.py::,\
+	test_a_flood_of_small_output_frames test_a_directory_of_200k_entries)
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
