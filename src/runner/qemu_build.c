@@ -225,14 +225,15 @@ static int list_files(const char *bin, struct file *f, int *nf)
 	return 0;
 }
 
-/* Copies src to dst (new) and hashes its name and content into ctx. */
+/* Hashes f's name and content into ctx, and with dst copies it there (a
+ * new file). */
 static int copy_hash(EVP_MD_CTX *ctx, const struct file *f, const char *dst)
 {
 	int in = open(f->src, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
 		return -errno;
-	int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, f->mode);
-	if (out < 0) {
+	int out = dst ? open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, f->mode) : -1;
+	if (dst && out < 0) {
 		close(in);
 		return -errno;
 	}
@@ -242,7 +243,7 @@ static int copy_hash(EVP_MD_CTX *ctx, const struct file *f, const char *dst)
 	ssize_t got;
 	while ((got = read(in, buf, sizeof(buf))) > 0) {
 		EVP_DigestUpdate(ctx, buf, (size_t)got);
-		for (ssize_t off = 0; off < got;) {
+		for (ssize_t off = 0; out >= 0 && off < got;) {
 			ssize_t w = write(out, buf + off, (size_t)(got - off));
 			if (w < 0) {
 				r = -errno;
@@ -253,11 +254,44 @@ static int copy_hash(EVP_MD_CTX *ctx, const struct file *f, const char *dst)
 	}
 	if (got < 0)
 		r = -errno;
-	else if (fchmod(out, f->mode) < 0 || fsync(out) < 0)
+	else if (out >= 0 && (fchmod(out, f->mode) < 0 || fsync(out) < 0))
 		r = -errno;
 done:
 	close(in);
-	close(out);
+	if (out >= 0)
+		close(out);
+	return r;
+}
+
+/* The build's id from its files, copied into dir on the way unless dir
+ * is NULL. 0 or -errno with a reason. */
+static int hash_files(const struct file *f, int nf, const char *dir, char id[QEMU_BUILD_ID_LEN + 1],
+		      char *err, size_t errlen)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		EVP_MD_CTX_free(ctx);
+		snprintf(err, errlen, "no SHA-256");
+		return -ENOMEM;
+	}
+	int r = 0;
+	for (int i = 0; r == 0 && i < nf; i++) {
+		char dst[PATH_MAX + 160];
+		if (dir)
+			snprintf(dst, sizeof(dst), "%s/%s", dir, f[i].rel);
+		if ((r = copy_hash(ctx, &f[i], dir ? dst : NULL)) < 0)
+			snprintf(err, errlen, "cannot %s '%s'%s%s: %s", dir ? "copy" : "read", f[i].src,
+				 dir ? " to " : "", dir ? dst : "", strerror(-r));
+	}
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned len = 0;
+	if (r == 0 && (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32)) {
+		snprintf(err, errlen, "no SHA-256");
+		r = -EIO;
+	}
+	EVP_MD_CTX_free(ctx);
+	for (int i = 0; r == 0 && i < QEMU_BUILD_ID_LEN / 2; i++)
+		snprintf(id + 2 * i, 3, "%02x", md[i]);
 	return r;
 }
 
@@ -324,6 +358,12 @@ int qemu_build_keep(const char *builds, const char *binary, struct qemu_build *b
 		snprintf(err, errlen, "'%s' is not in a bin directory", bin);
 		return r;
 	}
+	/* Kept already (the usual start): read, not copied again. */
+	char id[QEMU_BUILD_ID_LEN + 1], copied[QEMU_BUILD_ID_LEN + 1];
+	if ((r = hash_files(f, nf, NULL, id, err, errlen)) < 0)
+		return r;
+	if (fill(builds, id, b) == 0)
+		return 0;
 	if (mkdir(builds, 0755) < 0 && errno != EEXIST) {
 		snprintf(err, errlen, "cannot create '%s': %s", builds, strerror(errno));
 		return -errno;
@@ -331,30 +371,12 @@ int qemu_build_keep(const char *builds, const char *binary, struct qemu_build *b
 	char tmp[PATH_MAX], dst[PATH_MAX + 160];
 	snprintf(tmp, sizeof(tmp), "%s/.new-%d", builds, (int)getpid());
 	remove_tree(tmp, f, nf); /* what a crash of this process left */
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-		EVP_MD_CTX_free(ctx);
-		snprintf(err, errlen, "no SHA-256");
-		return -ENOMEM;
-	}
 	if ((r = make_dirs(tmp)) < 0)
 		snprintf(err, errlen, "cannot create '%s': %s", tmp, strerror(-r));
-	for (int i = 0; r == 0 && i < nf; i++) {
-		snprintf(dst, sizeof(dst), "%s/%s", tmp, f[i].rel);
-		if ((r = copy_hash(ctx, &f[i], dst)) < 0)
-			snprintf(err, errlen, "cannot copy '%s' to '%s': %s", f[i].src, dst,
-				 strerror(-r));
+	if (r == 0 && (r = hash_files(f, nf, tmp, copied, err, errlen)) == 0 && strcmp(id, copied)) {
+		snprintf(err, errlen, "'%s' changed while it was kept (an upgrade?)", bin);
+		r = -EAGAIN;
 	}
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned len = 0;
-	if (r == 0 && (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32)) {
-		snprintf(err, errlen, "no SHA-256");
-		r = -EIO;
-	}
-	EVP_MD_CTX_free(ctx);
-	char id[QEMU_BUILD_ID_LEN + 1];
-	for (int i = 0; i < QEMU_BUILD_ID_LEN / 2; i++)
-		snprintf(id + 2 * i, 3, "%02x", md[i]);
 	if (r == 0) {
 		snprintf(dst, sizeof(dst), "%s/version", tmp);
 		FILE *vf = fopen(dst, "wxe");
@@ -367,7 +389,7 @@ int qemu_build_keep(const char *builds, const char *binary, struct qemu_build *b
 	}
 	if (r == 0) {
 		snprintf(dst, sizeof(dst), "%s/%s", builds, id);
-		/* Kept before (or by another daemon meanwhile): that one. */
+		/* Kept by another daemon meanwhile: that one. */
 		if (rename(tmp, dst) < 0 && errno != EEXIST && errno != ENOTEMPTY) {
 			snprintf(err, errlen, "cannot keep '%s' as '%s': %s", bin, dst,
 				 strerror(errno));

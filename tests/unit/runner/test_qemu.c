@@ -624,7 +624,13 @@ static void test_qemu_build_keep(void)
 	snprintf(path, sizeof(path), "%s/share/qemu/keymaps", a.dir);
 	CHECK(access(path, F_OK) < 0);
 
+	/* kept already: read, nothing written (the directory unchanged) */
+	struct stat before, after;
+	CHECK(stat(builds, &before) == 0);
+	usleep(20000);
 	CHECK(qemu_build_keep(builds, bin, &a2, err, sizeof(err)) == 0 && !strcmp(a.id, a2.id));
+	CHECK(stat(builds, &after) == 0 && before.st_mtim.tv_nsec == after.st_mtim.tv_nsec &&
+	      before.st_mtim.tv_sec == after.st_mtim.tv_sec);
 	CHECK(count_entries(builds) == 1); /* no temporary left */
 	snprintf(bin, sizeof(bin), "%s/bin/qemu-system-x86_64", pb);
 	CHECK(qemu_build_keep(builds, bin, &b, err, sizeof(err)) == 0 && strcmp(a.id, b.id));
