@@ -558,6 +558,27 @@ static void test_snap_names_egress_ca(void)
 	CHECK(system(cmd) == 0);
 }
 
+/* A snapshot's RAM shared by many VMs is opened read-only where asked
+ * (rom=off); a VM's own RAM file never is. */
+static void test_mem_readonly(void)
+{
+	struct qemu_config c = base_config();
+	c.mem_path = "/c/snapshots/python/mem";
+	c.mem_readonly = 1;
+	char **argv;
+	CHECK(qemu_argv(&c, &argv) == 0);
+	CHECK(has_value(argv, "-object", "mem-path=/c/snapshots/python/mem,share=off,readonly=on,rom=off"));
+	qemu_argv_free(argv);
+	c.mem_shared = 1; /* its own: written through */
+	CHECK(qemu_argv(&c, &argv) == 0);
+	CHECK(has_value(argv, "-object", "share=on") && !has_value(argv, "-object", "readonly"));
+	qemu_argv_free(argv);
+	c.mem_shared = 0, c.mem_readonly = 0; /* a QEMU before 8.2 */
+	CHECK(qemu_argv(&c, &argv) == 0);
+	CHECK(has_value(argv, "-object", "share=off") && !has_value(argv, "-object", "rom=off"));
+	qemu_argv_free(argv);
+}
+
 /* A fake install prefix: the real QEMU binary (which answers --version),
  * an accelerator module, firmware with a link, and what is not kept. */
 static void fake_prefix(const char *dir, const char *rom)
@@ -704,6 +725,7 @@ int main(int argc, char **argv)
 		{ "qemu_kvm_cmdline", test_kvm_cmdline },
 		{ "qemu_bad_configs", test_bad_configs },
 		{ "qemu_nic", test_nic },
+		{ "qemu_mem_readonly", test_mem_readonly },
 		{ "qemu_run_dir_of", test_run_dir_of },
 		{ "qemu_accel", test_accel },
 		{ "qmp_session", test_qmp_session },
