@@ -34,7 +34,8 @@ struct qemu_build {
  * firmware beside it (<bin>/../lib/..., <bin>/../share/qemu) in builds,
  * unless that build is kept already, and describes the kept one in b. Runs
  * the binary once (--version). 0 or -errno with a reason: -ENOEXEC when
- * binary is not an ELF file (a wrapper script: not kept). */
+ * binary is not an ELF file (a wrapper script: not kept). For a daemon's
+ * start: one thread at a time (its buffers are static). */
 int qemu_build_keep(const char *builds, const char *binary, struct qemu_build *b, char *err,
 		    size_t errlen);
 
