@@ -340,10 +340,10 @@ static int add_system(struct jail_plan *p, const struct jail_spec *s)
 }
 
 /* A regular file (through fd) becomes the shared group's to read and
- * write as well (mode 0660), or to read alone and no one's to write (0440):
+ * write as well (writable), or to read alone and no one's to write:
  * one of the daemon's (the shared id's) or a QEMU's, never a file of
  * anyone else's linked in (a hard link is not a symlink). */
-static int share_fd(const struct jail *j, int fd, mode_t mode)
+static int share_fd(const struct jail *j, int fd, int writable)
 {
 	gid_t shared = j->first;
 	struct stat st;
@@ -354,7 +354,7 @@ static int share_fd(const struct jail *j, int fd, mode_t mode)
 	if (st.st_uid != shared && !in_range(j, st.st_uid))
 		return -EPERM;
 	if (fchown(fd, (uid_t)-1, shared) < 0 ||
-	    fchmod(fd, mode == 0660 ? (st.st_mode & 0770) | 0660 : mode) < 0)
+	    fchmod(fd, writable ? (st.st_mode & 0770) | 0660 : 0440) < 0)
 		return -errno;
 	return 0;
 }
@@ -385,7 +385,7 @@ static int share_run_dir(const struct jail *j, const char *dir)
 			continue;
 		int fd = open_no_links(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK);
 		if (fd >= 0) {
-			int s2 = share_fd(j, fd, 0660);
+			int s2 = share_fd(j, fd, 1);
 			if (s2 < 0 && s2 != -EINVAL) /* not a regular file: left */
 				r = s2;
 			close(fd);
@@ -414,7 +414,7 @@ static int share_rw(const struct jail *j, const char *path)
 	int fd = open_no_links(AT_FDCWD, path, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
 		return fd;
-	int r = share_fd(j, fd, 0660);
+	int r = share_fd(j, fd, 1);
 	close(fd);
 	return r;
 }
@@ -427,7 +427,7 @@ static int share_ro(const struct jail *j, const char *path)
 	int fd = open_no_links(AT_FDCWD, path, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
 		return fd;
-	int r = share_fd(j, fd, 0440);
+	int r = share_fd(j, fd, 0);
 	close(fd);
 	return r;
 }

@@ -90,7 +90,7 @@ def test_a_snapshots_memory_is_read_only_to_every_qemu_that_maps_it(daemon, make
     """A template's snapshot and a checkpoint, each restored: the RAM file under both is opened
     read-only (QEMU 10's rom=off) and bound read-only into the jail."""
     sbx, pid, argv, path = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
-    assert path.startswith("/var/cache/cpuos/snapshots/") or "/snapshots/" in path, path
+    assert "/snapshots/" in path, path  # the template's snapshot, in the cache
     assert_read_only(pid, argv, path)
     assert sh(sbx, "python3 -c 'print(6 * 7)'") == "42"  # the guest writes its RAM all the same
 

@@ -390,6 +390,34 @@ static void put_file(const char *dir, const char *name, const char *text)
 	}
 }
 
+/* m sealed in dir as a snapshot of two small files, state and layer. */
+static int seal_small(const char *dir, struct snap_manifest *m)
+{
+	char err[256];
+	snprintf(m->files[SNAP_STATE].name, sizeof(m->files[0].name), "state");
+	snprintf(m->files[SNAP_DISK].name, sizeof(m->files[0].name), "disk.qcow2");
+	put_file(dir, "state", "device state");
+	put_file(dir, "disk.qcow2", "layer");
+	return snap_seal(dir, m, err, sizeof(err));
+}
+
+/* dir's manifest with made_with's key set to value, as a forger would
+ * write it, or without the key (value NULL), as a cpuos before did. */
+static int edit_made_with(const char *dir, const char *key, const char *value)
+{
+	char mpath[300];
+	snprintf(mpath, sizeof(mpath), "%s/" SNAP_MANIFEST, dir);
+	json_t *doc = json_load_file(mpath, 0, NULL);
+	json_t *with = json_object_get(doc, "made_with");
+	int r = with && (value ? json_object_set_new(with, key, json_string(value))
+			       : json_object_del(with, key)) == 0 &&
+			json_dump_file(doc, mpath, 0) == 0
+		? 0
+		: -1;
+	json_decref(doc);
+	return r;
+}
+
 /* A run directory is its jailed QEMU's to write: whatever it puts in a
  * file's place, the runner (root) follows no symlink there. */
 static void test_run_dir_symlinks(void)
@@ -474,11 +502,7 @@ static void test_snap_names_image_by_content(void)
 	struct snap_manifest m;
 	memset(&m, 0, sizeof(m));
 	m.env = a;
-	snprintf(m.files[SNAP_STATE].name, sizeof(m.files[0].name), "state");
-	snprintf(m.files[SNAP_DISK].name, sizeof(m.files[0].name), "disk.qcow2");
-	put_file(dir, "state", "device state");
-	put_file(dir, "disk.qcow2", "layer");
-	CHECK(snap_seal(dir, &m, err, sizeof(err)) == 0);
+	CHECK(seal_small(dir, &m) == 0);
 	memset(&m, 0, sizeof(m));
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
 	CHECK(!strcmp(m.env.cpu, QEMU_TCG_CPU) && !strcmp(m.env.template, a.template));
@@ -489,14 +513,8 @@ static void test_snap_names_image_by_content(void)
 	CHECK(snap_check(&m, &o, err, sizeof(err)) == -EPROTO && strstr(err, "vCPU model"));
 
 	/* The manifest as a cpuos before wrote it: the image by path, no cpu. */
-	char mpath[300];
-	snprintf(mpath, sizeof(mpath), "%s/" SNAP_MANIFEST, dir);
-	json_t *doc = json_load_file(mpath, 0, NULL);
-	json_t *with = json_object_get(doc, "made_with");
-	CHECK(with && json_object_del(with, "cpu") == 0 &&
-	      json_object_set_new(with, "template", json_string(a.template_was)) == 0 &&
-	      json_dump_file(doc, mpath, 0) == 0);
-	json_decref(doc);
+	CHECK(edit_made_with(dir, "cpu", NULL) == 0 &&
+	      edit_made_with(dir, "template", a.template_was) == 0);
 	memset(&m, 0, sizeof(m));
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
 	CHECK(!m.env.cpu[0] && !m.env.template[0]);
@@ -530,11 +548,7 @@ static void test_snap_names_egress_ca(void)
 	struct snap_manifest m;
 	memset(&m, 0, sizeof(m));
 	m.env = a;
-	snprintf(m.files[SNAP_STATE].name, sizeof(m.files[0].name), "state");
-	snprintf(m.files[SNAP_DISK].name, sizeof(m.files[0].name), "disk.qcow2");
-	put_file(dir, "state", "device state");
-	put_file(dir, "disk.qcow2", "layer");
-	CHECK(snap_seal(dir, &m, err, sizeof(err)) == 0);
+	CHECK(seal_small(dir, &m) == 0);
 	memset(&m, 0, sizeof(m));
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
 	CHECK(!strcmp(m.env.trust, a.trust));
@@ -542,16 +556,10 @@ static void test_snap_names_egress_ca(void)
 	CHECK(snap_check(&m, &other, err, sizeof(err)) == -EPROTO && strstr(err, "egress CA"));
 	CHECK(snap_check(&m, &none, err, sizeof(err)) == -EPROTO && strstr(err, "egress CA"));
 
-	char mpath[300];
-	snprintf(mpath, sizeof(mpath), "%s/" SNAP_MANIFEST, dir);
-	json_t *doc = json_load_file(mpath, 0, NULL);
-	json_t *with = json_object_get(doc, "made_with");
-	CHECK(with && json_object_set_new(with, "egress_ca", json_string("../../etc")) == 0 &&
-	      json_dump_file(doc, mpath, 0) == 0);
+	CHECK(edit_made_with(dir, "egress_ca", "../../etc") == 0);
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == -EBADMSG && strstr(err, "egress CA"));
 	/* as a cpuos before wrote it: no CA named, none compared */
-	CHECK(json_object_del(with, "egress_ca") == 0 && json_dump_file(doc, mpath, 0) == 0);
-	json_decref(doc);
+	CHECK(edit_made_with(dir, "egress_ca", NULL) == 0);
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0 && !m.env.trust[0]);
 	CHECK(snap_check(&m, &other, err, sizeof(err)) == 0);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -690,29 +698,20 @@ static void test_qemu_build_keep(void)
  * one without (a cpuos before) reads. */
 static void test_snap_names_qemu_build(void)
 {
-	char dir[] = "/tmp/cpuos-snapqb-XXXXXX", err[256], cmd[300], mpath[300];
+	char dir[] = "/tmp/cpuos-snapqb-XXXXXX", err[256], cmd[300];
 	CHECK(mkdtemp(dir) != NULL);
 	struct snap_manifest m;
 	memset(&m, 0, sizeof(m));
 	snprintf(m.env.accel, sizeof(m.env.accel), "tcg");
 	snprintf(m.env.qemu, sizeof(m.env.qemu), "10.0.2 (Debian)");
 	snprintf(m.env.qemu_build, sizeof(m.env.qemu_build), "0123456789abcdef");
-	snprintf(m.files[SNAP_STATE].name, sizeof(m.files[0].name), "state");
-	snprintf(m.files[SNAP_DISK].name, sizeof(m.files[0].name), "disk.qcow2");
-	put_file(dir, "state", "device state");
-	put_file(dir, "disk.qcow2", "layer");
-	CHECK(snap_seal(dir, &m, err, sizeof(err)) == 0);
+	CHECK(seal_small(dir, &m) == 0);
 	memset(&m, 0, sizeof(m));
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0);
 	CHECK(!strcmp(m.env.qemu_build, "0123456789abcdef"));
-	snprintf(mpath, sizeof(mpath), "%s/" SNAP_MANIFEST, dir);
-	json_t *doc = json_load_file(mpath, 0, NULL);
-	json_t *with = json_object_get(doc, "made_with");
-	CHECK(with && json_object_set_new(with, "qemu_build", json_string("../x")) == 0 &&
-	      json_dump_file(doc, mpath, 0) == 0);
+	CHECK(edit_made_with(dir, "qemu_build", "../x") == 0);
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == -EBADMSG && strstr(err, "QEMU build"));
-	CHECK(json_object_del(with, "qemu_build") == 0 && json_dump_file(doc, mpath, 0) == 0);
-	json_decref(doc);
+	CHECK(edit_made_with(dir, "qemu_build", NULL) == 0);
 	CHECK(snap_load(dir, &m, 0, err, sizeof(err)) == 0 && !m.env.qemu_build[0]);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK(system(cmd) == 0);
