@@ -747,8 +747,7 @@ int main(int argc, char **argv)
 	}
 	struct sbx_config sc = {
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
-		.qemu = qbuild.id[0] ? qbuild.binary : o.qemu[0] ? o.qemu : NULL,
-		.qemu_builds = qbuild.id[0] ? qemu_builds : NULL, .qemu_build = qbuild.id,
+		.qemu = o.qemu[0] ? o.qemu : NULL, .qemu_build = qbuild.id[0] ? &qbuild : NULL,
 		.accel = accel,
 		.max_sandboxes = (int)o.max_sandboxes, .max_output = (size_t)o.max_output,
 		.account_vcpus = (unsigned)o.account_vcpus,

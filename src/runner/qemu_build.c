@@ -95,16 +95,15 @@ int qemu_build_find(const char *builds, const char *id, const char *version,
 	return r;
 }
 
-int qemu_build_of(const char *builds, const char *binary, struct qemu_build *b)
+int qemu_build_beside(const struct qemu_build *now, const char *id, const char *version,
+		      struct qemu_build *b)
 {
-	size_t n = strlen(builds);
-	if (strncmp(binary, builds, n) || binary[n] != '/')
+	char builds[PATH_MAX];
+	const char *slash = strrchr(now->dir, '/');
+	if (!slash)
 		return -ENOENT;
-	char id[QEMU_BUILD_ID_LEN + 1];
-	snprintf(id, sizeof(id), "%s", binary + n + 1);
-	if (!qemu_build_id_ok(id) || strcmp(binary + n + 1 + QEMU_BUILD_ID_LEN, "/" QEMU_BUILD_BIN))
-		return -ENOENT;
-	return fill(builds, id, b);
+	snprintf(builds, sizeof(builds), "%.*s", (int)(slash - now->dir), now->dir);
+	return qemu_build_find(builds, id, version, b);
 }
 
 /* binary's real path, looked up in PATH when it is a plain name. */

@@ -44,9 +44,10 @@ int qemu_build_keep(const char *builds, const char *binary, struct qemu_build *b
 int qemu_build_find(const char *builds, const char *id, const char *version,
 		    struct qemu_build *b);
 
-/* The kept build whose binary path is binary (a running QEMU's argv[0]):
- * 0 with b, or -ENOENT when binary is not one of builds'. */
-int qemu_build_of(const char *builds, const char *binary, struct qemu_build *b);
+/* qemu_build_find in the directory that holds now (another build kept
+ * beside it): 0 with b, or -ENOENT. */
+int qemu_build_beside(const struct qemu_build *now, const char *id, const char *version,
+		      struct qemu_build *b);
 
 /* id is 16 lowercase hex digits. */
 int qemu_build_id_ok(const char *id);

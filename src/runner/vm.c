@@ -264,8 +264,8 @@ static int find_in_path(const char *name)
 	char buf[4096];
 	while (*path) {
 		size_t n = strcspn(path, ":");
-		snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path, name);
-		if (access(buf, X_OK) == 0)
+		if (snprintf(buf, sizeof(buf), "%.*s/%.200s", (int)n, path, name) < (int)sizeof(buf) &&
+		    access(buf, X_OK) == 0)
 			return 0;
 		path += n + (path[n] == ':');
 	}
@@ -295,7 +295,9 @@ void vm__send_time(struct vm *vm)
 
 int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen)
 {
-	const char *qemu = cfg->qemu ? cfg->qemu : "qemu-system-x86_64";
+	const char *qemu = cfg->qemu_build ? cfg->qemu_build->binary
+			   : cfg->qemu	    ? cfg->qemu
+					    : "qemu-system-x86_64";
 	const struct { const char *what, *path; } files[] = {
 		{ "kernel", cfg->kernel }, { "initramfs", cfg->initrd }, { "template", cfg->template },
 	};
@@ -347,17 +349,19 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	if ((r = snap_env_files(&vm->env, cfg->kernel, cfg->initrd, cfg->template, err, errlen)) < 0)
 		goto fail;
 	snprintf(scratch, sizeof(scratch), "%s/scratch.qcow2", vm->run_dir);
-	struct qemu_build build;
-	int kept = cfg->qemu_builds && qemu_build_of(cfg->qemu_builds, qemu, &build) == 0;
+	const struct qemu_build *build = cfg->qemu_build;
+	struct qemu_build other;
 	if (cfg->restore) {
 		r = vm__prepare_restore(vm, cfg, &m, mem, sizeof(mem), err, errlen);
 		/* On the build it was made with, if that is not this one and
 		 * is kept (by id, or by version in a manifest without one). */
-		if (r == 0 && kept &&
-		    (m.env.qemu_build[0] ? strcmp(m.env.qemu_build, build.id)
-					 : strcmp(m.env.qemu, build.version)) &&
-		    qemu_build_find(cfg->qemu_builds, m.env.qemu_build, m.env.qemu, &build) == 0)
-			qemu = build.binary;
+		if (r == 0 && build &&
+		    (m.env.qemu_build[0] ? strcmp(m.env.qemu_build, build->id)
+					 : strcmp(m.env.qemu, build->version)) &&
+		    qemu_build_beside(build, m.env.qemu_build, m.env.qemu, &other) == 0) {
+			build = &other;
+			qemu = other.binary;
+		}
 		if (r == 0)
 			r = snap_check(&m, &vm->env, err, errlen); /* QEMU's version is checked below */
 		/* The guest trusts what it trusted when it was saved: a pause
@@ -387,7 +391,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.tsc_khz = qemu_host_tsc_khz(),
 		.mem_path = mem,
 		.mem_shared = vm->ram_shared,
-		.mem_readonly = kept && qemu_build_has_rom_off(&build),
+		.mem_readonly = build && qemu_build_has_rom_off(build),
 		.incoming = cfg->restore != NULL,
 		.tap = cfg->netns ? NET_TAP : NULL,
 		.extra_args = cfg->extra_args,
@@ -428,14 +432,14 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	vm->t.qemu_ms = clock_ms_f() - t0;
 	if ((r = migrate_qemu_version(vm->qmp, vm->env.qemu, sizeof(vm->env.qemu), err, errlen)) < 0)
 		goto fail;
-	snprintf(vm->env.qemu_build, sizeof(vm->env.qemu_build), "%s", kept ? build.id : "");
+	snprintf(vm->env.qemu_build, sizeof(vm->env.qemu_build), "%s", build ? build->id : "");
 	if (cfg->restore) {
 		snprintf(path, sizeof(path), "%s/%s", cfg->restore, m.files[SNAP_STATE].name);
 		if ((r = snap_check(&m, &vm->env, err, errlen)) < 0 && m.env.qemu_build[0] &&
 		    strcmp(m.env.qemu_build, vm->env.qemu_build)) {
 			size_t l = strlen(err);
-			snprintf(err + l, errlen - l, " (its build %s is not kept in '%s')",
-				 m.env.qemu_build, cfg->qemu_builds ? cfg->qemu_builds : "");
+			snprintf(err + l, errlen - l, " (its build %s is not kept beside '%s')",
+				 m.env.qemu_build, build ? build->dir : qemu);
 		}
 		if (r < 0 ||
 		    (r = migrate_load(vm->qmp, path, m.ram_in_file, vm__migrate_ms(vm), err, errlen)) < 0)

@@ -14,14 +14,15 @@
 #include "runner/qemu.h"
 
 struct agentc;
+struct qemu_build;
 struct launch_ops;
 
 struct vm_config {
 	const char *qemu;     /* binary name or path; NULL = qemu-system-x86_64 */
-	/* Where kept QEMU builds are (qemu_build.h), qemu then one of them:
-	 * a restore runs on the build its snapshot was made with, while that
-	 * one is kept; NULL: qemu as it is. */
-	const char *qemu_builds;
+	/* The kept build (qemu_build.h) that qemu is: a restore runs on the
+	 * build its snapshot was made with while that one is kept beside it;
+	 * NULL: qemu as it is. */
+	const struct qemu_build *qemu_build;
 	enum qemu_accel accel; /* AUTO probes */
 	unsigned vcpus;        /* 0 = 1 */
 	unsigned memory_mb;    /* 0 = 512 */

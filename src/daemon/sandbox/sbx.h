@@ -19,6 +19,8 @@
 #include "runner/qemu.h"
 #include "daemon/store/store.h"
 
+struct qemu_build;
+
 struct priv;
 struct s3_conf;
 
@@ -27,9 +29,8 @@ struct sbx_config {
 	const char *guest_dir; /* bzImage, initramfs.cpio, templates/NAME.erofs */
 	const char *cache_dir; /* writable layer bases */
 	const char *qemu;      /* NULL: qemu-system-x86_64 */
-	const char *qemu_builds; /* kept QEMU builds (qemu_build.h), qemu one of
-				  * them; NULL: qemu run as it is */
-	const char *qemu_build;  /* qemu's build id ("": not kept) */
+	const struct qemu_build *qemu_build; /* the kept build VMs run on
+					      * (qemu_build.h); NULL: qemu as it is */
 	enum qemu_accel accel;
 	int max_sandboxes;     /* running, per account */
 	unsigned account_vcpus; /* vCPUs of an account's running sandboxes; 0: no limit */

@@ -114,7 +114,7 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 		if (!restore && sbx__template_snapshot(m, row, snap, sizeof(snap)) == 0)
 			restore = snap;
 		struct vm_config vc = {
-			.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+			.qemu = c->qemu, .qemu_build = c->qemu_build, .accel = c->accel,
 			.vcpus = row->vcpus,
 			.memory_mb = row->memory_mb, .disk_mb = row->disk_mb, .kernel = kernel,
 			.initrd = initrd, .template = image, .run_dir = run, .cache_dir = c->cache_dir,

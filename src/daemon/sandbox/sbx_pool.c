@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "priv/priv.h"
 #include "runner/agentc.h"
+#include "runner/qemu_build.h"
 #include "runner/snap.h"
 #include "runner/vm.h"
 
@@ -151,7 +152,7 @@ static int snap_dir(struct sbx_mgr *m, const struct tsnap *t, char *out, size_t 
 	 * QEMU installed, pauses of theirs stay on theirs. */
 	const char *parts[] = { e.kernel_sha, e.initrd_sha, e.template,
 				m->cfg.net ? net_ca_id(m->cfg.net) : "",
-				m->cfg.qemu_build ? m->cfg.qemu_build : "" };
+				m->cfg.qemu_build ? m->cfg.qemu_build->id : "" };
 	for (size_t i = 0; i < 5; i++)
 		for (const char *p = parts[i]; *p; p++)
 			h = (h ^ (uint8_t)*p) * 1099511628211ull;
@@ -214,7 +215,7 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	log_info("building the %s template snapshot (%u vCPU, %u MB): boot, warm, save; "
 		 "creates boot until it is ready", t->template, t->vcpus, t->memory_mb);
 	struct vm_config vc = {
-		.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+		.qemu = c->qemu, .qemu_build = c->qemu_build, .accel = c->accel,
 		.vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = run, .cache_dir = c->cache_dir, .hostname = "cpuos",
@@ -404,7 +405,7 @@ static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 	char kernel[512], initrd[512], image[512], err[512];
 	sbx__guest_paths(m, t->template, kernel, initrd, image, sizeof(image));
 	struct vm_config vc = {
-		.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+		.qemu = c->qemu, .qemu_build = c->qemu_build, .accel = c->accel,
 		.vcpus = t->vcpus, .memory_mb = t->memory_mb,
 		.disk_mb = t->disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = e.run_dir, .cache_dir = c->cache_dir, .hostname = e.id + 4,

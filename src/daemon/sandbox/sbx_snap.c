@@ -205,7 +205,7 @@ int sbx_resume(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 	char kernel[512], initrd[512], image[512];
 	sbx__guest_paths(m, row.template, kernel, initrd, image, sizeof(image));
 	struct vm_config vc = {
-		.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+		.qemu = c->qemu, .qemu_build = c->qemu_build, .accel = c->accel,
 		.vcpus = row.vcpus, .memory_mb = row.memory_mb,
 		.disk_mb = row.disk_mb, .kernel = kernel, .initrd = initrd, .template = image,
 		.run_dir = row.run_dir, .cache_dir = c->cache_dir, .hostname = row.id + 4,
@@ -322,7 +322,7 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 		return;
 	const struct sbx_config *c = &m->cfg;
 	struct vm_config vc = {
-		.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+		.qemu = c->qemu, .qemu_build = c->qemu_build, .accel = c->accel,
 		.vcpus = parent->vcpus,
 		.memory_mb = parent->memory_mb, .disk_mb = parent->disk_mb, .kernel = kernel,
 		.initrd = initrd, .template = image, .run_dir = dir, .cache_dir = c->cache_dir,
@@ -376,7 +376,7 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 		sbx__random_id(row->id, sizeof(row->id), "sbx_");
 		snprintf(row->run_dir, sizeof(row->run_dir), "%s/vms/%s", c->state_dir, row->id);
 		struct vm_config vc = {
-			.qemu = c->qemu, .qemu_builds = c->qemu_builds, .accel = c->accel,
+			.qemu = c->qemu, .qemu_build = c->qemu_build, .accel = c->accel,
 			.vcpus = parent.vcpus,
 			.memory_mb = parent.memory_mb, .disk_mb = parent.disk_mb, .kernel = kernel,
 			.initrd = initrd, .template = image, .run_dir = row->run_dir,

@@ -670,10 +670,9 @@ static void test_qemu_build_keep(void)
 	CHECK(qemu_build_find(builds, "0123456789abcdef", a.version, &f) == -ENOENT);
 	CHECK(qemu_build_find(builds, "../../etc/passwd", NULL, &f) == -ENOENT);
 	CHECK(qemu_build_find(builds, "", "6.2.0", &f) == -ENOENT);
-	CHECK(qemu_build_of(builds, a.binary, &f) == 0 && !strcmp(f.id, a.id));
-	CHECK(qemu_build_of(builds, "/usr/bin/qemu-system-x86_64", &f) == -ENOENT);
-	snprintf(path, sizeof(path), "%s/%s/bin/sh", builds, a.id);
-	CHECK(qemu_build_of(builds, path, &f) == -ENOENT);
+	CHECK(qemu_build_beside(&a, b.id, NULL, &f) == 0 && !strcmp(f.dir, b.dir));
+	CHECK(qemu_build_beside(&b, "", a.version, &f) == 0 && !strcmp(f.version, a.version));
+	CHECK(qemu_build_beside(&a, "0123456789abcdef", NULL, &f) == -ENOENT);
 
 	/* a wrapper script is run as it is, not kept */
 	snprintf(path, sizeof(path), "%s/wrapper", dir);
