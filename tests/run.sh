@@ -58,7 +58,7 @@ UNIT_TESTS=(
 	test_tap                           # harness: tests/lib/tap itself
 	test_proto test_buf test_unixsock test_http1 # common
 	test_agent test_agent_code         # agent
-	test_agentc test_disk test_qemu    # runner
+	test_agentc test_disk test_qemu test_ramdiff # runner
 	test_cgroup                        # jail
 	test_priv                          # priv
 	test_workers test_loop test_db     # lib
