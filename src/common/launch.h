@@ -15,6 +15,8 @@
 
 struct jail_spec;
 
+enum launch_mem { LAUNCH_PAGEMAP, LAUNCH_MEM };
+
 /* One QEMU to start. */
 struct launch_spec {
 	char *const *argv;      /* NULL-terminated; argv[0] is QEMU */
@@ -46,6 +48,11 @@ struct launch_ops {
 	/* Its process gone: jail id uid and cgroup leaf name are free
 	 * again. NULL with hold. */
 	int (*release)(void *ctx, uid_t uid, const char *name);
+	/* A descriptor of QEMU pid's /proc/PID/pagemap or /proc/PID/mem
+	 * (which), read and written by the caller while the VM is stopped
+	 * (ramdiff.h): 0 with *fd, or -errno with a reason. NULL: not
+	 * offered (pauses stream the RAM). */
+	int (*mem_open)(void *ctx, pid_t pid, int which, int *fd, char *err, size_t errlen);
 	void *ctx;
 	/* spawn jails QEMU: it takes s->jail, finds the binary itself (the
 	 * path may be one only root reaches), and the process runs as

@@ -276,9 +276,11 @@ static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int 
 		return fd;
 	/* Inside a directory already bound, or under a top-level link into
 	 * /usr: seen through it already, and a mount point made there would
-	 * be made on the host. */
+	 * be made on the host. Except a snapshot's RAM inside the run
+	 * directory (the base a pause linked there): bound read-only over
+	 * itself, a file that is there, so nothing is made. */
 	int seen = 0;
-	for (int i = 0; i < p->nbinds && !seen; i++) {
+	for (int i = 0; i < p->nbinds && !seen && how != RO_SHARED; i++) {
 		size_t n = strlen(p->b[i].dst);
 		seen = p->b[i].dir && !strncmp(p->b[i].dst, dst, n) && (dst[n] == '/' || !dst[n]);
 	}
@@ -381,7 +383,9 @@ static int share_run_dir(const struct jail *j, const char *dir)
 	int r = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
-		if (e->d_name[0] == '.' || e->d_type == DT_DIR || e->d_type == DT_LNK)
+		/* The base (a snapshot's RAM, linked) stays read-only. */
+		if (e->d_name[0] == '.' || e->d_type == DT_DIR || e->d_type == DT_LNK ||
+		    !strcmp(e->d_name, JAIL_RAM_BASE))
 			continue;
 		int fd = open_no_links(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK);
 		if (fd >= 0) {

@@ -70,7 +70,7 @@ static int make_point(char *path, int dir)
 	}
 	if (dir)
 		return mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
-	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
 	close(fd);

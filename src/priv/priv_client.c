@@ -81,6 +81,11 @@ static int launch_release(void *ctx, uid_t uid, const char *name)
 	return priv_release(ctx, uid, name);
 }
 
+static int launch_mem_open(void *ctx, pid_t pid, int which, int *fd, char *err, size_t errlen)
+{
+	return priv_mem_open(ctx, pid, which == LAUNCH_MEM, fd, err, errlen);
+}
+
 /* The configuration as the helper's first message (PR_CONFIG). */
 static int put_config(struct pbuf *b, const struct priv_config *c)
 {
@@ -159,7 +164,8 @@ int priv_start(const struct priv_config *c, struct priv **out, char *err, size_t
 	p->timeout_ms = (int)(c->timeout_ms ? c->timeout_ms : PRIV_TIMEOUT_MS);
 	p->launch = (struct launch_ops){ .spawn = launch_spawn, .signal = launch_signal,
 					 .reap = launch_reap, .hold = launch_hold,
-					 .release = launch_release, .ctx = p, .jails = 1 };
+					 .release = launch_release, .mem_open = launch_mem_open,
+					 .ctx = p, .jails = 1 };
 	pthread_mutex_init(&p->mu, NULL);
 	int fd;
 	ssize_t n = -1;
@@ -496,6 +502,26 @@ int priv_release(struct priv *p, uid_t uid, const char *name)
 		return -ENOMEM;
 	}
 	return call(p, &b, -1, NULL, reply, &f, err, sizeof(err));
+}
+
+int priv_mem_open(struct priv *p, pid_t pid, int mem, int *fd, char *err, size_t errlen)
+{
+	struct pbuf b = { 0 };
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	if (proto_begin(&b, mem ? PR_MEM : PR_PAGEMAP, 0, 0) < 0 ||
+	    proto_put_u32(&b, T_PID, (uint32_t)pid) < 0) {
+		pbuf_release(&b);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	*fd = -1;
+	int r = call(p, &b, -1, fd, reply, &f, err, errlen);
+	if (r == 0 && *fd < 0) {
+		snprintf(err, errlen, "the helper's answer lacks the descriptor");
+		r = -EPROTO;
+	}
+	return r;
 }
 
 const struct launch_ops *priv_launch_ops(struct priv *p)

@@ -45,6 +45,8 @@ static const struct {
 	[PR_KILL] = { BIT(T_PID) | BIT(T_SIGNO), BIT(T_PID) | BIT(T_SIGNO), 0 },
 	[PR_HOLD] = { BIT(T_PID), BIT(T_PID), 0 },
 	[PR_RELEASE] = { BIT(T_UID) | BIT(T_NAME), BIT(T_UID) | BIT(T_NAME), 0 },
+	[PR_PAGEMAP] = { BIT(T_PID), BIT(T_PID), 0 },
+	[PR_MEM] = { BIT(T_PID), BIT(T_PID), 0 },
 };
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -239,8 +241,13 @@ static int check_spawn(const struct priv_req *r, const struct priv_bounds *b, ch
 		if (!in_one_of(r->rw[i], b->rw_dirs, 3, 0) && !is_under(r->rw[i], r->run_dir))
 			return bad(err, errlen, "'%s' is not a snapshot's, a checkpoint's or "
 				   "the run directory's", r->rw[i]);
-	if (r->ram_ro && !in_one_of(r->ram_ro, b->rw_dirs, 3, 0))
-		return bad(err, errlen, "'%s' is not a snapshot's or a checkpoint's", r->ram_ro);
+	/* A snapshot's RAM, or the link to it a pause left in the run
+	 * directory (runner/ramdiff.h). */
+	char base[PATH_MAX];
+	snprintf(base, sizeof(base), "%s/" JAIL_RAM_BASE, r->run_dir);
+	if (r->ram_ro && !in_one_of(r->ram_ro, b->rw_dirs, 3, 0) && strcmp(r->ram_ro, base))
+		return bad(err, errlen, "'%s' is not a snapshot's, a checkpoint's or the run "
+			   "directory's base", r->ram_ro);
 	const char *qemu = b->qemu ? b->qemu : "qemu-system-x86_64";
 	char dir[PATH_MAX];
 	if (r->binary && priv_kept_build(b, r->binary, dir))

@@ -40,6 +40,8 @@ enum priv_type {
 	PR_KILL = 10,
 	PR_HOLD = 11,
 	PR_RELEASE = 12,
+	PR_PAGEMAP = 13, /* a jailed QEMU's /proc/PID/pagemap, opened for reading */
+	PR_MEM = 14,     /* its /proc/PID/mem, for reading and writing */
 	PR_NTYPES,
 	PR_OK = 64,
 	PR_ERROR = 65,

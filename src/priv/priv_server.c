@@ -92,6 +92,40 @@ static int kill_jailed(struct privd *d, const struct priv_req *r, char *err, siz
 	return rc;
 }
 
+/* A jailed QEMU's memory, for a pause that saves only the pages its
+ * guest wrote (runner/ramdiff.h): the daemon drives that QEMU already,
+ * and its memory is the guest's and QEMU's, no one else's. The file is
+ * opened, then the pid checked through a pidfd taken before: a pid used
+ * again meanwhile fails the check or is another jail id's QEMU, never
+ * another process. */
+static int open_jailed(struct privd *d, const struct priv_req *r, struct privd_reply *out,
+		       char *err, size_t errlen)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)r->pid,
+		 r->type == PR_MEM ? "mem" : "pagemap");
+	int pfd = (int)syscall(SYS_pidfd_open, r->pid, 0);
+	int fd = pfd >= 0 ? open(path, (r->type == PR_MEM ? O_RDWR : O_RDONLY) | O_CLOEXEC) : -1;
+	int e = errno;
+	uid_t uid;
+	if (fd >= 0 && jail_proc_uid(r->pid, &uid) == 0 && jail_owns(d->jail, uid) &&
+	    syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) == 0) {
+		close(pfd);
+		out->fd = fd;
+		return 0;
+	}
+	if (fd >= 0) {
+		snprintf(err, errlen, "pid %d does not run as a jail id", (int)r->pid);
+		e = EPERM;
+		close(fd);
+	} else {
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(e));
+	}
+	if (pfd >= 0)
+		close(pfd);
+	return -e;
+}
+
 static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct privd_reply *out,
 		    char *err, size_t errlen)
 {
@@ -126,6 +160,9 @@ static int jail_req(struct privd *d, const struct priv_req *r, int fd, struct pr
 	case PR_RELEASE:
 		jail_release(d->jail, r->uid, r->name);
 		return 0;
+	case PR_PAGEMAP:
+	case PR_MEM:
+		return open_jailed(d, r, out, err, errlen);
 	}
 	return -EINVAL;
 }

@@ -10,6 +10,7 @@
 #include "common/spawn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,8 +54,23 @@ static int direct_reap(void *ctx, pid_t pid, int *status)
 	return r == pid ? 1 : r == 0 ? 0 : -errno;
 }
 
+/* Our child, of our uid: ours to read as a debugger would. */
+static int direct_mem_open(void *ctx, pid_t pid, int which, int *fd, char *err, size_t errlen)
+{
+	(void)ctx;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, which == LAUNCH_MEM ? "mem" : "pagemap");
+	*fd = open(path, (which == LAUNCH_MEM ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	if (*fd < 0) {
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
 const struct launch_ops vm_launch_direct = {
 	.spawn = direct_spawn,
 	.signal = direct_signal,
 	.reap = direct_reap,
+	.mem_open = direct_mem_open,
 };

@@ -115,7 +115,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		BUG("no addresses accepted");
 	if (req.type == PR_KILL && req.signo != SIGKILL && req.signo != SIGTERM)
 		BUG("signal %u accepted", req.signo);
-	if ((req.type == PR_KILL || req.type == PR_REAP || req.type == PR_HOLD) && req.pid < 2)
+	if ((req.type == PR_KILL || req.type == PR_REAP || req.type == PR_HOLD ||
+	     req.type == PR_PAGEMAP || req.type == PR_MEM) && req.pid < 2)
 		BUG("pid %d accepted", (int)req.pid);
 	if (req.type == PR_RELEASE && (req.uid <= bounds.jail_first ||
 				       req.uid >= bounds.jail_first + bounds.jail_count))

@@ -97,6 +97,22 @@ static void test_decode_refuses(void)
 	const char *ram_etc[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
 				  "/usr/bin/qemu-system-x86_64", S(42), "/g/bzImage", NULL };
 	CHECK(decode(PR_SPAWN, 1, ram_etc, err) == -EINVAL && strstr(err, "/g/bzImage"));
+	/* or the base a pause of its own run directory linked (ramdiff.h) */
+	const char *ram_base[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
+				   "/usr/bin/qemu-system-x86_64", S(42), "/s/vms/sbx_1/base", NULL };
+	CHECK(decode(PR_SPAWN, 1, ram_base, err) == 0 && !strcmp(req.ram_ro, "/s/vms/sbx_1/base"));
+	const char *ram_other[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
+				    "/usr/bin/qemu-system-x86_64", S(42), "/s/vms/sbx_2/base", NULL };
+	CHECK(decode(PR_SPAWN, 1, ram_other, err) == -EINVAL && strstr(err, "sbx_2"));
+	const char *ram_state[] = { SPAWN_BASE, S(13), "/s/vms/sbx_1", S(18),
+				    "/usr/bin/qemu-system-x86_64", S(42), "/s/vms/sbx_1/state", NULL };
+	CHECK(decode(PR_SPAWN, 1, ram_state, err) == -EINVAL);
+	/* a jailed QEMU's memory: by pid, as a kill is */
+	const char *mem[] = { S(19), "1234", NULL };
+	CHECK(decode(PR_MEM, 0, mem, err) == 0 && req.pid == 1234);
+	CHECK(decode(PR_PAGEMAP, 0, mem, err) == 0 && req.pid == 1234);
+	const char *pid1[] = { S(19), "1", NULL };
+	CHECK(decode(PR_MEM, 0, pid1, err) == -EINVAL);
 	const char *cg[] = { S(9), "../../x", S(10), "1", S(11), "512", S(13), "/s/vms/sbx_1",
 			     S(18), "/usr/bin/qemu-system-x86_64", NULL };
 	CHECK(decode(PR_SPAWN, 1, cg, err) == -EINVAL && strstr(err, "cgroup"));
