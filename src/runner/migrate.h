@@ -17,6 +17,17 @@ struct qmp;
  * -errno with QEMU's reason in err. */
 int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,
 		 size_t errlen);
+/* The device state of the stopped VM, without its RAM, into path (QMP
+ * xen-save-devices-state, which any accelerator has): QEMU opens path
+ * itself, so it is one the jail sees at that name. The stream has no
+ * configuration section and no description: only a QEMU started with
+ * MIGRATE_NO_CONFIG loads it, once MIGRATE_DEVICES_TAIL is appended. */
+int migrate_save_devices(struct qmp *q, const char *path, char *err, size_t errlen);
+#define MIGRATE_NO_CONFIG "migration.send-configuration=off" /* a -global */
+/* QEMU_VM_VMDESCRIPTION, a length of 2, "{}": what the loader looks for
+ * after the end of the stream (else it says so on stderr). */
+#define MIGRATE_DEVICES_TAIL "\x06\x00\x00\x00\x02{}"
+#define MIGRATE_DEVICES_TAIL_LEN 7
 /* Loads the state at path and runs the guest. */
 int migrate_load(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,
 		 size_t errlen);

@@ -4,6 +4,8 @@
  */
 #include "runner/qemu.h"
 
+#include "runner/migrate.h"
+
 #include "common/netconst.h"
 
 #include <errno.h>
@@ -159,8 +161,8 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	    c->mem_path ? ",memory-backend=mem" : "");
 	if (c->mem_path) {
 		add(&b, "-object");
-		add(&b, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s%s", c->memory_mb,
-		    c->mem_path, c->mem_shared ? "on" : "off",
+		add(&b, "memory-backend-file,id=" QEMU_RAM_ID ",size=%uM,mem-path=%s,share=%s%s",
+		    c->memory_mb, c->mem_path, c->mem_shared ? "on" : "off",
 		    c->mem_readonly && !c->mem_shared ? ",readonly=on,rom=off" : "");
 	}
 	if (c->accel == QEMU_ACCEL_KVM) {
@@ -260,6 +262,12 @@ int qemu_argv(const struct qemu_config *c, char ***out)
 	if (c->incoming) {
 		add(&b, "-incoming");
 		add(&b, "defer");
+	}
+	if (c->incoming && c->devices_only)
+		add(&b, "-S");
+	if (c->no_config) {
+		add(&b, "-global");
+		add(&b, "%s", MIGRATE_NO_CONFIG);
 	}
 	for (const char *const *p = c->extra_args; p && *p; p++)
 		add(&b, "%s", *p);

@@ -37,6 +37,12 @@ struct qemu_config {
 	 * and none may change. */
 	int mem_readonly;
 	int incoming;         /* wait for a migration (`-incoming defer`) */
+	/* ... of device state only (migrate_save_devices): stopped until a
+	 * cont (-S), since that stream says "running". */
+	int devices_only;
+	/* A state without a configuration section: expects none, and its
+	 * own saves write none (MIGRATE_NO_CONFIG). */
+	int no_config;
 	/* The guest's one NIC (virtio-net) uses this TAP device, which QEMU
 	 * finds in its network namespace; NULL: no NIC. */
 	const char *tap;
@@ -69,6 +75,7 @@ int qemu_run_dir_of(const char *cmdline, char *dir, size_t len);
 
 /* Socket paths inside the run directory, shared by the runner and tests. */
 #define QEMU_QMP_SOCK "qmp.sock"
+#define QEMU_RAM_ID "mem" /* the memory backend's id: its RAM block's name */
 #define QEMU_AGENT_SOCK "agent.sock"
 #define QEMU_CONSOLE_SOCK "console.sock"
 

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const file_keys[SNAP_NFILES] = { "state", "mem", "disk" };
+static const char *const file_keys[SNAP_NFILES] = { "state", "mem", "disk", "pages", "base" };
 
 static int sha256_fd(int fd, char out[65])
 {
@@ -249,9 +249,12 @@ char *snap_manifest_json(const struct snap_manifest *m)
 	}
 	json_t *doc = files ? json_pack("{s:i, s:o, s:s, s:b, s:I, s:o}", "format", SNAP_FORMAT,
 					"made_with", env_json(&m->env), "ram",
-					m->ram_in_file ? "file" : "stream", "sealed", m->sealed,
+					m->ram_diff ? "diff" : m->ram_in_file ? "file" : "stream",
+					"sealed", m->sealed,
 					"created_ns", (json_int_t)m->created_ns, "files", files)
 			    : NULL;
+	if (doc && m->no_config)
+		json_object_set_new(doc, "no_config", json_true());
 	char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
 	json_decref(doc);
 	return text;
@@ -299,9 +302,13 @@ int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen
 			return r;
 		}
 		m->files[i].size = st.st_size;
-		m->files[i].sha256[0] = '\0';
-		if (i == SNAP_STATE || m->sealed)
-			r = sha256_fd(fd, m->files[i].sha256);
+		/* A base is a snapshot's RAM, checksummed when that one was
+		 * sealed: a checksum the caller knows is not taken again. */
+		if (i != SNAP_BASE || !m->files[i].sha256[0]) {
+			m->files[i].sha256[0] = '\0';
+			if (i == SNAP_STATE || m->sealed)
+				r = sha256_fd(fd, m->files[i].sha256);
+		}
 		if (r == 0 && fsync(fd) < 0)
 			r = -errno;
 		close(fd);
@@ -341,19 +348,19 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 			  size_t errlen)
 {
 	memset(m, 0, sizeof(*m));
-	int format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0;
+	int format = 0, sealed = 0, vcpus = 0, mem = 0, disk = 0, nic = 0, no_config = 0;
 	json_int_t created = 0;
 	const char *ram = NULL, *qemu = NULL, *accel = NULL, *ksha = NULL, *isha = NULL, *tpl = NULL;
 	const char *cpu = "", *trust = "", *build = "";
 	json_t *files = NULL;
 	if (json_unpack(doc,
 			"{s:i, s:{s:s, s:s, s?s, s:s, s:s, s:s, s:i, s:i, s:i, s:b, s?s, s?s}, s:s, "
-			"s:b, s:I, s:o}",
+			"s:b, s:I, s:o, s?b}",
 			"format", &format, "made_with", "qemu", &qemu, "accel", &accel, "cpu", &cpu,
 			"kernel_sha256", &ksha, "initrd_sha256", &isha, "template", &tpl, "vcpus",
 			&vcpus, "memory_mb", &mem, "disk_mb", &disk, "nic", &nic, "egress_ca", &trust,
 			"qemu_build", &build, "ram", &ram, "sealed", &sealed, "created_ns", &created,
-			"files", &files) < 0 ||
+			"files", &files, "no_config", &no_config) < 0 ||
 	    !json_is_object(files))
 		return bad(err, errlen, what, "the manifest lacks a field");
 	if (trust[0] && !sha_ok(trust))
@@ -384,6 +391,8 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 	m->env.disk_mb = (unsigned)disk;
 	m->env.nic = nic;
 	m->ram_in_file = !strcmp(ram, "file");
+	m->ram_diff = !strcmp(ram, "diff");
+	m->no_config = no_config || m->ram_diff;
 	m->sealed = sealed;
 	m->created_ns = created;
 	for (int i = 0; i < SNAP_NFILES; i++) {
@@ -406,7 +415,8 @@ static int manifest_parse(json_t *doc, const char *what, struct snap_manifest *m
 		m->files[i].size = size;
 	}
 	if (!m->files[SNAP_STATE].name[0] || !m->files[SNAP_DISK].name[0] ||
-	    (m->ram_in_file && !m->files[SNAP_MEM].name[0]))
+	    (m->ram_in_file && !m->files[SNAP_MEM].name[0]) ||
+	    (m->ram_diff && (!m->files[SNAP_PAGES].name[0] || !m->files[SNAP_BASE].name[0])))
 		return bad(err, errlen, what, "a file is missing from the manifest");
 	return 0;
 }
@@ -580,7 +590,8 @@ long long snap_file_bytes(const char *path)
 void snap_remove(const char *dir)
 {
 	static const char *const names[] = { SNAP_MANIFEST, SNAP_MANIFEST ".tmp", "state",
-					     "state.tmp", "mem", "disk.qcow2" };
+					     "state.tmp", "mem", "disk.qcow2", "pages",
+					     "pages.tmp", "base" };
 	char path[600];
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);

@@ -5,6 +5,9 @@
  *   state  QEMU's device state; also the RAM when "ram" is "stream"
  *   mem    the guest RAM, page for page, when "ram" is "file"
  *   disk   the writable layer (qcow2)
+ *   pages  when "ram" is "diff": the pages the guest wrote (ramdiff.h)
+ *   base   when "ram" is "diff": the snapshot RAM file they are over, a
+ *          hard link to it (JAIL_RAM_BASE), mapped copy-on-write
  * A snapshot is refused unless everything it was made with is what would
  * restore it. No QEMU here: vm_snap.c drives QEMU, this file keeps the
  * records and copies files.
@@ -51,11 +54,18 @@ struct snap_env {
 	char trust[65];
 };
 
-enum snap_file { SNAP_STATE, SNAP_MEM, SNAP_DISK, SNAP_NFILES };
+enum snap_file { SNAP_STATE, SNAP_MEM, SNAP_DISK, SNAP_PAGES, SNAP_BASE, SNAP_NFILES };
 
 struct snap_manifest {
 	struct snap_env env;
 	int ram_in_file;   /* RAM in "mem" (QEMU's x-ignore-shared), else in "state" */
+	int ram_diff;      /* RAM is "base" with "pages" written over it, and
+			    * "state" has no RAM (QMP xen-save-devices-state) */
+	/* "state" has no configuration section: the device state of
+	 * ram_diff, or any state a QEMU started with MIGRATE_NO_CONFIG
+	 * saved (one that resumed such a state: its saves have none
+	 * either). Only such a QEMU loads it. */
+	int no_config;
 	int sealed;        /* every file is checksummed (an immutable snapshot:
 			    * checkpoint, fork source, template); a pause
 			    * checksums only the state, the rest by size */
@@ -77,7 +87,8 @@ int snap_env_files(struct snap_env *e, const char *kernel, const char *initrd,
 		   const char *template, char *err, size_t errlen);
 
 /* Fills the sizes (and with sealed, checksums) of m's named files in dir
- * and writes the manifest atomically, everything fsync'ed. 0 or -errno. */
+ * and writes the manifest atomically, everything fsync'ed; a base's
+ * checksum already in m is kept. 0 or -errno. */
 int snap_seal(const char *dir, struct snap_manifest *m, char *err, size_t errlen);
 
 /* Writes m as dir's manifest as it is (sizes and checksums not taken

@@ -212,12 +212,10 @@ static int jail_spec(struct vm *vm, const struct vm_config *cfg, const struct qe
 		s->binary = qc->binary;
 	/* A snapshot's RAM, mapped private: read-only where QEMU opens it
 	 * so (rom=off), else QEMU opens it for writing. */
-	if (strncmp(qc->mem_path, vm->run_dir, strlen(vm->run_dir))) {
-		if (qc->mem_readonly)
-			s->ram_ro = qc->mem_path;
-		else
-			s->rw[0] = qc->mem_path;
-	}
+	if (!strcmp(qc->mem_path, vm->ram_base) && qc->mem_readonly)
+		s->ram_ro = qc->mem_path; /* also the run directory's base */
+	else if (strncmp(qc->mem_path, vm->run_dir, strlen(vm->run_dir)))
+		s->rw[0] = qc->mem_path;
 	return 0;
 }
 
@@ -393,9 +391,21 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.mem_shared = vm->ram_shared,
 		.mem_readonly = build && qemu_build_has_rom_off(build),
 		.incoming = cfg->restore != NULL,
+		.devices_only = cfg->restore && m.ram_diff,
+		.no_config = cfg->restore && m.no_config,
 		.tap = cfg->netns ? NET_TAP : NULL,
 		.extra_args = cfg->extra_args,
 	};
+	vm->ram_readonly = qc.mem_readonly;
+	vm->no_config = qc.no_config;
+	/* Its pages go over a base that no QEMU may write to. */
+	if (cfg->restore && m.ram_diff && (!qc.mem_readonly || !launch->mem_open)) {
+		snprintf(err, errlen, "a pause of written pages resumes on a QEMU that maps its "
+				      "base read-only (8.2 or later, kept) and through launch ops "
+				      "that reach its memory");
+		r = -EPROTO;
+		goto fail;
+	}
 	r = qemu_argv(&qc, &argv);
 	if (r < 0) {
 		snprintf(err, errlen, "invalid VM configuration (vcpus 1..64, memory >= 64 MB, "
@@ -441,6 +451,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 			snprintf(err + l, errlen - l, " (its build %s is not kept beside '%s')",
 				 m.env.qemu_build, build ? build->dir : qemu);
 		}
+		if (r == 0 && m.ram_diff)
+			r = vm__load_pages(vm, cfg->restore, err, errlen);
 		if (r < 0 ||
 		    (r = migrate_load(vm->qmp, path, m.ram_in_file, vm__migrate_ms(vm), err, errlen)) < 0)
 			goto fail;
@@ -720,7 +732,8 @@ void vm_remove_files(const char *run_dir)
 {
 	static const char *const files[] = { QEMU_QMP_SOCK, QEMU_AGENT_SOCK, QEMU_CONSOLE_SOCK,
 					     "scratch.qcow2", "qemu.log", "console.log", "mem",
-					     "state", "state.tmp", SNAP_MANIFEST, SNAP_MANIFEST ".tmp" };
+					     "state", "state.tmp", "state.dev", "pages", "pages.tmp",
+					     JAIL_RAM_BASE, SNAP_MANIFEST, SNAP_MANIFEST ".tmp" };
 	char path[300];
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", run_dir, files[i]);

@@ -28,6 +28,13 @@ struct vm {
 	int notice;    /* PN_POWEROFF / PN_REBOOT seen */
 	int pausing;   /* vm_pause made QEMU quit */
 	int ram_shared; /* RAM is a file of its own (a pause leaves it there) */
+	/* Else the snapshot RAM file it maps copy-on-write ("" when not
+	 * known), and whether QEMU opened that read-only (rom=off): then a
+	 * pause saves only the pages the guest wrote over it (ramdiff.h). */
+	char ram_base[300];
+	char ram_base_sha[65]; /* its checksum where its snapshot said, else "" */
+	int ram_readonly;
+	int no_config;  /* QEMU writes states without a configuration section */
 	struct snap_env env; /* what a snapshot of it depends on */
 	char reason[256];
 	struct vm_timings t;
@@ -57,6 +64,10 @@ int vm__migrate_ms(const struct vm *vm);
  * mem gets the RAM file QEMU maps. */
 int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_manifest *m,
 			char *mem, size_t memlen, char *err, size_t errlen);
+/* A snapshot of written pages in dir: its pages into the QEMU just
+ * started on its base, before the device state (virtio reads its rings
+ * from RAM as it loads). 0 or -errno. */
+int vm__load_pages(struct vm *vm, const char *dir, char *err, size_t errlen);
 /* Connects the agent of a restored guest, again until it answers. */
 int vm__connect_restored(struct vm *vm, const char *path, char *err, size_t errlen);
 /* P_RESTORED, first after a restore. */

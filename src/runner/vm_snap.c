@@ -12,8 +12,13 @@
 #include "common/proto.h"
 #include "runner/agentc.h"
 #include "runner/migrate.h"
+#include "common/fs.h"
+#include "common/jail_spec.h"
+#include "common/launch.h"
+#include "runner/qemu.h"
 #include "runner/qemu_build.h"
 #include "runner/qmp.h"
+#include "runner/ramdiff.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -100,8 +105,32 @@ int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_
 			return r;
 		}
 	}
-	if (m->ram_in_file && !in_place) {
+	if (m->ram_diff) {
+		/* Its pages over its base. A VM made from a snapshot links
+		 * the base into its run directory first, so its own pauses
+		 * keep it after the snapshot is gone (a fork's is, once its
+		 * children run); where no link can be made (another file
+		 * system) it maps the snapshot's. */
+		if (strcmp(m->files[SNAP_BASE].name, JAIL_RAM_BASE)) {
+			snprintf(err, errlen, "a snapshot of written pages has its base in '"
+					      JAIL_RAM_BASE "'");
+			return -EBADMSG;
+		}
+		snprintf(mem, memlen, "%s/" JAIL_RAM_BASE, vm->run_dir);
+		if (!in_place) {
+			snprintf(path, sizeof(path), "%s/" JAIL_RAM_BASE, cfg->restore);
+			unlink(mem);
+			if (link(path, mem) < 0)
+				snprintf(mem, memlen, "%s", path);
+		}
+		snprintf(vm->ram_base, sizeof(vm->ram_base), "%s", mem);
+		snprintf(vm->ram_base_sha, sizeof(vm->ram_base_sha), "%s",
+			 m->files[SNAP_BASE].sha256);
+		vm->ram_shared = 0;
+	} else if (m->ram_in_file && !in_place) {
 		snprintf(mem, memlen, "%s/%s", cfg->restore, m->files[SNAP_MEM].name);
+		snprintf(vm->ram_base, sizeof(vm->ram_base), "%s", mem);
+		snprintf(vm->ram_base_sha, sizeof(vm->ram_base_sha), "%s", m->files[SNAP_MEM].sha256);
 		vm->ram_shared = 0;
 	} else {
 		snprintf(mem, memlen, "%s/mem", vm->run_dir);
@@ -110,6 +139,35 @@ int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_
 		vm->ram_shared = 1;
 	}
 	return 0;
+}
+
+int vm__load_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/pages", dir);
+	const struct launch_ops *ops = vm->launch;
+	struct ramdiff_block b[RAMDIFF_MAX_BLOCKS];
+	int n, mem = -1, in = fs_open_file(path, O_RDONLY, 0);
+	uint64_t pages = 0;
+	double t0 = clock_ms_f();
+	int r = in;
+	if (in < 0)
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(-in));
+	else
+		r = ramdiff_blocks(vm->qmp, b, &n, ((uint64_t)vm->env.memory_mb + 64) << 20, err,
+				   errlen);
+	if (r >= 0)
+		r = ops->mem_open(ops->ctx, vm->pid, LAUNCH_MEM, &mem, err, errlen);
+	if (r >= 0)
+		r = ramdiff_load(mem, b, n, in, &pages, err, errlen);
+	if (in >= 0)
+		close(in);
+	if (mem >= 0)
+		close(mem);
+	if (r >= 0)
+		log_debug("%s: %llu pages written back in %.1f ms", vm->run_dir,
+			  (unsigned long long)pages, clock_ms_f() - t0);
+	return r < 0 ? r : 0;
 }
 
 /* The agent of a restored guest is up already, but it may not know that
@@ -139,6 +197,9 @@ void vm__drop_pause(struct vm *vm)
 	snprintf(path, sizeof(path), "%s/" SNAP_MANIFEST, vm->run_dir);
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/state", vm->run_dir);
+	unlink(path);
+	/* The base stays: the RAM maps it, the next pause needs it. */
+	snprintf(path, sizeof(path), "%s/pages", vm->run_dir);
 	unlink(path);
 }
 
@@ -225,8 +286,17 @@ int vm__env_from_cmdline(struct vm *vm, char *err, size_t errlen)
 			snprintf(tpl, sizeof(tpl), "%.*s", (int)strcspn(f + 9, ","), f + 9);
 		else if (!strcmp(prev, "-netdev"))
 			vm->env.nic = 1;
-		else if (!strcmp(prev, "-object") && !strncmp(a, "memory-backend-file,", 20))
+		else if (!strcmp(prev, "-global") && !strcmp(a, MIGRATE_NO_CONFIG))
+			vm->no_config = 1;
+		else if (!strcmp(prev, "-object") && !strncmp(a, "memory-backend-file,", 20) &&
+			 (f = strstr(a, "mem-path="))) {
 			vm->ram_shared = strstr(a, "share=on") != NULL;
+			vm->ram_readonly = strstr(a, ",readonly=on,rom=off") != NULL;
+			snprintf(vm->ram_base, sizeof(vm->ram_base), "%.*s",
+				 (int)strcspn(f + 9, ","), f + 9);
+			if (vm->ram_shared)
+				vm->ram_base[0] = '\0';
+		}
 	}
 	if (!kernel || !initrd || !tpl[0]) {
 		snprintf(err, errlen, "qemu's command line lacks kernel, initrd or template");
@@ -246,17 +316,153 @@ int vm__env_from_cmdline(struct vm *vm, char *err, size_t errlen)
 }
 
 /* The manifest of a snapshot of vm whose state is saved in dir. */
-static void manifest_of(const struct vm *vm, struct snap_manifest *m, int sealed, int in_run_dir)
+static void manifest_of(const struct vm *vm, struct snap_manifest *m, int sealed, int in_run_dir,
+			int diff)
 {
 	memset(m, 0, sizeof(*m));
 	m->env = vm->env;
 	m->ram_in_file = vm->ram_shared;
+	m->ram_diff = diff;
+	m->no_config = diff || vm->no_config;
 	m->sealed = sealed;
 	snprintf(m->files[SNAP_STATE].name, sizeof(m->files[SNAP_STATE].name), "state");
 	if (vm->ram_shared)
 		snprintf(m->files[SNAP_MEM].name, sizeof(m->files[SNAP_MEM].name), "mem");
+	if (diff) {
+		snprintf(m->files[SNAP_PAGES].name, sizeof(m->files[SNAP_PAGES].name), "pages");
+		snprintf(m->files[SNAP_BASE].name, sizeof(m->files[SNAP_BASE].name), JAIL_RAM_BASE);
+		snprintf(m->files[SNAP_BASE].sha256, sizeof(m->files[SNAP_BASE].sha256), "%s",
+			 vm->ram_base_sha);
+	}
 	snprintf(m->files[SNAP_DISK].name, sizeof(m->files[SNAP_DISK].name), "%s",
 		 in_run_dir ? "scratch.qcow2" : "disk.qcow2");
+}
+
+/* The device state QEMU wrote at dev, with MIGRATE_DEVICES_TAIL, as a
+ * new file at path, fsync'ed. dev is the jail's (QEMU wrote it): no link
+ * followed, and no bigger than a device state is. */
+static int seal_devices(const char *dev, const char *path, char *err, size_t errlen)
+{
+	enum { MAX = 64 << 20 };
+	int in = fs_open_file(dev, O_RDONLY, 0), out = -1, r = 0;
+	struct stat st;
+	char *buf = NULL;
+	if (in < 0 || fstat(in, &st) < 0 || st.st_size <= 0 || st.st_size > MAX ||
+	    !(buf = malloc((size_t)st.st_size + MIGRATE_DEVICES_TAIL_LEN)) ||
+	    read(in, buf, (size_t)st.st_size) != (ssize_t)st.st_size) {
+		snprintf(err, errlen, "QEMU's device state '%s' cannot be read whole", dev);
+		r = -EIO;
+	}
+	if (r == 0) {
+		memcpy(buf + st.st_size, MIGRATE_DEVICES_TAIL, MIGRATE_DEVICES_TAIL_LEN);
+		unlink(path);
+		out = fs_open_file(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		size_t n = (size_t)st.st_size + MIGRATE_DEVICES_TAIL_LEN;
+		if (out < 0 || write(out, buf, n) != (ssize_t)n || fsync(out) < 0) {
+			snprintf(err, errlen, "cannot write '%s': %s", path,
+				 out < 0 ? strerror(-out) : strerror(errno ? errno : EIO));
+			r = -EIO;
+		}
+	}
+	free(buf);
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	unlink(dev);
+	return r;
+}
+
+/* Whether vm's RAM is saved as the pages its guest wrote: RAM that maps
+ * a snapshot's file copy-on-write, opened read-only by QEMU (one that
+ * could write it must not map it from a run directory or a checkpoint),
+ * launch ops that reach QEMU's memory, and no CPUOS_STREAM_PAUSES in the
+ * environment (the RAM streamed, as before: a fallback, and the
+ * baseline of bench_snap). */
+static int saves_pages(const struct vm *vm)
+{
+	return !vm->ram_shared && vm->ram_base[0] && vm->ram_readonly && vm->launch->mem_open &&
+	       !getenv("CPUOS_STREAM_PAUSES");
+}
+
+/* Saves vm, whose RAM maps a snapshot's file copy-on-write, into dir as
+ * what its guest changed: the pages pagemap shows written ("pages"), the
+ * device state without RAM ("state", written by QEMU into the run
+ * directory, which its jail sees, and copied), and a hard link to the
+ * file ("base") that keeps it as long as dir, wherever the snapshot
+ * goes. The VM is stopped first, so pages and devices are of one
+ * moment; it stays stopped. The files are fsync'ed and renamed into
+ * place before the caller seals the manifest that makes them whole. */
+static int save_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
+{
+	char pages[600], tmp[600], dev[300], state_tmp[600], state[600], base[600];
+	snprintf(pages, sizeof(pages), "%s/pages", dir);
+	snprintf(tmp, sizeof(tmp), "%s/pages.tmp", dir);
+	snprintf(dev, sizeof(dev), "%s/state.dev", vm->run_dir);
+	snprintf(state_tmp, sizeof(state_tmp), "%s/state.tmp", dir);
+	snprintf(state, sizeof(state), "%s/state", dir);
+	snprintf(base, sizeof(base), "%s/" JAIL_RAM_BASE, dir);
+	const struct launch_ops *ops = vm->launch;
+	struct ramdiff_block b[RAMDIFF_MAX_BLOCKS];
+	int n, pm = -1, mem = -1, out = -1;
+	uint64_t npages = 0;
+	double t0 = clock_ms_f();
+	int r = qmp_command(vm->qmp, "stop", NULL, 5000, NULL, err, errlen);
+	if (r == 0)
+		r = ops->mem_open(ops->ctx, vm->pid, LAUNCH_PAGEMAP, &pm, err, errlen);
+	if (r == 0)
+		r = ops->mem_open(ops->ctx, vm->pid, LAUNCH_MEM, &mem, err, errlen);
+	if (r == 0)
+		r = ramdiff_blocks(vm->qmp, b, &n, ((uint64_t)vm->env.memory_mb + 64) << 20, err,
+				   errlen);
+	if (r == 0) {
+		unlink(tmp);
+		if ((out = fs_open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0) {
+			r = out;
+			snprintf(err, errlen, "cannot create '%s': %s", tmp, strerror(-r));
+		}
+	}
+	if (r == 0)
+		r = ramdiff_save(pm, mem, b, n, QEMU_RAM_ID, out, &npages, err, errlen);
+	if (r == 0 && fsync(out) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+	}
+	if (pm >= 0)
+		close(pm);
+	if (mem >= 0)
+		close(mem);
+	if (out >= 0)
+		close(out);
+	double t1 = clock_ms_f();
+	if (r == 0) {
+		unlink(dev);
+		r = migrate_save_devices(vm->qmp, dev, err, errlen);
+	}
+	if (r == 0)
+		r = seal_devices(dev, state_tmp, err, errlen);
+	/* The base: linked anew unless the RAM maps that link already. */
+	if (r == 0 && strcmp(vm->ram_base, base)) {
+		unlink(base);
+		if (link(vm->ram_base, base) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "cannot link '%s' to '%s': %s", base, vm->ram_base,
+				 strerror(errno));
+		}
+	}
+	if (r == 0 && (rename(tmp, pages) < 0 || rename(state_tmp, state) < 0)) {
+		r = -errno;
+		snprintf(err, errlen, "cannot rename the saved pages and state: %s", strerror(errno));
+	}
+	if (r < 0) {
+		unlink(tmp);
+		unlink(state_tmp);
+		unlink(dev);
+		return r;
+	}
+	log_debug("%s: %llu pages saved in %.1f ms, devices in %.1f ms", dir,
+		  (unsigned long long)npages, t1 - t0, clock_ms_f() - t1);
+	return 0;
 }
 
 int vm_pause(struct vm *vm, char *err, size_t errlen)
@@ -275,18 +481,32 @@ int vm_pause(struct vm *vm, char *err, size_t errlen)
 	vm_drop_agent(vm);
 	for (int i = 0; i < 2; i++)
 		qmp_command(vm->qmp, "query-status", NULL, 2000, NULL, err, errlen);
-	int r = migrate_save(vm->qmp, tmp, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
-	if (r == 0 && rename(tmp, path) < 0) {
-		r = -errno;
-		snprintf(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
+	/* RAM that maps a snapshot's file: only the pages the guest wrote.
+	 * Else, or if that fails, RAM that is not a file of its own goes
+	 * into the state. */
+	int diff = 0, r = -1;
+	if (saves_pages(vm)) {
+		r = save_pages(vm, vm->run_dir, err, errlen);
+		diff = r == 0;
+		if (r < 0)
+			log_warn("%s: pause of written pages failed, streaming the RAM: %s",
+				 vm->run_dir, err);
+	}
+	if (!diff) {
+		r = migrate_save(vm->qmp, tmp, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
+		if (r == 0 && rename(tmp, path) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
+		}
 	}
 	/* The VM is stopped and its disk flushed by the migration: its files
 	 * are final. The pause is sealed while QEMU still holds the VM, so a
 	 * daemon killed at any point finds either a QEMU to go on with or a
-	 * complete pause, never QEMU gone and no manifest. RAM that is not a
-	 * file of its own went into the state. */
+	 * complete pause, never QEMU gone and no manifest. */
+	if (diff)
+		crash_point("pause.pages_saved");
 	struct snap_manifest m;
-	manifest_of(vm, &m, 0, 1);
+	manifest_of(vm, &m, 0, 1, diff);
 	if (r == 0)
 		r = snap_seal(vm->run_dir, &m, err, errlen);
 	char e2[64];
@@ -318,7 +538,16 @@ int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t er
 	}
 	char path[600], src[300];
 	snprintf(path, sizeof(path), "%s/state", dir);
-	int r = migrate_save(vm->qmp, path, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
+	int diff = 0, r = -1;
+	if (saves_pages(vm)) {
+		r = save_pages(vm, dir, err, errlen);
+		diff = r == 0;
+		if (r < 0)
+			log_warn("%s: snapshot of written pages failed, streaming the RAM: %s",
+				 vm->run_dir, err);
+	}
+	if (!diff)
+		r = migrate_save(vm->qmp, path, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
 	/* Stopped, its disk flushed by the migration: copy what changes. */
 	const char *copies[][2] = { { "mem", "mem" }, { "scratch.qcow2", "disk.qcow2" } };
 	for (size_t i = vm->ram_shared ? 0 : 1; r == 0 && i < 2; i++) {
@@ -336,7 +565,7 @@ int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t er
 		vm__send_time(vm); /* it stood still meanwhile */
 	if (r == 0) {
 		struct snap_manifest m;
-		manifest_of(vm, &m, sealed, 0);
+		manifest_of(vm, &m, sealed, 0, diff);
 		r = snap_seal(dir, &m, err, errlen);
 	}
 	if (r < 0)

@@ -65,10 +65,11 @@ def alive(pid):
         return False
 
 
-def crash_at(d, point, method, path, body=None):
-    """Restarts d to die at point, sends the request that gets there (its answer is lost with the
-    daemon), checks that the daemon died at that point, then starts it again, clean."""
-    d.restart(kill=False, env={"CPUOS_CRASH_AT": point})
+def crash_at(d, point, method, path, body=None, env=None):
+    """Restarts d to die at point (with env besides), sends the request that gets there (its
+    answer is lost with the daemon), checks that the daemon died at that point, then starts it
+    again, clean."""
+    d.restart(kill=False, env={"CPUOS_CRASH_AT": point, **(env or {})})
     try:
         d.http(method, path, body=body, key=d.key_a, timeout=120 * SLOW)
     except OSError:
@@ -149,14 +150,28 @@ def restored_sandbox(d):
 
 def test_fork_moving_ram(d):
     """Killed while a VM moves a fork's RAM into a file of its own (two children or more, of a
-    parent whose RAM is private): that VM runs from the fork's directory, which the next daemon
-    removes with it."""
+    parent whose RAM is private and streamed, as a QEMU before 8.2 saves it): that VM runs from
+    the fork's directory, which the next daemon removes with it."""
     sid = restored_sandbox(d)
-    crash_at(d, "fork.moving_ram", "POST", f"/v1/sandboxes/{sid}/fork", {"count": 2})
+    crash_at(d, "fork.moving_ram", "POST", f"/v1/sandboxes/{sid}/fork", {"count": 2},
+             env={"CPUOS_STREAM_PAUSES": "1"})
     assert not qemus(d, "snapshots", r"fork-[0-9a-f]+"), d.log_tail(20)
     assert not [x for x in os.listdir(os.path.join(d.state_dir, "snapshots"))
                 if x.startswith("fork-")]
     assert sh(d, sid, "cat /work/k") == "kept"
+
+
+def test_pause_pages_saved(d):
+    """A pause of written pages killed with its pages and device state written, its manifest not:
+    the next daemon takes over the stopped QEMU, which goes on, and pauses and resumes it whole."""
+    sid = restored_sandbox(d)
+    crash_at(d, "pause.pages_saved", "POST", f"/v1/sandboxes/{sid}/pause")
+    assert state(d, sid) == "running", d.log_tail(20)
+    assert sh(d, sid, "cat /work/k; echo more >> /work/k") == "kept"
+    assert d.http("POST", f"/v1/sandboxes/{sid}/pause", key=d.key_a).status == 200
+    with open(os.path.join(d.state_dir, "vms", sid, "manifest.json")) as f:
+        assert '"ram": "diff"' in f.read()
+    assert sh(d, sid, "cat /work/k") == "kept\nmore"
 
 
 def test_checkpoint_before_store(d):

@@ -94,23 +94,116 @@ def test_a_snapshots_memory_is_read_only_to_every_qemu_that_maps_it(daemon, make
     assert_read_only(pid, argv, path)
     assert sh(sbx, "python3 -c 'print(6 * 7)'") == "42"  # the guest writes its RAM all the same
 
-    # A checkpoint of a sandbox whose RAM is a file of its own (after a pause and resume, or a
-    # cold boot) keeps that file, which the sandboxes made from it map.
+    # A checkpoint keeps the RAM file of its sandbox (one of its own, after a cold boot) or the
+    # one its pages are over (linked), which the sandboxes made from it map.
     parent = make_sandbox(template="base")
     parent.pause()
     parent = cpuos.Sandbox.connect(parent.id)
-    sh(parent, "true")  # resumed
-    _, pargv = qemu_of(daemon, parent.id)
-    assert "share=on" in mem_backend(pargv), mem_backend(pargv)
-    sh(parent, "echo at-the-checkpoint > /work/k")
+    sh(parent, "echo at-the-checkpoint > /work/k")  # resumed
     ckp = parent.checkpoint(f"ro-{parent.id[-8:]}")
     try:
         child = make_sandbox(template=None, checkpoint=ckp)
         cpid, cargv = qemu_of(daemon, child.id)
         cpath = re.search(r"mem-path=([^,]+)", mem_backend(cargv)).group(1)
-        assert "/checkpoints/" in cpath, cpath
+        cdir = os.path.join(daemon.state_dir, "checkpoints", ckp.id)
+        ram = next(os.path.join(cdir, f) for f in ("mem", "base")
+                   if os.path.exists(os.path.join(cdir, f)))
+        assert os.stat(cpath).st_ino == os.stat(ram).st_ino, (cpath, ram)
         assert_read_only(cpid, cargv, cpath)
         assert sh(child, "cat /work/k") == "at-the-checkpoint"
+    finally:
+        ckp.delete()
+
+
+def anonymous_kb(pid, path):
+    """KB of QEMU's mapping of path that are its own (written), not the file's."""
+    with open(f"/proc/{pid}/smaps") as f:
+        text = f.read()
+    total, inside = 0, False
+    for line in text.splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            inside = line.rstrip().endswith(" " + path)
+        elif inside and line.startswith("Anonymous:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_a_pause_writes_only_the_pages_its_guest_wrote(daemon, make_sandbox):
+    """A python sandbox restored from the template's snapshot pauses into the pages its guest
+    wrote, not its whole RAM, over a link to the snapshot's RAM file; it resumes on that link,
+    read-only to its QEMU, with its memory, files and processes, and the pages it never wrote
+    still the snapshot's. Its second pause is such a diff again, and so is the third."""
+    sbx, pid, argv, path = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
+    run = os.path.join(daemon.state_dir, "vms", sbx.id)
+    base = os.path.join(run, "base")
+    blob = sh(sbx, "head -c 8388608 /dev/urandom > /dev/shm/blob && sha256sum < /dev/shm/blob")
+    sh(sbx, "nohup sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & echo $! > /work/pid")
+    loop = sh(sbx, "cat /work/pid")
+    ram = 512 << 20
+    for cycle in range(3):
+        sh(sbx, f"echo {cycle} > /work/cycle")
+        sbx.pause()
+        with open(os.path.join(run, "manifest.json")) as f:
+            doc = json.load(f)
+        assert doc["ram"] == "diff", (cycle, doc["ram"])
+        pages = doc["files"]["pages"]["size"]
+        # the 8 MB written and what the guest wrote besides, not its RAM
+        assert 8 << 20 < pages < ram // 2, (cycle, pages)
+        assert doc["files"]["state"]["size"] < 4 << 20, doc["files"]["state"]
+        assert os.stat(base).st_ino == os.stat(path).st_ino  # the snapshot's RAM, linked
+        assert os.stat(base).st_mode & 0o222 == 0, oct(os.stat(base).st_mode)
+        sbx = cpuos.Sandbox.connect(sbx.id)
+        assert sh(sbx, "sha256sum < /dev/shm/blob; cat /work/cycle") == f"{blob}\n{cycle}"
+        assert sh(sbx, f"kill -0 {loop} && echo alive") == "alive"
+        assert sh(sbx, "python3 -c 'print(6 * 7)'") == "42"
+        assert not os.path.exists(os.path.join(run, "pages")), "the pause outlived its resume"
+        qpid, qargv = qemu_of(daemon, sbx.id)
+        assert re.search(r"mem-path=([^,]+)", mem_backend(qargv)).group(1) == base
+        assert_read_only(qpid, qargv, base)
+        # what it wrote is its own again; the rest is still the snapshot's pages
+        anon = anonymous_kb(qpid, base) << 10
+        assert pages // 2 < anon < pages + (64 << 20), (cycle, anon, pages)
+
+
+def test_checkpoints_and_forks_of_a_restored_sandbox_keep_only_its_pages(daemon, make_sandbox):
+    """A checkpoint of a python sandbox restored from the template's snapshot holds the pages its
+    guest wrote over a link to the snapshot's RAM, not its RAM; a sandbox made from it, and forks
+    of the sandbox, map that RAM read-only with those pages written over it, and have what it had.
+    The sandbox made from the checkpoint pauses into its own pages over the same RAM."""
+    sbx, _, _, path = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
+    sh(sbx, "echo at-the-checkpoint > /work/k; head -c 4194304 /dev/urandom > /dev/shm/b")
+    blob = sh(sbx, "sha256sum < /dev/shm/b")
+    ckp = sbx.checkpoint(f"pg-{sbx.id[-8:]}")
+    try:
+        cdir = os.path.join(daemon.state_dir, "checkpoints", ckp.id)
+        with open(os.path.join(cdir, "manifest.json")) as f:
+            doc = json.load(f)
+        assert doc["ram"] == "diff" and doc["sealed"], (doc["ram"], doc["sealed"])
+        assert 4 << 20 < doc["files"]["pages"]["size"] < 256 << 20, doc["files"]["pages"]
+        assert os.stat(os.path.join(cdir, "base")).st_ino == os.stat(path).st_ino
+        assert len(doc["files"]["base"]["sha256"]) == 64  # the template's, sealed with it
+
+        child = make_sandbox(template=None, checkpoint=ckp)
+        cpid, cargv = qemu_of(daemon, child.id)
+        cpath = re.search(r"mem-path=([^,]+)", mem_backend(cargv)).group(1)
+        assert cpath == os.path.join(daemon.state_dir, "vms", child.id, "base"), cpath
+        assert os.stat(cpath).st_ino == os.stat(path).st_ino  # linked into its run directory
+        assert_read_only(cpid, cargv, cpath)
+        assert sh(child, "cat /work/k; sha256sum < /dev/shm/b") == f"at-the-checkpoint\n{blob}"
+        sh(child, "echo child > /work/c")
+        child.pause()
+        with open(os.path.join(daemon.state_dir, "vms", child.id, "manifest.json")) as f:
+            assert json.load(f)["ram"] == "diff"
+        child = cpuos.Sandbox.connect(child.id)
+        assert sh(child, "cat /work/k /work/c") == "at-the-checkpoint\nchild"
+
+        for kid in sbx.fork(count=2):
+            kpid, kargv = qemu_of(daemon, kid.id)
+            kpath = re.search(r"mem-path=([^,]+)", mem_backend(kargv)).group(1)
+            assert os.stat(kpath).st_ino == os.stat(path).st_ino, kpath
+            assert "readonly=on,rom=off" in mem_backend(kargv)
+            assert sh(kid, "cat /work/k; sha256sum < /dev/shm/b") == f"at-the-checkpoint\n{blob}"
+            kid.kill()
     finally:
         ckp.delete()
 

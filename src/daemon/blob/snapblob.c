@@ -24,7 +24,7 @@
 #include <zstd.h>
 
 /* The objects' names under a prefix, by enum snap_file. */
-static const char *const kinds[SNAP_NFILES] = { "state", "mem", "disk" };
+static const char *const kinds[SNAP_NFILES] = { "state", "mem", "disk", "pages", "base" };
 
 static int key_of(char *out, size_t n, const char *prefix, const char *name, char *err,
 		  size_t errlen)

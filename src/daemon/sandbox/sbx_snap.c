@@ -35,7 +35,8 @@ static long long now_s(void)
 
 long long sbx__paused_bytes(const char *run_dir)
 {
-	static const char *const files[] = { "mem", "state", "scratch.qcow2" };
+	/* Not the base a pause of written pages links: the snapshot's, shared. */
+	static const char *const files[] = { "mem", "state", "pages", "scratch.qcow2" };
 	char path[300];
 	long long n = 0;
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -302,17 +303,20 @@ static void remove_fork_dir(const char *dir)
 }
 
 /* A parent whose RAM is private (it was itself restored copy-on-write)
- * leaves a snapshot with the RAM in its state, which every child would
- * load page by page. For several children it pays to load it once: into
- * a memory file of the snapshot's own, by a VM resumed in the snapshot
- * directory and paused again at once. The children then map that file
- * copy-on-write. On failure the snapshot is left as it was made. */
+ * and streamed (its QEMU before 8.2, or CPUOS_STREAM_PAUSES) leaves a
+ * snapshot with the RAM in its state, which every child would load page
+ * by page. For several children it pays to load it once: into a memory
+ * file of the snapshot's own, by a VM resumed in the snapshot directory
+ * and paused again at once. The children then map that file
+ * copy-on-write. On failure the snapshot is left as it was made. One of
+ * written pages is left as it is: its children map the parent's base and
+ * write only the parent's pages. */
 static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, const char *dir,
 			     const char *kernel, const char *initrd, const char *image)
 {
 	struct snap_manifest sm;
 	char err[512], a[600], b[600];
-	if (snap_load(dir, &sm, 0, err, sizeof(err)) < 0 || sm.ram_in_file)
+	if (snap_load(dir, &sm, 0, err, sizeof(err)) < 0 || sm.ram_in_file || sm.ram_diff)
 		return;
 	/* In place, the layer has the run directory's name; the manifest
 	 * names it too until the pause writes a new one. */
@@ -457,8 +461,9 @@ int sbx_checkpoint(struct sbx_mgr *m, const char *id, const char *name, struct s
 	out->env_json = row.env_json;
 	row.env_json = NULL;
 	out->created_at = now_s();
-	static const char *const files[] = { "mem", "state", "disk.qcow2" };
-	for (size_t i = 0; i < 3; i++) {
+	/* Not the base of written pages: the template's, shared. */
+	static const char *const files[] = { "mem", "state", "pages", "disk.qcow2" };
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		char path[600];
 		snprintf(path, sizeof(path), "%s/%s", out->dir, files[i]);
 		out->size_bytes += snap_file_bytes(path);
