@@ -433,7 +433,8 @@ static double fork_once(struct vm *src, int n, const char *kind)
 			each[ok++] = ms;
 	}
 	double total = clock_ms_f() - t0;
-	double state_mb = file_mb(dir, "state"), per = ok == n ? total / n : -1;
+	double state_mb = file_mb(dir, "state") + file_mb(dir, "pages");
+	double per = ok == n ? total / n : -1;
 	for (int i = 0; i < n; i++)
 		drop_vm(kid[i]);
 	drop_dir(dir);
@@ -453,24 +454,33 @@ static void bench_fork(void)
 	       "(target <= 150 ms per clone)\n",
 	       tpl, is_python() ? "a small pandas job" : "a small job");
 	/* A sandbox as cpuosd makes it (restored from the template: private
-	 * RAM, which its snapshot streams), and a cold-booted VM as the
-	 * baseline (RAM a file of its own: copied, its clones map it CoW). */
-	double per[2][2] = { { -1, -1 }, { -1, -1 } };
-	for (int k = 0; k < 2 && !interrupted; k++) {
+	 * RAM, whose snapshot is the pages it wrote; its clones map the
+	 * template's RAM and write those pages over it), a cold-booted VM
+	 * (RAM a file of its own: copied, its clones map it CoW), and the
+	 * sandbox with its RAM streamed (CPUOS_STREAM_PAUSES, each clone
+	 * loads it), the two baselines. */
+	static const char *const kinds[3] = { "sandbox", "cold src", "streamed" };
+	double per[3][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+	for (int k = 0; k < 3 && !interrupted; k++) {
 		struct vm *src;
-		if (create_exec(k ? NULL : ts, &src, NULL) < 0)
-			return;
+		if (k == 2)
+			setenv("CPUOS_STREAM_PAUSES", "1", 1);
+		if (create_exec(k == 1 ? NULL : ts, &src, NULL) < 0)
+			break;
 		if (sh(src, small_job(), "user") < 0) {
 			drop_vm(src);
-			return;
+			break;
 		}
 		for (int j = 0; j < 2 && !interrupted; j++)
-			per[k][j] = fork_once(src, j ? FORK_MAX : 1, k ? "cold src" : "sandbox");
+			per[k][j] = fork_once(src, j ? FORK_MAX : 1, kinds[k]);
 		drop_vm(src);
 	}
+	unsetenv("CPUOS_STREAM_PAUSES");
 	if (!interrupted)
-		printf("  ratio sandbox/cold src per clone  N=1 %.2fx  N=%d %.2fx\n",
-		       ratio(per[0][0], per[1][0]), FORK_MAX, ratio(per[0][1], per[1][1]));
+		printf("  ratio per clone  sandbox/cold src  N=1 %.2fx  N=%d %.2fx; "
+		       "sandbox/streamed  N=1 %.2fx  N=%d %.2fx\n",
+		       ratio(per[0][0], per[1][0]), FORK_MAX, ratio(per[0][1], per[1][1]),
+		       ratio(per[0][0], per[2][0]), FORK_MAX, ratio(per[0][1], per[2][1]));
 }
 
 /* ---- 3. pause and resume ---- */
@@ -488,7 +498,7 @@ static struct vm *cycle(struct vm *vm, double *pause_ms, double *resume_ms, doub
 		return NULL;
 	}
 	double t1 = clock_ms_f();
-	*state_mb = file_mb(dir, "state");
+	*state_mb = file_mb(dir, "state") + file_mb(dir, "pages");
 	/* QEMU is gone; the directory holds the VM until it resumes. */
 	track_dir(dir);
 	for (int i = 0; i < MAX_LIVE; i++)
@@ -518,9 +528,12 @@ static void bench_pause(void)
 	const char *ts = template_snapshot();
 	if (!ts)
 		return;
-	double cp[MAX_RUNS], cr[MAX_RUNS], p1[MAX_RUNS], r1[MAX_RUNS], p2[MAX_RUNS], r2[MAX_RUNS];
-	double cmb = 0, mb1 = 0, mb2 = 0;
-	int nc = 0, n1 = 0, n2 = 0;
+	/* [0]: pauses of written pages (ramdiff.h); [1]: the RAM streamed
+	 * (CPUOS_STREAM_PAUSES), the baseline. */
+	double cp[MAX_RUNS], cr[MAX_RUNS], p1[2][MAX_RUNS], r1[2][MAX_RUNS], p2[2][MAX_RUNS],
+		r2[2][MAX_RUNS];
+	double cmb = 0, mb1[2] = { 0, 0 }, mb2[2] = { 0, 0 };
+	int nc = 0, n1[2] = { 0, 0 }, n2[2] = { 0, 0 };
 	/* Cold-booted: RAM is its own file, every pause saves devices only;
 	 * one VM, runs cycles. */
 	struct vm *vm;
@@ -529,19 +542,29 @@ static void bench_pause(void)
 			if ((vm = cycle(vm, &cp[nc], &cr[nc], &cmb)))
 				nc++;
 	drop_vm(vm);
-	/* Restored from the template: private RAM, the first pause streams
-	 * it into the state and the resume makes it a file of its own, so
-	 * the second pause saves devices only. A fresh VM per run. */
+	/* Restored from the template: private RAM over the snapshot's. Its
+	 * pauses save the pages it wrote, each a diff over the snapshot;
+	 * streamed, the first pause writes all of RAM into the state and the
+	 * resume makes it a file of its own, so the second saves devices
+	 * only. A fresh VM per run and way, the two ways taking turns. */
 	for (int i = 0; i < runs && !interrupted; i++) {
-		if (create_exec(ts, &vm, NULL) < 0)
-			continue;
-		if (sh(vm, pandas_job(), "user") == 0 && (vm = cycle(vm, &p1[n1], &r1[n1], &mb1))) {
-			n1++;
-			if ((vm = cycle(vm, &p2[n2], &r2[n2], &mb2)))
-				n2++;
+		for (int w = 0; w < 2 && !interrupted; w++) {
+			if (w)
+				setenv("CPUOS_STREAM_PAUSES", "1", 1);
+			else
+				unsetenv("CPUOS_STREAM_PAUSES");
+			if (create_exec(ts, &vm, NULL) < 0)
+				continue;
+			if (sh(vm, pandas_job(), "user") == 0 &&
+			    (vm = cycle(vm, &p1[w][n1[w]], &r1[w][n1[w]], &mb1[w]))) {
+				n1[w]++;
+				if ((vm = cycle(vm, &p2[w][n2[w]], &r2[w][n2[w]], &mb2[w])))
+					n2[w]++;
+			}
+			drop_vm(vm);
 		}
-		drop_vm(vm);
 	}
+	unsetenv("CPUOS_STREAM_PAUSES");
 	char tail[96];
 	printf("pause and resume of %s after %s (pause = vm_pause; resume = restore in "
 	       "place -> first exec of true)\n",
@@ -550,16 +573,31 @@ static void bench_pause(void)
 	snprintf(tail, sizeof(tail), "(state %.1f MB: devices only)", cmb);
 	print_dist("cold-booted (baseline) pause", cp, nc, tail);
 	print_dist("cold-booted (baseline) resume", cr, nc, NULL);
-	snprintf(tail, sizeof(tail), "(state %.1f MB: RAM streamed)", mb1);
-	print_dist("restored, 1st cycle pause", p1, n1, tail);
-	print_dist("restored, 1st cycle resume", r1, n1, NULL);
-	snprintf(tail, sizeof(tail), "(state %.1f MB: RAM now a file)", mb2);
-	print_dist("restored, 2nd cycle pause", p2, n2, tail);
-	print_dist("restored, 2nd cycle resume", r2, n2, NULL);
+	static const char *const way[2] = { "written pages", "RAM streamed" };
+	for (int w = 0; w < 2; w++) {
+		char label[64];
+		snprintf(tail, sizeof(tail), "(state %.1f MB: %s)", mb1[w], way[w]);
+		snprintf(label, sizeof(label), "restored, 1st cycle pause%s", w ? " (stream)" : "");
+		print_dist(label, p1[w], n1[w], tail);
+		snprintf(label, sizeof(label), "restored, 1st cycle resume%s", w ? " (stream)" : "");
+		print_dist(label, r1[w], n1[w], NULL);
+		snprintf(tail, sizeof(tail), "(state %.1f MB: %s)", mb2[w],
+			 w ? "RAM now a file" : "written pages");
+		snprintf(label, sizeof(label), "restored, 2nd cycle pause%s", w ? " (stream)" : "");
+		print_dist(label, p2[w], n2[w], tail);
+		snprintf(label, sizeof(label), "restored, 2nd cycle resume%s", w ? " (stream)" : "");
+		print_dist(label, r2[w], n2[w], NULL);
+	}
 	printf("  ratio to cold-booted p50       1st cycle pause %.2fx resume %.2fx; "
 	       "2nd cycle pause %.2fx resume %.2fx\n",
-	       ratio(p50(p1, n1), p50(cp, nc)), ratio(p50(r1, n1), p50(cr, nc)),
-	       ratio(p50(p2, n2), p50(cp, nc)), ratio(p50(r2, n2), p50(cr, nc)));
+	       ratio(p50(p1[0], n1[0]), p50(cp, nc)), ratio(p50(r1[0], n1[0]), p50(cr, nc)),
+	       ratio(p50(p2[0], n2[0]), p50(cp, nc)), ratio(p50(r2[0], n2[0]), p50(cr, nc)));
+	printf("  ratio written pages / stream   1st cycle pause %.2fx resume %.2fx; "
+	       "2nd cycle pause %.2fx resume %.2fx\n",
+	       ratio(p50(p1[0], n1[0]), p50(p1[1], n1[1])),
+	       ratio(p50(r1[0], n1[0]), p50(r1[1], n1[1])),
+	       ratio(p50(p2[0], n2[0]), p50(p2[1], n2[1])),
+	       ratio(p50(r2[0], n2[0]), p50(r2[1], n2[1])));
 }
 
 /* ---- 4. density ---- */

@@ -2,6 +2,7 @@
 #include "tests/lib/vmtest.h"
 
 #include "runner/agentc.h"
+#include "runner/qemu_build.h"
 #include "tests/lib/tap.h"
 
 #include <errno.h>
@@ -15,6 +16,23 @@ void vt_new_run_dir(char *out, size_t n)
 	static int seq;
 	const char *runroot = getenv("CPUOS_RUN_DIR");
 	snprintf(out, n, "%s/t%d-%d", runroot ? runroot : "/tmp", (int)getpid(), ++seq);
+}
+
+/* The QEMU in PATH kept in the cache as cpuosd keeps its own, so tests
+ * and benchmarks run what the daemon runs (the snapshot RAM read-only
+ * from 8.2 on, and pauses of the pages written over it); NULL where it
+ * cannot be kept (a wrapper script, no root): QEMU as it is. */
+static const struct qemu_build *kept_build(const char *cache)
+{
+	static struct qemu_build b;
+	static int done, ok;
+	if (!done) {
+		char dir[600], err[256];
+		snprintf(dir, sizeof(dir), "%s/" QEMU_BUILDS_DIR, cache);
+		ok = qemu_build_keep(dir, "qemu-system-x86_64", &b, err, sizeof(err)) == 0;
+		done = 1;
+	}
+	return ok ? &b : NULL;
 }
 
 struct vm *vt_start(const char *template, unsigned vcpus, unsigned memory_mb,
@@ -32,7 +50,9 @@ struct vm *vt_start(const char *template, unsigned vcpus, unsigned memory_mb,
 		snprintf(run, sizeof(run), "%s", run_dir);
 	else
 		vt_new_run_dir(run, sizeof(run));
+	const struct qemu_build *build = kept_build(cache ? cache : "/var/cache/cpuos");
 	struct vm_config cfg = {
+		.qemu = build ? build->binary : NULL, .qemu_build = build,
 		.vcpus = vcpus, .memory_mb = memory_mb, .disk_mb = 2048, .extra_args = extra_args,
 		.kernel = kernel, .initrd = initrd, .template = image, .run_dir = run,
 		.cache_dir = cache ? cache : "/var/cache/cpuos", .boot_timeout_ms = 60000,
