@@ -49,10 +49,12 @@ struct launch_ops {
 	 * again. NULL with hold. */
 	int (*release)(void *ctx, uid_t uid, const char *name);
 	/* A descriptor of QEMU pid's /proc/PID/pagemap or /proc/PID/mem
-	 * (which), read and written by the caller while the VM is stopped
-	 * (ramdiff.h): 0 with *fd, or -errno with a reason. NULL: not
-	 * offered (pauses stream the RAM). */
-	int (*mem_open)(void *ctx, pid_t pid, int which, int *fd, char *err, size_t errlen);
+	 * (which: enum launch_mem), read and written by the caller while
+	 * the VM is stopped (ramdiff.h); uid is the jail id spawn or hold
+	 * gave it (0: none), which it must still run as. 0 with *fd, or
+	 * -errno with a reason. NULL: not offered (pauses stream the RAM). */
+	int (*mem_open)(void *ctx, pid_t pid, uid_t uid, int which, int *fd, char *err,
+			size_t errlen);
 	void *ctx;
 	/* spawn jails QEMU: it takes s->jail, finds the binary itself (the
 	 * path may be one only root reaches), and the process runs as

@@ -355,6 +355,11 @@ static int share_fd(const struct jail *j, int fd, int writable)
 		return -EINVAL;
 	if (st.st_uid != shared && !in_range(j, st.st_uid))
 		return -EPERM;
+	/* A file of two names may be a snapshot's RAM under another name
+	 * (a QEMU could rename a base in its run directory it sees before
+	 * it is bound): never made writable. */
+	if (writable && st.st_nlink != 1)
+		return -EMLINK;
 	if (fchown(fd, (uid_t)-1, shared) < 0 ||
 	    fchmod(fd, writable ? (st.st_mode & 0770) | 0660 : 0440) < 0)
 		return -errno;

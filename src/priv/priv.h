@@ -133,9 +133,12 @@ int priv_kill(struct priv *p, pid_t pid, int sig);
 int priv_hold(struct priv *p, pid_t pid, uid_t *uid);
 /* Its QEMU gone: the id is free again, the cgroup name removed. */
 int priv_release(struct priv *p, uid_t uid, const char *name);
-/* A jailed QEMU's /proc/PID/mem (mem, read and write) or pagemap: 0 with
- * *fd, or -errno with the helper's reason. */
-int priv_mem_open(struct priv *p, pid_t pid, int mem, int *fd, char *err, size_t errlen);
+/* A jailed QEMU's /proc/PID/mem (mem, read and write) or pagemap, of a
+ * pid that still runs as jail id uid (held since its spawn or hold: a
+ * pid used again is refused): 0 with *fd, or -errno with the helper's
+ * reason. */
+int priv_mem_open(struct priv *p, pid_t pid, uid_t uid, int mem, int *fd, char *err,
+		  size_t errlen);
 
 /* The calls above as the runner's launch ops (launch.h), for a helper
  * with a jail (priv_jailed): each QEMU they start is jailed, signalled,

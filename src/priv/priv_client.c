@@ -81,9 +81,10 @@ static int launch_release(void *ctx, uid_t uid, const char *name)
 	return priv_release(ctx, uid, name);
 }
 
-static int launch_mem_open(void *ctx, pid_t pid, int which, int *fd, char *err, size_t errlen)
+static int launch_mem_open(void *ctx, pid_t pid, uid_t uid, int which, int *fd, char *err,
+			   size_t errlen)
 {
-	return priv_mem_open(ctx, pid, which == LAUNCH_MEM, fd, err, errlen);
+	return priv_mem_open(ctx, pid, uid, which == LAUNCH_MEM, fd, err, errlen);
 }
 
 /* The configuration as the helper's first message (PR_CONFIG). */
@@ -504,13 +505,14 @@ int priv_release(struct priv *p, uid_t uid, const char *name)
 	return call(p, &b, -1, NULL, reply, &f, err, sizeof(err));
 }
 
-int priv_mem_open(struct priv *p, pid_t pid, int mem, int *fd, char *err, size_t errlen)
+int priv_mem_open(struct priv *p, pid_t pid, uid_t uid, int mem, int *fd, char *err,
+		  size_t errlen)
 {
 	struct pbuf b = { 0 };
 	uint8_t reply[REPLY_MAX];
 	struct proto_frame f;
 	if (proto_begin(&b, mem ? PR_MEM : PR_PAGEMAP, 0, 0) < 0 ||
-	    proto_put_u32(&b, T_PID, (uint32_t)pid) < 0) {
+	    proto_put_u32(&b, T_PID, (uint32_t)pid) < 0 || proto_put_u32(&b, T_UID, uid) < 0) {
 		pbuf_release(&b);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;

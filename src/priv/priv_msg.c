@@ -45,8 +45,8 @@ static const struct {
 	[PR_KILL] = { BIT(T_PID) | BIT(T_SIGNO), BIT(T_PID) | BIT(T_SIGNO), 0 },
 	[PR_HOLD] = { BIT(T_PID), BIT(T_PID), 0 },
 	[PR_RELEASE] = { BIT(T_UID) | BIT(T_NAME), BIT(T_UID) | BIT(T_NAME), 0 },
-	[PR_PAGEMAP] = { BIT(T_PID), BIT(T_PID), 0 },
-	[PR_MEM] = { BIT(T_PID), BIT(T_PID), 0 },
+	[PR_PAGEMAP] = { BIT(T_PID) | BIT(T_UID), BIT(T_PID) | BIT(T_UID), 0 },
+	[PR_MEM] = { BIT(T_PID) | BIT(T_UID), BIT(T_PID) | BIT(T_UID), 0 },
 };
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -300,12 +300,11 @@ int priv_decode(const uint8_t *buf, size_t n, int nfds, const struct priv_bounds
 		return bad(err, errlen, "slot %d is not one of the %d", r->slot, b->nslots);
 	if (f.type <= PR_NS_COUNTERS && b->nslots == 0)
 		return bad(err, errlen, "no networks here");
-	if (f.type == PR_RELEASE) {
-		if (!b->jail || r->uid <= b->jail_first || r->uid - b->jail_first >= b->jail_count)
-			return bad(err, errlen, "uid %u is not a jail id", (unsigned)r->uid);
-		if (!is_name(r->name))
-			return bad(err, errlen, "bad cgroup name");
-	}
+	if ((f.type == PR_RELEASE || f.type == PR_PAGEMAP || f.type == PR_MEM) &&
+	    (!b->jail || r->uid <= b->jail_first || r->uid - b->jail_first >= b->jail_count))
+		return bad(err, errlen, "uid %u is not a jail id", (unsigned)r->uid);
+	if (f.type == PR_RELEASE && !is_name(r->name))
+		return bad(err, errlen, "bad cgroup name");
 	if (f.type == PR_SPAWN)
 		return check_spawn(r, b, err, errlen);
 	return 0;

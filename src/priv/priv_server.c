@@ -95,9 +95,12 @@ static int kill_jailed(struct privd *d, const struct priv_req *r, char *err, siz
 /* A jailed QEMU's memory, for a pause that saves only the pages its
  * guest wrote (runner/ramdiff.h): the daemon drives that QEMU already,
  * and its memory is the guest's and QEMU's, no one else's. The file is
- * opened, then the pid checked through a pidfd taken before: a pid used
- * again meanwhile fails the check or is another jail id's QEMU, never
- * another process. */
+ * opened, then the pid checked through a pidfd taken before to run as
+ * the jail id the daemon holds for it: a pid used again meanwhile (a
+ * QEMU taken over is not the helper's child, and is reaped by no one)
+ * fails that, since a held id is no other QEMU's. Opened by root, the
+ * page map shows frame numbers too: the daemon learns where QEMU's pages
+ * lie in the host's memory, which it has no use for. */
 static int open_jailed(struct privd *d, const struct priv_req *r, struct privd_reply *out,
 		       char *err, size_t errlen)
 {
@@ -108,14 +111,15 @@ static int open_jailed(struct privd *d, const struct priv_req *r, struct privd_r
 	int fd = pfd >= 0 ? open(path, (r->type == PR_MEM ? O_RDWR : O_RDONLY) | O_CLOEXEC) : -1;
 	int e = errno;
 	uid_t uid;
-	if (fd >= 0 && jail_proc_uid(r->pid, &uid) == 0 && jail_owns(d->jail, uid) &&
-	    syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) == 0) {
+	if (fd >= 0 && jail_proc_uid(r->pid, &uid) == 0 && uid == r->uid &&
+	    jail_owns(d->jail, uid) && syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0) == 0) {
 		close(pfd);
 		out->fd = fd;
 		return 0;
 	}
 	if (fd >= 0) {
-		snprintf(err, errlen, "pid %d does not run as a jail id", (int)r->pid);
+		snprintf(err, errlen, "pid %d does not run as jail id %u", (int)r->pid,
+			 (unsigned)r->uid);
 		e = EPERM;
 		close(fd);
 	} else {

@@ -55,9 +55,15 @@ int ramdiff_parse_blocks(const char *text, struct ramdiff_block *b, int *n, uint
 		memcpy(l, line, len);
 		l[len] = '\0';
 		line = end ? end + 1 : NULL;
-		if (sscanf(l, "%63s %u %7s %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64, name, &psize,
-			   unit, &off, &used, &cap, &hva) != 7)
-			continue; /* the header, an empty line */
+		const char *first = l + strspn(l, " \t\r");
+		if (!*first || !strncmp(first, "Block Name ", 11))
+			continue; /* an empty line, the header */
+		char tail;
+		if (strcspn(first, " \t") >= sizeof(name))
+			return -EPROTO;
+		if (sscanf(l, "%63s %u %7s %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %*s %c",
+			   name, &psize, unit, &off, &used, &cap, &hva, &tail) != 7)
+			return -EPROTO; /* a block left out would be a page lost */
 		if (*n == RAMDIFF_MAX_BLOCKS || psize != 4 || strcmp(unit, "KiB") || used % PAGE ||
 		    hva % PAGE || used > max_bytes || (total += used) > max_bytes ||
 		    hva > UINT64_MAX / 2 - used)

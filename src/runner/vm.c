@@ -374,6 +374,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 	if (r < 0)
 		goto fail;
+	if (cfg->restore && !vm->ram_shared && build && qemu_build_has_rom_off(build))
+		vm__link_base(vm, mem, sizeof(mem));
 	struct qemu_config qc = {
 		.binary = qemu,
 		.accel = accel,

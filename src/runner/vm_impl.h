@@ -64,6 +64,12 @@ int vm__migrate_ms(const struct vm *vm);
  * mem gets the RAM file QEMU maps. */
 int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_manifest *m,
 			char *mem, size_t memlen, char *err, size_t errlen);
+/* A restore that maps a snapshot's RAM file read-only: the file linked
+ * into the run directory as JAIL_RAM_BASE, and mem (memlen bytes) and
+ * ram_base made that link, so the VM's pauses save the pages written
+ * over that very file whatever becomes of the snapshot; where no link
+ * can be made (another file system) both stay the snapshot's. */
+void vm__link_base(struct vm *vm, char *mem, size_t memlen);
 /* A snapshot of written pages in dir: its pages into the QEMU just
  * started on its base, before the device state (virtio reads its rings
  * from RAM as it loads). 0 or -errno. */

@@ -55,9 +55,11 @@ static int direct_reap(void *ctx, pid_t pid, int *status)
 }
 
 /* Our child, of our uid: ours to read as a debugger would. */
-static int direct_mem_open(void *ctx, pid_t pid, int which, int *fd, char *err, size_t errlen)
+static int direct_mem_open(void *ctx, pid_t pid, uid_t uid, int which, int *fd, char *err,
+			   size_t errlen)
 {
 	(void)ctx;
+	(void)uid;
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, which == LAUNCH_MEM ? "mem" : "pagemap");
 	*fd = open(path, (which == LAUNCH_MEM ? O_RDWR : O_RDONLY) | O_CLOEXEC);

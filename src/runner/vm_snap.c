@@ -106,23 +106,14 @@ int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_
 		}
 	}
 	if (m->ram_diff) {
-		/* Its pages over its base. A VM made from a snapshot links
-		 * the base into its run directory first, so its own pauses
-		 * keep it after the snapshot is gone (a fork's is, once its
-		 * children run); where no link can be made (another file
-		 * system) it maps the snapshot's. */
+		/* Its pages over its base (vm__link_base links a snapshot's
+		 * into the run directory). */
 		if (strcmp(m->files[SNAP_BASE].name, JAIL_RAM_BASE)) {
 			snprintf(err, errlen, "a snapshot of written pages has its base in '"
 					      JAIL_RAM_BASE "'");
 			return -EBADMSG;
 		}
-		snprintf(mem, memlen, "%s/" JAIL_RAM_BASE, vm->run_dir);
-		if (!in_place) {
-			snprintf(path, sizeof(path), "%s/" JAIL_RAM_BASE, cfg->restore);
-			unlink(mem);
-			if (link(path, mem) < 0)
-				snprintf(mem, memlen, "%s", path);
-		}
+		snprintf(mem, memlen, "%s/" JAIL_RAM_BASE, in_place ? vm->run_dir : cfg->restore);
 		snprintf(vm->ram_base, sizeof(vm->ram_base), "%s", mem);
 		snprintf(vm->ram_base_sha, sizeof(vm->ram_base_sha), "%s",
 			 m->files[SNAP_BASE].sha256);
@@ -137,8 +128,27 @@ int vm__prepare_restore(struct vm *vm, const struct vm_config *cfg, struct snap_
 		if (!m->ram_in_file)
 			unlink(mem); /* filled from the state, page by page */
 		vm->ram_shared = 1;
+		/* RAM of its own from here on: a base left is of no use. */
+		snprintf(path, sizeof(path), "%s/" JAIL_RAM_BASE, vm->run_dir);
+		unlink(path);
 	}
 	return 0;
+}
+
+void vm__link_base(struct vm *vm, char *mem, size_t memlen)
+{
+	char base[300];
+	snprintf(base, sizeof(base), "%s/" JAIL_RAM_BASE, vm->run_dir);
+	if (!strcmp(mem, base))
+		return;
+	unlink(base);
+	if (link(mem, base) < 0) {
+		log_debug("%s: cannot link '%s' as its base (%s): its pauses stream the RAM",
+			  vm->run_dir, mem, strerror(errno));
+		return;
+	}
+	snprintf(mem, memlen, "%s", base);
+	snprintf(vm->ram_base, sizeof(vm->ram_base), "%s", base);
 }
 
 int vm__load_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
@@ -157,7 +167,7 @@ int vm__load_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
 		r = ramdiff_blocks(vm->qmp, b, &n, ((uint64_t)vm->env.memory_mb + 64) << 20, err,
 				   errlen);
 	if (r >= 0)
-		r = ops->mem_open(ops->ctx, vm->pid, LAUNCH_MEM, &mem, err, errlen);
+		r = ops->mem_open(ops->ctx, vm->pid, vm->jail_uid, LAUNCH_MEM, &mem, err, errlen);
 	if (r >= 0)
 		r = ramdiff_load(mem, b, n, in, &pages, err, errlen);
 	if (in >= 0)
@@ -358,11 +368,15 @@ static int seal_devices(const char *dev, const char *path, char *err, size_t err
 		unlink(path);
 		out = fs_open_file(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
 		size_t n = (size_t)st.st_size + MIGRATE_DEVICES_TAIL_LEN;
-		if (out < 0 || write(out, buf, n) != (ssize_t)n || fsync(out) < 0) {
-			snprintf(err, errlen, "cannot write '%s': %s", path,
-				 out < 0 ? strerror(-out) : strerror(errno ? errno : EIO));
+		ssize_t w = out < 0 ? out : write(out, buf, n);
+		if (out < 0)
+			r = out;
+		else if (w < 0 || fsync(out) < 0)
+			r = -errno;
+		else if (w != (ssize_t)n)
 			r = -EIO;
-		}
+		if (r < 0)
+			snprintf(err, errlen, "cannot write '%s': %s", path, strerror(-r));
 	}
 	free(buf);
 	if (in >= 0)
@@ -374,25 +388,30 @@ static int seal_devices(const char *dev, const char *path, char *err, size_t err
 }
 
 /* Whether vm's RAM is saved as the pages its guest wrote: RAM that maps
- * a snapshot's file copy-on-write, opened read-only by QEMU (one that
- * could write it must not map it from a run directory or a checkpoint),
- * launch ops that reach QEMU's memory, and no CPUOS_STREAM_PAUSES in the
- * environment (the RAM streamed, as before: a fallback, and the
- * baseline of bench_snap). */
+ * a snapshot's file copy-on-write through its link in the run directory
+ * (vm__link_base: the very file, whatever became of the snapshot),
+ * opened read-only by QEMU (one that could write it must not map it
+ * from a run directory or a checkpoint), launch ops that reach QEMU's
+ * memory, and no CPUOS_STREAM_PAUSES in the environment (the RAM
+ * streamed, as before: a fallback, and the baseline of bench_snap). */
 static int saves_pages(const struct vm *vm)
 {
-	return !vm->ram_shared && vm->ram_base[0] && vm->ram_readonly && vm->launch->mem_open &&
-	       !getenv("CPUOS_STREAM_PAUSES");
+	char base[300];
+	snprintf(base, sizeof(base), "%s/" JAIL_RAM_BASE, vm->run_dir);
+	return !vm->ram_shared && !strcmp(vm->ram_base, base) && vm->ram_readonly &&
+	       vm->launch->mem_open && !getenv("CPUOS_STREAM_PAUSES");
 }
 
 /* Saves vm, whose RAM maps a snapshot's file copy-on-write, into dir as
  * what its guest changed: the pages pagemap shows written ("pages"), the
  * device state without RAM ("state", written by QEMU into the run
- * directory, which its jail sees, and copied), and a hard link to the
- * file ("base") that keeps it as long as dir, wherever the snapshot
- * goes. The VM is stopped first, so pages and devices are of one
- * moment; it stays stopped. The files are fsync'ed and renamed into
- * place before the caller seals the manifest that makes them whole. */
+ * directory, which its jail sees, and copied), and the file as "base":
+ * in the run directory it is there already; elsewhere (a checkpoint, a
+ * fork) a hard link to it, made first, that keeps it as long as dir.
+ * The VM is stopped before the pages are read, so pages and devices are
+ * of one moment; it stays stopped. The files are fsync'ed and renamed
+ * into place before the caller seals the manifest that makes them whole;
+ * on failure dir has none of them but the run directory's base. */
 static int save_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
 {
 	char pages[600], tmp[600], dev[300], state_tmp[600], state[600], base[600];
@@ -407,11 +426,22 @@ static int save_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
 	int n, pm = -1, mem = -1, out = -1;
 	uint64_t npages = 0;
 	double t0 = clock_ms_f();
-	int r = qmp_command(vm->qmp, "stop", NULL, 5000, NULL, err, errlen);
+	int r = 0, linked = strcmp(vm->ram_base, base) != 0;
+	if (linked) {
+		unlink(base);
+		if (link(vm->ram_base, base) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "cannot link '%s' to '%s': %s", base, vm->ram_base,
+				 strerror(errno));
+			linked = 0;
+		}
+	}
 	if (r == 0)
-		r = ops->mem_open(ops->ctx, vm->pid, LAUNCH_PAGEMAP, &pm, err, errlen);
+		r = qmp_command(vm->qmp, "stop", NULL, 5000, NULL, err, errlen);
 	if (r == 0)
-		r = ops->mem_open(ops->ctx, vm->pid, LAUNCH_MEM, &mem, err, errlen);
+		r = ops->mem_open(ops->ctx, vm->pid, vm->jail_uid, LAUNCH_PAGEMAP, &pm, err, errlen);
+	if (r == 0)
+		r = ops->mem_open(ops->ctx, vm->pid, vm->jail_uid, LAUNCH_MEM, &mem, err, errlen);
 	if (r == 0)
 		r = ramdiff_blocks(vm->qmp, b, &n, ((uint64_t)vm->env.memory_mb + 64) << 20, err,
 				   errlen);
@@ -441,15 +471,6 @@ static int save_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
 	}
 	if (r == 0)
 		r = seal_devices(dev, state_tmp, err, errlen);
-	/* The base: linked anew unless the RAM maps that link already. */
-	if (r == 0 && strcmp(vm->ram_base, base)) {
-		unlink(base);
-		if (link(vm->ram_base, base) < 0) {
-			r = -errno;
-			snprintf(err, errlen, "cannot link '%s' to '%s': %s", base, vm->ram_base,
-				 strerror(errno));
-		}
-	}
 	if (r == 0 && (rename(tmp, pages) < 0 || rename(state_tmp, state) < 0)) {
 		r = -errno;
 		snprintf(err, errlen, "cannot rename the saved pages and state: %s", strerror(errno));
@@ -458,6 +479,9 @@ static int save_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
 		unlink(tmp);
 		unlink(state_tmp);
 		unlink(dev);
+		unlink(pages);
+		if (linked)
+			unlink(base);
 		return r;
 	}
 	log_debug("%s: %llu pages saved in %.1f ms, devices in %.1f ms", dir,

@@ -6,6 +6,7 @@ build here is Debian 12's own QEMU 7.2, unpacked beside the installed QEMU 10 by
 scripts/qemu-other.sh (downloaded from the same mirror the machine's packages come from).
 """
 
+import glob
 import json
 import os
 import re
@@ -47,15 +48,23 @@ def mem_backend(argv):
     return next(a for a in argv if a.startswith("memory-backend-file,"))
 
 
+def template_ram(path):
+    """The template snapshot's RAM file that path is (a link to it), in the cache."""
+    found = [m for m in glob.glob("/var/cache/cpuos/snapshots/*/mem") if os.path.samefile(m, path)]
+    assert found, f"{path} is no template snapshot's RAM"
+    return found[0]
+
+
 def restored_from_snapshot(d, make):
-    """A sandbox made by make() whose RAM is a snapshot's file (not its own): the template's
+    """A sandbox made by make() whose RAM is a snapshot's file mapped private (not its own), and
+    that file's path in QEMU's command line (its link in the run directory): the template's
     snapshot may still be in the making when the first one is created, which then boots."""
     deadline = time.monotonic() + 300 * SLOW
     while time.monotonic() < deadline:
         sbx = make()
         pid, argv = qemu_of(d, sbx.id)
         path = re.search(r"mem-path=([^,]+)", mem_backend(argv)).group(1)
-        if not path.startswith(os.path.join(d.state_dir, "vms")):
+        if "share=off" in mem_backend(argv):
             return sbx, pid, argv, path
         sbx.kill()
         time.sleep(2)
@@ -90,7 +99,9 @@ def test_a_snapshots_memory_is_read_only_to_every_qemu_that_maps_it(daemon, make
     """A template's snapshot and a checkpoint, each restored: the RAM file under both is opened
     read-only (QEMU 10's rom=off) and bound read-only into the jail."""
     sbx, pid, argv, path = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
-    assert "/snapshots/" in path, path  # the template's snapshot, in the cache
+    # the template's snapshot in the cache, linked into the run directory
+    assert path == os.path.join(daemon.state_dir, "vms", sbx.id, "base"), path
+    template_ram(path)
     assert_read_only(pid, argv, path)
     assert sh(sbx, "python3 -c 'print(6 * 7)'") == "42"  # the guest writes its RAM all the same
 
@@ -133,9 +144,10 @@ def test_a_pause_writes_only_the_pages_its_guest_wrote(daemon, make_sandbox):
     wrote, not its whole RAM, over a link to the snapshot's RAM file; it resumes on that link,
     read-only to its QEMU, with its memory, files and processes, and the pages it never wrote
     still the snapshot's. Its second pause is such a diff again, and so is the third."""
-    sbx, pid, argv, path = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
+    sbx, pid, argv, base = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
     run = os.path.join(daemon.state_dir, "vms", sbx.id)
-    base = os.path.join(run, "base")
+    assert base == os.path.join(run, "base"), base
+    path = template_ram(base)
     blob = sh(sbx, "head -c 8388608 /dev/urandom > /dev/shm/blob && sha256sum < /dev/shm/blob")
     sh(sbx, "nohup sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & echo $! > /work/pid")
     loop = sh(sbx, "cat /work/pid")

@@ -319,10 +319,12 @@ static void to_file_snapshot(struct sbx_mgr *m, const struct store_sbx *parent, 
 	if (snap_load(dir, &sm, 0, err, sizeof(err)) < 0 || sm.ram_in_file || sm.ram_diff)
 		return;
 	/* In place, the layer has the run directory's name; the manifest
-	 * names it too until the pause writes a new one. */
+	 * names the other until the pause writes a new one. A copy (a
+	 * reflink where the file system has them), not a link: the jail
+	 * makes no file of two names the group's to write (jail.c). */
 	snprintf(a, sizeof(a), "%s/disk.qcow2", dir);
 	snprintf(b, sizeof(b), "%s/scratch.qcow2", dir);
-	if (link(a, b) < 0)
+	if (snap_copy(a, b) < 0)
 		return;
 	const struct sbx_config *c = &m->cfg;
 	struct vm_config vc = {

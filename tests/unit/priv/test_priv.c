@@ -108,11 +108,15 @@ static void test_decode_refuses(void)
 				    "/usr/bin/qemu-system-x86_64", S(42), "/s/vms/sbx_1/state", NULL };
 	CHECK(decode(PR_SPAWN, 1, ram_state, err) == -EINVAL);
 	/* a jailed QEMU's memory: by pid, as a kill is */
-	const char *mem[] = { S(19), "1234", NULL };
-	CHECK(decode(PR_MEM, 0, mem, err) == 0 && req.pid == 1234);
+	const char *mem[] = { S(19), "1234", S(20), "1003", NULL };
+	CHECK(decode(PR_MEM, 0, mem, err) == 0 && req.pid == 1234 && req.uid == 1003);
 	CHECK(decode(PR_PAGEMAP, 0, mem, err) == 0 && req.pid == 1234);
-	const char *pid1[] = { S(19), "1", NULL };
+	const char *pid1[] = { S(19), "1", S(20), "1003", NULL };
 	CHECK(decode(PR_MEM, 0, pid1, err) == -EINVAL);
+	const char *no_uid[] = { S(19), "1234", NULL };
+	CHECK(decode(PR_MEM, 0, no_uid, err) == -EINVAL);
+	const char *mem_root[] = { S(19), "1234", S(20), "0", NULL };
+	CHECK(decode(PR_PAGEMAP, 0, mem_root, err) == -EINVAL && strstr(err, "jail id"));
 	const char *cg[] = { S(9), "../../x", S(10), "1", S(11), "512", S(13), "/s/vms/sbx_1",
 			     S(18), "/usr/bin/qemu-system-x86_64", NULL };
 	CHECK(decode(PR_SPAWN, 1, cg, err) == -EINVAL && strstr(err, "cgroup"));

@@ -205,6 +205,14 @@ static void test_parse_blocks(void)
 	const char *odd = "mem 4 KiB 0x0 0x1001 0x2000 0x7f0000000000 rw\n";
 	CHECK(ramdiff_parse_blocks(odd, b, &n, 8u << 20) == -EPROTO);
 	CHECK(ramdiff_parse_blocks("", b, &n, 8u << 20) == -EPROTO);
+	/* a line that is no block, a name too long to take: not left out */
+	char lng[300];
+	snprintf(lng, sizeof(lng), "mem 4 KiB 0x0 0x1000 0x1000 0x7f0000000000 rw\n"
+				   "%080d 4 KiB 0x0 0x1000 0x1000 0x7f0000010000 rw\n", 7);
+	CHECK(ramdiff_parse_blocks(lng, b, &n, 8u << 20) == -EPROTO);
+	CHECK(ramdiff_parse_blocks("mem 4 KiB 0x0 0x1000\n", b, &n, 8u << 20) == -EPROTO);
+	CHECK(ramdiff_parse_blocks("mem 4 KiB 0x0 0x1000 0x1000 0x7f0000000000 rw extra\n", b, &n,
+				   8u << 20) == -EPROTO);
 }
 
 int main(int argc, char **argv)
