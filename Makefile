@@ -90,7 +90,7 @@ endif
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head netd
+FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_netd := src/daemon/net/netd_msg.c src/common/errbuf.c src/common/proto.c
@@ -100,6 +100,8 @@ FUZZ_SRCS_http := $(filter-out src/daemon/cpuosd.c,$(DAEMON_SRCS)) $(RUNNER_SRCS
 		  $(JAIL_SRCS) $(LIB_SRCS) src/lib/sql.c $(COMMON_SRCS)
 FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
+FUZZ_SRCS_ramdiff := src/runner/ramdiff.c src/runner/qmp.c $(COMMON_SRCS)
+FUZZ_LIBS_ramdiff := -ljansson -lpthread
 FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c src/common/buf.c
 FUZZ_LIBS_gateway := -ljansson
 # The egress side: the resolver's queries, the proxy's ClientHello and

@@ -75,7 +75,7 @@ UNIT_TESTS=(
 	test_gateway test_gateway_store    # gateway
 )
 VM_TESTS=(test_vm test_snap)
-FUZZ_TARGETS=(proto agentc http priv gateway dns proxy_sni proxy_head netd)
+FUZZ_TARGETS=(proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff)
 
 passed=0 failed=0
 # A test source that none of the lists above names would never run.

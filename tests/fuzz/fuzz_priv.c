@@ -118,9 +118,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if ((req.type == PR_KILL || req.type == PR_REAP || req.type == PR_HOLD ||
 	     req.type == PR_PAGEMAP || req.type == PR_MEM) && req.pid < 2)
 		BUG("pid %d accepted", (int)req.pid);
-	if (req.type == PR_RELEASE && (req.uid <= bounds.jail_first ||
-				       req.uid >= bounds.jail_first + bounds.jail_count))
-		BUG("release of uid %u accepted", (unsigned)req.uid);
+	if ((req.type == PR_RELEASE || req.type == PR_PAGEMAP || req.type == PR_MEM) &&
+	    (req.uid <= bounds.jail_first || req.uid >= bounds.jail_first + bounds.jail_count))
+		BUG("uid %u accepted as a jail id", (unsigned)req.uid);
 	check_str(req.name, "name");
 	check_str(req.run_dir, "run_dir");
 	check_str(req.binary, "binary");

@@ -22,6 +22,9 @@ proxy_sni: TLS ClientHellos (1.2 and 1.3 shapes, in one record or several, with 
 netd: cpuosd's requests to cpuos-netd (src/daemon/net/netd_msg.h), each kind well-formed and
       the ones it must refuse (the configuration again, an answer, a slot past the range, a
       body of 0 or too many bytes, the wrong descriptors); the first byte is the descriptors.
+ramdiff: files of a pause's written pages (src/runner/ramdiff.h) for fuzz_ramdiff's VM of two blocks,
+      whole and lying (runs out of order, past their block, of no page, sizes that do not add
+      up, blocks it lacks or has twice), and `info ramblock` text.
 proxy_head: HTTP/1 request heads to hosts with and without secrets, with placeholders (also
       in Basic credentials), what the rules match, and what http1.h refuses (two Hosts, a
       port with more after it, both framings, folded lines, h2c); the first byte is
@@ -317,10 +320,10 @@ def http_seeds():
 
 # The privileged helper's requests and tags (src/priv/priv_msg.h).
 PR = dict(NS_CREATE=1, NS_POLICY=2, NS_DESTROY=3, NS_OPEN=4, NS_SOCKET=5, NS_RESOLVED=6,
-          NS_COUNTERS=7, SPAWN=8, REAP=9, KILL=10, HOLD=11, RELEASE=12)
+          NS_COUNTERS=7, SPAWN=8, REAP=9, KILL=10, HOLD=11, RELEASE=12, PAGEMAP=13, MEM=14)
 T = dict(SLOT=1, MARK=2, MODE=3, ALLOW=4, DENY=5, KIND=6, ADD=7, ADDRS=8, NAME=9, VCPUS=10,
          MEMORY=11, KVM=12, RUN_DIR=13, BINARY=14, RO=15, RW=16, TAP=17, ARG=18, PID=19, UID=20,
-         SIGNO=21)
+         SIGNO=21, RAM_RO=42)
 
 
 def priv_seeds():
@@ -363,6 +366,12 @@ def priv_seeds():
         "hold": req("HOLD", u32(T["PID"], 4242)),
         "release": req("RELEASE", u32(T["UID"], 1001), s(T["NAME"], "sbx_1-0a0b0c0d")),
         "release_root": req("RELEASE", u32(T["UID"], 0), s(T["NAME"], "x")),
+        "pagemap": req("PAGEMAP", u32(T["PID"], 4242), u32(T["UID"], 1003)),
+        "mem": req("MEM", u32(T["PID"], 4242), u32(T["UID"], 1003)),
+        "mem_root": req("MEM", u32(T["PID"], 4242), u32(T["UID"], 0)),
+        "mem_no_uid": req("MEM", u32(T["PID"], 4242)),
+        "spawn_ram_base": spawn(s(T["RAM_RO"], "/s/vms/sbx_1/base")),
+        "spawn_ram_other": spawn(s(T["RAM_RO"], "/s/vms/sbx_2/base")),
         "unknown_type": bytes([0]) + frame(40, b""),
         "reply_type": bytes([0]) + frame(64, b""),
         "twice": req("NS_OPEN", slot, slot),
@@ -372,6 +381,41 @@ def priv_seeds():
         "truncated": req("NS_OPEN", slot)[:-1],
         "trailing": req("NS_OPEN", slot) + b"\x00",
         "empty": bytes([0]),  # once read as a frame of whatever the stack held
+    }
+
+
+def ramdiff_seeds():
+    # fuzz_ramdiff's VM: "mem" of 64 pages and "pc.bios" of 4 (src/runner/ramdiff.h's format).
+    def block(name, length, runs):
+        return (name.encode().ljust(64, b"\x00") + struct.pack("<QQ", length, len(runs)) +
+                b"".join(struct.pack("<QQ", a, n) for a, n in runs))
+
+    def diff(blocks, pages, magic=b"CPUOSRD1", page=4096):
+        head = magic + struct.pack("<II", len(blocks), page)
+        return head + b"".join(blocks) + b"".join(bytes([65 + i % 26]) * 4096 for i in range(pages))
+
+    mem, bios = 64 * 4096, 4 * 4096
+    whole_bios = block("pc.bios", bios, [(0, 4)])
+    return {
+        "ok": diff([block("mem", mem, [(3, 1), (10, 3)]), whole_bios], 8),
+        "ok_reversed": diff([whole_bios, block("mem", mem, [(63, 1)])], 5),
+        "no_runs": diff([block("mem", mem, []), whole_bios], 4),
+        "overlap": diff([block("mem", mem, [(3, 2), (4, 1)]), whole_bios], 7),
+        "past_end": diff([block("mem", mem, [(63, 2)]), whole_bios], 6),
+        "zero_run": diff([block("mem", mem, [(3, 0)]), whole_bios], 4),
+        "huge_run": diff([block("mem", mem, [(1, 2**63)]), whole_bios], 4),
+        "other_length": diff([block("mem", mem + 4096, [(0, 1)]), whole_bios], 5),
+        "unknown_block": diff([block("rom", mem, [(0, 1)]), whole_bios], 5),
+        "twice": diff([whole_bios, whole_bios], 8),
+        "short": diff([block("mem", mem, [(3, 1)]), whole_bios], 4),
+        "long": diff([block("mem", mem, [(3, 1)]), whole_bios], 6),
+        "bad_magic": diff([block("mem", mem, [(3, 1)]), whole_bios], 5, magic=b"CPUOSRD0"),
+        "bad_page": diff([block("mem", mem, [(3, 1)]), whole_bios], 5, page=2 << 20),
+        "many_runs": diff([block("mem", mem, [(i, 1) for i in range(0, 64, 2)]), whole_bios], 36),
+        "blocks_text": b"        Block Name    PSize  Offset  Used  Total  HVA  RO\n"
+                       b"               mem    4 KiB  0x0 0x40000 0x40000 0x7f0000000000  rw\n"
+                       b"           pc.bios    4 KiB  0x40000 0x4000 0x4000 0x7f0000100000  rw\n",
+        "empty": b"",
     }
 
 
@@ -586,7 +630,7 @@ def proxy_head_seeds():
 
 TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
            "gateway": gateway_seeds, "dns": dns_seeds, "proxy_sni": proxy_sni_seeds,
-           "proxy_head": proxy_head_seeds, "netd": netd_seeds}
+           "proxy_head": proxy_head_seeds, "netd": netd_seeds, "ramdiff": ramdiff_seeds}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in TARGETS:
