@@ -7,6 +7,7 @@
  */
 #include "runner/vm_impl.h"
 
+#include "common/crash.h"
 #include "common/fs.h"
 #include "common/jail_spec.h"
 #include "common/launch.h"
@@ -453,8 +454,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 			snprintf(err + l, errlen - l, " (its build %s is not kept beside '%s')",
 				 m.env.qemu_build, build ? build->dir : qemu);
 		}
-		if (r == 0 && m.ram_diff)
-			r = vm__load_pages(vm, cfg->restore, err, errlen);
+		if (r == 0 && m.ram_diff && (r = vm__load_pages(vm, cfg->restore, err, errlen)) == 0)
+			crash_point("resume.pages_written");
 		if (r < 0 ||
 		    (r = migrate_load(vm->qmp, path, m.ram_in_file, vm__migrate_ms(vm), err, errlen)) < 0)
 			goto fail;

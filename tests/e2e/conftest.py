@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -362,6 +363,55 @@ def sandbox_factory(d):
 def make_sandbox(daemon):
     """A factory: make_sandbox(template=..., key=..., **create_args); each is killed after the test."""
     yield from sandbox_factory(daemon)
+
+
+# QEMU as the host sees it, for tests of what a sandbox's RAM is (test_qemu_builds, test_snapshots).
+def qemu_of(d, sbx_id):
+    """(pid, argv) of the QEMU whose run directory is the sandbox's."""
+    want = os.path.join(d.state_dir, "vms", sbx_id) + "/"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]).startswith("qemu-system") and any(want in a for a in argv):
+            return int(pid), argv
+    pytest.fail(f"no QEMU runs {sbx_id}")
+
+
+def mem_backend(argv):
+    return next(a for a in argv if a.startswith("memory-backend-file,"))
+
+
+def restored_from_snapshot(d, make):
+    """A sandbox made by make() whose RAM is a snapshot's file mapped private (not its own), and
+    that file's path in QEMU's command line (its link in the run directory): the template's
+    snapshot may still be in the making when the first one is created, which then boots."""
+    deadline = time.monotonic() + 300 * SLOW
+    while time.monotonic() < deadline:
+        sbx = make()
+        pid, argv = qemu_of(d, sbx.id)
+        path = re.search(r"mem-path=([^,]+)", mem_backend(argv)).group(1)
+        if "share=off" in mem_backend(argv):
+            return sbx, pid, argv, path
+        sbx.kill()
+        time.sleep(2)
+    pytest.fail("no sandbox was restored from a snapshot:\n" + d.log_tail(30))
+
+
+def mapping_kb(pid, path):
+    """{"Rss": KB, "Anonymous": KB} of QEMU's mappings of path: Anonymous is its own pages (the
+    guest wrote them), the rest of Rss the file's, which every VM that maps it shares."""
+    with open(f"/proc/{pid}/smaps") as f:
+        text = f.read()
+    kb, inside = {"Rss": 0, "Anonymous": 0}, False
+    for line in text.splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            inside = line.rstrip().endswith(" " + path)
+        elif inside and line.split(":")[0] in kb:
+            kb[line.split(":")[0]] += int(line.split()[1])
+    return kb
 
 
 _GATEWAYS = []

@@ -174,6 +174,19 @@ def test_pause_pages_saved(d):
     assert sh(d, sid, "cat /work/k") == "kept\nmore"
 
 
+def test_resume_pages_written(d):
+    """A resume of written pages killed with the pages in its new QEMU, the device state not
+    loaded: that QEMU never runs the guest, the next daemon ends it, and the pause, whole,
+    resumes."""
+    sid = restored_sandbox(d)
+    assert d.http("POST", f"/v1/sandboxes/{sid}/pause", key=d.key_a).status == 200
+    crash_at(d, "resume.pages_written", "POST", f"/v1/sandboxes/{sid}/resume")
+    assert state(d, sid) == "paused", d.log_tail(20)
+    assert sid not in qemus(d), d.log_tail(20)
+    assert sh(d, sid, "cat /work/k") == "kept"
+    assert state(d, sid) == "running"
+
+
 def test_checkpoint_before_store(d):
     """A sealed checkpoint with no row: nothing can name it, so the next daemon removes it."""
     sid = new_sandbox(d)

@@ -18,7 +18,8 @@ import time
 import pytest
 
 import cpuos
-from conftest import ROOT, SLOW, started_daemon
+from conftest import (ROOT, SLOW, mapping_kb, mem_backend, qemu_of, restored_from_snapshot,
+                      started_daemon)
 
 T = 60 * SLOW
 OTHER_DIR = "/var/cache/cpuos/qemu-debian12"
@@ -30,45 +31,11 @@ def sh(sbx, cmd):
     return r.stdout.strip()
 
 
-def qemu_of(d, sbx_id):
-    """(pid, argv) of the QEMU whose run directory is the sandbox's."""
-    want = os.path.join(d.state_dir, "vms", sbx_id) + "/"
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if os.path.basename(argv[0]).startswith("qemu-system") and any(want in a for a in argv):
-            return int(pid), argv
-    pytest.fail(f"no QEMU runs {sbx_id}")
-
-
-def mem_backend(argv):
-    return next(a for a in argv if a.startswith("memory-backend-file,"))
-
-
 def template_ram(path):
     """The template snapshot's RAM file that path is (a link to it), in the cache."""
     found = [m for m in glob.glob("/var/cache/cpuos/snapshots/*/mem") if os.path.samefile(m, path)]
     assert found, f"{path} is no template snapshot's RAM"
     return found[0]
-
-
-def restored_from_snapshot(d, make):
-    """A sandbox made by make() whose RAM is a snapshot's file mapped private (not its own), and
-    that file's path in QEMU's command line (its link in the run directory): the template's
-    snapshot may still be in the making when the first one is created, which then boots."""
-    deadline = time.monotonic() + 300 * SLOW
-    while time.monotonic() < deadline:
-        sbx = make()
-        pid, argv = qemu_of(d, sbx.id)
-        path = re.search(r"mem-path=([^,]+)", mem_backend(argv)).group(1)
-        if "share=off" in mem_backend(argv):
-            return sbx, pid, argv, path
-        sbx.kill()
-        time.sleep(2)
-    pytest.fail("no sandbox was restored from a snapshot:\n" + d.log_tail(30))
 
 
 def assert_read_only(pid, argv, path):
@@ -126,19 +93,6 @@ def test_a_snapshots_memory_is_read_only_to_every_qemu_that_maps_it(daemon, make
         ckp.delete()
 
 
-def anonymous_kb(pid, path):
-    """KB of QEMU's mapping of path that are its own (written), not the file's."""
-    with open(f"/proc/{pid}/smaps") as f:
-        text = f.read()
-    total, inside = 0, False
-    for line in text.splitlines():
-        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-            inside = line.rstrip().endswith(" " + path)
-        elif inside and line.startswith("Anonymous:"):
-            total += int(line.split()[1])
-    return total
-
-
 def test_a_pause_writes_only_the_pages_its_guest_wrote(daemon, make_sandbox):
     """A python sandbox restored from the template's snapshot pauses into the pages its guest
     wrote, not its whole RAM, over a link to the snapshot's RAM file; it resumes on that link,
@@ -173,7 +127,7 @@ def test_a_pause_writes_only_the_pages_its_guest_wrote(daemon, make_sandbox):
         assert re.search(r"mem-path=([^,]+)", mem_backend(qargv)).group(1) == base
         assert_read_only(qpid, qargv, base)
         # what it wrote is its own again; the rest is still the snapshot's pages
-        anon = anonymous_kb(qpid, base) << 10
+        anon = mapping_kb(qpid, base)["Anonymous"] << 10
         assert pages // 2 < anon < pages + (64 << 20), (cycle, anon, pages)
 
 
@@ -181,7 +135,8 @@ def test_checkpoints_and_forks_of_a_restored_sandbox_keep_only_its_pages(daemon,
     """A checkpoint of a python sandbox restored from the template's snapshot holds the pages its
     guest wrote over a link to the snapshot's RAM, not its RAM; a sandbox made from it, and forks
     of the sandbox, map that RAM read-only with those pages written over it, and have what it had.
-    The sandbox made from the checkpoint pauses into its own pages over the same RAM."""
+    The sandbox made from the checkpoint pauses into its own pages over the same RAM. Ten forks
+    are each independent and share the template's pages."""
     sbx, _, _, path = restored_from_snapshot(daemon, lambda: make_sandbox(template="python"))
     sh(sbx, "echo at-the-checkpoint > /work/k; head -c 4194304 /dev/urandom > /dev/shm/b")
     blob = sh(sbx, "sha256sum < /dev/shm/b")
@@ -209,15 +164,59 @@ def test_checkpoints_and_forks_of_a_restored_sandbox_keep_only_its_pages(daemon,
         child = cpuos.Sandbox.connect(child.id)
         assert sh(child, "cat /work/k /work/c") == "at-the-checkpoint\nchild"
 
-        for kid in sbx.fork(count=2):
-            kpid, kargv = qemu_of(daemon, kid.id)
-            kpath = re.search(r"mem-path=([^,]+)", mem_backend(kargv)).group(1)
-            assert os.stat(kpath).st_ino == os.stat(path).st_ino, kpath
-            assert "readonly=on,rom=off" in mem_backend(kargv)
-            assert sh(kid, "cat /work/k; sha256sum < /dev/shm/b") == f"at-the-checkpoint\n{blob}"
-            kid.kill()
+        # Ten forks: each has what the parent had and goes its own way (files, random
+        # numbers); each holds the parent's pages and what it wrote since, and maps the rest
+        # from the template's RAM, shared.
+        kids = sbx.fork(count=10)
+        try:
+            rand = set()
+            for i, kid in enumerate(kids):
+                kpid, kargv = qemu_of(daemon, kid.id)
+                kpath = re.search(r"mem-path=([^,]+)", mem_backend(kargv)).group(1)
+                assert os.stat(kpath).st_ino == os.stat(path).st_ino, kpath
+                assert "readonly=on,rom=off" in mem_backend(kargv)
+                assert sh(kid, f"cat /work/k; sha256sum < /dev/shm/b; echo {i} > /work/kid") == \
+                    f"at-the-checkpoint\n{blob}"
+                rand.add(sh(kid, "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'"))
+                kb = mapping_kb(kpid, kpath)
+                assert kb["Anonymous"] << 10 < doc["files"]["pages"]["size"] + (64 << 20), kb
+                assert kb["Rss"] > kb["Anonymous"], kb  # template pages, shared
+            assert len(rand) == 10, rand
+            assert [sh(k, "cat /work/kid") for k in kids] == [str(i) for i in range(10)]
+        finally:
+            for kid in kids:
+                kid.kill()
     finally:
         ckp.delete()
+
+
+def test_a_pause_costs_what_its_guest_wrote(daemon, make_sandbox):
+    """Two sandboxes restored from the template's snapshot: one writes 4 KB, the other 400 MB, and
+    each pauses. What the pause saves differs by what was written; the times are printed."""
+    small = restored_from_snapshot(daemon, lambda: make_sandbox(template="base"))[0]
+    big = restored_from_snapshot(daemon, lambda: make_sandbox(template="base"))[0]
+    sh(small, "head -c 4096 /dev/urandom > /work/small")
+    r = big.exec("mount -o remount,size=480m /dev/shm && "
+                 "yes cpuos | head -c 419430400 > /dev/shm/big", user="root", timeout=T)
+    assert r.exit_code == 0, (r.stdout, r.stderr)
+    probe = ("stat -c %s /dev/shm/big; head -c 1048576 /dev/shm/big | md5sum; "
+             "tail -c 4096 /dev/shm/big | md5sum")
+    before = sh(big, probe)
+    saved, took = {}, {}
+    for name, sbx in (("4 KB", small), ("400 MB", big)):
+        t0 = time.monotonic()
+        sbx.pause()
+        took[name] = time.monotonic() - t0
+        with open(os.path.join(daemon.state_dir, "vms", sbx.id, "manifest.json")) as f:
+            doc = json.load(f)
+        assert doc["ram"] == "diff", doc["ram"]
+        saved[name] = doc["files"]["pages"]["size"] + doc["files"]["state"]["size"]
+    print(f"pause after 4 KB written: {took['4 KB'] * 1000:.0f} ms, {saved['4 KB'] / 2**20:.1f} MB "
+          f"saved; after 400 MB: {took['400 MB'] * 1000:.0f} ms, {saved['400 MB'] / 2**20:.1f} MB")
+    assert saved["4 KB"] < 64 << 20, saved
+    assert saved["400 MB"] - saved["4 KB"] >= 400 << 20, saved
+    big = cpuos.Sandbox.connect(big.id)
+    assert before.startswith("419430400\n") and sh(big, probe) == before
 
 
 @pytest.fixture(scope="module")

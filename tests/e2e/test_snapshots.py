@@ -17,7 +17,7 @@ import time
 import pytest
 
 import cpuos
-from conftest import SLOW, Daemon
+from conftest import SLOW, Daemon, mapping_kb, mem_backend, qemu_of, restored_from_snapshot
 
 T = os.environ.get("CPUOS_SNAP_T", "60s")
 CYCLES = int(os.environ.get("CPUOS_PAUSE_CYCLES", "100"))
@@ -46,19 +46,28 @@ def own_daemon():
         d.close()
 
 
-def test_cycles_byte_exact(make_sandbox):
-    """Memory (a tmpfs file) and files checked by checksums taken in the guest, every cycle."""
-    sbx = make_sandbox(template="base")
+def test_cycles_byte_exact(daemon, make_sandbox):
+    """A sandbox restored from the template's snapshot: memory (a tmpfs file) and files checked by
+    checksums taken in the guest every cycle, a process that lives through them all, and after
+    them its RAM still the template's pages but for what it wrote."""
+    sbx = restored_from_snapshot(daemon, lambda: make_sandbox(template="base"))[0]
     mem = sh(sbx, "head -c 8388608 /dev/urandom > /dev/shm/blob && sha256sum < /dev/shm/blob")
+    loop = sh(sbx, "nohup sh -c 'while :; do sleep 1; done' >/dev/null 2>&1 & echo $!")
     for i in range(CYCLES):
         sh(sbx, f"echo {i} > /work/f{i % 10}")
         assert sbx.pause().startswith("ses_")
         # every tenth cycle through the session, else through the next call
         if i % 10 == 0:
             sbx = cpuos.Sandbox.resume(sbx.session_id)
-        got = sh(sbx, "sha256sum < /dev/shm/blob; cat /work/f%d" % (i % 10))
-        assert got == f"{mem}\n{i}", f"cycle {i}"
+        got = sh(sbx, f"sha256sum < /dev/shm/blob; cat /work/f{i % 10}; kill -0 {loop} && echo up")
+        assert got == f"{mem}\n{i}\nup", f"cycle {i}"
     assert sbx.info().state == "running"
+    pid, argv = qemu_of(daemon, sbx.id)
+    base = re.search(r"mem-path=([^,]+)", mem_backend(argv)).group(1)
+    assert "share=off" in mem_backend(argv), mem_backend(argv)  # not a RAM file of its own
+    kb = mapping_kb(pid, base)
+    assert kb["Anonymous"] < 128 << 10, kb  # what it wrote (8 MB and its own), not its RAM
+    assert kb["Rss"] > kb["Anonymous"], kb  # the template's pages, shared
 
 
 def test_three_resumes_in_a_row_lose_nothing(make_sandbox):
