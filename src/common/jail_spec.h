@@ -16,11 +16,11 @@
 #define QEMU_BUILD_BIN "bin/qemu-system-x86_64"
 #define QEMU_BUILD_ID_LEN 16
 
-/* A pause that saved only the pages its guest wrote leaves, in the run
- * directory under this name, a hard link to the snapshot RAM file those
- * pages are over (runner/ramdiff.h); the VM resumed from it maps it as
- * ram_ro. Never made the shared group's to write with the rest of the
- * run directory. */
+/* A VM restored from a snapshot's RAM file that its QEMU opens read-only
+ * maps it through a hard link under this name in its run directory (as
+ * ram_ro), linked before QEMU starts; its pauses save the pages written
+ * over it (runner/ramdiff.h). Never made the shared group's to write
+ * with the rest of the run directory. */
 #define JAIL_RAM_BASE "base"
 
 /* One QEMU. */

@@ -277,7 +277,7 @@ static int add_bind(struct jail_plan *p, const char *cwd, const char *path, int 
 	/* Inside a directory already bound, or under a top-level link into
 	 * /usr: seen through it already, and a mount point made there would
 	 * be made on the host. Except a snapshot's RAM inside the run
-	 * directory (the base a pause linked there): bound read-only over
+	 * directory (the base linked there at restore): bound read-only over
 	 * itself, a file that is there, so nothing is made. */
 	int seen = 0;
 	for (int i = 0; i < p->nbinds && !seen && how != RO_SHARED; i++) {
@@ -356,8 +356,7 @@ static int share_fd(const struct jail *j, int fd, int writable)
 	if (st.st_uid != shared && !in_range(j, st.st_uid))
 		return -EPERM;
 	/* A file of two names may be a snapshot's RAM under another name
-	 * (a QEMU could rename a base in its run directory it sees before
-	 * it is bound): never made writable. */
+	 * (a base in a run directory renamed): never made writable. */
 	if (writable && st.st_nlink != 1)
 		return -EMLINK;
 	if (fchown(fd, (uid_t)-1, shared) < 0 ||

@@ -241,8 +241,8 @@ static int check_spawn(const struct priv_req *r, const struct priv_bounds *b, ch
 		if (!in_one_of(r->rw[i], b->rw_dirs, 3, 0) && !is_under(r->rw[i], r->run_dir))
 			return bad(err, errlen, "'%s' is not a snapshot's, a checkpoint's or "
 				   "the run directory's", r->rw[i]);
-	/* A snapshot's RAM, or the link to it a pause left in the run
-	 * directory (runner/ramdiff.h). */
+	/* A snapshot's RAM, or its link in the run directory (the base,
+	 * jail_spec.h). */
 	char base[PATH_MAX];
 	snprintf(base, sizeof(base), "%s/" JAIL_RAM_BASE, r->run_dir);
 	if (r->ram_ro && !in_one_of(r->ram_ro, b->rw_dirs, 3, 0) && strcmp(r->ram_ro, base))
