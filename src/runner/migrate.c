@@ -155,14 +155,11 @@ int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout
 
 int migrate_save_devices(struct qmp *q, const char *path, char *err, size_t errlen)
 {
-	/* live false: a stopped VM's disks stay active, for the cont of a
+	/* live false: the stopped VM's disks stay active, for the cont of a
 	 * pause that fails later. */
-	int r = qmp_command(q, "stop", NULL, 5000, NULL, err, errlen);
-	if (r == 0)
-		r = qmp_command(q, "xen-save-devices-state",
-				json_pack("{s:s, s:b}", "filename", path, "live", 0), 30000, NULL, err,
-				errlen);
-	return r;
+	return qmp_command(q, "xen-save-devices-state",
+			   json_pack("{s:s, s:b}", "filename", path, "live", 0), 30000, NULL, err,
+			   errlen);
 }
 
 int migrate_load(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,

@@ -17,7 +17,8 @@ struct qmp;
  * -errno with QEMU's reason in err. */
 int migrate_save(struct qmp *q, const char *path, int ignore_shared, int timeout_ms, char *err,
 		 size_t errlen);
-/* The device state of the stopped VM, without its RAM, into path (QMP
+/* The device state of the VM, stopped by the caller (its RAM read at the
+ * same moment), without its RAM, into path (QMP
  * xen-save-devices-state, which any accelerator has): QEMU opens path
  * itself, so it is one the jail sees at that name. The stream has no
  * configuration section and no description: only a QEMU started with

@@ -375,7 +375,8 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 	}
 	if (r < 0)
 		goto fail;
-	if (cfg->restore && !vm->ram_shared && build && qemu_build_has_rom_off(build))
+	int rom_off = build && qemu_build_has_rom_off(build);
+	if (cfg->restore && !vm->ram_shared && rom_off)
 		vm__link_base(vm, mem, sizeof(mem));
 	struct qemu_config qc = {
 		.binary = qemu,
@@ -392,7 +393,7 @@ int vm_start(const struct vm_config *cfg, struct vm **out, char *err, size_t err
 		.tsc_khz = qemu_host_tsc_khz(),
 		.mem_path = mem,
 		.mem_shared = vm->ram_shared,
-		.mem_readonly = build && qemu_build_has_rom_off(build),
+		.mem_readonly = rom_off,
 		.incoming = cfg->restore != NULL,
 		.devices_only = cfg->restore && m.ram_diff,
 		.no_config = cfg->restore && m.no_config,

@@ -64,8 +64,9 @@ static int direct_mem_open(void *ctx, pid_t pid, uid_t uid, int which, int *fd, 
 	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, which == LAUNCH_MEM ? "mem" : "pagemap");
 	*fd = open(path, (which == LAUNCH_MEM ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (*fd < 0) {
-		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-		return -errno;
+		int e = errno;
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(e));
+		return -e;
 	}
 	return 0;
 }

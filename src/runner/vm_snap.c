@@ -489,6 +489,23 @@ static int save_pages(struct vm *vm, const char *dir, char *err, size_t errlen)
 	return 0;
 }
 
+/* Saves vm's state into dir: the pages its guest wrote where it can
+ * (saves_pages), else, or if that fails, QEMU's migration stream into
+ * stream, with the RAM in it unless RAM is a file of its own. 1 with the
+ * pages saved, 0 streamed, or -errno with a reason. */
+static int save_state(struct vm *vm, const char *dir, const char *stream, char *err,
+		      size_t errlen)
+{
+	if (saves_pages(vm)) {
+		if (save_pages(vm, dir, err, errlen) == 0)
+			return 1;
+		log_warn("%s: saving the pages written failed, streaming the RAM: %s", vm->run_dir,
+			 err);
+	}
+	int r = migrate_save(vm->qmp, stream, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
+	return r < 0 ? r : 0;
+}
+
 int vm_pause(struct vm *vm, char *err, size_t errlen)
 {
 	if (vm->state != VM_RUNNING || !vm->qmp) {
@@ -505,24 +522,12 @@ int vm_pause(struct vm *vm, char *err, size_t errlen)
 	vm_drop_agent(vm);
 	for (int i = 0; i < 2; i++)
 		qmp_command(vm->qmp, "query-status", NULL, 2000, NULL, err, errlen);
-	/* RAM that maps a snapshot's file: only the pages the guest wrote.
-	 * Else, or if that fails, RAM that is not a file of its own goes
-	 * into the state. */
-	int diff = 0, r = -1;
-	if (saves_pages(vm)) {
-		r = save_pages(vm, vm->run_dir, err, errlen);
-		diff = r == 0;
-		if (r < 0)
-			log_warn("%s: pause of written pages failed, streaming the RAM: %s",
-				 vm->run_dir, err);
+	int diff = save_state(vm, vm->run_dir, tmp, err, errlen), r = diff < 0 ? diff : 0;
+	if (diff == 0 && rename(tmp, path) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
 	}
-	if (!diff) {
-		r = migrate_save(vm->qmp, tmp, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
-		if (r == 0 && rename(tmp, path) < 0) {
-			r = -errno;
-			snprintf(err, errlen, "cannot rename '%s': %s", tmp, strerror(errno));
-		}
-	}
+	diff = diff > 0;
 	/* The VM is stopped and its disk flushed by the migration: its files
 	 * are final. The pause is sealed while QEMU still holds the VM, so a
 	 * daemon killed at any point finds either a QEMU to go on with or a
@@ -562,16 +567,8 @@ int vm_snapshot(struct vm *vm, const char *dir, int sealed, char *err, size_t er
 	}
 	char path[600], src[300];
 	snprintf(path, sizeof(path), "%s/state", dir);
-	int diff = 0, r = -1;
-	if (saves_pages(vm)) {
-		r = save_pages(vm, dir, err, errlen);
-		diff = r == 0;
-		if (r < 0)
-			log_warn("%s: snapshot of written pages failed, streaming the RAM: %s",
-				 vm->run_dir, err);
-	}
-	if (!diff)
-		r = migrate_save(vm->qmp, path, vm->ram_shared, vm__migrate_ms(vm), err, errlen);
+	int diff = save_state(vm, dir, path, err, errlen), r = diff < 0 ? diff : 0;
+	diff = diff > 0;
 	/* Stopped, its disk flushed by the migration: copy what changes. */
 	const char *copies[][2] = { { "mem", "mem" }, { "scratch.qcow2", "disk.qcow2" } };
 	for (size_t i = vm->ram_shared ? 0 : 1; r == 0 && i < 2; i++) {
