@@ -18,21 +18,34 @@ void vt_new_run_dir(char *out, size_t n)
 	snprintf(out, n, "%s/t%d-%d", runroot ? runroot : "/tmp", (int)getpid(), ++seq);
 }
 
+static const char *cache_dir(void)
+{
+	const char *cache = getenv("CPUOS_CACHE");
+	return cache ? cache : "/var/cache/cpuos";
+}
+
 /* The QEMU in PATH kept in the cache as cpuosd keeps its own, so tests
  * and benchmarks run what the daemon runs (the snapshot RAM read-only
  * from 8.2 on, and pauses of the pages written over it); NULL where it
  * cannot be kept (a wrapper script, no root): QEMU as it is. */
-static const struct qemu_build *kept_build(const char *cache)
+static const struct qemu_build *kept_build(void)
 {
 	static struct qemu_build b;
 	static int done, ok;
 	if (!done) {
 		char dir[600], err[256];
-		snprintf(dir, sizeof(dir), "%s/" QEMU_BUILDS_DIR, cache);
+		snprintf(dir, sizeof(dir), "%s/" QEMU_BUILDS_DIR, cache_dir());
 		ok = qemu_build_keep(dir, "qemu-system-x86_64", &b, err, sizeof(err)) == 0;
 		done = 1;
 	}
 	return ok ? &b : NULL;
+}
+
+/* Kept once before main: t_main runs each case in a child of its own,
+ * which would read and hash the build again. */
+__attribute__((constructor)) static void keep_build_first(void)
+{
+	kept_build();
 }
 
 struct vm *vt_start(const char *template, unsigned vcpus, unsigned memory_mb,
@@ -40,7 +53,6 @@ struct vm *vt_start(const char *template, unsigned vcpus, unsigned memory_mb,
 		    char *err, size_t errlen)
 {
 	const char *g = getenv("CPUOS_GUEST_DIR");
-	const char *cache = getenv("CPUOS_CACHE");
 	char kernel[512], initrd[512], image[512], run[128];
 	g = g ? g : "build/guest";
 	snprintf(kernel, sizeof(kernel), "%s/bzImage", g);
@@ -50,12 +62,12 @@ struct vm *vt_start(const char *template, unsigned vcpus, unsigned memory_mb,
 		snprintf(run, sizeof(run), "%s", run_dir);
 	else
 		vt_new_run_dir(run, sizeof(run));
-	const struct qemu_build *build = kept_build(cache ? cache : "/var/cache/cpuos");
+	const struct qemu_build *build = kept_build();
 	struct vm_config cfg = {
-		.qemu = build ? build->binary : NULL, .qemu_build = build,
+		.qemu_build = build,
 		.vcpus = vcpus, .memory_mb = memory_mb, .disk_mb = 2048, .extra_args = extra_args,
 		.kernel = kernel, .initrd = initrd, .template = image, .run_dir = run,
-		.cache_dir = cache ? cache : "/var/cache/cpuos", .boot_timeout_ms = 60000,
+		.cache_dir = cache_dir(), .boot_timeout_ms = 60000,
 		.restore = restore, .new_identity = restore && strcmp(restore, run),
 		.hostname = restore && strcmp(restore, run) ? strrchr(run, '/') + 1 : NULL,
 	};
