@@ -1,10 +1,13 @@
 /*
  * fuzz_ramdiff: libFuzzer target for what a resume reads of a pause's
  * written pages (runner/ramdiff.h), as hostile as anything in a run
- * directory: the bytes are the file, loaded into a "VM" of two blocks
- * ("mem", 64 pages, and "pc.bios", 4) that lie in a memory file standing
- * for QEMU's memory; and, NUL-terminated, `info ramblock` text. A load
- * that is refused must not have written a byte.
+ * directory: the bytes after the first are the file's head, followed by
+ * as many 4 KiB pages of data as the first byte says (0-7), so a whole
+ * file fits in the fuzzer's 4 KiB inputs; it is loaded into a "VM" of two
+ * blocks ("mem", 16 pages, and "pc.bios", 2) that lie in a memory file
+ * standing for QEMU's memory. All the bytes, NUL-terminated, are also
+ * `info ramblock` text. A load that is refused must not have written a
+ * byte.
  */
 #include "runner/ramdiff.h"
 
@@ -17,7 +20,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define PG 4096
-#define VM_PAGES (64 + 4)
+#define VM_PAGES (16 + 2)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -33,10 +36,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < VM_PAGES; i++)
 		if (pwrite(vm, page, PG, (off_t)i * PG) != PG)
 			abort();
-	if (ftruncate(in, 0) < 0 || pwrite(in, data, size, 0) != (ssize_t)size ||
-	    lseek(in, 0, SEEK_SET) != 0)
+	size_t head = size ? size - 1 : 0, appended = size ? data[0] % 8u : 0;
+	uint8_t filler[PG];
+	memset(filler, 0xab, sizeof(filler));
+	if (ftruncate(in, 0) < 0 || (head && pwrite(in, data + 1, head, 0) != (ssize_t)head))
 		abort();
-	const struct ramdiff_block b[2] = { { "mem", 0, 64 * PG }, { "pc.bios", 64 * PG, 4 * PG } };
+	for (size_t i = 0; i < appended; i++)
+		if (pwrite(in, filler, PG, (off_t)(head + i * PG)) != PG)
+			abort();
+	if (lseek(in, 0, SEEK_SET) != 0)
+		abort();
+	const struct ramdiff_block b[2] = { { "mem", 0, 16 * PG }, { "pc.bios", 16 * PG, 2 * PG } };
 	char err[256];
 	uint64_t pages = 0;
 	if (ramdiff_load(vm, b, 2, in, &pages, err, sizeof(err)) < 0) {

@@ -24,7 +24,8 @@ netd: cpuosd's requests to cpuos-netd (src/daemon/net/netd_msg.h), each kind wel
       body of 0 or too many bytes, the wrong descriptors); the first byte is the descriptors.
 ramdiff: files of a pause's written pages (src/runner/ramdiff.h) for fuzz_ramdiff's VM of two blocks,
       whole and lying (runs out of order, past their block, of no page, sizes that do not add
-      up, blocks it lacks or has twice), and `info ramblock` text.
+      up, blocks it lacks or has twice), and `info ramblock` text; the first byte is how many
+      pages of data fuzz_ramdiff appends (0-7).
 proxy_head: HTTP/1 request heads to hosts with and without secrets, with placeholders (also
       in Basic credentials), what the rules match, and what http1.h refuses (two Hosts, a
       port with more after it, both framings, folded lines, h2c); the first byte is
@@ -385,36 +386,37 @@ def priv_seeds():
 
 
 def ramdiff_seeds():
-    # fuzz_ramdiff's VM: "mem" of 64 pages and "pc.bios" of 4 (src/runner/ramdiff.h's format).
+    # fuzz_ramdiff's VM: "mem" of 16 pages and "pc.bios" of 2 (src/runner/ramdiff.h's format).
     def block(name, length, runs):
         return (name.encode().ljust(64, b"\x00") + struct.pack("<QQ", length, len(runs)) +
                 b"".join(struct.pack("<QQ", a, n) for a, n in runs))
 
     def diff(blocks, pages, magic=b"CPUOSRD1", page=4096):
+        # the pages' data: fuzz_ramdiff appends as many as the first byte says
         head = magic + struct.pack("<II", len(blocks), page)
-        return head + b"".join(blocks) + b"".join(bytes([65 + i % 26]) * 4096 for i in range(pages))
+        return bytes([pages]) + head + b"".join(blocks)
 
-    mem, bios = 64 * 4096, 4 * 4096
-    whole_bios = block("pc.bios", bios, [(0, 4)])
+    mem, bios = 16 * 4096, 2 * 4096
+    whole_bios = block("pc.bios", bios, [(0, 2)])
     return {
-        "ok": diff([block("mem", mem, [(3, 1), (10, 3)]), whole_bios], 8),
-        "ok_reversed": diff([whole_bios, block("mem", mem, [(63, 1)])], 5),
-        "no_runs": diff([block("mem", mem, []), whole_bios], 4),
-        "overlap": diff([block("mem", mem, [(3, 2), (4, 1)]), whole_bios], 7),
-        "past_end": diff([block("mem", mem, [(63, 2)]), whole_bios], 6),
-        "zero_run": diff([block("mem", mem, [(3, 0)]), whole_bios], 4),
-        "huge_run": diff([block("mem", mem, [(1, 2**63)]), whole_bios], 4),
-        "other_length": diff([block("mem", mem + 4096, [(0, 1)]), whole_bios], 5),
-        "unknown_block": diff([block("rom", mem, [(0, 1)]), whole_bios], 5),
-        "twice": diff([whole_bios, whole_bios], 8),
-        "short": diff([block("mem", mem, [(3, 1)]), whole_bios], 4),
-        "long": diff([block("mem", mem, [(3, 1)]), whole_bios], 6),
-        "bad_magic": diff([block("mem", mem, [(3, 1)]), whole_bios], 5, magic=b"CPUOSRD0"),
-        "bad_page": diff([block("mem", mem, [(3, 1)]), whole_bios], 5, page=2 << 20),
-        "many_runs": diff([block("mem", mem, [(i, 1) for i in range(0, 64, 2)]), whole_bios], 36),
+        "ok": diff([block("mem", mem, [(3, 1), (10, 3)]), whole_bios], 6),
+        "ok_reversed": diff([whole_bios, block("mem", mem, [(15, 1)])], 3),
+        "no_runs": diff([block("mem", mem, []), whole_bios], 2),
+        "overlap": diff([block("mem", mem, [(3, 2), (4, 1)]), whole_bios], 5),
+        "past_end": diff([block("mem", mem, [(15, 2)]), whole_bios], 4),
+        "zero_run": diff([block("mem", mem, [(3, 0)]), whole_bios], 2),
+        "huge_run": diff([block("mem", mem, [(1, 2**63)]), whole_bios], 2),
+        "other_length": diff([block("mem", mem + 4096, [(0, 1)]), whole_bios], 3),
+        "unknown_block": diff([block("rom", mem, [(0, 1)]), whole_bios], 3),
+        "twice": diff([whole_bios, whole_bios], 4),
+        "short": diff([block("mem", mem, [(3, 1)]), whole_bios], 2),
+        "long": diff([block("mem", mem, [(3, 1)]), whole_bios], 4),
+        "bad_magic": diff([block("mem", mem, [(3, 1)]), whole_bios], 3, magic=b"CPUOSRD0"),
+        "bad_page": diff([block("mem", mem, [(3, 1)]), whole_bios], 3, page=2 << 20),
+        "many_runs": diff([block("mem", mem, [(i, 1) for i in range(0, 10, 2)]), whole_bios], 7),
         "blocks_text": b"        Block Name    PSize  Offset  Used  Total  HVA  RO\n"
-                       b"               mem    4 KiB  0x0 0x40000 0x40000 0x7f0000000000  rw\n"
-                       b"           pc.bios    4 KiB  0x40000 0x4000 0x4000 0x7f0000100000  rw\n",
+                       b"               mem    4 KiB  0x0 0x10000 0x10000 0x7f0000000000  rw\n"
+                       b"           pc.bios    4 KiB  0x10000 0x2000 0x2000 0x7f0000100000  rw\n",
         "empty": b"",
     }
 
