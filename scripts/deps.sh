@@ -15,6 +15,7 @@ pkgs=(
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
 	python3 python3-pytest procps curl openssl  # tests, benchmarks
 	python3-pytest-timeout                   # a limit per pytest test (tests/e2e/conftest.py)
+	tmux                                     # a terminal for cpuos shell (tests/e2e/test_terminals.py)
 	# An S3 object store for the tests (scripts/objstore.sh): Swift's
 	# s3api, whose tempauth keeps S3 credentials in memcached.
 	swift-proxy swift-account swift-container swift-object memcached

@@ -12,6 +12,7 @@
 #include "agent/files.h"
 #include "agent/proc.h"
 #include "agent/sys.h"
+#include "agent/watch.h"
 #include "agent/xfer.h"
 #include "common/clock.h"
 #include "common/proto.h"
@@ -164,6 +165,9 @@ void conn_op_close(struct conn *c, struct conn_op *op)
 		if (op->fd >= 0)
 			close(op->fd);
 		c->nfread--;
+		break;
+	case OP_WATCH:
+		watch_op_closed(op);
 		break;
 	}
 	for (int i = 0; i < c->nops; i++) {
@@ -369,7 +373,8 @@ static req_fn *const requests[] = {
     [P_ENTROPY] = sys_entropy, [P_POWEROFF] = sys_poweroff, [P_CANCEL] = req_cancel,
     [P_RESTORED] = sys_restored, [P_CODE] = code_run,	    [P_CTX_CREATE] = code_ctx_create,
     [P_CTX_LIST] = code_ctx_list, [P_CTX_RESTART] = code_ctx_restart,
-    [P_CTX_DELETE] = code_ctx_delete,
+    [P_CTX_DELETE] = code_ctx_delete, [P_RESIZE] = exec_resize,
+    [P_WATCH] = watch_start,
 };
 
 static void on_data(struct conn *c, const struct proto_frame *f)

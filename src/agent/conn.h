@@ -23,7 +23,7 @@ struct proc;
 #define OUT_LOW	 (1u << 20)
 #define OUT_HARD (64u << 20)
 
-enum conn_op_kind { OP_EXEC, OP_ATTACH, OP_WAIT, OP_FWRITE, OP_FREAD, OP_CODE };
+enum conn_op_kind { OP_EXEC, OP_ATTACH, OP_WAIT, OP_FWRITE, OP_FREAD, OP_CODE, OP_WATCH };
 
 /* A live operation: a request that has not yet sent its terminal frame. */
 struct conn_op {
@@ -39,7 +39,7 @@ struct conn_op {
 	gid_t gid;
 	bool own; /* fwrite: fchown to uid:gid */
 	/* Credit windows (docs/agent-protocol.md): bytes this operation may
-	 * still send (exec, attach, fread, code), and input bytes taken but not yet
+	 * still send (exec, attach, fread, code, watch), and input bytes taken but not yet
 	 * credited back to the host (stdin, fwrite). */
 	int64_t credit;
 	uint64_t in_unacked;

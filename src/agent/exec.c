@@ -43,6 +43,8 @@ static void put_started(struct conn *c, uint16_t type, uint32_t id, const struct
 		r = proto_put_u32(&c->out, A_PROC, p->id);
 	if (r == 0)
 		r = proto_put_u32(&c->out, A_PID, (uint32_t)p->pid);
+	if (r == 0 && p->pty)
+		r = proto_put_u32(&c->out, A_PTY, 1);
 	conn_out_end(c, r);
 }
 
@@ -140,6 +142,34 @@ void exec_base_env(struct exec_env *e, const struct user *u)
 	snprintf(e->logname, sizeof(e->logname), "LOGNAME=%s", u->name);
 	char *v[] = {BASE_PATH, e->home, e->user, e->logname, "LANG=C.UTF-8", "TERM=xterm", NULL};
 	memcpy(e->v, v, sizeof(v));
+}
+
+/* A_ROWS and A_COLS: both or (unless required) neither, each 1 to
+ * MAX_TERM_SIZE. 0, or -1 after P_ERROR. */
+static int get_size(struct conn *c, const struct proto_frame *f, uint16_t *rows, uint16_t *cols,
+		    bool required)
+{
+	uint32_t v[2];
+	int r[2] = {proto_get_u32(f, A_ROWS, &v[0]), proto_get_u32(f, A_COLS, &v[1])};
+	static const char *const what[2] = {"rows", "cols"};
+	for (int i = 0; i < 2; i++) {
+		if (r[i] == -EPROTO) {
+			conn_send_attr_error(c, f->id, r[i], what[i]);
+			return -1;
+		}
+		if (r[i] == 0 && (v[i] == 0 || v[i] > MAX_TERM_SIZE)) {
+			conn_send_error(c, f->id, EINVAL, "'%s' must be 1 to %d", what[i],
+					MAX_TERM_SIZE);
+			return -1;
+		}
+	}
+	if (r[0] != r[1] || (required && r[0] < 0)) {
+		conn_send_error(c, f->id, EINVAL, "give both 'rows' and 'cols'");
+		return -1;
+	}
+	*rows = r[0] == 0 ? (uint16_t)v[0] : 0;
+	*cols = r[1] == 0 ? (uint16_t)v[1] : 0;
+	return 0;
 }
 
 struct exec_req {
@@ -304,6 +334,9 @@ void exec_run(struct conn *c, const struct proto_frame *f)
 		conn_send_attr_error(c, f->id, r, "background");
 		goto out;
 	}
+	uint16_t rows = 0, cols = 0;
+	if (get_size(c, f, &rows, &cols, false) < 0)
+		goto out;
 
 	r = proto_get_str(f, A_CWD, x->cwd, sizeof(x->cwd));
 	if (r < 0 && r != -ENOENT) {
@@ -332,6 +365,8 @@ void exec_run(struct conn *c, const struct proto_frame *f)
 	exec_base_env(&x->base, &x->user);
 	for (char **v = x->base.v; *v; v++)
 		env_set(x, *v);
+	if (rows)
+		env_set(x, "TERM=xterm-256color"); /* what xterm.js and most terminals are */
 	size_t off = 0;
 	struct proto_attr a;
 	int k = 0;
@@ -357,6 +392,8 @@ void exec_run(struct conn *c, const struct proto_frame *f)
 	    .user = &x->user,
 	    .setids = setids,
 	    .want_stdin = want_stdin != 0,
+	    .rows = rows,
+	    .cols = cols,
 	    .timeout_ms = timeout,
 	    .cmd = x->cmd,
 	};
@@ -480,7 +517,27 @@ void exec_ps(struct conn *c, const struct proto_frame *f)
 		}
 		if (r == 0 && p->timed_out)
 			r = proto_put_u32(&c->out, A_TIMED_OUT, 1);
+		if (r == 0 && p->pty)
+			r = proto_put_u32(&c->out, A_PTY, 1);
 		conn_out_end(c, r);
 	}
 	conn_send_ok(c, f->id);
+}
+
+void exec_resize(struct conn *c, const struct proto_frame *f)
+{
+	uint16_t rows, cols;
+	if (get_size(c, f, &rows, &cols, true) < 0)
+		return;
+	struct proc *p = get_proc(c, f);
+	if (!p)
+		return;
+	int r = proc_resize(p, rows, cols);
+	if (r == -ENOTTY)
+		conn_send_error(c, f->id, ENOTTY, "process %u has no terminal", p->id);
+	else if (r < 0)
+		conn_send_error(c, f->id, -r, "cannot resize the terminal of process %u: %s", p->id,
+				strerror(-r));
+	else
+		conn_send_ok(c, f->id);
 }

@@ -18,6 +18,7 @@ struct proto_frame;
 struct user;
 
 /* Caps on what a (hostile) host can make us hold. */
+#define MAX_TERM_SIZE 10000 /* A_ROWS, A_COLS */
 #define MAX_ARGS 1024 /* A_ARG, and A_ENV separately */
 #define CMD_MAX	 4096 /* A_CMD */
 
@@ -37,6 +38,7 @@ void exec_attach(struct conn *c, const struct proto_frame *f);
 void exec_wait(struct conn *c, const struct proto_frame *f);
 void exec_signal(struct conn *c, const struct proto_frame *f);
 void exec_ps(struct conn *c, const struct proto_frame *f);
+void exec_resize(struct conn *c, const struct proto_frame *f);
 
 /* New output of p read from a pipe (stream 0 stdout, 1 stderr). */
 void exec_output(struct proc *p, int stream, const uint8_t *buf, size_t n);

@@ -10,6 +10,7 @@
 #include "agent/init.h"
 #include "agent/proc.h"
 #include "agent/sys.h"
+#include "agent/watch.h"
 #include "agent/xfer.h"
 #include "common/clock.h"
 #include "common/proto.h"
@@ -29,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_POLL (3 * MAX_PROCS + 2 * MAX_CTX + 8)
+#define MAX_POLL (3 * MAX_PROCS + 2 * MAX_CTX + MAX_WATCHES + 8)
 #define TICK_MS	 50 /* reconnect probe of the virtio port */
 
 struct agent agent;
@@ -37,6 +38,7 @@ struct agent agent;
 static struct pollfd pfd[MAX_POLL];
 static struct proc_tag ptag[MAX_POLL];
 static struct code_tag ctag[MAX_POLL];
+static struct watch_tag wtag[MAX_POLL];
 
 static int usage(void)
 {
@@ -112,6 +114,8 @@ static void loop(int sfd, int lfd)
 		if (c->up && !c->throttled)
 			xfer_fread_pump(c);
 		code_pump(c);
+		if (c->up)
+			watch_pump(c->throttled);
 		if (c->up && conn_pending(c))
 			conn_flush(c);
 
@@ -131,6 +135,8 @@ static void loop(int sfd, int lfd)
 		n += proc_poll_fill(pfd + n, ptag + n, MAX_POLL - n, c->throttled);
 		int first_code = n;
 		n += code_poll_fill(pfd + n, ctag + n, MAX_POLL - n, c->throttled);
+		int first_watch = n;
+		n += watch_poll_fill(pfd + n, wtag + n, MAX_POLL - n, c->throttled || !c->up);
 
 		int64_t now = clock_ms(), wake = proc_next_timer(), code_wake = code_next_timer();
 		if (code_wake && (!wake || code_wake < wake))
@@ -143,6 +149,8 @@ static void loop(int sfd, int lfd)
 		if (wake)
 			timeout = wake <= now ? 0 : (int)(wake - now < 60000 ? wake - now : 60000);
 		if (c->up && !c->throttled && xfer_fread_ready(c))
+			timeout = 0;
+		if (c->up && watch_pending(c->throttled))
 			timeout = 0;
 		if (reap)
 			timeout = 0;
@@ -176,9 +184,12 @@ static void loop(int sfd, int lfd)
 		for (int i = first_proc; i < first_code; i++)
 			if (pfd[i].revents)
 				proc_poll_event(&ptag[i], pfd[i].revents);
-		for (int i = first_code; i < n; i++)
+		for (int i = first_code; i < first_watch; i++)
 			if (pfd[i].revents)
 				code_poll_event(&ctag[i], pfd[i].revents);
+		for (int i = first_watch; i < n; i++)
+			if (pfd[i].revents)
+				watch_poll_event(&wtag[i], pfd[i].revents);
 		proc_timers(clock_ms(), c->throttled);
 		code_timers(clock_ms());
 

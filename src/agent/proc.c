@@ -21,8 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define CGROUP_ROOT	  "/sys/fs/cgroup/cpuos"
@@ -220,6 +222,8 @@ static void proc_free(struct proc *p)
 	}
 	if (p->in_fd >= 0)
 		close(p->in_fd);
+	if (p->pty_fd >= 0)
+		close(p->pty_fd);
 	pbuf_release(&p->in);
 	if (p->cgroup)
 		cgroup_rmdir(p->cgroup, 0);
@@ -305,6 +309,10 @@ static void check_end(struct proc *p)
 	nlive--;
 	nended++;
 	close_stdin(p);
+	if (p->pty_fd >= 0) {
+		close(p->pty_fd); /* the terminal goes with its last user */
+		p->pty_fd = -1;
+	}
 	if (p->cgroup) {
 		/* Descendants still there keep the timeout the command had. */
 		cgroup_rmdir(p->cgroup, p->deadline);
@@ -434,6 +442,12 @@ static __attribute__((noreturn)) void child(const struct proc_spawn_args *s, int
 	for (int i = 0; i < 3; i++)
 		if (dup2(fds[i], i) < 0)
 			_exit(127);
+	/* A new session has no controlling terminal: make the pty its own,
+	 * so job control, ^C and SIGWINCH reach the foreground group. */
+	if (s->rows && ioctl(0, TIOCSCTTY, 0) < 0) {
+		dprintf(2, "cpuos-agent: cannot take the terminal: %s\n", strerror(errno));
+		_exit(127);
+	}
 	if (s->has_ctl) {
 		/* Out of the way of 3 and 4 first: either may be the other's number. */
 		int req = fcntl(s->ctl[0], F_DUPFD_CLOEXEC, 5), ev = fcntl(s->ctl[1], F_DUPFD_CLOEXEC, 5);
@@ -521,6 +535,40 @@ static int make_cgroup(uint32_t id, char **dir, int *procs_fd)
 	return 0;
 }
 
+int proc_resize(struct proc *p, uint16_t rows, uint16_t cols)
+{
+	if (p->pty_fd < 0)
+		return p->ended ? -ESRCH : -ENOTTY;
+	struct winsize ws = {.ws_row = rows, .ws_col = cols};
+	return ioctl(p->pty_fd, TIOCSWINSZ, &ws) < 0 ? -errno : 0;
+}
+
+/* A new pseudo-terminal of the size s asks, in the layout of a pipe: its
+ * master in m[0] (the agent's end: output, input, resizing), its slave in
+ * m[1] (the child's stdin, stdout and stderr). 0 or -errno. */
+static int open_pty(const struct proc_spawn_args *s, int m[2])
+{
+	char name[64];
+	int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (master < 0)
+		return -errno;
+	struct winsize ws = {.ws_row = s->rows, .ws_col = s->cols};
+	int r = 0;
+	if (grantpt(master) < 0 || unlockpt(master) < 0 ||
+	    ptsname_r(master, name, sizeof(name)) != 0 || ioctl(master, TIOCSWINSZ, &ws) < 0)
+		r = -errno;
+	int slave = r ? -1 : open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (!r && slave < 0)
+		r = -errno;
+	if (r) {
+		close(master);
+		return r;
+	}
+	m[0] = master;
+	m[1] = slave;
+	return 0;
+}
+
 int proc_spawn(const struct proc_spawn_args *s, struct proc **out)
 {
 	if (nlive >= MAX_PROCS)
@@ -531,13 +579,26 @@ int proc_spawn(const struct proc_spawn_args *s, struct proc **out)
 	struct proc *p = calloc(1, sizeof(*p));
 	if (!p)
 		goto fail;
-	p->out_fd[0] = p->out_fd[1] = p->in_fd = -1;
+	p->out_fd[0] = p->out_fd[1] = p->in_fd = p->pty_fd = -1;
 	p->cmd = strdup(s->cmd);
 	if (!p->cmd)
 		goto fail;
-	if (pipe2(opipe, O_CLOEXEC) < 0 || pipe2(epipe, O_CLOEXEC) < 0)
+	if (s->rows) {
+		/* One terminal for all three: its master is read as stdout,
+		 * written as stdin (two more descriptors of it, so closing
+		 * either end alone leaves the other working). */
+		if ((r = open_pty(s, opipe)) < 0)
+			goto fail;
+		p->pty = true;
+		if ((ipipe[1] = fcntl(opipe[0], F_DUPFD_CLOEXEC, 0)) < 0 ||
+		    (p->pty_fd = fcntl(opipe[0], F_DUPFD_CLOEXEC, 0)) < 0)
+			goto fail_errno;
+	} else if (pipe2(opipe, O_CLOEXEC) < 0 || pipe2(epipe, O_CLOEXEC) < 0) {
 		goto fail_errno;
-	if (s->want_stdin) {
+	}
+	if (s->rows) {
+		; /* stdin is the terminal */
+	} else if (s->want_stdin) {
 		if (pipe2(ipipe, O_CLOEXEC) < 0)
 			goto fail_errno;
 	} else {
@@ -545,7 +606,7 @@ int proc_spawn(const struct proc_spawn_args *s, struct proc **out)
 		if (ipipe[0] < 0)
 			goto fail_errno;
 	}
-	if ((r = set_nonblock(opipe[0])) < 0 || (r = set_nonblock(epipe[0])) < 0)
+	if ((r = set_nonblock(opipe[0])) < 0 || (!s->rows && (r = set_nonblock(epipe[0])) < 0))
 		goto fail;
 	if (ipipe[1] >= 0 && (r = set_nonblock(ipipe[1])) < 0)
 		goto fail;
@@ -562,13 +623,17 @@ int proc_spawn(const struct proc_spawn_args *s, struct proc **out)
 		goto fail_errno;
 	if (pid == 0) {
 		int fds[3] = {ipipe[0], opipe[1], epipe[1]};
+		if (s->rows)
+			fds[0] = fds[2] = opipe[1];
 		child(s, fds, cgfd);
 	}
 	if (cgfd >= 0)
 		close(cgfd);
 	close(opipe[1]);
-	close(epipe[1]);
-	close(ipipe[0]);
+	if (epipe[1] >= 0)
+		close(epipe[1]);
+	if (ipipe[0] >= 0)
+		close(ipipe[0]);
 	p->pid = pid;
 	p->out_fd[0] = opipe[0];
 	p->out_fd[1] = epipe[0];
@@ -603,6 +668,8 @@ fail:
 	if (cgfd >= 0)
 		close(cgfd);
 	if (p) {
+		if (p->pty_fd >= 0)
+			close(p->pty_fd);
 		if (p->cgroup) {
 			rmdir(p->cgroup);
 			free(p->cgroup);

@@ -32,14 +32,18 @@ struct proc {
 	uint32_t id; /* A_PROC, never reused */
 	pid_t pid;   /* also the process group id (setsid) */
 	char *cmd;
-	int out_fd[2]; /* stdout, stderr read ends; -1 once at EOF */
+	int out_fd[2]; /* stdout, stderr read ends; -1 once at EOF. On a
+			* pseudo-terminal out_fd[0] reads its master, out_fd[1]
+			* is -1 from the start (one stream) */
 	int in_fd;     /* stdin write end, -1 when none or closed */
+	int pty_fd;    /* the terminal's master, for resizing; -1 when none */
 	struct pbuf in;
 	size_t in_head;
 	bool in_eof; /* close stdin once in is written */
 	struct proc_ring ring[2];
 	bool reaped, ended, dead, timed_out;
 	bool background;    /* kept after its exit is told, until evicted */
+	bool pty;	    /* runs on a pseudo-terminal */
 	int status;	    /* wait status once reaped */
 	int64_t deadline;   /* A_TIMEOUT_MS expiry (monotonic ms), 0 = none */
 	int64_t grace;	    /* reaped with pipes open: stop waiting then */
@@ -56,6 +60,9 @@ struct proc_spawn_args {
 	const struct user *user;
 	bool setids; /* change uid/gid/groups in the child */
 	bool want_stdin;
+	/* On a new pseudo-terminal of this size (rows and cols not 0): the
+	 * child's stdin, stdout and stderr and its controlling terminal. */
+	uint16_t rows, cols;
 	uint64_t timeout_ms;
 	const char *cmd; /* for listings */
 	/* A code kernel's channels (code.c): the child gets ctl[0] as its fd 3 and
@@ -67,6 +74,9 @@ struct proc_spawn_args {
 /* Starts a process (own session, process group and cgroup): 0 with *out, or
  * -errno (-EAGAIN at MAX_PROCS). */
 int proc_spawn(const struct proc_spawn_args *s, struct proc **out);
+/* Sets the size of p's terminal (the kernel sends SIGWINCH to its
+ * foreground group): 0, -ENOTTY when p has none, or -errno. */
+int proc_resize(struct proc *p, uint16_t rows, uint16_t cols);
 /* Live (not collected) process by agent id, or NULL. */
 struct proc *proc_find(uint32_t id);
 /* Iteration over live processes in creation order: proc_next(NULL) first. */

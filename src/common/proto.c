@@ -286,12 +286,13 @@ const char *proto_type_name(uint16_t type)
 		[P_RESTORED] = "restored", [P_CODE] = "code",
 		[P_CTX_CREATE] = "ctx-create", [P_CTX_LIST] = "ctx-list",
 		[P_CTX_RESTART] = "ctx-restart", [P_CTX_DELETE] = "ctx-delete",
+		[P_RESIZE] = "resize",   [P_WATCH] = "watch",
 		[P_DATA] = "data",       [P_OK] = "ok",
 		[P_ERROR] = "error",     [P_STARTED] = "started",
 		[P_STDOUT] = "stdout",   [P_STDERR] = "stderr",
 		[P_EXIT] = "exit",       [P_ENTRY] = "entry",
 		[P_NOTICE] = "notice",   [P_CREDIT] = "credit",
-		[P_EVENT] = "event",
+		[P_EVENT] = "event",     [P_FSEVENT] = "fsevent",
 	};
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
 		return names[type];

@@ -55,6 +55,8 @@ enum proto_type {
 	P_CTX_LIST = 22,    /* one P_ENTRY per context */
 	P_CTX_RESTART = 23, /* a new kernel for a context, its state gone */
 	P_CTX_DELETE = 24,  /* the context and its kernel gone */
+	P_RESIZE = 25,      /* a terminal's size: A_PROC, A_ROWS, A_COLS */
+	P_WATCH = 26,       /* file system events under A_PATH: P_FSEVENT frames */
 	/* both ways, inside an operation: raw bytes (stdin, file content) */
 	P_DATA = 32,
 	/* both ways, inside an operation: A_CREDIT more bytes may be sent */
@@ -69,6 +71,7 @@ enum proto_type {
 	P_ENTRY = 70,   /* one item of a listing (file or process) */
 	P_NOTICE = 71,  /* id 0, unsolicited: A_NOTICE */
 	P_EVENT = 72,   /* code: raw bytes of the kernel's JSON lines (results, error) */
+	P_FSEVENT = 73, /* watch: one event, A_FSOP, A_PATH, A_ISDIR */
 };
 
 /* Frame flags. */
@@ -128,12 +131,29 @@ enum proto_tag {
 	A_DIED = 49,       /* u32 bool: P_OK of P_CODE: the kernel died during the call */
 	A_UNCOUNTED = 50,  /* u32 bool: P_CODE: a call that is not one of the context's cells
 			    * (no execution count, no `_`): the host warming a kernel */
+	A_ROWS = 51,       /* u32: a terminal's rows (P_EXEC starts the process on a
+			    * pseudo-terminal of that size; P_RESIZE) */
+	A_COLS = 52,       /* u32: a terminal's columns, given with A_ROWS */
+	A_PTY = 53,        /* u32 bool: P_STARTED, P_OK of a background exec, P_ENTRY
+			    * of P_PS: the process runs on a pseudo-terminal */
+	A_FSOP = 54,       /* u32: enum proto_fs_op, what a P_FSEVENT tells */
+	A_ISDIR = 55,      /* u32 bool: P_FSEVENT: the path is a directory */
 };
 
 enum proto_proc_state { PS_RUNNING = 1, PS_EXITED = 2 };
 /* A_STATE of a code context in P_CTX_LIST. */
 enum proto_ctx_state { CS_IDLE = 1, CS_BUSY = 2, CS_EXITED = 3 };
 enum proto_notice { PN_POWEROFF = 1, PN_REBOOT = 2 };
+/* A_FSOP of a P_FSEVENT. FS_OVERFLOW: events were lost (a queue was full,
+ * or a recursive watch reached its directory cap), A_PATH is where. */
+enum proto_fs_op {
+	FS_CREATE = 1,
+	FS_WRITE = 2,
+	FS_REMOVE = 3,
+	FS_RENAME = 4,
+	FS_CHMOD = 5,
+	FS_OVERFLOW = 6,
+};
 
 /* A growable byte buffer, used for frames being built and bytes being read. */
 struct pbuf {

@@ -459,6 +459,17 @@ class Response:
         except (OSError, http.client.HTTPException):
             self._reusable = False
 
+    def abort(self) -> None:
+        """Cut the connection under a reader in another thread (it then sees the end)."""
+        self._reusable = False
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         """Give the connection back to the pool if the body was read to its end, else close it."""
         conn, self._conn = self._conn, None

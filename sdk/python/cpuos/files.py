@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
-from typing import TYPE_CHECKING, Any, Iterator, List, Mapping, Optional, Union
+import queue
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Mapping, Optional, Union
 
-from ._client import Body, Client
-from .errors import NotFoundError
+from ._client import Body, Client, Response
+from .errors import CpuosError, NotFoundError
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
@@ -271,3 +274,111 @@ class Files:
         """
         d = self._client.request("POST", self._base + "/rename", json_body={"from": src, "to": dst})
         return Entry.from_json(d)
+
+    def watch_dir(self, path: str, on_event: Optional[Callable[[FilesystemEvent], None]] = None,
+                  recursive: bool = False,
+                  on_exit: Optional[Callable[[Optional[BaseException]], None]] = None) -> WatchHandle:
+        """Watch a directory (or a file) for changes: creates, writes, removes, renames, chmods.
+
+        Returns once the watch is in place: a change made after it is seen. The watch lives
+        through a pause and resume of the sandbox (an "overflow" event then says events may have
+        been missed), and ends with `stop()` or when `path` itself is removed.
+
+        Args:
+            path: the directory to watch.
+            on_event: called with each FilesystemEvent, from the watch's thread; without it,
+                events queue for `get_new_events()`.
+            recursive: also every directory under `path`, new ones included.
+            on_exit: called once the watch ended, with the error that ended it or None.
+
+        Raises:
+            NotFoundError: there is nothing at `path`.
+            BadRequestError: the path is invalid.
+        """
+        resp = self._client.open("GET", self._base + "/watch",
+                                 query={"path": path, "recursive": recursive}, timeout=None)
+        return WatchHandle(resp, path, on_event, on_exit)
+
+
+@dataclasses.dataclass
+class FilesystemEvent:
+    """A change under a watched path.
+
+    Attributes:
+        type: "create", "write", "remove", "rename", "chmod", or "overflow" (events were lost:
+            the watcher fell behind, or the sandbox was paused and resumed; look again).
+        path: the absolute path that changed (the watched path for an overflow).
+        name: `path` relative to the watched path.
+        is_dir: whether it is a directory.
+        reason: for an overflow, why.
+    """
+
+    type: str
+    path: str
+    name: str
+    is_dir: bool = False
+    reason: Optional[str] = None
+
+
+class WatchHandle:
+    """A watch from `Files.watch_dir`: a thread reads its events until `stop()`.
+
+    With `on_event`, each event is passed to it (from that thread); without, they queue for
+    `get_new_events()`.
+    """
+
+    def __init__(self, resp: Response, root: str, on_event: Optional[Callable[[FilesystemEvent], None]],
+                 on_exit: Optional[Callable[[Optional[BaseException]], None]]) -> None:
+        self._resp = resp
+        self._root = root.rstrip("/") or "/"
+        self._on_event = on_event
+        self._on_exit = on_exit
+        self._queue: queue.SimpleQueue[FilesystemEvent] = queue.SimpleQueue()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="cpuos-watch")
+        self._thread.start()
+
+    def _event(self, d: Mapping[str, Any]) -> FilesystemEvent:
+        path = str(d.get("path") or "")
+        name = path[len(self._root):].lstrip("/") if path.startswith(self._root) else path
+        return FilesystemEvent(type=str(d.get("type")), path=path, name=name,
+                               is_dir=bool(d.get("is_dir")), reason=d.get("reason"))
+
+    def _run(self) -> None:
+        error: Optional[BaseException] = None
+        try:
+            for line in self._resp:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    d = json.loads(line)
+                except ValueError as e:
+                    raise CpuosError(f"the watch sent invalid JSON: {line[:200]!r}") from e
+                ev = self._event(d)
+                if self._on_event is not None:
+                    self._on_event(ev)
+                else:
+                    self._queue.put(ev)
+        except BaseException as e:  # a broken stream, or on_event's own
+            if not self._stopped.is_set():
+                error = e
+        finally:
+            self._resp.close()
+            if self._on_exit is not None:
+                self._on_exit(error)
+
+    def get_new_events(self) -> List[FilesystemEvent]:
+        """The events that came since the last call (without `on_event`)."""
+        out = []
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stop(self) -> None:
+        """End the watch; returns once its thread is done."""
+        self._stopped.set()
+        self._resp.abort()
+        self._thread.join(30)

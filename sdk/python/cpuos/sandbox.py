@@ -15,6 +15,7 @@ from .checkpoint import Checkpoint
 from .errors import CpuosError, TimeoutError
 from .files import Files
 from .process import ExecResult, Process, Tail, events
+from .pty import Pty
 from .run_code import CodeMethods
 
 _CREATE_TIMEOUT = 600.0  # a cold boot under TCG can take a while; so can saving a VM's memory
@@ -116,6 +117,7 @@ class Sandbox(CodeMethods):
         if not self.id:
             raise ValueError("a sandbox id is required")
         self.files = Files(self)
+        self.pty = Pty(self)
 
     def _update(self, data: Mapping[str, Any]) -> None:
         self.data = dict(data)

@@ -2,7 +2,7 @@
  * A sandbox's files: streamed writes and reads, stat, listings, mkdir,
  * rename and delete. Paths are absolute guest paths.
  */
-import type { CallOptions, Client } from "./client.js";
+import { type CallOptions, type Client, ndjson } from "./client.js";
 import { CpuosError, NotFoundError } from "./errors.js";
 
 export interface Entry {
@@ -18,6 +18,37 @@ export interface Entry {
   gid: number;
   /** A symlink's target. */
   target?: string;
+}
+
+/** A change under a watched path. */
+export interface FilesystemEvent {
+  /** "create", "write", "remove", "rename", "chmod", or "overflow" (events were lost: look again). */
+  type: string;
+  /** The absolute path that changed (the watched path for an overflow). */
+  path: string;
+  /** `path` relative to the watched path. */
+  name: string;
+  isDir: boolean;
+  /** For an overflow: why. */
+  reason?: string;
+}
+
+export interface WatchOptions extends CallOptions {
+  /** Also every directory under the path, new ones included. */
+  recursive?: boolean;
+  /** Called once the watch ended: with the error that ended it, or undefined. */
+  onExit?: (err?: unknown) => void;
+}
+
+/** A running watch: `stop()` ends it. */
+export class WatchHandle {
+  /** @internal */
+  constructor(private readonly stopper: AbortController, readonly done: Promise<void>) {}
+
+  async stop(): Promise<void> {
+    this.stopper.abort();
+    await this.done.catch(() => {});
+  }
 }
 
 export type FileData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
@@ -118,6 +149,36 @@ export class Files {
     await this.client.json("DELETE", this.path, {
       query: { path, recursive: options.recursive ? "true" : undefined }, signal: options.signal,
     });
+  }
+
+  /**
+   * Watch a directory for changes; resolves once the watch is in place (a change made after
+   * it is seen). It lives through a pause and resume of the sandbox (an "overflow" event then
+   * says events may have been missed) and ends with `stop()` or when the path is removed.
+   */
+  async watchDir(path: string, onEvent: (ev: FilesystemEvent) => void, options: WatchOptions = {}): Promise<WatchHandle> {
+    const stop = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
+    const resp = await this.client.request("GET", this.path + "/watch", {
+      query: { path, recursive: options.recursive ? "true" : undefined }, signal, timeoutMs: null,
+    });
+    const root = path.length > 1 ? path.replace(/\/+$/, "") : path;
+    const done = (async () => {
+      for await (const d of ndjson(resp, `the watch of ${path}`, signal)) {
+        const p = typeof d.path === "string" ? d.path : "";
+        onEvent({
+          type: String(d.type), path: p, isDir: d.is_dir === true,
+          name: p.startsWith(root) ? p.slice(root.length).replace(/^\/+/, "") : p,
+          ...(typeof d.reason === "string" ? { reason: d.reason } : {}),
+        });
+      }
+    })().then(() => options.onExit?.(), (e: unknown) => {
+      if (stop.signal.aborted) options.onExit?.();
+      else options.onExit?.(e);
+      throw e;
+    });
+    done.catch(() => {});
+    return new WatchHandle(stop, done);
   }
 
   /** Move `from` to `to`. */

@@ -10,8 +10,11 @@ export {
   AuthenticationError, BadRequestError, ConflictError, CpuosError, NotFoundError, QuotaError, SandboxError,
   TimeoutError,
 } from "./errors.js";
-export { type Entry, type FileData, Files, type WriteOptions } from "./files.js";
+export {
+  type Entry, type FileData, Files, type FilesystemEvent, WatchHandle, type WatchOptions, type WriteOptions,
+} from "./files.js";
 export { type ExecResult, type OutputEvent, Process } from "./process.js";
+export { Pty, type PtyCreateOptions, type PtyExit, PtyHandle, type PtySize } from "./pty.js";
 export {
   Checkpoint, type Command, type ExecOptions, type NetworkPolicy, type RequestTransformation, Sandbox,
   type SandboxCreateOptions, type StringMatcher,

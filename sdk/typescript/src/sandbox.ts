@@ -10,6 +10,7 @@ import {
 import { CpuosError, TimeoutError } from "./errors.js";
 import { Files } from "./files.js";
 import { type ExecResult, Process, type ProcessData, Tail, resultFromJson } from "./process.js";
+import { Pty } from "./pty.js";
 
 /** An egress policy, in the AI SDK's spelling (see docs/api.md, Networks). */
 export type NetworkPolicy =
@@ -165,6 +166,8 @@ function segment(s: string): string {
 export class Sandbox {
   readonly id: string;
   readonly files: Files;
+  /** Processes on terminals: `sandbox.pty.create({ rows, cols, onData })`. */
+  readonly pty: Pty;
   template = "";
   /** "running", "paused", "stopped" or "lost", as last seen. */
   state = "";
@@ -192,6 +195,7 @@ export class Sandbox {
   private constructor(private readonly client: Client, d: SandboxData) {
     this.id = d.id;
     this.files = new Files(client, this.path);
+    this.pty = new Pty(client, this.path);
     this.update(d);
   }
 

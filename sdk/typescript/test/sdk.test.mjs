@@ -170,6 +170,50 @@ describe("a python sandbox", () => {
   });
 });
 
+describe("terminals", () => {
+  test("pty.create: bytes out, keys in, resize, exit code; connect replays", async () => {
+    const sbx = await make();
+    let seen = new Uint8Array(0);
+    const waiters = [];
+    const onData = (d) => {
+      const next = new Uint8Array(seen.length + d.length);
+      next.set(seen);
+      next.set(d, seen.length);
+      seen = next;
+      for (const w of [...waiters]) w();
+    };
+    const shows = (text) => Buffer.from(seen).includes(Buffer.from(text));
+    const waitFor = (text) => new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${text} never came: ${Buffer.from(seen).toString()}`)), 60000);
+      const check = () => {
+        if (!shows(text)) return;
+        clearTimeout(timer);
+        waiters.splice(waiters.indexOf(check), 1);
+        resolve();
+      };
+      waiters.push(check);
+      check();
+    });
+    const term = await sbx.pty.create({
+      rows: 20, cols: 70, onData,
+      cmd: "trap 'echo winch $(stty size)' WINCH; stty size; printf 'hi\\377\\n'; read l; echo got=$l; " +
+           "while :; do sleep 0.1; done",
+    });
+    await waitFor("20 70");
+    assert.ok(shows(Buffer.from([0x68, 0x69, 0xff, 0x0d, 0x0a])), "bytes are passed as written");
+    await term.sendInput("typed\r");
+    await waitFor("got=typed");
+    await term.resize({ rows: 33, cols: 99 });
+    await waitFor("winch 33 99");
+    term.disconnect();
+    const again = await sbx.pty.connect(term.pid, { onData: () => {} });
+    assert.equal(await sbx.pty.kill(term.pid), true);
+    const end = await again.wait();
+    assert.equal(end.signal, 9);
+    await assert.rejects(sbx.pty.resize(term.pid, { rows: 0, cols: 1 }), BadRequestError);
+  });
+});
+
 describe("pause, resume, fork, checkpoints", () => {
   test("pause keeps files and processes, resume by session id", async () => {
     const sbx = await make();

@@ -9,6 +9,7 @@
 #include "cli/cpuos/cmd_files.h"
 #include "cli/cpuos/cmd_net.h"
 #include "cli/cpuos/cmd_secret.h"
+#include "cli/cpuos/cmd_shell.h"
 #include "cli/cpuos/cmd_sbx.h"
 #include "cli/cpuos/cmd_snap.h"
 #include "cli/cpuos/http.h"
@@ -27,6 +28,7 @@ static const char usage[] =
     "  up                      start cpuosd unless it is running\n"
     "  create                  create a sandbox, print its id\n"
     "  exec SANDBOX -- CMD     run a command in a sandbox, streaming its output\n"
+    "  shell SANDBOX           an interactive terminal in a sandbox\n"
     "  code SANDBOX [CODE]     run code in the sandbox's stateful interpreter\n"
     "  cp SRC DST              copy a file into or out of a sandbox (SANDBOX:/PATH)\n"
     "  ls [SANDBOX:/PATH]      list sandboxes, or files in a sandbox\n"
@@ -79,7 +81,7 @@ static const struct command {
 	int (*fn)(struct cli *c, int argc, char **argv);
 } commands[] = {
     {"up", cmd_up},	      {"create", cmd_create},
-    {"exec", cmd_exec},	      {"code", cmd_code},	{"cp", cmd_cp},
+    {"exec", cmd_exec},	      {"shell", cmd_shell},	{"code", cmd_code},	{"cp", cmd_cp},
     {"ls", cmd_ls},	      {"kill", cmd_kill},
     {"keys", cmd_keys},	      {"templates", cmd_templates},
     {"pause", cmd_pause},     {"resume", cmd_resume},

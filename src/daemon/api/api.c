@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <microhttpd.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@ const struct route api_routes[] = {
 	{ "GET", "/v1/sandboxes/{id}/processes/{pid}/stream", api_proc_stream, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", NULL, api_proc_stdin, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/signal", api_proc_signal, NULL, 0, 0 },
+	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/resize", api_proc_resize, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/wait", api_proc_wait, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/code", api_code_run, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/code/contexts", api_code_ctx_create, NULL, 0, 0 },
@@ -70,6 +72,7 @@ const struct route api_routes[] = {
 	{ "DELETE", "/v1/sandboxes/{id}/files", api_file_delete, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/files/stat", api_file_stat, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/files/list", api_file_list, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/files/watch", api_file_watch, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/files/mkdir", api_file_mkdir, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/files/rename", api_file_rename, NULL, 0, 0 },
 	{ NULL, NULL, NULL, NULL, 0, 0 },
@@ -370,6 +373,7 @@ static json_t *proc_json(const struct sbx_proc *p)
 	json_t *o = json_pack("{s:i,s:i,s:o,s:s,s:b}", "pid", p->proc, "os_pid", p->pid, "cmd",
 			      guest_string(p->cmd), "state", p->exited ? "exited" : "running",
 			      "timed_out", p->timed_out);
+	json_object_set_new(o, "pty", json_boolean(p->pty));
 	json_object_set_new(o, "exit_code", p->exit_code >= 0 ? json_integer(p->exit_code) : json_null());
 	json_object_set_new(o, "signal", p->signal >= 0 ? json_integer(p->signal) : json_null());
 	return o;
@@ -490,6 +494,12 @@ struct sop_stream {
 	char *line;    /* NDJSON: a line made but not all given out yet */
 	size_t len, off;
 	char text[3 * 16384 + 64]; /* an output chunk's text */
+	char b64[16384 / 3 * 4 + 8]; /* a terminal's chunk in base64 */
+	/* API_STREAM_WATCH: what to watch again after a pause. */
+	struct sbx_mgr *mgr;
+	char id[80], account[128];
+	int admin, recursive, api_ms;
+	char *path;
 };
 
 /* One NDJSON line of what o holds (stolen): 0 or -ENOMEM. */
@@ -561,6 +571,13 @@ static int next_line(struct sop_stream *st)
 		return r;
 	switch (c.kind) {
 	case SOP_CHUNK_OUT:
+		if (c.pty) {
+			/* 16384 bytes at most: their base64 fits b64. */
+			EVP_EncodeBlock((unsigned char *)st->b64, (const unsigned char *)st->text,
+					(int)c.len);
+			r = put_line(st, json_pack("{s:s,s:s}", "type", "pty", "data_base64", st->b64), 0);
+			break;
+		}
 		r = put_line(st, json_pack("{s:s,s:s%}", "type", c.stream ? "stderr" : "stdout",
 					   "data", st->text, c.len), 0);
 		break;
@@ -570,8 +587,69 @@ static int next_line(struct sop_stream *st)
 	case SOP_CHUNK_END:
 		r = end_lines(st, &c);
 		break;
+	case SOP_CHUNK_FSEVENT: {
+		static const char *const kinds[] = {
+			[FS_CREATE] = "create", [FS_WRITE] = "write", [FS_REMOVE] = "remove",
+			[FS_RENAME] = "rename", [FS_CHMOD] = "chmod", [FS_OVERFLOW] = "overflow",
+		};
+		json_t *o = json_pack("{s:s,s:o,s:b}", "type", kinds[c.fs_op], "path",
+				      guest_string(st->text), "is_dir", c.is_dir);
+		if (o && c.fs_op == FS_OVERFLOW)
+			json_object_set_new(o, "reason", json_string("the sandbox had more events "
+								     "than the watch could queue"));
+		r = put_line(st, o, 0);
+		break;
+	}
 	}
 	return r < 0 ? r : 1;
+}
+
+/* A watch whose sandbox paused (or whose agent connection was reset):
+ * waits for it to run again and watches anew. 1 with the overflow line
+ * that says events may have been missed, 0 when the sandbox stopped or the
+ * path is gone (the stream ends), -1 when the client left. */
+static int rewatch(struct sop_stream *st)
+{
+	sop_free(st->s, st->op);
+	sbx_put(st->s);
+	st->s = NULL;
+	st->op = NULL;
+	for (;;) {
+		if (http_fd_gone(st->fd))
+			return -1;
+		struct sbx *s;
+		char err[256];
+		int e = sbx_acquire(st->mgr, st->id, st->admin ? NULL : st->account, 0, &s, err,
+				    sizeof(err));
+		if (e == -EAGAIN || e == -EBUSY) {
+			/* Paused, or between states: look again shortly. */
+			struct timespec ts = { 0, 250 * 1000000 };
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (e < 0)
+			return 0;
+		struct sop *op = sop_new(SOP_NDJSON, 0);
+		struct sbx_request q = { .kind = SBX_WATCH, .path = st->path, .recursive = st->recursive };
+		struct sop_state ss = { 0 };
+		e = op ? sbx_request(s, op, &q) : -ENOMEM;
+		if (e == 0)
+			e = sbx_wait(s, op, 1, st->api_ms, &ss);
+		if (e == 0 && ss.started) {
+			st->s = s;
+			st->op = op;
+			json_t *o = json_pack("{s:s,s:o,s:b,s:s}", "type", "overflow", "path",
+					      guest_string(st->path), "is_dir", st->recursive, "reason",
+					      "the sandbox was paused and resumed: events may have "
+					      "been missed");
+			return put_line(st, o, 0) < 0 ? -1 : 1;
+		}
+		sop_free(s, op);
+		sbx_put(s);
+		if (e == -ECONNRESET || e == -EAGAIN || e == -ETIMEDOUT)
+			continue; /* paused again meanwhile, or busy: try again */
+		return 0; /* the path is gone */
+	}
 }
 
 static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
@@ -590,6 +668,19 @@ static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
 		}
 		int n = st->kind == API_STREAM_RAW ? (int)sbx_read(st->s, st->op, buf, max, 1000)
 						   : next_line(st);
+		if (st->kind == API_STREAM_WATCH && (n == -EPIPE || n == 0)) {
+			/* The agent's connection reset (a pause): watch again. */
+			struct sop_state ss;
+			sbx_wait(st->s, st->op, 0, 0, &ss);
+			if (ss.err == ECONNRESET) {
+				n = rewatch(st);
+				if (n == 1)
+					continue;
+			}
+			if (n == -EPIPE)
+				return -1;
+			return n < 0 ? -1 : 0;
+		}
 		if (n == -EPIPE || n == -ENOMEM)
 			return -1; /* cut short: the client must not take it as whole */
 		if (n != -ETIMEDOUT) {
@@ -607,8 +698,10 @@ static void sop_stream_done(void *arg)
 {
 	struct sop_stream *st = arg;
 	sop_free(st->s, st->op);
-	sbx_put(st->s);
+	if (st->s)
+		sbx_put(st->s);
 	free(st->line);
+	free(st->path);
 	free(st);
 }
 
@@ -624,4 +717,23 @@ int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, enum api_stream 
 	return reply_stream(r, 200, kind == API_STREAM_RAW ? "application/octet-stream"
 							   : "application/x-ndjson",
 			    sop_stream_read, sop_stream_done, st);
+}
+
+int api_reply_watch(struct req *r, struct sbx *s, struct sop *op, const char *path, int recursive)
+{
+	struct sop_stream *st = malloc(sizeof(*st));
+	char *p = strdup(path);
+	if (!st || !p) {
+		free(st);
+		free(p);
+		sop_free(s, op);
+		sbx_put(s);
+		return reply_error(r, 500, "internal", "out of memory");
+	}
+	*st = (struct sop_stream){ .s = s, .op = op, .kind = API_STREAM_WATCH, .fd = req_fd(r),
+				   .mgr = r->api->sbx, .admin = r->admin, .recursive = recursive,
+				   .api_ms = r->api->answer_ms, .path = p };
+	snprintf(st->id, sizeof(st->id), "%s", r->param[0]);
+	snprintf(st->account, sizeof(st->account), "%s", r->account);
+	return reply_stream(r, 200, "application/x-ndjson", sop_stream_read, sop_stream_done, st);
 }

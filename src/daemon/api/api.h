@@ -61,8 +61,14 @@ int api_send(struct req *r, struct sbx *s, struct sop *op, const struct sbx_requ
  * call's end line. A stream the agent ends with P_ERROR is cut, so the
  * client sees it incomplete; a client that leaves ends the stream (and
  * op). */
-enum api_stream { API_STREAM_RAW, API_STREAM_EXEC, API_STREAM_ATTACH, API_STREAM_CODE };
+enum api_stream { API_STREAM_RAW, API_STREAM_EXEC, API_STREAM_ATTACH, API_STREAM_CODE,
+		  API_STREAM_WATCH };
 int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, enum api_stream kind);
+/* Answers 200 with a started watch's events (op, SBX_WATCH of path) as
+ * NDJSON until the client leaves or the path is gone; when the sandbox
+ * pauses, it waits for it to run again, watches anew and says events may
+ * have been lost (an overflow line). Takes over op and the reference on s. */
+int api_reply_watch(struct req *r, struct sbx *s, struct sop *op, const char *path, int recursive);
 /* A code call's result or error as the API shows it (with_type: with its
  * "type", as a stream's line has it); the execution once the call ended
  * (with_results: its results and error, as a whole answer has them, else
@@ -132,6 +138,7 @@ int api_proc_get(struct req *r);
 int api_proc_stream(struct req *r);
 int api_proc_stdin(struct req *r, enum up_phase phase, const char *data, size_t n);
 int api_proc_signal(struct req *r);
+int api_proc_resize(struct req *r);
 int api_proc_wait(struct req *r);
 int api_proc_kill(struct req *r);
 
@@ -145,6 +152,7 @@ int api_code_ctx_delete(struct req *r);
 int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n);
 int api_file_get(struct req *r);
 int api_file_stat(struct req *r);
+int api_file_watch(struct req *r);
 int api_file_list(struct req *r);
 int api_file_mkdir(struct req *r);
 int api_file_rename(struct req *r);

@@ -20,6 +20,7 @@
 #define MAX_EXEC_TIMEOUT_S (24 * 3600)
 #define MAX_STDIN (1 << 20)
 #define STDIN_WAIT_MS 30000 /* for the process to take stdin within its credit */
+#define MAX_TERM_SIZE 10000 /* rows or columns of a terminal, as the agent's cap */
 
 static json_t *result_json(struct sop *op, const struct sop_state *st, int64_t ms)
 {
@@ -69,6 +70,7 @@ struct exec_args {
 	long long timeout;
 	char *env;
 	int background, stream;
+	uint32_t rows, cols; /* "pty": on a terminal of that size; 0 when not */
 	uint8_t *in; /* stdin bytes (text or decoded base64), or NULL */
 	size_t inlen;
 };
@@ -77,6 +79,22 @@ static void exec_args_release(struct exec_args *x)
 {
 	free(x->env);
 	free(x->in);
+}
+
+/* A terminal's size, {"rows": R, "cols": C}, each 1 to MAX_TERM_SIZE: 0,
+ * or -1 after answering 422. */
+static int parse_size(struct req *r, json_t *o, const char *what, uint32_t *rows, uint32_t *cols)
+{
+	json_t *jr = json_object_get(o, "rows"), *jc = json_object_get(o, "cols");
+	if (!json_is_object(o) || !json_is_integer(jr) || !json_is_integer(jc) ||
+	    json_integer_value(jr) < 1 || json_integer_value(jr) > MAX_TERM_SIZE ||
+	    json_integer_value(jc) < 1 || json_integer_value(jc) > MAX_TERM_SIZE)
+		return reply_error(r, 422, "invalid_argument",
+				   "'%s' must be {\"rows\": R, \"cols\": C}, each from 1 to %d", what,
+				   MAX_TERM_SIZE), -1;
+	*rows = (uint32_t)json_integer_value(jr);
+	*cols = (uint32_t)json_integer_value(jc);
+	return 0;
 }
 
 /* Reads and checks the body: 0, or -1 after answering 422. */
@@ -107,6 +125,9 @@ static int parse_exec(struct req *r, struct exec_args *x)
 		bad = "'stream' is for foreground commands; a background process has its own stream";
 	if (bad)
 		return reply_error(r, 422, "invalid_argument", "%s", bad), -1;
+	json_t *pty = json_object_get(r->body, "pty");
+	if (pty && !json_is_null(pty) && parse_size(r, pty, "pty", &x->rows, &x->cols) < 0)
+		return -1;
 	if (x->cwd && api_check_path(r, "cwd", x->cwd) < 0)
 		return -1;
 	if (in_b64 && base64_decode(in_b64, strlen(in_b64), MAX_STDIN, &x->in, &x->inlen) < 0)
@@ -138,7 +159,7 @@ static int send_exec(struct req *r, struct sbx *s, struct sop *op, const struct 
 		.kind = SBX_EXEC, .cmd = x->cmd, .argv = argv, .argc = argc,
 		.env = (const char *const *)env, .nenv = nenv, .cwd = x->cwd, .user = x->user,
 		.timeout_ms = (uint64_t)x->timeout * 1000, .with_stdin = x->in != NULL,
-		.background = x->background,
+		.background = x->background, .rows = x->rows, .cols = x->cols,
 	};
 	int e = api_send(r, s, op, &q, "the command is too large");
 	free(argv);
@@ -153,6 +174,7 @@ static json_t *proc_json(const struct sop_state *st, uint32_t proc, const char *
 			      st->timed_out > 0);
 	json_object_set_new(o, "exit_code", st->exit_code >= 0 ? json_integer(st->exit_code) : json_null());
 	json_object_set_new(o, "signal", st->signal >= 0 ? json_integer(st->signal) : json_null());
+	json_object_set_new(o, "pty", json_boolean(st->pty));
 	return o;
 }
 
@@ -366,6 +388,42 @@ int api_proc_signal(struct req *r)
 		return reply_error(r, 422, "invalid_argument",
 				   "'signal' must be a number from 1 to 64 or a name like \"SIGTERM\"");
 	return signal_proc(r, pid, signo);
+}
+
+int api_proc_resize(struct req *r)
+{
+	uint32_t pid, rows, cols;
+	if (path_pid(r, &pid) < 0)
+		return 0;
+	if (!r->body)
+		return reply_error(r, 400, "bad_request", "a JSON body {\"rows\": R, \"cols\": C} is required");
+	if (parse_size(r, r->body, "the body", &rows, &cols) < 0)
+		return 0;
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct sop *op = sop_new(SOP_COLLECT, 0);
+	struct sbx_request q = { .kind = SBX_RESIZE, .proc = pid, .rows = rows, .cols = cols };
+	struct sop_state st;
+	if (api_send(r, s, op, &q, "the request is too large") < 0) {
+		sop_free(s, op);
+		sbx_put(s);
+		return 0;
+	}
+	int e = api_wait(r, s, op, 0, r->api->answer_ms, &st);
+	if (e < 0)
+		api_wait_error(r, e);
+	else if (st.end == P_OK)
+		reply_empty(r, 204);
+	else if (st.err == ENOTTY)
+		reply_error(r, 409, "conflict", "process %u does not run on a terminal", pid);
+	else if (st.err == ESRCH)
+		reply_error(r, 404, "not_found", "no running process %u", pid);
+	else
+		api_agent_error(r, &st);
+	sop_free(s, op);
+	sbx_put(s);
+	return 0;
 }
 
 int api_proc_kill(struct req *r)

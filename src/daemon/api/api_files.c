@@ -204,6 +204,41 @@ int api_file_list(struct req *r)
 	return 0;
 }
 
+int api_file_watch(struct req *r)
+{
+	const char *path = api_query_path(r, "path");
+	if (!path)
+		return 0;
+	const char *rs = req_query(r, "recursive", NULL);
+	int recursive = rs && (!strcmp(rs, "true") || !strcmp(rs, "1"));
+	if (rs && !recursive && strcmp(rs, "false") && strcmp(rs, "0"))
+		return reply_error(r, 400, "bad_request", "recursive must be true or false");
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	struct sop *op = sop_new(SOP_NDJSON, 0);
+	struct sbx_request q = { .kind = SBX_WATCH, .path = path, .recursive = recursive };
+	struct sop_state st = { 0 };
+	if (api_send(r, s, op, &q, "the path is too long") < 0) {
+		sop_free(s, op);
+		sbx_put(s);
+		return 0;
+	}
+	/* Answered once the watches are in place: a write after the answer
+	 * is seen. */
+	int e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
+	if (e < 0 || !st.started) {
+		if (e < 0)
+			api_wait_error(r, e);
+		else
+			api_agent_error(r, &st);
+		sop_free(s, op);
+		sbx_put(s);
+		return 0;
+	}
+	return api_reply_watch(r, s, op, path, recursive);
+}
+
 int api_file_mkdir(struct req *r)
 {
 	const char *path = NULL, *mode_s = NULL, *user = "user";

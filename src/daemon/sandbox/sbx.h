@@ -242,6 +242,7 @@ struct sop_state {
 	char msg[256];
 	uint32_t proc, pid;
 	int exit_code, signal, timed_out; /* -1 when not given */
+	int pty; /* the process runs on a terminal: its output is bytes */
 };
 
 /* A new operation; cap is the bytes of each stream SOP_COLLECT keeps. */
@@ -256,10 +257,12 @@ void sop_free(struct sbx *s, struct sop *op);
  * one. Each kind reads only the fields named beside it. */
 enum sbx_kind {
 	SBX_EXEC,        /* cmd (a shell command) or argv; env; cwd; user; timeout_ms;
-			  * with_stdin (stdin will come); background */
+			  * with_stdin (stdin will come); background; rows and cols
+			  * (not 0: on a terminal of that size) */
 	SBX_ATTACH,      /* proc: a background process's output and end */
 	SBX_WAIT,        /* proc */
 	SBX_SIGNAL,      /* proc, signo */
+	SBX_RESIZE,      /* proc, rows, cols: its terminal's new size */
 	SBX_PS,
 	SBX_STAT,        /* path */
 	SBX_LIST,        /* path, depth (1: the directory itself) */
@@ -274,6 +277,7 @@ enum sbx_kind {
 	SBX_CTX_LIST,
 	SBX_CTX_RESTART, /* context */
 	SBX_CTX_DELETE,  /* context */
+	SBX_WATCH,       /* path, recursive: file system events (SOP_NDJSON) */
 };
 struct sbx_request {
 	enum sbx_kind kind;
@@ -284,7 +288,7 @@ struct sbx_request {
 	size_t nenv;
 	const char *cwd, *user, *path, *path2, *context, *language, *code, *formats;
 	uint64_t timeout_ms; /* 0: none */
-	uint32_t proc, signo, mode, depth;
+	uint32_t proc, signo, mode, depth, rows, cols;
 	int with_stdin, background, parents, recursive;
 };
 /* Sends req on op, which gets its credit window: 0, or -ECONNRESET (not
@@ -326,13 +330,18 @@ ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout
 /* A SOP_NDJSON operation's stream, a chunk at a time, in the order the
  * agent sent it: output (UTF-8 text, invalid bytes as U+FFFD, never cut
  * inside a character), a code call's events, and once, its end. */
-enum sop_chunk_kind { SOP_CHUNK_OUT, SOP_CHUNK_EVENT, SOP_CHUNK_END };
+enum sop_chunk_kind { SOP_CHUNK_OUT, SOP_CHUNK_EVENT, SOP_CHUNK_END, SOP_CHUNK_FSEVENT };
 struct sbx_code_event;
 struct sop_chunk {
 	enum sop_chunk_kind kind;
 	int stream;                         /* OUT: 0 stdout, 1 stderr */
-	size_t len;                         /* OUT: bytes of text put in buf */
+	int pty;                            /* OUT: a terminal's bytes, not text */
+	size_t len;                         /* OUT: bytes of text put in buf (a
+					     * terminal's: the bytes as they came) */
 	const struct sbx_code_event *event; /* EVENT: valid until sop_free */
+	int fs_op, is_dir;                  /* FSEVENT: enum proto_fs_op, and
+					     * its path in buf (len bytes, NUL
+					     * after them; max at least 4097) */
 	struct sop_state st;                /* END: how it ended */
 	int64_t duration_ms;                /* END: since the request */
 };
@@ -357,7 +366,7 @@ struct sbx_file {
 struct sbx_proc {
 	uint32_t proc, pid; /* the agent's process number, the guest's pid */
 	const char *cmd;
-	int exited, timed_out;
+	int exited, timed_out, pty;
 	int exit_code, signal; /* -1: none */
 };
 enum sbx_ctx_state { SBX_CTX_IDLE, SBX_CTX_BUSY, SBX_CTX_EXITED };

@@ -28,6 +28,9 @@ struct sbx_pools;
  * for all of it. */
 #define SBX_WINDOW (1u << 20)
 #define SBX_ATTACH_WINDOW (3u << 20)
+/* A watch's: about 2500 events wait for a slow reader, then the guest's
+ * kernel queues them, then it says they overflowed. */
+#define SBX_WATCH_WINDOW (256u << 10)
 /* Host caps on what one guest can make the daemon hold or do. */
 #define SBX_MAX_OPS 1024             /* live operations per sandbox (the agent's cap) */
 #define SBX_MAX_STREAMS 64           /* live SOP_QUEUE/SOP_NDJSON operations per sandbox */

@@ -25,6 +25,10 @@
 #define NO_REC SIZE_MAX
 #define REC_HDR 5 /* SOP_NDJSON record: u8 stream, u32 length */
 #define REC_EVENT 2 /* a record's "stream" for a code event: its index, u32 */
+/* A record's "stream" for a file system event: u32 credit it cost, u8 op,
+ * u8 is_dir, the path's bytes. */
+#define REC_FSEVENT 3
+#define FS_HDR 6
 
 struct sop *sop_new(enum sop_mode mode, size_t cap)
 {
@@ -235,8 +239,10 @@ static int file_of(const struct proto_frame *f, const char *base, struct sbx_fil
 /* A process listing item. */
 static int proc_of(const struct proto_frame *f, struct sbx_proc *x, size_t *bytes)
 {
-	uint32_t state = 0, to = 0, v;
+	uint32_t state = 0, to = 0, pty = 0, v;
 	*x = (struct sbx_proc){ .exit_code = -1, .signal = -1 };
+	proto_get_u32(f, A_PTY, &pty);
+	x->pty = pty != 0;
 	proto_get_u32(f, A_PROC, &x->proc);
 	proto_get_u32(f, A_PID, &x->pid);
 	proto_get_u32(f, A_STATE, &state);
@@ -359,6 +365,35 @@ void sbx__queue_event(struct sop *op, uint32_t i)
 	op->last_rec = NO_REC;
 }
 
+/* A watch's event: charged against the window, queued as a record whose
+ * credit goes back as the reader takes it. */
+static void on_fsevent(struct sbx *s, struct sop *op, const struct proto_frame *f)
+{
+	uint32_t cost = proto_cost(f->len), fs_op = 0, dir = 0;
+	char path[PROTO_MAX_STR + 1];
+	op->received += cost;
+	if (op->received > op->granted + PROTO_DATA_CHUNK) {
+		fail_local(s, op, EPROTO, "the agent sent past its credit window");
+		return;
+	}
+	if (op->mode != SOP_NDJSON || proto_check_attrs(f) < 0 ||
+	    proto_get_u32(f, A_FSOP, &fs_op) < 0 || fs_op < FS_CREATE || fs_op > FS_OVERFLOW ||
+	    proto_get_str(f, A_PATH, path, sizeof(path)) < 0 || path[0] != '/') {
+		fail_local(s, op, EPROTO, "the agent sent a malformed file system event");
+		return;
+	}
+	proto_get_u32(f, A_ISDIR, &dir);
+	size_t n = strlen(path);
+	uint8_t rec[FS_HDR + PROTO_MAX_STR];
+	memcpy(rec, &cost, 4);
+	rec[4] = (uint8_t)fs_op;
+	rec[5] = dir != 0;
+	memcpy(rec + FS_HDR, path, n);
+	op->last_rec = NO_REC;
+	queue_record(op, REC_FSEVENT, rec, FS_HDR + n);
+	op->last_rec = NO_REC;
+}
+
 /* Output or file bytes: charged against the window, then kept per mode. */
 static void on_bytes(struct sbx *s, struct sop *op, const struct proto_frame *f)
 {
@@ -418,6 +453,8 @@ static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 	case P_OK:
 		proto_get_u32(f, A_PROC, &st->proc);
 		proto_get_u32(f, A_PID, &st->pid);
+		if (proto_get_u32(f, A_PTY, &v) == 0 && v)
+			st->pty = 1;
 		st->started = 1;
 		if (op->kill_on_start && st->proc && agent_of(s))
 			kill_proc(agent_of(s), st->proc);
@@ -465,7 +502,8 @@ static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 static uint64_t max_frames(uint16_t type)
 {
 	switch (type) {
-	case P_EXEC: case P_ATTACH: case P_FREAD: case P_FWRITE: case P_CODE: return UINT64_MAX;
+	case P_EXEC: case P_ATTACH: case P_FREAD: case P_FWRITE: case P_CODE: case P_WATCH:
+		return UINT64_MAX;
 	case P_CTX_LIST: return CTX_LIST_FRAMES;
 	case P_LIST: return PROTO_MAX_LIST + SBX_MAX_SMALL_FRAMES;
 	case P_PS: return 4 * SBX_MAX_OPS + SBX_MAX_SMALL_FRAMES;
@@ -483,6 +521,8 @@ static void sop_cb(void *arg, const struct proto_frame *f)
 		fail_local(s, op, EPROTO, "the agent sent too many frames");
 	else if (f->type == P_STDOUT || f->type == P_STDERR || f->type == P_DATA || f->type == P_EVENT)
 		on_bytes(s, op, f);
+	else if (f->type == P_FSEVENT)
+		on_fsevent(s, op, f);
 	else
 		on_attrs(s, op, f);
 	if (op->st.end && op->live)
@@ -501,8 +541,10 @@ struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err)
 		: s->nops >= SBX_MAX_OPS || (is_stream(op) && s->nstreams >= SBX_MAX_STREAMS) ? -EAGAIN
 		: 0;
 	struct pbuf *b = e ? NULL : agentc_begin(a, type, sop_cb, op, &op->id);
-	uint32_t window = type == P_ATTACH ? SBX_ATTACH_WINDOW : SBX_WINDOW;
-	int streams = type == P_EXEC || type == P_ATTACH || type == P_FREAD || type == P_CODE;
+	uint32_t window = type == P_ATTACH ? SBX_ATTACH_WINDOW : type == P_WATCH ? SBX_WATCH_WINDOW
+										 : SBX_WINDOW;
+	int streams = type == P_EXEC || type == P_ATTACH || type == P_FREAD || type == P_CODE ||
+		      type == P_WATCH;
 	if (b && streams && proto_put_u32(b, A_WINDOW, window) < 0) {
 		agentc_abort(a);
 		b = NULL;
@@ -636,6 +678,18 @@ static void out_chunk(struct sbx *s, struct sop *op, struct sop_chunk *c, char *
 	uint32_t len;
 	memcpy(&len, q->data + 1, 4);
 	int stream = q->data[0];
+	if (op->st.pty) {
+		/* A terminal's bytes go out as they came (base64 in a line). */
+		size_t take = len < max ? len : max;
+		if (take > 16384)
+			take = 16384;
+		memcpy(buf, q->data + REC_HDR, take);
+		*c = (struct sop_chunk){ .kind = SOP_CHUNK_OUT, .stream = stream, .pty = 1,
+					 .len = take };
+		take_record(op, take);
+		refund(s, op, take);
+		return;
+	}
 	size_t budget = (max - 1) / 3 > 4 ? (max - 1) / 3 - 4 : 1;
 	if (budget > 16384)
 		budget = 16384;
@@ -682,6 +736,18 @@ int sop_next(struct sbx *s, struct sop *op, struct sop_chunk *c, char *buf, size
 		take_record(op, sizeof(i)); /* its credit went back on arrival */
 		if (!c->event)
 			c->kind = SOP_CHUNK_OUT; /* cannot be: an empty output, harmless */
+	} else if (op->out[0].len && op->out[0].data[0] == REC_FSEVENT) {
+		uint32_t len, cost;
+		memcpy(&len, op->out[0].data + 1, 4);
+		const uint8_t *rec = op->out[0].data + REC_HDR;
+		memcpy(&cost, rec, 4);
+		size_t n = len - FS_HDR < max - 1 ? len - FS_HDR : max - 1;
+		memcpy(buf, rec + FS_HDR, n);
+		buf[n] = '\0';
+		*c = (struct sop_chunk){ .kind = SOP_CHUNK_FSEVENT, .fs_op = rec[4], .is_dir = rec[5],
+					 .len = n };
+		take_record(op, len);
+		refund(s, op, cost);
 	} else if (op->out[0].len) {
 		out_chunk(s, op, c, buf, max);
 	} else if (!op->exit_sent && has_end(op)) {

@@ -13,11 +13,12 @@
 
 static const uint16_t frame_type[] = {
 	[SBX_EXEC] = P_EXEC,         [SBX_ATTACH] = P_ATTACH,     [SBX_WAIT] = P_WAIT,
-	[SBX_SIGNAL] = P_SIGNAL,     [SBX_PS] = P_PS,             [SBX_STAT] = P_STAT,
+	[SBX_SIGNAL] = P_SIGNAL,     [SBX_RESIZE] = P_RESIZE,     [SBX_PS] = P_PS,             [SBX_STAT] = P_STAT,
 	[SBX_LIST] = P_LIST,         [SBX_READ] = P_FREAD,        [SBX_WRITE] = P_FWRITE,
 	[SBX_MKDIR] = P_MKDIR,       [SBX_RENAME] = P_RENAME,     [SBX_REMOVE] = P_REMOVE,
 	[SBX_CODE] = P_CODE,         [SBX_CTX_NEW] = P_CTX_CREATE, [SBX_CTX_LIST] = P_CTX_LIST,
 	[SBX_CTX_RESTART] = P_CTX_RESTART, [SBX_CTX_DELETE] = P_CTX_DELETE,
+	[SBX_WATCH] = P_WATCH,
 };
 
 /* A_ENV NAME=value for each pair of a JSON object of strings (the store's
@@ -72,6 +73,10 @@ static int put_exec(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 		e = proto_put_u32(b, A_STDIN, 1);
 	if (!e && q->background)
 		e = proto_put_u32(b, A_BACKGROUND, 1);
+	if (!e && q->rows)
+		e = proto_put_u32(b, A_ROWS, q->rows);
+	if (!e && q->rows)
+		e = proto_put_u32(b, A_COLS, q->cols);
 	return e;
 }
 
@@ -88,6 +93,10 @@ static int put_attrs(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 	case SBX_SIGNAL:
 		e = put_opt_u32(b, A_PROC, q->proc);
 		return e ? e : put_opt_u32(b, A_SIGNO, q->signo);
+	case SBX_RESIZE:
+		if ((e = put_opt_u32(b, A_PROC, q->proc)) || (e = put_opt_u32(b, A_ROWS, q->rows)))
+			return e;
+		return put_opt_u32(b, A_COLS, q->cols);
 	case SBX_STAT:
 	case SBX_READ:
 		return proto_put_str(b, A_PATH, q->path);
@@ -107,6 +116,7 @@ static int put_attrs(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 		e = proto_put_str(b, A_PATH, q->path);
 		return e ? e : proto_put_str(b, A_PATH2, q->path2);
 	case SBX_REMOVE:
+	case SBX_WATCH:
 		e = proto_put_str(b, A_PATH, q->path);
 		return e ? e : proto_put_u32(b, A_RECURSIVE, (uint32_t)q->recursive);
 	case SBX_CODE:
@@ -136,7 +146,7 @@ int sbx_request(struct sbx *s, struct sop *op, const struct sbx_request *q)
 	if ((unsigned)q->kind >= sizeof(frame_type) / sizeof(frame_type[0]) ||
 	    ((q->kind == SBX_STAT || q->kind == SBX_READ || q->kind == SBX_LIST ||
 	      q->kind == SBX_WRITE || q->kind == SBX_MKDIR || q->kind == SBX_RENAME ||
-	      q->kind == SBX_REMOVE) && !q->path) ||
+	      q->kind == SBX_REMOVE || q->kind == SBX_WATCH) && !q->path) ||
 	    (q->kind == SBX_RENAME && !q->path2) ||
 	    (q->kind == SBX_CODE && (!q->context || !q->code)) ||
 	    (q->kind == SBX_EXEC && !q->cmd == !q->argc))

@@ -54,7 +54,7 @@ static void test_hello_ping(void)
 
 static void test_unknown_type(void)
 {
-	static const uint16_t types[] = {0, P_CTX_DELETE + 1, 31, P_OK, P_NOTICE, 0xffff};
+	static const uint16_t types[] = {0, P_WATCH + 1, 31, P_OK, P_NOTICE, 0xffff};
 	struct client c;
 	if (!cl_ready(&c))
 		goto out;
@@ -565,6 +565,287 @@ out:
 	cl_close(&c);
 }
 
+
+/* Output of op id until it ends (or max bytes, or a quiet 400 ms when
+ * until is given and seen): the bytes in out (NUL-terminated), the end's
+ * type in *ended (0 when none yet), its A_EXIT_CODE in pty_code. */
+static uint32_t pty_code;
+static size_t pty_read(struct client *c, uint32_t id, char *out, size_t max, const char *until,
+		       int *ended)
+{
+	struct timeval shortwait = {.tv_usec = 400000}, normal = {.tv_sec = IO_TIMEOUT_S};
+	size_t n = strlen(out);
+	struct proto_frame f;
+	for (int quiet = 0; !*ended && quiet < 25;) {
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &shortwait, sizeof(shortwait));
+		int r = cl_recv(c, &f);
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &normal, sizeof(normal));
+		if (r != 1) {
+			quiet++;
+			if (until && strstr(out, until))
+				break;
+			continue;
+		}
+		if (f.id == id && f.type == P_STDERR)
+			t_note("stderr on a terminal's operation");
+		if (f.id == id && f.type == P_STDOUT && n + f.len < max) {
+			memcpy(out + n, f.payload, f.len);
+			n += f.len;
+			out[n] = '\0';
+		}
+		if (f.id == id && terminal(f.type)) {
+			*ended = f.type;
+			pty_code = attr_u32(&f, A_EXIT_CODE);
+		}
+	}
+	return n;
+}
+
+static int send_resize(struct client *c, uint32_t id, uint32_t proc, uint32_t rows, uint32_t cols)
+{
+	struct pbuf b = {0};
+	int r = proto_begin(&b, P_RESIZE, 0, id);
+	if (proc)
+		r = r ? r : proto_put_u32(&b, A_PROC, proc);
+	r = r ? r : proto_put_u32(&b, A_ROWS, rows);
+	r = r ? r : proto_put_u32(&b, A_COLS, cols);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r;
+}
+
+/* A process on a pseudo-terminal: it is a terminal of the size asked
+ * (stdin, stdout and stderr alike, one stream), TERM says so, input is
+ * typed into it, a resize reaches the process as SIGWINCH, and its exit
+ * comes as an exec's. Bad sizes are refused before anything starts. */
+static void test_pty(void)
+{
+	struct client c;
+	if (!cl_ready(&c))
+		goto out;
+	uint32_t id = next_id++;
+	struct pbuf b = {0};
+	int r = proto_begin(&b, P_EXEC, 0, id);
+	r = r ? r : proto_put_str(&b, A_SHELL,
+				  "trap 'echo winch $(stty size)' WINCH; stty size; echo term=$TERM; "
+				  "test -t 0 && test -t 2 && echo tty-all; read line; echo got=$line; "
+				  "sleep 2 & wait; exit 3");
+	r = r ? r : proto_put_u32(&b, A_ROWS, 30);
+	r = r ? r : proto_put_u32(&b, A_COLS, 100);
+	r = r ? r : proto_end(&b);
+	CHECK(r == 0 && cl_send_buf(&c, &b) == 0);
+	struct proto_frame f;
+	uint32_t proc = 0, pty = 0;
+	while (cl_recv(&c, &f) == 1 && f.id != id)
+		;
+	if (CHECK(f.type == P_STARTED)) {
+		proc = attr_u32(&f, A_PROC);
+		pty = attr_u32(&f, A_PTY);
+	}
+	CHECK(pty == 1);
+	static char out[8192];
+	out[0] = '\0';
+	int ended = 0;
+	pty_read(&c, id, out, sizeof(out), "tty-all", &ended);
+	if (!CHECK(strstr(out, "30 100\r\n") && strstr(out, "term=xterm-256color") &&
+		   strstr(out, "tty-all")))
+		t_note("output: %s", out);
+	CHECK(proto_raw(&b, P_DATA, 0, id, "hello\r", 6) == 0 && cl_send_buf(&c, &b) == 0);
+	pty_read(&c, id, out, sizeof(out), "got=hello", &ended);
+	if (!CHECK(strstr(out, "got=hello")))
+		t_note("output: %s", out);
+	uint32_t rid = next_id++;
+	CHECK(send_resize(&c, rid, proc, 40, 120) == 0);
+	pty_read(&c, id, out, sizeof(out), "winch 40 120", &ended);
+	if (!CHECK(strstr(out, "winch 40 120")))
+		t_note("output: %s", out);
+	pty_read(&c, id, out, sizeof(out), NULL, &ended);
+	if (!CHECK(ended == P_EXIT && pty_code == 3))
+		t_note("ended %d, exit code %u", ended, pty_code);
+	/* Refused: a size of 0, one too large, rows without cols, a process
+	 * without a terminal, no process at all. */
+	uint32_t bad = next_id++;
+	CHECK(send_resize(&c, bad, proc ? proc : 1, 0, 80) == 0 && expect_error(&c, bad, EINVAL, 0));
+	bad = next_id++;
+	CHECK(send_resize(&c, bad, 1, 24, 10001) == 0 && expect_error(&c, bad, EINVAL, 0));
+	bad = next_id++;
+	CHECK(proto_begin(&b, P_EXEC, 0, bad) == 0 && proto_put_str(&b, A_SHELL, "true") == 0 &&
+	      proto_put_u32(&b, A_ROWS, 24) == 0 && proto_end(&b) == 0 && cl_send_buf(&c, &b) == 0);
+	CHECK(expect_error(&c, bad, EINVAL, 0));
+	uint32_t plain = start_sleep(&c, 0);
+	bad = next_id++;
+	CHECK(send_resize(&c, bad, plain, 24, 80) == 0 && expect_error(&c, bad, ENOTTY, 0));
+	CHECK(signal_proc(&c, plain, SIGKILL));
+	bad = next_id++;
+	CHECK(send_resize(&c, bad, 0xfffffff0u, 24, 80) == 0 && expect_error(&c, bad, ESRCH, 0));
+	pbuf_release(&b);
+out:
+	cl_close(&c);
+}
+
+
+static int send_watch(struct client *c, uint32_t id, const char *path, int recursive, uint32_t window)
+{
+	struct pbuf b = {0};
+	int r = proto_begin(&b, P_WATCH, 0, id);
+	r = r ? r : proto_put_str(&b, A_PATH, path);
+	if (recursive)
+		r = r ? r : proto_put_u32(&b, A_RECURSIVE, 1);
+	if (window)
+		r = r ? r : proto_put_u32(&b, A_WINDOW, window);
+	r = r ? r : proto_end(&b);
+	r = r ? r : cl_send_buf(c, &b);
+	pbuf_release(&b);
+	return r;
+}
+
+/* Events of watch id as "KIND PATH[/]" lines (a trailing / for a
+ * directory) appended to log, until want is in it or a quiet 400 ms;
+ * *ended gets the operation's end. Returns the events read. */
+static int watch_read(struct client *c, uint32_t id, char *log, size_t max, const char *want,
+		      int *ended)
+{
+	static const char *const kinds[] = {"?", "create", "write", "remove", "rename", "chmod",
+					    "overflow"};
+	struct timeval shortwait = {.tv_usec = 400000}, normal = {.tv_sec = IO_TIMEOUT_S};
+	struct proto_frame f;
+	int n = 0;
+	for (;;) {
+		if (want && strstr(log, want))
+			break;
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &shortwait, sizeof(shortwait));
+		int r = cl_recv(c, &f);
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &normal, sizeof(normal));
+		if (r != 1)
+			break;
+		if (f.id != id)
+			continue;
+		if (terminal(f.type)) {
+			*ended = f.type;
+			break;
+		}
+		if (f.type != P_FSEVENT)
+			continue;
+		char path[4097] = "";
+		uint32_t kind = attr_u32(&f, A_FSOP);
+		proto_get_str(&f, A_PATH, path, sizeof(path));
+		size_t len = strlen(log);
+		if (len + strlen(path) + 16 < max)
+			snprintf(log + len, max - len, "%s %s%s\n", kind < 7 ? kinds[kind] : "?", path,
+				 attr_u32(&f, A_ISDIR) == 1 ? "/" : "");
+		n++;
+	}
+	return n;
+}
+
+/* A recursive watch on a host directory: creates (new directories
+ * followed), writes, chmods, renames and removes, as paths; an fwrite
+ * shows as the create of its file, not its temporary; a flood past the
+ * kernel's queue while the host gives no credit is one overflow event;
+ * removing the root ends the watch. Bad requests are refused. */
+static void test_watch(void)
+{
+	struct client c;
+	char dir[] = "/tmp/cpuos-watch-XXXXXX", path[256], want[512];
+	static char log[1 << 16];
+	log[0] = '\0';
+	if (!CHECK(mkdtemp(dir) != NULL) || !cl_ready(&c))
+		return;
+	uint32_t id = next_id++;
+	int ended = 0;
+	struct proto_frame f;
+	CHECK(send_watch(&c, id, dir, 1, 0) == 0);
+	while (cl_recv(&c, &f) == 1 && f.id != id)
+		;
+	CHECK(f.type == P_STARTED);
+	snprintf(path, sizeof(path), "%s/sub", dir);
+	CHECK(mkdir(path, 0755) == 0);
+	snprintf(want, sizeof(want), "create %s/sub/", dir);
+	watch_read(&c, id, log, sizeof(log), want, &ended);
+	snprintf(path, sizeof(path), "%s/sub/f.txt", dir);
+	int fd = open(path, O_WRONLY | O_CREAT, 0644);
+	CHECK(fd >= 0 && write(fd, "x", 1) == 1);
+	close(fd);
+	CHECK(chmod(path, 0600) == 0);
+	char to[256];
+	snprintf(to, sizeof(to), "%s/g.txt", dir);
+	CHECK(rename(path, to) == 0);
+	CHECK(unlink(to) == 0);
+	snprintf(want, sizeof(want), "remove %s/g.txt", dir);
+	watch_read(&c, id, log, sizeof(log), want, &ended);
+	static const char *const expect[][2] = {
+	    {"create", "sub/f.txt"}, {"write", "sub/f.txt"}, {"chmod", "sub/f.txt"},
+	    {"rename", "sub/f.txt"}, {"create", "g.txt"},    {"remove", "g.txt"},
+	};
+	for (size_t i = 0; i < sizeof(expect) / sizeof(*expect); i++) {
+		snprintf(want, sizeof(want), "%s %s/%s\n", expect[i][0], dir, expect[i][1]);
+		if (!CHECK(strstr(log, want)))
+			t_note("no '%.*s' in:\n%s", (int)strlen(want) - 1, want, log);
+	}
+	/* An fwrite: only its file, as a create. */
+	uint32_t wid = next_id++;
+	struct pbuf b = {0};
+	snprintf(path, sizeof(path), "%s/api.txt", dir);
+	CHECK(proto_begin(&b, P_FWRITE, 0, wid) == 0 && proto_put_str(&b, A_PATH, path) == 0 &&
+	      proto_put_u32(&b, A_MODE, 0644) == 0 && proto_end(&b) == 0 && cl_send_buf(&c, &b) == 0);
+	CHECK(proto_raw(&b, P_DATA, PF_EOF, wid, "hi", 2) == 0 && cl_send_buf(&c, &b) == 0);
+	log[0] = '\0';
+	snprintf(want, sizeof(want), "create %s/api.txt", dir);
+	watch_read(&c, id, log, sizeof(log), want, &ended);
+	if (!CHECK(strstr(log, want) && !strstr(log, ".cpuos-")))
+		t_note("events of an fwrite:\n%s", log);
+	uint32_t cancel = next_id++;
+	CHECK(proto_begin(&b, P_CANCEL, 0, cancel) == 0 && proto_put_u32(&b, A_TARGET, id) == 0 &&
+	      proto_end(&b) == 0 && cl_send_buf(&c, &b) == 0);
+	watch_read(&c, id, log, sizeof(log), NULL, &ended);
+	CHECK(ended == P_ERROR);
+
+	/* A flood without credit: the kernel's queue overflows, the host is told. */
+	uint32_t fid = next_id++;
+	ended = 0;
+	CHECK(send_watch(&c, fid, dir, 0, 64 * 1024) == 0);
+	while (cl_recv(&c, &f) == 1 && f.id != fid)
+		;
+	CHECK(f.type == P_STARTED);
+	int made = 0;
+	for (int i = 0; i < 20000; i++) {
+		snprintf(path, sizeof(path), "%s/n%d", dir, i);
+		int k = open(path, O_WRONLY | O_CREAT, 0644);
+		made += k >= 0;
+		if (k >= 0)
+			close(k);
+	}
+	CHECK(made == 20000);
+	log[0] = '\0';
+	int got = watch_read(&c, fid, log, sizeof(log), NULL, &ended);
+	/* Each event costs at least 64 bytes: past the window by one chunk at most. */
+	if (!CHECK(got > 0 && got <= (int)(64 * 1024 + PROTO_DATA_CHUNK) / 64 && !ended))
+		t_note("%d events before any credit", got);
+	CHECK(send_credit(&c, fid, 64u << 20) == 0);
+	log[0] = '\0';
+	snprintf(want, sizeof(want), "overflow %s\n", dir);
+	watch_read(&c, fid, log, sizeof(log), want, &ended);
+	if (!CHECK(strstr(log, want)))
+		t_note("no overflow event in %zu bytes of events", strlen(log));
+	/* The root removed: the watch ends by itself. */
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+	log[0] = '\0';
+	for (int i = 0; i < 50 && !ended; i++)
+		watch_read(&c, fid, log, sizeof(log), NULL, &ended);
+	CHECK(ended == P_OK);
+
+	/* Refused: a relative path, a missing one. */
+	uint32_t bad = next_id++;
+	CHECK(send_watch(&c, bad, "tmp", 0, 0) == 0 && expect_error(&c, bad, EINVAL, 0));
+	bad = next_id++;
+	CHECK(send_watch(&c, bad, "/nonexistent/cpuos", 0, 0) == 0 && expect_error(&c, bad, ENOENT, 0));
+	pbuf_release(&b);
+	cl_close(&c);
+}
+
 static void test_poweroff(void)
 {
 	struct client c;
@@ -741,6 +1022,8 @@ int main(int argc, char **argv)
 	    {"agent_operation_cap", test_operation_cap},
 	    {"agent_output_window", test_output_window},
 	    {"agent_input_credit", test_input_credit},
+	    {"agent_pty", test_pty},
+	    {"agent_watch", test_watch},
 	    {"agent_restored", test_restored},
 	    {"agent_poweroff_exits_0", test_poweroff},
 	    {0, 0},
