@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -308,4 +309,91 @@ void sys_poweroff(struct conn *c, const struct proto_frame *f)
 	conn_send_ok(c, f->id);
 	/* The loop flushes the answer, then stops (init_shutdown as PID 1). */
 	agent.shutdown = SHUT_REQUEST;
+}
+
+/* A "Name:   123 kB" line of /proc/meminfo, in bytes; 0 when missing. */
+static uint64_t meminfo(const char *text, const char *name)
+{
+	const char *p = strstr(text, name);
+	unsigned long long kb;
+	if (!p || sscanf(p + strlen(name), " %llu", &kb) != 1)
+		return 0;
+	return (uint64_t)kb * 1024;
+}
+
+/* Reads a small /proc file into buf (NUL-terminated): its length or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t k = read(fd, buf, n - 1);
+	close(fd);
+	if (k < 0)
+		return -1;
+	buf[k] = '\0';
+	return k;
+}
+
+void sys_stats(struct conn *c, const struct proto_frame *f)
+{
+	static char buf[16384];
+	uint64_t mem_total = 0, mem_avail = 0, rx = 0, tx = 0, cpu_ns = 0;
+	if (read_small("/proc/meminfo", buf, sizeof(buf)) > 0) {
+		mem_total = meminfo(buf, "MemTotal:");
+		mem_avail = meminfo(buf, "MemAvailable:");
+	}
+	/* "  eth0: rx_bytes packets ... (8 fields) tx_bytes ..." after two header lines. */
+	if (read_small("/proc/net/dev", buf, sizeof(buf)) > 0) {
+		char *save = NULL;
+		for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			char *colon = strchr(line, ':');
+			unsigned long long v[9];
+			if (!colon)
+				continue;
+			*colon = '\0';
+			while (*line == ' ')
+				line++;
+			if (!strcmp(line, "lo") ||
+			    sscanf(colon + 1, "%llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+				   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) != 9)
+				continue;
+			rx += v[0];
+			tx += v[8];
+		}
+	}
+	/* "cpu  user nice system idle iowait irq softirq steal" in USER_HZ. */
+	if (read_small("/proc/stat", buf, sizeof(buf)) > 0) {
+		unsigned long long u, n, s, idle, io, irq, sirq, steal = 0;
+		if (sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &u, &n, &s, &idle, &io,
+			   &irq, &sirq, &steal) >= 7) {
+			long hz = sysconf(_SC_CLK_TCK);
+			cpu_ns = (u + n + s + irq + sirq) * (1000000000ull / (uint64_t)(hz > 0 ? hz : 100));
+		}
+	}
+	struct statvfs sv;
+	uint64_t disk_total = 0, disk_used = 0;
+	if (statvfs("/", &sv) == 0) {
+		disk_total = (uint64_t)sv.f_blocks * sv.f_frsize;
+		disk_used = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+	}
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int r = conn_out_begin(c, P_OK, 0, f->id);
+	if (r == 0)
+		r = proto_put_u64(&c->out, A_MEM_TOTAL, mem_total);
+	if (r == 0)
+		r = proto_put_u64(&c->out, A_MEM_AVAIL, mem_avail);
+	if (r == 0)
+		r = proto_put_u64(&c->out, A_DISK_TOTAL, disk_total);
+	if (r == 0)
+		r = proto_put_u64(&c->out, A_DISK_USED, disk_used);
+	if (r == 0)
+		r = proto_put_u64(&c->out, A_NET_RX, rx);
+	if (r == 0)
+		r = proto_put_u64(&c->out, A_NET_TX, tx);
+	if (r == 0)
+		r = proto_put_u64(&c->out, A_CPU_NS, cpu_ns);
+	if (r == 0)
+		r = proto_put_u32(&c->out, A_NCPU, (uint32_t)(ncpu > 0 ? ncpu : 1));
+	conn_out_end(c, r);
 }

@@ -23,5 +23,8 @@ void sys_entropy(struct conn *c, const struct proto_frame *f);
 void sys_restored(struct conn *c, const struct proto_frame *f);
 /* Answers, then asks the loop to stop (a shutdown as PID 1). */
 void sys_poweroff(struct conn *c, const struct proto_frame *f);
+/* P_STATS: memory, root file system, network and CPU use, as the guest
+ * counts them. */
+void sys_stats(struct conn *c, const struct proto_frame *f);
 
 #endif

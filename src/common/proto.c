@@ -287,6 +287,7 @@ const char *proto_type_name(uint16_t type)
 		[P_CTX_CREATE] = "ctx-create", [P_CTX_LIST] = "ctx-list",
 		[P_CTX_RESTART] = "ctx-restart", [P_CTX_DELETE] = "ctx-delete",
 		[P_RESIZE] = "resize",   [P_WATCH] = "watch",
+		[P_STATS] = "stats",
 		[P_DATA] = "data",       [P_OK] = "ok",
 		[P_ERROR] = "error",     [P_STARTED] = "started",
 		[P_STDOUT] = "stdout",   [P_STDERR] = "stderr",

@@ -57,6 +57,7 @@ enum proto_type {
 	P_CTX_DELETE = 24,  /* the context and its kernel gone */
 	P_RESIZE = 25,      /* a terminal's size: A_PROC, A_ROWS, A_COLS */
 	P_WATCH = 26,       /* file system events under A_PATH: P_FSEVENT frames */
+	P_STATS = 27,       /* the guest's memory, disk and network use */
 	/* both ways, inside an operation: raw bytes (stdin, file content) */
 	P_DATA = 32,
 	/* both ways, inside an operation: A_CREDIT more bytes may be sent */
@@ -138,6 +139,14 @@ enum proto_tag {
 			    * of P_PS: the process runs on a pseudo-terminal */
 	A_FSOP = 54,       /* u32: enum proto_fs_op, what a P_FSEVENT tells */
 	A_ISDIR = 55,      /* u32 bool: P_FSEVENT: the path is a directory */
+	A_MEM_TOTAL = 56,  /* u64 bytes: P_STATS: MemTotal */
+	A_MEM_AVAIL = 57,  /* u64 bytes: MemAvailable */
+	A_DISK_TOTAL = 58, /* u64 bytes: the root file system's size */
+	A_DISK_USED = 59,  /* u64 bytes: and what of it is used */
+	A_NET_RX = 60,     /* u64 bytes: received on every interface but lo */
+	A_NET_TX = 61,     /* u64 bytes: sent */
+	A_CPU_NS = 62,     /* u64: CPU time the guest's CPUs spent busy, in ns */
+	A_NCPU = 63,       /* u32: CPUs online */
 };
 
 enum proto_proc_state { PS_RUNNING = 1, PS_EXITED = 2 };

@@ -230,7 +230,7 @@ def test_template_snapshot_and_warm_pool(own_daemon):
     d = own_daemon("--pool-python", "1")
     deadline = time.monotonic() + 300 * SLOW
     while time.monotonic() < deadline:  # the snapshot is built (or found cached), then the pool
-        m = d.http("GET", "/metrics", key=d.key_a).body.decode()
+        m = d.http("GET", "/metrics", unix=True).body.decode()
         if "cpuos_pool_depth 1" in m:
             break
         time.sleep(1)
@@ -241,7 +241,7 @@ def test_template_snapshot_and_warm_pool(own_daemon):
     took = time.monotonic() - t0
     assert sh(sbx, "hostname") == sbx.id[4:]  # the pool's VM took the sandbox's name
     assert "warm pool" in d.log_tail(40)
-    m = d.http("GET", "/metrics", key=d.key_a).body.decode()
+    m = d.http("GET", "/metrics", unix=True).body.decode()
     assert "cpuos_pool_claims_total 1" in m, m
     # the next create restores the snapshot (the pool refills in the background)
     other = cpuos.Sandbox.create(template="python", api_key=d.key_a, api_url=d.url,
@@ -263,7 +263,7 @@ def test_template_snapshot_and_warm_pool(own_daemon):
 def _wait_pool(d, depth):
     deadline = time.monotonic() + 120 * SLOW
     while time.monotonic() < deadline:
-        if f"cpuos_pool_depth {depth}" in d.http("GET", "/metrics", key=d.key_a).body.decode():
+        if f"cpuos_pool_depth {depth}" in d.http("GET", "/metrics", unix=True).body.decode():
             return
         time.sleep(0.5)
     pytest.fail("the warm pool did not refill:\n" + d.log_tail(30))

@@ -360,6 +360,23 @@ class Sandbox(CodeMethods):
             url += "?cpuos_token=" + self.traffic_token
         return url
 
+    def get_metrics(self, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """Its resource samples, oldest first, one every few seconds while it runs (the daemon
+        keeps the last ten minutes; a paused sandbox keeps those it had, and is not resumed).
+
+        Each is a dict: "timestamp" (RFC 3339), "cpu_count", "cpu_used_pct" (of its vCPUs, from
+        the host), "mem_used", "mem_total", "disk_used", "disk_total", "net_rx_bytes",
+        "net_tx_bytes" (bytes, as the guest counts them; None when it did not answer).
+
+        Args:
+            limit: only the newest `limit` samples (1..120).
+
+        Raises:
+            NotFoundError: no such sandbox.
+        """
+        data = self._client.request("GET", self._path + "/metrics", query={"limit": limit}) or {}
+        return list(data.get("metrics", []))
+
     def get_network(self) -> Optional[dict[str, Any]]:
         """Read the sandbox's egress network policy from the daemon (also into `network`).
 

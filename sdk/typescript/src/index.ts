@@ -17,5 +17,5 @@ export { type ExecResult, type OutputEvent, Process } from "./process.js";
 export { Pty, type PtyCreateOptions, type PtyExit, PtyHandle, type PtySize } from "./pty.js";
 export {
   Checkpoint, type Command, type ExecOptions, type NetworkPolicy, type RequestTransformation, Sandbox,
-  type SandboxCreateOptions, type StringMatcher,
+  type SandboxCreateOptions, type SandboxMetric, type StringMatcher,
 } from "./sandbox.js";

@@ -163,6 +163,20 @@ function segment(s: string): string {
   return encodeURIComponent(s);
 }
 
+/** One resource sample: CPU from the host, the rest as the guest counts it (null when it did not answer). */
+export interface SandboxMetric {
+  timestamp: string;
+  cpuCount: number;
+  /** Of its vCPUs, 0..100. */
+  cpuUsedPct: number;
+  memUsed: number | null;
+  memTotal: number | null;
+  diskUsed: number | null;
+  diskTotal: number | null;
+  netRxBytes: number | null;
+  netTxBytes: number | null;
+}
+
 export class Sandbox {
   readonly id: string;
   readonly files: Files;
@@ -303,6 +317,22 @@ export class Sandbox {
     if (!this.portUrl) throw new CpuosError("this daemon serves no port URLs (it runs with --url-listen none)");
     const url = this.portUrl.replace("{port}", String(port));
     return !this.public && this.trafficToken ? `${url}?cpuos_token=${this.trafficToken}` : url;
+  }
+
+  /**
+   * Its resource samples, oldest first, one every few seconds while it runs (the last ten
+   * minutes; a paused sandbox keeps those it had and is not resumed).
+   */
+  async getMetrics(options: CallOptions & { limit?: number } = {}): Promise<SandboxMetric[]> {
+    const d = await this.client.json<{ metrics?: Record<string, unknown>[] }>("GET", this.path + "/metrics", {
+      query: { limit: options.limit }, signal: options.signal,
+    });
+    const n = (v: unknown) => (typeof v === "number" ? v : null);
+    return (d.metrics ?? []).map((m) => ({
+      timestamp: String(m.timestamp), cpuCount: n(m.cpu_count) ?? 0, cpuUsedPct: n(m.cpu_used_pct) ?? 0,
+      memUsed: n(m.mem_used), memTotal: n(m.mem_total), diskUsed: n(m.disk_used), diskTotal: n(m.disk_total),
+      netRxBytes: n(m.net_rx_bytes), netTxBytes: n(m.net_tx_bytes),
+    }));
   }
 
   /** Its egress policy as the daemon keeps it (null when the daemon runs without networks). */

@@ -32,6 +32,8 @@ const struct route api_routes[] = {
 	{ "POST", "/internal/sandboxes/{id}/take", api_sbx_take, NULL, 0, ROUTE_INTERNAL },
 	{ "POST", "/v1/sandboxes", api_sbx_create, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes", api_sbx_list, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/metrics", api_sbxs_metrics, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/metrics", api_sbx_metrics, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}", api_sbx_get, NULL, 0, 0 },
 	{ "DELETE", "/v1/sandboxes/{id}", api_sbx_kill, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/timeout", api_sbx_timeout, NULL, 0, 0 },

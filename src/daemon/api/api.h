@@ -117,6 +117,8 @@ int api_secret_delete(struct req *r);
 /* Usage and metering (api_usage.c). */
 int api_usage(struct req *r);
 int api_metrics(struct req *r);
+int api_sbx_metrics(struct req *r);
+int api_sbxs_metrics(struct req *r);
 int api_templates(struct req *r);
 int api_health(struct req *r);
 int api_openapi(struct req *r);

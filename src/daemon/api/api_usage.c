@@ -10,9 +10,11 @@
 #include "common/clock.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEFAULT_WINDOW_MS    (30LL * 86400 * 1000)
 #define GIB_MONTH_S	     (30.0 * 86400) /* a month of storage: 30 days */
@@ -252,10 +254,86 @@ static void net_metrics(struct req *r, FILE *f)
 	store_sbx_free_list(rows, n);
 }
 
+/* Each running sandbox's newest sample (admin only: a series per sandbox). */
+static void sandbox_metrics(struct req *r, FILE *f)
+{
+	struct store_sbx *rows;
+	size_t n;
+	if (store_sbx_running(r->api->store, &rows, &n) < 0)
+		return;
+	struct sbx_sample *x = calloc(n ? n : 1, sizeof(*x));
+	int *have = calloc(n ? n : 1, sizeof(*have));
+	for (size_t i = 0; x && have && i < n; i++)
+		have[i] = sbx_metrics(r->api->sbx, rows[i].id, NULL, &x[i], 1) == 1;
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} series[] = {
+		{ "cpuos_sandbox_memory_used_bytes", "Memory its guest uses.",
+		  offsetof(struct sbx_sample, mem_used) },
+		{ "cpuos_sandbox_memory_total_bytes", "Memory its guest has.",
+		  offsetof(struct sbx_sample, mem_total) },
+		{ "cpuos_sandbox_disk_used_bytes", "Disk its guest uses.",
+		  offsetof(struct sbx_sample, disk_used) },
+		{ "cpuos_sandbox_disk_total_bytes", "Disk its guest has.",
+		  offsetof(struct sbx_sample, disk_total) },
+		{ "cpuos_sandbox_network_receive_bytes", "Bytes its guest received.",
+		  offsetof(struct sbx_sample, net_rx) },
+		{ "cpuos_sandbox_network_transmit_bytes", "Bytes its guest sent.",
+		  offsetof(struct sbx_sample, net_tx) },
+	};
+	fputs("# HELP cpuos_sandbox_cpu_used_percent CPU its QEMU used over the last interval, "
+	      "of its vCPUs.\n# TYPE cpuos_sandbox_cpu_used_percent gauge\n", f);
+	for (size_t i = 0; x && have && i < n; i++)
+		if (have[i])
+			fprintf(f, "cpuos_sandbox_cpu_used_percent{sandbox=\"%s\"} %.1f\n", rows[i].id,
+				x[i].cpu_pct);
+	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", series[k].name, series[k].help,
+			series[k].name);
+		for (size_t i = 0; x && have && i < n; i++)
+			if (have[i] && x[i].guest)
+				fprintf(f, "%s{sandbox=\"%s\"} %llu\n", series[k].name, rows[i].id,
+					*(const unsigned long long *)((const char *)&x[i] +
+								      series[k].off));
+	}
+	free(x);
+	free(have);
+	store_sbx_free_list(rows, n);
+}
+
+/* The daemon's own counters (admin only). */
+static void daemon_metrics(FILE *f, const struct sbx_stats *s)
+{
+	metric(f, "cpuos_creates_total", "counter", "Sandboxes created since the daemon started.",
+	       s->creates);
+	metric(f, "cpuos_cold_boots_total", "counter", "Creates that booted a VM from scratch.",
+	       s->cold_boots);
+	metric(f, "cpuos_restores_total", "counter", "VMs restored from a snapshot.", s->restores);
+	metric(f, "cpuos_pauses_total", "counter", "Sandboxes paused.", s->pauses);
+	metric(f, "cpuos_resumes_total", "counter", "Sandboxes resumed.", s->resumes);
+	metric(f, "cpuos_forks_total", "counter", "Sandboxes forked.", s->forks);
+	metric(f, "cpuos_pool_claims_total", "counter", "Creates served from a warm pool.",
+	       s->pool_claims);
+	metric(f, "cpuos_pool_depth", "gauge", "Restored VMs waiting in warm pools.",
+	       s->pool_depth);
+	metric(f, "cpuos_vms_live", "gauge", "VMs this daemon runs now.", s->live);
+	summary(f, "cpuos_create_ms", "Time to create a sandbox, in milliseconds.", s->create_ms,
+		s->creates);
+	summary(f, "cpuos_pause_ms", "Time to pause a sandbox, in milliseconds.", s->pause_ms,
+		s->pauses);
+	summary(f, "cpuos_resume_ms", "Time to resume a sandbox, in milliseconds.", s->resume_ms,
+		s->resumes);
+	summary(f, "cpuos_fork_ms", "Time to fork a sandbox, in milliseconds.", s->fork_ms,
+		s->forks);
+}
+
 int api_metrics(struct req *r)
 {
 	struct store_sbx_counts c;
-	int e = store_sbx_count_by_state(r->api->store, &c);
+	/* A key sees its own account's sandboxes; the daemon's counters and the
+	 * series of every sandbox are the socket's (the administrator's). */
+	int e = store_sbx_count_by_state(r->api->store, r->admin ? NULL : r->account, &c);
 	if (e < 0)
 		return reply_error(r, 500, "internal", "cannot count sandboxes: %s", strerror(-e));
 	struct sbx_stats st = {0};
@@ -274,29 +352,12 @@ int api_metrics(struct req *r)
 	fprintf(f, "cpuos_sandboxes{state=\"paused\"} %u\n", c.paused);
 	fprintf(f, "cpuos_sandboxes{state=\"stopped\"} %u\n", c.stopped);
 	fprintf(f, "cpuos_sandboxes{state=\"lost\"} %u\n", c.lost);
-	metric(f, "cpuos_creates_total", "counter", "Sandboxes created since the daemon started.",
-	       st.creates);
-	metric(f, "cpuos_cold_boots_total", "counter", "Creates that booted a VM from scratch.",
-	       st.cold_boots);
-	metric(f, "cpuos_restores_total", "counter", "VMs restored from a snapshot.", st.restores);
-	metric(f, "cpuos_pauses_total", "counter", "Sandboxes paused.", st.pauses);
-	metric(f, "cpuos_resumes_total", "counter", "Sandboxes resumed.", st.resumes);
-	metric(f, "cpuos_forks_total", "counter", "Sandboxes forked.", st.forks);
-	metric(f, "cpuos_pool_claims_total", "counter", "Creates served from a warm pool.",
-	       st.pool_claims);
-	metric(f, "cpuos_pool_depth", "gauge", "Restored VMs waiting in warm pools.",
-	       st.pool_depth);
-	metric(f, "cpuos_vms_live", "gauge", "VMs this daemon runs now.", st.live);
-	summary(f, "cpuos_create_ms", "Time to create a sandbox, in milliseconds.", st.create_ms,
-		st.creates);
-	summary(f, "cpuos_pause_ms", "Time to pause a sandbox, in milliseconds.", st.pause_ms,
-		st.pauses);
-	summary(f, "cpuos_resume_ms", "Time to resume a sandbox, in milliseconds.", st.resume_ms,
-		st.resumes);
-	summary(f, "cpuos_fork_ms", "Time to fork a sandbox, in milliseconds.", st.fork_ms,
-		st.forks);
+	if (r->admin)
+		daemon_metrics(f, &st);
 	if (r->api->sbx)
 		net_metrics(r, f);
+	if (r->api->sbx && r->admin)
+		sandbox_metrics(r, f);
 	/* the stream's buffer and size are final only once it is closed */
 	int failed = ferror(f);
 	if (fclose(f) || failed) {
@@ -304,4 +365,89 @@ int api_metrics(struct req *r)
 		return reply_error(r, 500, "internal", "out of memory");
 	}
 	return reply_buffer(r, 200, METRICS_CONTENT_TYPE, text, n);
+}
+
+/* ---- GET /v1/sandboxes/{id}/metrics, GET /v1/sandboxes/metrics ---- */
+
+static json_t *sample_json(const struct sbx_sample *x)
+{
+	char at[64];
+	time_t t = (time_t)(x->at_ms / 1000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	snprintf(at, sizeof(at), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(x->at_ms % 1000));
+	json_t *o = json_pack("{s:s,s:i,s:f}", "timestamp", at, "cpu_count", (int)x->ncpu,
+			      "cpu_used_pct", (double)(long long)(x->cpu_pct * 10 + 0.5) / 10);
+	static const char *const names[] = { "mem_used", "mem_total", "disk_used", "disk_total",
+					     "net_rx_bytes", "net_tx_bytes" };
+	const unsigned long long v[] = { x->mem_used, x->mem_total, x->disk_used,
+					 x->disk_total, x->net_rx, x->net_tx };
+	for (size_t i = 0; o && i < sizeof(v) / sizeof(v[0]); i++)
+		json_object_set_new(o, names[i], x->guest ? json_integer((json_int_t)v[i]) : json_null());
+	return o;
+}
+
+int api_sbx_metrics(struct req *r)
+{
+	long long limit = SBX_SAMPLES;
+	const char *ls = req_query(r, "limit", NULL);
+	if (ls) {
+		char *end;
+		limit = strtoll(ls, &end, 10);
+		if (!*ls || *end || limit < 1 || limit > SBX_SAMPLES)
+			return reply_error(r, 400, "bad_request", "limit must be an integer from 1 to %d",
+					   SBX_SAMPLES);
+	}
+	struct store_sbx row;
+	if (api_row(r, &row) < 0)
+		return 0;
+	store_sbx_release(&row);
+	/* Never resumes it: a paused sandbox shows the samples it had. */
+	struct sbx_sample x[SBX_SAMPLES];
+	int n = sbx_metrics(r->api->sbx, r->param[0], r->admin ? NULL : r->account, x, (size_t)limit);
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(a, sample_json(&x[i]));
+	return reply_json(r, 200, json_pack("{s:i,s:o}", "interval_ms", SBX_METRICS_MS, "metrics", a));
+}
+
+#define MAX_METRICS_IDS 100
+
+int api_sbxs_metrics(struct req *r)
+{
+	const char *ids = req_query(r, "ids", NULL);
+	char *list = NULL;
+	struct store_sbx *rows = NULL;
+	size_t nrows = 0;
+	json_t *out = json_array();
+	if (ids) {
+		/* The ids asked for: those the caller may not see are left out. */
+		list = strdup(ids);
+		size_t k = 0;
+		char *save = NULL;
+		for (char *id = list ? strtok_r(list, ",", &save) : NULL; id;
+		     id = strtok_r(NULL, ",", &save)) {
+			if (++k > MAX_METRICS_IDS) {
+				free(list);
+				json_decref(out);
+				return reply_error(r, 400, "bad_request", "at most %d ids", MAX_METRICS_IDS);
+			}
+			struct sbx_sample x;
+			if (sbx_metrics(r->api->sbx, id, r->admin ? NULL : r->account, &x, 1) == 1)
+				json_array_append_new(out, json_pack("{s:s,s:o}", "sandbox_id", id,
+								     "metrics", sample_json(&x)));
+		}
+	} else if (store_sbx_running(r->api->store, &rows, &nrows) == 0) {
+		for (size_t i = 0; i < nrows; i++) {
+			struct sbx_sample x;
+			if ((r->admin || !strcmp(rows[i].account, r->account)) &&
+			    sbx_metrics(r->api->sbx, rows[i].id, NULL, &x, 1) == 1)
+				json_array_append_new(out, json_pack("{s:s,s:o}", "sandbox_id", rows[i].id,
+								     "metrics", sample_json(&x)));
+		}
+		store_sbx_free_list(rows, nrows);
+	}
+	free(list);
+	return reply_json(r, 200, json_pack("{s:i,s:o}", "interval_ms", SBX_METRICS_MS, "sandboxes", out));
 }

@@ -60,6 +60,7 @@ static void sbx_release(struct sbx *s)
 	if (s->wakefd >= 0)
 		close(s->wakefd);
 	free(s->ctls);
+	free(s->samples);
 	free(s->env_json);
 	free(s->secrets_json);
 	free(s->transforms_json);
@@ -674,6 +675,15 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 		free(m);
 		return -EAGAIN;
 	}
+	if (sbx__metrics_start(m) < 0) {
+		pthread_mutex_lock(&m->mu);
+		m->quit = 1;
+		pthread_cond_broadcast(&m->quit_cv);
+		pthread_mutex_unlock(&m->mu);
+		pthread_join(m->expiry, NULL);
+		free(m);
+		return -EAGAIN;
+	}
 	*out = m;
 	return 0;
 }
@@ -697,6 +707,7 @@ void sbx_mgr_stop(struct sbx_mgr *m)
 	sbx__pools_stop(m);
 	sbx__blob_stop(m);
 	pthread_join(m->expiry, NULL);
+	sbx__metrics_join(m);
 	struct sbx **v;
 	size_t n = sbx__each(m, pumped, NULL, &v);
 	for (size_t i = 0; i < n; i++) {

@@ -243,6 +243,9 @@ struct sop_state {
 	uint32_t proc, pid;
 	int exit_code, signal, timed_out; /* -1 when not given */
 	int pty; /* the process runs on a terminal: its output is bytes */
+	struct sbx_guest_stats { /* P_STATS's answer */
+		unsigned long long mem_total, mem_avail, disk_total, disk_used, net_rx, net_tx;
+	} stats;
 };
 
 /* A new operation; cap is the bytes of each stream SOP_COLLECT keeps. */
@@ -278,6 +281,7 @@ enum sbx_kind {
 	SBX_CTX_RESTART, /* context */
 	SBX_CTX_DELETE,  /* context */
 	SBX_WATCH,       /* path, recursive: file system events (SOP_NDJSON) */
+	SBX_STATS,       /* the guest's memory, disk and network use (sop_state.stats) */
 };
 struct sbx_request {
 	enum sbx_kind kind;
@@ -308,6 +312,24 @@ int sbx_wait(struct sbx *s, struct sop *op, int want_start, int timeout_ms, stru
  * timeout_ms for credit: 0, -ESRCH when it is gone, -ETIMEDOUT, -errno. */
 int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_t n,
 	      int timeout_ms);
+/* A sandbox's resources at one moment (sbx_metrics.c): CPU from its QEMU's
+ * time on the host over the interval before, as a share of its vCPUs;
+ * the rest as its guest counts it (guest 0: the agent did not answer, and
+ * they are 0). */
+#define SBX_METRICS_MS 5000
+#define SBX_SAMPLES 120 /* ten minutes of them */
+struct sbx_sample {
+	long long at_ms; /* realtime */
+	double cpu_pct;  /* 0..100 */
+	unsigned ncpu;
+	int guest;
+	unsigned long long mem_used, mem_total, disk_used, disk_total, net_rx, net_tx;
+};
+/* The newest samples of sandbox id (in any state; a paused one keeps those
+ * it had) if account may see it (NULL: any), at most max, oldest first:
+ * their count, or -ENOENT. */
+int sbx_metrics(struct sbx_mgr *m, const char *id, const char *account, struct sbx_sample *out,
+		size_t max);
 /* Counters for GET /metrics, since the daemon started. Latencies are sums
  * in milliseconds over the counts beside them. */
 struct sbx_stats {

@@ -116,6 +116,13 @@ struct sbx {
 		struct sop *op;
 	} *ctls;
 	size_t nctls;
+	/* Under its lock, in any state (sbx_metrics.c): the ring of samples,
+	 * and the QEMU CPU time the next one counts from. */
+	struct sbx_sample *samples; /* SBX_SAMPLES, once the first is taken */
+	unsigned m_head, m_count;
+	int m_pid;
+	unsigned long long m_ticks;
+	long long m_at; /* monotonic ms of m_ticks */
 };
 
 #define MAX_STARTING 64 /* sandboxes booting at once, all accounts */
@@ -132,6 +139,7 @@ struct sbx_mgr {
 	struct sbx *table[SBX_BUCKETS]; /* every sandbox not stopped or lost */
 	unsigned nsbx;
 	pthread_t expiry;
+	pthread_t sampler; /* sbx_metrics.c */
 	int quit;
 	pthread_cond_t quit_cv;
 	int killers; /* expiry kill threads alive */
@@ -258,6 +266,9 @@ struct sbx *sbx__get(struct sbx_mgr *m, const char *id);
 size_t sbx__each(struct sbx_mgr *m, int (*want)(const struct sbx *s, const void *arg),
 		 const void *arg, struct sbx ***out);
 void sbx__put_all(struct sbx **v, size_t n);
+/* sbx_metrics.c: the sampler thread, which ends once m->quit is set. */
+int sbx__metrics_start(struct sbx_mgr *m);
+void sbx__metrics_join(struct sbx_mgr *m);
 /* In a transition of the caller's: s's operations go to vm, which has the
  * network of net_slot, and its pump starts. 0, or -errno (vm not taken). */
 int sbx__run_vm(struct sbx *s, struct vm *vm, int net_slot);

@@ -474,6 +474,18 @@ static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 			op->entry = x;
 		}
 		sbx__code_attrs(op, f);
+		if (f->type == P_OK && op->type == P_STATS) {
+			uint64_t u;
+			struct sbx_guest_stats *g = &st->stats;
+			const struct { uint16_t tag; unsigned long long *v; } stats[] = {
+				{ A_MEM_TOTAL, &g->mem_total }, { A_MEM_AVAIL, &g->mem_avail },
+				{ A_DISK_TOTAL, &g->disk_total }, { A_DISK_USED, &g->disk_used },
+				{ A_NET_RX, &g->net_rx }, { A_NET_TX, &g->net_tx },
+			};
+			for (size_t i = 0; i < sizeof(stats) / sizeof(stats[0]); i++)
+				if (proto_get_u64(f, stats[i].tag, &u) == 0)
+					*stats[i].v = u;
+		}
 		break;
 	case P_EXIT:
 		if (proto_get_u32(f, A_EXIT_CODE, &v) == 0)

@@ -18,7 +18,7 @@ static const uint16_t frame_type[] = {
 	[SBX_MKDIR] = P_MKDIR,       [SBX_RENAME] = P_RENAME,     [SBX_REMOVE] = P_REMOVE,
 	[SBX_CODE] = P_CODE,         [SBX_CTX_NEW] = P_CTX_CREATE, [SBX_CTX_LIST] = P_CTX_LIST,
 	[SBX_CTX_RESTART] = P_CTX_RESTART, [SBX_CTX_DELETE] = P_CTX_DELETE,
-	[SBX_WATCH] = P_WATCH,
+	[SBX_WATCH] = P_WATCH,          [SBX_STATS] = P_STATS,
 };
 
 /* A_ENV NAME=value for each pair of a JSON object of strings (the store's
@@ -86,6 +86,8 @@ static int put_attrs(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 	switch (q->kind) {
 	case SBX_EXEC:
 		return put_exec(s, b, q);
+	case SBX_STATS:
+		return 0;
 	case SBX_ATTACH:
 	case SBX_WAIT:
 	case SBX_PS:

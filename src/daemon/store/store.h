@@ -265,11 +265,12 @@ int store_usage_query(struct store *s, const char *account, const char *key_id,
 		      long long from_ms, long long to_ms, long long now_ms,
 		      struct store_usage *out);
 
-/* How many sandboxes are in each state, every account (GET /metrics). */
+/* How many sandboxes of account (NULL: every account) are in each state
+ * (GET /metrics). */
 struct store_sbx_counts {
 	unsigned running, paused, stopped, lost;
 };
-int store_sbx_count_by_state(struct store *s, struct store_sbx_counts *out);
+int store_sbx_count_by_state(struct store *s, const char *account, struct store_sbx_counts *out);
 
 /* Running sandboxes of account. */
 int store_sbx_count_running(struct store *s, const char *account);

@@ -178,13 +178,17 @@ int store_usage_query(struct store *s, const char *account, const char *key_id, 
 	return r;
 }
 
-int store_sbx_count_by_state(struct store *s, struct store_sbx_counts *out)
+int store_sbx_count_by_state(struct store *s, const char *account, struct store_sbx_counts *out)
 {
 	memset(out, 0, sizeof(*out));
 	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
-	/* sandboxes_by_state covers this: no table rows are read */
-	int r = store__prep(s, "SELECT state, count(*) FROM sandboxes GROUP BY state", &st);
+	/* sandboxes_by_state covers the first: no table rows are read */
+	int r = account ? store__prep(s, "SELECT state, count(*) FROM sandboxes WHERE account = ?1 "
+					 "GROUP BY state", &st)
+			: store__prep(s, "SELECT state, count(*) FROM sandboxes GROUP BY state", &st);
+	if (!r && account && store__bind_text(st, 1, account) != SQL_OK)
+		r = -EIO;
 	while (!r) {
 		int rc = sql_step(st);
 		if (rc == SQL_DONE)

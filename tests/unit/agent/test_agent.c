@@ -54,7 +54,7 @@ static void test_hello_ping(void)
 
 static void test_unknown_type(void)
 {
-	static const uint16_t types[] = {0, P_WATCH + 1, 31, P_OK, P_NOTICE, 0xffff};
+	static const uint16_t types[] = {0, P_STATS + 1, 31, P_OK, P_NOTICE, 0xffff};
 	struct client c;
 	if (!cl_ready(&c))
 		goto out;
@@ -846,6 +846,27 @@ static void test_watch(void)
 	cl_close(&c);
 }
 
+
+/* P_STATS: the host's own figures in --listen mode, each plausible. */
+static void test_stats(void)
+{
+	struct client c;
+	if (!cl_ready(&c))
+		return;
+	uint32_t id = next_id++;
+	struct proto_frame f;
+	CHECK(cl_simple(&c, P_STATS, id) == 0);
+	CHECK(cl_wait_end(&c, id, &f) == P_OK);
+	uint64_t mem_total = 0, mem_avail = 0, disk_total = 0, disk_used = 0, cpu = 0;
+	CHECK(proto_get_u64(&f, A_MEM_TOTAL, &mem_total) == 0 && mem_total > (64u << 20));
+	CHECK(proto_get_u64(&f, A_MEM_AVAIL, &mem_avail) == 0 && mem_avail <= mem_total);
+	CHECK(proto_get_u64(&f, A_DISK_TOTAL, &disk_total) == 0 && disk_total > 0);
+	CHECK(proto_get_u64(&f, A_DISK_USED, &disk_used) == 0 && disk_used <= disk_total);
+	CHECK(proto_get_u64(&f, A_CPU_NS, &cpu) == 0 && cpu > 0);
+	CHECK(attr_u32(&f, A_NCPU) >= 1);
+	cl_close(&c);
+}
+
 static void test_poweroff(void)
 {
 	struct client c;
@@ -1024,6 +1045,7 @@ int main(int argc, char **argv)
 	    {"agent_input_credit", test_input_credit},
 	    {"agent_pty", test_pty},
 	    {"agent_watch", test_watch},
+	    {"agent_stats", test_stats},
 	    {"agent_restored", test_restored},
 	    {"agent_poweroff_exits_0", test_poweroff},
 	    {0, 0},

@@ -367,6 +367,18 @@ int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c)
 	return -ENOENT;
 }
 
+/* No samples: the sampler is the sandbox layer's (test_sbx, e2e). */
+int sbx_metrics(struct sbx_mgr *m, const char *id, const char *account, struct sbx_sample *out,
+		size_t max)
+{
+	(void)m;
+	(void)id;
+	(void)account;
+	(void)out;
+	(void)max;
+	return 0;
+}
+
 void sbx_secrets_changed(struct sbx_mgr *m, const char *account)
 {
 	(void)m;

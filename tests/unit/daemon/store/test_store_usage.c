@@ -317,7 +317,7 @@ static void test_count_by_state(void)
 	if (tdb_open(&t))
 		return;
 	struct store_sbx_counts c;
-	CHECK(store_sbx_count_by_state(t.s, &c) == 0 && c.running == 0 && c.paused == 0 &&
+	CHECK(store_sbx_count_by_state(t.s, NULL, &c) == 0 && c.running == 0 && c.paused == 0 &&
 	      c.stopped == 0 && c.lost == 0);
 	CHECK(insert_sbx(t.s, "sbx_1", "alice") == 0);
 	CHECK(insert_sbx(t.s, "sbx_2", "alice") == 0);
@@ -331,9 +331,13 @@ static void test_count_by_state(void)
 	/* paused straight in the table: that is the sandbox manager's
 	 * business, not what is tested here */
 	CHECK(raw_exec(t.path, "UPDATE sandboxes SET state = 'paused' WHERE id = 'sbx_6'") == 0);
-	CHECK(store_sbx_count_by_state(t.s, &c) == 0);
+	CHECK(store_sbx_count_by_state(t.s, NULL, &c) == 0);
 	CHECK(c.running == 2 && c.paused == 1 && c.stopped == 2 && c.lost == 1);
-	tdb_remove(&t);
+	/* One account's alone. */
+	CHECK(store_sbx_count_by_state(t.s, "carol", &c) == 0);
+	CHECK(c.running == 0 && c.paused == 1 && c.stopped == 0 && c.lost == 1);
+	CHECK(store_sbx_count_by_state(t.s, "dave", &c) == 0);
+	CHECK(c.running == 0 && c.paused == 0 && c.stopped == 0 && c.lost == 0);
 }
 
 /* ---- key lookup with the key's id ---- */
