@@ -47,6 +47,11 @@
 #include <unistd.h>
 
 /* Port URLs reach the guests through the sandboxes. */
+static void port_hangup(void *arg, const char *id)
+{
+	sbx_port_hangup(arg, id);
+}
+
 static int port_dial(void *arg, const char *id, const char *token, unsigned port, int *fd,
 		     char *err, size_t errlen)
 {
@@ -777,7 +782,7 @@ int main(int argc, char **argv)
 		.listen = o.url_listen, .fd = url_fd, .domain = o.url_domain[0] ? o.url_domain : NULL,
 		.public_host = o.url_public[0] ? o.url_public : NULL,
 		.no_ip_limit = cluster_secret[0] != 0,
-		.dial = port_dial, .arg = mgr,
+		.dial = port_dial, .hangup = port_hangup, .arg = mgr,
 	};
 	if (strcmp(o.url_listen, "none") && ports_open(&pc, &ports, err, sizeof(err)) < 0) {
 		log_error("%s (or run with --url-listen none)", err);

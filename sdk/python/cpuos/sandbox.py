@@ -133,6 +133,7 @@ class Sandbox(CodeMethods):
         self.end_reason: Optional[str] = data.get("end_reason")
         self.session_id: Optional[str] = data.get("session_id")
         self.on_timeout: Optional[str] = data.get("on_timeout")
+        self.idle_timeout: Optional[int] = data.get("idle_timeout")
         self.paused_at: Optional[str] = data.get("paused_at")
         self.parent: Optional[str] = data.get("parent")
         self.network: Optional[dict[str, Any]] = data.get("network")
@@ -179,7 +180,7 @@ class Sandbox(CodeMethods):
                checkpoint: Optional[Union[str, Checkpoint]] = None,
                on_timeout: Optional[str] = None, network: Optional[NetworkPolicy] = None,
                public: Optional[bool] = None, secrets: Optional[Iterable[str]] = None,
-               max_processes: Optional[int] = None,
+               max_processes: Optional[int] = None, idle_timeout: Optional[Duration] = None,
                api_key: Optional[str] = None, api_url: Optional[str] = None,
                request_timeout: Optional[float] = DEFAULT_TIMEOUT) -> Sandbox:
         """Start a sandbox and return it once it is ready.
@@ -196,6 +197,9 @@ class Sandbox(CodeMethods):
             checkpoint: start from this checkpoint (a Checkpoint, its id or its name): its
                 memory, disk, running processes and template.
             on_timeout: what its timeout does: "pause" (the daemon's default) or "kill".
+            idle_timeout: pause it once it sat idle this long ("5m" or seconds): no call, no
+                stream or port connection open, and its CPU under 10%; any later call resumes
+                it. Default: never (the absolute `timeout` acts as always).
             network: its egress policy (default the daemon's): "allow-all", "deny-all", or
                 e.g. {"mode": "custom", "allowed_hosts": ["pypi.org", "*.pythonhosted.org"],
                 "denied_cidrs": ["203.0.113.0/24"]} (see `set_network`).
@@ -234,7 +238,7 @@ class Sandbox(CodeMethods):
         for key, value in (("timeout", duration(timeout)), ("vcpus", vcpus), ("memory_mb", memory_mb),
                            ("disk_mb", disk_mb), ("env", env), ("metadata", metadata),
                            ("on_timeout", on_timeout), ("public", public),
-                           ("max_processes", max_processes)):
+                           ("max_processes", max_processes), ("idle_timeout", duration(idle_timeout))):
             if value is not None:
                 body[key] = dict(value) if isinstance(value, Mapping) else value
         if network is not None:

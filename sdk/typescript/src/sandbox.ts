@@ -51,6 +51,11 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
   metadata?: Record<string, string>;
   /** What its timeout does: "pause" (the default) or "kill". */
   onTimeout?: "pause" | "kill";
+  /**
+   * Pause it once it sat idle this long: no call, no stream or port connection open, its CPU
+   * under 10%. Any later call resumes it. Default: never.
+   */
+  idleTimeout?: Duration;
   /** Start from a checkpoint (its id or name): its memory, disk and processes. */
   checkpoint?: string | Checkpoint;
   network?: NetworkPolicy;
@@ -249,6 +254,7 @@ export class Sandbox {
       env: options.env, metadata: options.metadata, on_timeout: options.onTimeout, checkpoint: ckp,
       network: typeof options.network === "string" ? { mode: options.network } : options.network,
       public: options.public, max_processes: options.maxProcesses, secrets: options.secrets,
+      idle_timeout: options.idleTimeout,
     };
     const d = await client.json<SandboxData>("POST", "/v1/sandboxes", {
       json: body, signal: options.signal, timeoutMs: Math.max(SLOW_MS, client.requestTimeoutMs),

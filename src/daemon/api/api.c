@@ -124,6 +124,8 @@ json_t *api_sandbox_json(struct req *r, const struct store_sbx *row)
 	snprintf(session, sizeof(session), "ses_%s", row->id + 4);
 	json_object_set_new(o, "session_id", json_string(session));
 	json_object_set_new(o, "on_timeout", json_string(row->on_timeout[0] ? row->on_timeout : "pause"));
+	json_object_set_new(o, "idle_timeout",
+			    row->idle_timeout_s ? json_integer(row->idle_timeout_s) : json_null());
 	json_object_set_new(o, "paused_at", row->paused_at ? rfc3339(row->paused_at) : json_null());
 	json_object_set_new(o, "stored",
 			    json_boolean(!strcmp(row->state, "paused") && sbx_pause_stored(row)));

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#define MIN_IDLE_TIMEOUT_S 10 /* two CPU samples (sbx.h, SBX_METRICS_MS) */
 #define VERSION "0.1.0"
 #define MAX_TIMEOUT_S (24 * 3600)
 
@@ -37,19 +38,27 @@ int api_sbx_create(struct req *r)
 	if (!r->body)
 		return reply_error(r, 400, "bad_request", "a JSON body with \"template\" is required");
 	const char *tpl = NULL, *on_timeout = NULL, *ckpt = NULL;
-	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048, procs = 0;
+	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048, procs = 0, idle = 0;
 	int is_public = 0;
 	char *env = NULL, *meta = NULL, *net = NULL, *secrets = NULL, err[512];
 	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
 	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
 	    api_uint(r, "max_processes", 16, 65536, &procs) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
+	    api_duration(r, json_object_get(r->body, "idle_timeout"), "idle_timeout", MAX_TIMEOUT_S,
+			 &idle) < 0 ||
 	    api_str_map(r, "env", 64, 1, &env) < 0 || api_str_map(r, "metadata", 64, 0, &meta) < 0 ||
 	    api_str(r, "on_timeout", 8, &on_timeout) < 0 || api_str(r, "checkpoint", 127, &ckpt) < 0 ||
 	    api_bool(r, "public", &is_public) < 0)
 		goto out;
 	if (!tpl && !ckpt) {
 		reply_error(r, 422, "invalid_argument", "'template' is required");
+		goto out;
+	}
+	if (idle && idle < MIN_IDLE_TIMEOUT_S) {
+		reply_error(r, 422, "invalid_argument",
+			    "'idle_timeout' must be at least %ds: CPU use is sampled every %d s",
+			    MIN_IDLE_TIMEOUT_S, SBX_METRICS_MS / 1000);
 		goto out;
 	}
 	if (on_timeout && strcmp(on_timeout, "pause") && strcmp(on_timeout, "kill")) {
@@ -72,7 +81,7 @@ int api_sbx_create(struct req *r)
 		.env_json = env, .metadata_json = meta,
 		.kill_on_timeout = on_timeout && !strcmp(on_timeout, "kill"), .checkpoint = ckpt,
 		.key_id = r->key_id, .network_json = net, .is_public = is_public,
-		.secrets_json = secrets,
+		.secrets_json = secrets, .idle_timeout_s = idle,
 	};
 	struct store_sbx row;
 	int e = sbx_create(r->api->sbx, r->account, &p, &row, err, sizeof(err));

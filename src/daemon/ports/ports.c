@@ -42,6 +42,7 @@ struct ports {
 	int no_ip_limit;
 	char listen_port[8];
 	ports_dial_fn dial;
+	void (*hangup)(void *arg, const char *id);
 	void *arg;
 	int lfd;
 	struct loop *loop;     /* the acceptor's: the listener */
@@ -440,6 +441,8 @@ static void serve(struct conn *c)
 	}
 	set_guest_fd(c, -1);
 	close(gfd);
+	if (p->hangup)
+		p->hangup(p->arg, rt.id);
 out:
 	free(buf);
 	free(ob);
@@ -590,6 +593,7 @@ int ports_open(const struct ports_config *c, struct ports **out, char *err, size
 	}
 	p->lfd = r;
 	p->dial = c->dial;
+	p->hangup = c->hangup;
 	p->arg = c->arg;
 	p->no_ip_limit = c->no_ip_limit;
 	if (c->domain && c->domain[0]) {

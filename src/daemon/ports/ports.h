@@ -44,6 +44,8 @@ struct ports_config {
 	int no_ip_limit;    /* every connection comes from a cluster's replicas:
 			     * no PORTS_MAX_PER_IP */
 	ports_dial_fn dial;
+	/* Called once a connection dial gave is closed (may be NULL). */
+	void (*hangup)(void *arg, const char *id);
 	void *arg;
 };
 

@@ -165,6 +165,11 @@ int sbx__new(struct sbx_mgr *m, const struct store_sbx *row, enum sbx_state stat
 	s->pause_on_timeout = strcmp(row->on_timeout, "kill") != 0;
 	s->expires_at = row->expires_at;
 	s->paused_at = row->paused_at;
+	s->idle_timeout_ms = row->idle_timeout_s * 1000;
+	atomic_init(&s->active_ms, clock_ms());
+	atomic_init(&s->busy, 0);
+	atomic_init(&s->port_conns, 0);
+	atomic_init(&s->cpu_busy, 0);
 	s->net_slot = NET_NO_SLOT;
 	s->env_json = strdup(row->env_json ? row->env_json : "{}");
 	s->secrets_json = strdup(row->secrets_json ? row->secrets_json : "[]");
@@ -325,6 +330,8 @@ int sbx__run_vm(struct sbx *s, struct vm *vm, int net_slot)
 	s->vm = vm;
 	s->net_slot = net_slot;
 	s->running = 1;
+	atomic_store(&s->active_ms, clock_ms()); /* a fresh start of its idle time */
+	sbx__metrics_baseline(s, (int)vm_pid(vm));
 	s->stop = 0;
 	pthread_mutex_lock(&m->mu);
 	s->refs++; /* the pump's, dropped when it ends the sandbox */
@@ -480,6 +487,8 @@ int sbx_acquire(struct sbx_mgr *m, const char *id, const char *account, int flag
 		enum sbx_state now = s->state;
 		pthread_mutex_unlock(&m->mu);
 		if (now == SBX_RUNNING || now == SBX_SNAPSHOTTING) {
+			if (flags & SBX_RESUME) /* a caller's: the API's, a port's */
+				atomic_store(&s->active_ms, clock_ms());
 			*out = s;
 			return 0;
 		}
@@ -527,6 +536,7 @@ struct killer {
 	struct sbx_mgr *m;
 	char id[32];
 	int pause; /* on_timeout: pause */
+	int idle;  /* it sat idle: pause, never kill */
 };
 
 static void *killer_main(void *arg)
@@ -535,7 +545,12 @@ static void *killer_main(void *arg)
 	struct sbx_mgr *m = k->m;
 	log_set_tag("expiry");
 	char err[256];
-	if (!k->pause || sbx_pause(m, k->id, err, sizeof(err)) < 0) {
+	if (k->idle) {
+		if (sbx_pause(m, k->id, err, sizeof(err)) == 0)
+			log_info("sandbox %s paused: idle", k->id);
+		else
+			log_warn("sandbox %s did not pause when idle: %s", k->id, err);
+	} else if (!k->pause || sbx_pause(m, k->id, err, sizeof(err)) < 0) {
 		if (k->pause)
 			log_warn("sandbox %s did not pause at its timeout (%s): killed", k->id, err);
 		sbx_kill(m, k->id, "timeout");
@@ -555,13 +570,23 @@ static void *killer_main(void *arg)
 	return NULL;
 }
 
-/* A sandbox whose time is up, or a paused one older than the retention. */
+/* Whether running s sat idle for its idle timeout: no call, stream or
+ * port connection open, none for that long, nor CPU use. */
+static int idle(const struct sbx *s)
+{
+	return s->idle_timeout_ms > 0 && atomic_load(&s->busy) == 0 &&
+	       atomic_load(&s->port_conns) == 0 && !atomic_load(&s->cpu_busy) &&
+	       clock_ms() - atomic_load(&s->active_ms) >= s->idle_timeout_ms;
+}
+
+/* A sandbox whose time is up or that sat idle, or a paused one older than
+ * the retention. */
 static int due(const struct sbx *s, const void *arg)
 {
 	const struct sbx_mgr *m = s->mgr;
 	long long now = *(const long long *)arg;
 	if (s->state == SBX_RUNNING)
-		return s->expires_at <= now && !s->expiring;
+		return (s->expires_at <= now || idle(s)) && !s->expiring;
 	return s->state == SBX_PAUSED && s->paused_at + m->cfg.paused_retention_s <= now;
 }
 
@@ -610,7 +635,8 @@ static void *expiry_main(void *arg)
 			struct killer *k = malloc(sizeof(*k));
 			pthread_t t;
 			if (k) {
-				*k = (struct killer){ .m = m, .pause = s->pause_on_timeout };
+				*k = (struct killer){ .m = m, .pause = s->pause_on_timeout,
+						      .idle = s->expires_at > now };
 				snprintf(k->id, sizeof(k->id), "%s", s->id);
 			}
 			if (!k || pthread_create(&t, &at, killer_main, k) != 0) {

@@ -56,6 +56,7 @@ struct sbx_params {
 	unsigned max_processes; /* in the guest, all its processes together; 0: the agent's */
 	const char *env_json, *metadata_json; /* JSON objects of strings */
 	int kill_on_timeout;  /* else the sandbox pauses when its time is up */
+	long long idle_timeout_s; /* pause after that long idle (SBX_IDLE_CPU_PCT); 0: never */
 	const char *checkpoint; /* restore this checkpoint (id or name) */
 	const char *key_id;   /* the key that creates it, for usage */
 	const char *network_json; /* egress policy (sbx_network_text); NULL: the default */
@@ -185,6 +186,8 @@ int sbx_secret_seal(struct sbx_mgr *m, const char *account, const char *name,
  * or sbx_resume's. */
 int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned port, int *fd,
 		  char *err, size_t errlen);
+/* The connection sbx_port_dial gave for sandbox id is closed. */
+void sbx_port_hangup(struct sbx_mgr *m, const char *id);
 
 /* Whether paused row's pause is also in the object store (sbx_config's
  * blob), at the generation it is paused at: it then resumes even when the
@@ -317,6 +320,10 @@ int sbx_stdin(struct sbx *s, uint32_t proc, uint16_t flags, const void *p, size_
  * the rest as its guest counts it (guest 0: the agent did not answer, and
  * they are 0). */
 #define SBX_METRICS_MS 5000
+/* A sandbox with an idle timeout pauses once, for that long, no call or
+ * stream of the API and no port connection was open and its CPU stayed
+ * under this (a share of its vCPUs, by the samples). */
+#define SBX_IDLE_CPU_PCT 10.0
 #define SBX_SAMPLES 120 /* ten minutes of them */
 struct sbx_sample {
 	long long at_ms; /* realtime */

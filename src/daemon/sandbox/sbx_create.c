@@ -218,6 +218,7 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 	snprintf(row->account, sizeof(row->account), "%s", account);
 	snprintf(row->key_id, sizeof(row->key_id), "%s", p->key_id ? p->key_id : "");
 	snprintf(row->on_timeout, sizeof(row->on_timeout), "%s", p->kill_on_timeout ? "kill" : "pause");
+	row->idle_timeout_s = p->idle_timeout_s;
 	row->is_public = p->is_public;
 	/* A checkpoint's own environment comes with it; the create's wins. */
 	row->env_json = strdup(p->env_json ? p->env_json : p->checkpoint && ck.env_json ? ck.env_json : "{}");

@@ -19,6 +19,7 @@ struct vm_config;
 struct sbx_pools;
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,6 +69,8 @@ struct sop {
 	struct sbx_item *entry; /* P_OK's of a stat, a context made or restarted */
 	char *base;        /* P_LIST: the listed directory */
 	int kill_on_start; /* abandoned foreground exec: kill once it has a proc */
+	int quiet;         /* the daemon's own (a metrics sample): not the
+			    * sandbox's activity */
 	int64_t t0;        /* when it began (clock_ms), for an exec's duration */
 	struct sbx *owner;
 	int abandoned;     /* its owner left: the pump frees it when it ends */
@@ -118,6 +121,15 @@ struct sbx {
 	size_t nctls;
 	/* Under its lock, in any state (sbx_metrics.c): the ring of samples,
 	 * and the QEMU CPU time the next one counts from. */
+	/* Idle pauses (sbx_idle): its timeout, and what says it is in use:
+	 * when it last was (a call, a resume, CPU above SBX_IDLE_CPU_PCT),
+	 * and how many calls and streams (operations not quiet, not a stdin
+	 * channel) and port connections are open now. Atomic: read under
+	 * the manager's lock, which the sandbox's may not be taken under. */
+	long long idle_timeout_ms; /* 0: never */
+	_Atomic long long active_ms; /* monotonic */
+	_Atomic int busy, port_conns;
+	_Atomic int cpu_busy; /* its newest sample was over SBX_IDLE_CPU_PCT */
 	struct sbx_sample *samples; /* SBX_SAMPLES, once the first is taken */
 	unsigned m_head, m_count;
 	int m_pid;
@@ -269,6 +281,9 @@ void sbx__put_all(struct sbx **v, size_t n);
 /* sbx_metrics.c: the sampler thread, which ends once m->quit is set. */
 int sbx__metrics_start(struct sbx_mgr *m);
 void sbx__metrics_join(struct sbx_mgr *m);
+/* With s's lock held, as its new QEMU pid starts: the CPU time its first
+ * sample counts from. */
+void sbx__metrics_baseline(struct sbx *s, int pid);
 /* In a transition of the caller's: s's operations go to vm, which has the
  * network of net_slot, and its pump starts. 0, or -errno (vm not taken). */
 int sbx__run_vm(struct sbx *s, struct vm *vm, int net_slot);

@@ -61,6 +61,8 @@ static void sample(struct sbx *s)
 	long long mono = clock_ms();
 
 	struct sop *op = sop_new(SOP_COLLECT, 0);
+	if (op)
+		op->quiet = 1;
 	struct sbx_request q = { .kind = SBX_STATS };
 	struct sop_state st = { 0 };
 	if (op && sbx_request(s, op, &q) == 0 && sbx_wait(s, op, 0, STATS_WAIT_MS, &st) == 0 &&
@@ -84,6 +86,10 @@ static void sample(struct sbx *s)
 		double pct = 100.0 * used_ms / ((double)(mono - s->m_at) * (s->vcpus ? s->vcpus : 1));
 		x.cpu_pct = pct > 100.0 ? 100.0 : pct;
 	}
+	/* Working on its own: in use until a sample says otherwise. */
+	atomic_store(&s->cpu_busy, x.cpu_pct >= SBX_IDLE_CPU_PCT);
+	if (x.cpu_pct >= SBX_IDLE_CPU_PCT)
+		atomic_store(&s->active_ms, clock_ms());
 	if (have_ticks) {
 		s->m_pid = pid;
 		s->m_ticks = ticks;
@@ -98,6 +104,17 @@ static void sample(struct sbx *s)
 			s->m_count++;
 	}
 	pthread_mutex_unlock(&s->mu);
+}
+
+void sbx__metrics_baseline(struct sbx *s, int pid)
+{
+	unsigned long long ticks;
+	atomic_store(&s->cpu_busy, 0);
+	if (pid > 0 && qemu_ticks(pid, &ticks) == 0) {
+		s->m_pid = pid;
+		s->m_ticks = ticks;
+		s->m_at = clock_ms();
+	}
 }
 
 static int running(const struct sbx *s, const void *arg)

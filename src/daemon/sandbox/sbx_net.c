@@ -265,10 +265,12 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 	int slot = s->net_slot;
 	int nsfd = slot == NET_NO_SLOT ? -ENETUNREACH : net_ns_open(m->cfg.net, slot);
 	pthread_mutex_unlock(&s->mu);
-	sbx_put(s);
 	r = nsfd < 0 ? nsfd : net_dial_guest(m->cfg.net, slot, nsfd, port, 5000);
 	if (nsfd >= 0)
 		close(nsfd);
+	if (r >= 0) /* open until sbx_port_hangup: it is in use meanwhile */
+		atomic_fetch_add(&s->port_conns, 1);
+	sbx_put(s);
 	if (r == -ECONNREFUSED)
 		snprintf(err, errlen,
 			 "nothing listens on port %u in sandbox '%s' (a server must listen on "
@@ -282,4 +284,14 @@ int sbx_port_dial(struct sbx_mgr *m, const char *id, const char *token, unsigned
 		return r;
 	*fd = r;
 	return 0;
+}
+
+void sbx_port_hangup(struct sbx_mgr *m, const char *id)
+{
+	struct sbx *s = sbx__get(m, id);
+	if (!s)
+		return;
+	atomic_fetch_sub(&s->port_conns, 1);
+	atomic_store(&s->active_ms, clock_ms());
+	sbx_put(s);
 }

@@ -81,6 +81,10 @@ static void op_ended(struct sbx *s, struct sop *op)
 	s->nops--;
 	if (is_stream(op))
 		s->nstreams--;
+	if (op->mode != SOP_DISCARD && !op->quiet) {
+		atomic_fetch_sub(&s->busy, 1);
+		atomic_store(&s->active_ms, clock_ms());
+	}
 }
 
 static void remove_ctl(struct sbx *s, struct sop *op)
@@ -577,6 +581,8 @@ struct pbuf *sbx_begin(struct sbx *s, uint16_t type, struct sop *op, int *err)
 	s->nops++;
 	if (is_stream(op))
 		s->nstreams++;
+	if (op->mode != SOP_DISCARD && !op->quiet)
+		atomic_fetch_add(&s->busy, 1);
 	return b;
 }
 

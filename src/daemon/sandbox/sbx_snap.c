@@ -397,6 +397,7 @@ int sbx_fork(struct sbx_mgr *m, const char *id, unsigned count_n, struct store_s
 			snprintf(row->key_id, sizeof(row->key_id), "%s", parent.key_id);
 			snprintf(row->template, sizeof(row->template), "%s", parent.template);
 			snprintf(row->on_timeout, sizeof(row->on_timeout), "%s", parent.on_timeout);
+			row->idle_timeout_s = parent.idle_timeout_s;
 			snprintf(row->parent, sizeof(row->parent), "%s", parent.id);
 			row->vcpus = parent.vcpus;
 			row->memory_mb = parent.memory_mb;

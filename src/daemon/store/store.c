@@ -383,6 +383,10 @@ static const struct sql_migration migrations[] = {
       "ALTER TABLE reservations ADD COLUMN disk_mb INTEGER NOT NULL DEFAULT 0;",
       "ALTER TABLE nodes ADD COLUMN disk_free_mb BIGINT NOT NULL DEFAULT -1;"
       "ALTER TABLE reservations ADD COLUMN disk_mb BIGINT NOT NULL DEFAULT 0;" },
+    /* 13 -> 14: how long a sandbox may sit idle before it pauses itself
+     * (0: never). */
+    { "ALTER TABLE sandboxes ADD COLUMN idle_timeout_s INTEGER NOT NULL DEFAULT 0;",
+      "ALTER TABLE sandboxes ADD COLUMN idle_timeout_s BIGINT NOT NULL DEFAULT 0;" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -92,6 +92,7 @@ struct store_sbx {
 			      * restores it, as store_node's); "" = none */
 	char node[64];       /* the node that owns it; "" on a single host
 			      * (written by the store, not taken from here) */
+	long long idle_timeout_s; /* pauses itself after that long idle; 0 never */
 };
 
 /* Frees the strings inside (not the struct). */

@@ -30,8 +30,9 @@ static const struct table tables[] = {
 	{ "sandboxes",
 	  "id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "
 	  "expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "
-	  "key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, stored",
-	  "tttttiiiiitttitiittitiitttt", "created_at, id", 0 },
+	  "key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, stored, "
+	  "idle_timeout_s",
+	  "tttttiiiiitttitiittitiitttti", "created_at, id", 0 },
 	{ "sandbox_meta", "sbx_id, key, value", "ttt", "sbx_id, key", 0 },
 	{ "checkpoints",
 	  "id, name, account, sbx_id, template, vcpus, memory_mb, disk_mb, env, dir, size_bytes, "

@@ -36,7 +36,7 @@
 	"id, account, template, state, end_reason, vcpus, memory_mb, disk_mb, created_at, "        \
 	"expires_at, metadata, env, run_dir, qemu_pid, on_timeout, timeout_s, paused_at, parent, "  \
 	"key_id, generation, network, net_slot, public, traffic_token, secrets, transforms, "       \
-	"stored, node, node_epoch"
+	"stored, node, node_epoch, idle_timeout_s"
 
 /* What every write of a node's to a sandbox's row holds to: the row is
  * still its own, at its epoch (store_node_join). A node declared down
@@ -128,7 +128,7 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 		r = store__prep(s,
 				"INSERT INTO sandboxes (" SBX_COLS ") SELECT "
 				"?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29 "
+				"?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30 "
 				/* a node that is not fenced: its epoch still its own */
 				"WHERE ?28 = '' OR EXISTS (SELECT 1 FROM nodes WHERE name = ?28 "
 				"AND epoch = ?29 AND state != 'down')",
@@ -163,7 +163,8 @@ static int sbx_insert_tx(struct store *s, const struct store_sbx *x, const char 
 			    SQL_OK ||
 		    store__bind_text(st, 27, x->stored) != SQL_OK ||
 		    store__bind_text(st, 28, s->node) != SQL_OK ||
-		    sql_bind_int64(st, 29, s->node_epoch) != SQL_OK)
+		    sql_bind_int64(st, 29, s->node_epoch) != SQL_OK ||
+		    sql_bind_int64(st, 30, x->idle_timeout_s) != SQL_OK)
 			r = -EIO;
 		else if (!(r = store__step_done(st)) && sql_changes(s->db) == 0)
 			r = -ESTALE;
@@ -254,6 +255,7 @@ static int read_sbx(struct sql_stmt *st, struct store_sbx *x)
 	    col_unsigned(st, 19, &x->generation))
 		return -EIO;
 	x->timeout_left_s = sql_col_int64(st, 15);
+	x->idle_timeout_s = sql_col_int64(st, 29);
 	x->paused_at = sql_col_int64(st, 16);
 	x->created_at = sql_col_int64(st, 8);
 	x->expires_at = sql_col_int64(st, 9);
