@@ -4,6 +4,7 @@ network policy; run_code and its contexts (from run_code.CodeMethods)."""
 from __future__ import annotations
 
 import base64
+import codecs
 import collections
 from types import TracebackType
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Protocol,
@@ -380,6 +381,34 @@ class Sandbox(CodeMethods):
         """
         data = self._client.request("GET", self._path + "/metrics", query={"limit": limit}) or {}
         return list(data.get("metrics", []))
+
+    def get_logs(self, tail: Optional[int] = None) -> str:
+        """Its console log: what the guest kernel and cpuos's agent wrote (boot, restores, out of
+        memory kills, panics), kept 7 days after it stopped; for "why did my sandbox die".
+
+        Args:
+            tail: only the last `tail` bytes (default 64 KiB, at most 1 MiB).
+
+        Raises:
+            NotFoundError: no such sandbox, or none kept of it.
+        """
+        with self._client.open("GET", self._path + "/logs", query={"tail": tail}) as resp:
+            return resp.read().decode("utf-8", "replace")
+
+    def follow_logs(self, tail: Optional[int] = None) -> Iterator[str]:
+        """Its console log's last bytes, then what is written after, as it comes, until it has
+        stopped (or the caller stops iterating)."""
+        text = codecs.getincrementaldecoder("utf-8")("replace")
+        with self._client.open("GET", self._path + "/logs", query={"tail": tail, "follow": True},
+                               timeout=None) as resp:
+            while True:
+                chunk = resp.read1(65536)
+                if not chunk:
+                    rest = text.decode(b"", final=True)
+                    if rest:
+                        yield rest
+                    return
+                yield text.decode(chunk)
 
     def get_network(self) -> Optional[dict[str, Any]]:
         """Read the sandbox's egress network policy from the daemon (also into `network`).

@@ -341,6 +341,15 @@ export class Sandbox {
     }));
   }
 
+  /**
+   * Its console log (the guest kernel's and cpuos's agent's messages: boots, restores, out of
+   * memory kills, panics), kept 7 days after it stopped: the last `tail` bytes (default 64 KiB).
+   */
+  async getLogs(options: CallOptions & { tail?: number } = {}): Promise<string> {
+    const resp = await this.client.request("GET", this.path + "/logs", { query: { tail: options.tail }, signal: options.signal });
+    return await resp.text();
+  }
+
   /** Its egress policy as the daemon keeps it (null when the daemon runs without networks). */
   async getNetwork(options: CallOptions = {}): Promise<NetworkPolicy | null> {
     const d = await this.client.json<{ policy?: NetworkPolicy | null }>("GET", this.path + "/network", options);

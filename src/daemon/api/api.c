@@ -34,6 +34,7 @@ const struct route api_routes[] = {
 	{ "GET", "/v1/sandboxes", api_sbx_list, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/metrics", api_sbxs_metrics, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/metrics", api_sbx_metrics, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/logs", api_sbx_logs, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}", api_sbx_get, NULL, 0, 0 },
 	{ "DELETE", "/v1/sandboxes/{id}", api_sbx_kill, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/timeout", api_sbx_timeout, NULL, 0, 0 },

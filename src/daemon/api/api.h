@@ -118,6 +118,7 @@ int api_secret_delete(struct req *r);
 int api_usage(struct req *r);
 int api_metrics(struct req *r);
 int api_sbx_metrics(struct req *r);
+int api_sbx_logs(struct req *r);
 int api_sbxs_metrics(struct req *r);
 int api_templates(struct req *r);
 int api_health(struct req *r);

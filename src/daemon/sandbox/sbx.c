@@ -273,6 +273,7 @@ static int pump_ended(struct sbx *s)
 		vm_stop(vm, 0); /* QMP gone but QEMU lingers: end it */
 	enum vm_state st = vm_state(vm);
 	log_info("vm ended: %s: %s", vm_state_name(st), vm_reason(vm));
+	sbx__keep_log(m, s->id, vm_run_dir(vm));
 	vm_free(vm, 0);
 	sbx__net_down(m, slot);
 	struct sbx_facts f = { .end_reason = end_reason(st) };
@@ -404,6 +405,7 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 	if (now == SBX_PAUSED) { /* no VM: its files go */
 		struct store_sbx row;
 		if (store_sbx_get(m->store, id, &row) == 0) {
+			sbx__keep_log(m, id, row.run_dir);
 			vm_remove_files(row.run_dir);
 			store_sbx_release(&row);
 		}
@@ -414,6 +416,7 @@ int sbx_kill(struct sbx_mgr *m, const char *id, const char *reason)
 		/* A killed sandbox's disk is thrown away, so no graceful poweroff. */
 		if (vm) {
 			vm_stop(vm, 0);
+			sbx__keep_log(m, id, vm_run_dir(vm));
 			vm_free(vm, 0);
 		}
 		sbx__net_down(m, slot);
@@ -592,7 +595,8 @@ static int due(const struct sbx *s, const void *arg)
 
 /* Kills or pauses the sandboxes whose time is up, each in a thread of its
  * own: one slow stop must not hold up the others. Paused sandboxes older
- * than the retention are deleted here (quick: their files). */
+ * than the retention are deleted here (quick: their files), and, hourly,
+ * the console logs kept of stopped ones past theirs. */
 static void *expiry_main(void *arg)
 {
 	struct sbx_mgr *m = arg;
@@ -600,8 +604,13 @@ static void *expiry_main(void *arg)
 	pthread_attr_t at;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	long long next_sweep = 0;
 	for (;;) {
 		long long now = now_s();
+		if (now >= next_sweep) {
+			sbx__sweep_logs(m);
+			next_sweep = now + 3600;
+		}
 		struct sbx **v;
 		size_t n = sbx__each(m, due, &now, &v);
 		for (size_t i = 0; i < n; i++) {

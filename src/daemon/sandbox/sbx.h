@@ -337,6 +337,12 @@ struct sbx_sample {
  * their count, or -ENOENT. */
 int sbx_metrics(struct sbx_mgr *m, const char *id, const char *account, struct sbx_sample *out,
 		size_t max);
+/* Where the console log of sandbox row is (sbx_logs.c): its run
+ * directory's while it runs or is paused (1: it may grow), else the copy
+ * kept once it stopped (0: it will not; it may be gone, after SBX_LOG_KEEP_S
+ * or for a sandbox that never ran here). */
+#define SBX_LOG_KEEP_S (7 * 86400)
+int sbx_log_path(struct sbx_mgr *m, const struct store_sbx *row, char *out, size_t n);
 /* Counters for GET /metrics, since the daemon started. Latencies are sums
  * in milliseconds over the counts beside them. */
 struct sbx_stats {

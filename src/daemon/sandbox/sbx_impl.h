@@ -278,6 +278,10 @@ struct sbx *sbx__get(struct sbx_mgr *m, const char *id);
 size_t sbx__each(struct sbx_mgr *m, int (*want)(const struct sbx *s, const void *arg),
 		 const void *arg, struct sbx ***out);
 void sbx__put_all(struct sbx **v, size_t n);
+/* sbx_logs.c: moves the console log of sandbox id out of run_dir before
+ * its files go; drops kept logs older than SBX_LOG_KEEP_S. */
+void sbx__keep_log(struct sbx_mgr *m, const char *id, const char *run_dir);
+void sbx__sweep_logs(struct sbx_mgr *m);
 /* sbx_metrics.c: the sampler thread, which ends once m->quit is set. */
 int sbx__metrics_start(struct sbx_mgr *m);
 void sbx__metrics_join(struct sbx_mgr *m);

@@ -367,6 +367,13 @@ int sbx_net_counters(struct sbx_mgr *m, const char *id, struct net_counters *c)
 	return -ENOENT;
 }
 
+int sbx_log_path(struct sbx_mgr *m, const struct store_sbx *row, char *out, size_t n)
+{
+	(void)m;
+	snprintf(out, n, "%s/console.log", row->run_dir);
+	return !strcmp(row->state, "running");
+}
+
 /* No samples: the sampler is the sandbox layer's (test_sbx, e2e). */
 int sbx_metrics(struct sbx_mgr *m, const char *id, const char *account, struct sbx_sample *out,
 		size_t max)

@@ -361,6 +361,11 @@ pid_t vm_pid(const struct vm *vm)
 	return vm->pid;
 }
 
+const char *vm_run_dir(const struct vm *vm)
+{
+	return vm->run_dir;
+}
+
 int fake_vm_end(const char *run_dir, enum vm_state st)
 {
 	pthread_mutex_lock(&mu);
