@@ -6,6 +6,8 @@ import dataclasses
 import json
 import os
 import queue
+import tarfile
+import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Mapping, Optional, Union
 
@@ -130,6 +132,65 @@ class Files:
         """
         with open(local_path, "rb") as f:
             return self.write(path, f, mode=mode, user=user)
+
+    def write_archive(self, path: str, data: Body, user: Optional[str] = None) -> None:
+        """Unpack a tar archive (bytes, a binary file or an iterator of bytes, streamed) under
+        directory `path` in the sandbox, made if missing; what it unpacks belongs to `user`.
+
+        Raises:
+            BadRequestError: not an archive the sandbox's tar takes (the message says why), or
+                larger than the daemon's max_file_bytes.
+        """
+        self._client.request("PUT", self._base + "/archive", body=data,
+                             query={"path": path, "user": user})
+
+    def read_archive(self, path: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
+        """Yield a tar archive of the directory (or file) at `path`, as it is made.
+
+        Raises:
+            NotFoundError: there is nothing at `path`.
+            CpuosError: the sandbox's tar failed midway (the stream was cut).
+        """
+        with self._client.open("GET", self._base + "/archive", query={"path": path},
+                               timeout=None) as resp:
+            while True:
+                chunk = resp.read1(chunk_size)
+                if not chunk:
+                    return
+                yield chunk
+
+    def upload_dir(self, local_dir: LocalPath, path: str, user: Optional[str] = None) -> None:
+        """Copy a local directory's contents under `path` in the sandbox (one tar stream).
+
+        Raises:
+            OSError: `local_dir` cannot be read.
+            BadRequestError: as for `write_archive`.
+        """
+        with tempfile.TemporaryFile() as f:
+            with tarfile.open(fileobj=f, mode="w") as tar:
+                tar.add(os.fspath(local_dir), arcname=".")
+            f.seek(0)
+            self.write_archive(path, f, user=user)
+
+    def download_dir(self, path: str, local_dir: LocalPath) -> None:
+        """Copy the directory at `path` in the sandbox into `local_dir` (made if missing). Names
+        that would land outside it, links that point out and device files are refused (tarfile's
+        "data" filter), as they come from the sandbox.
+
+        Raises:
+            NotFoundError: there is nothing at `path`.
+            tarfile.TarError: the archive holds something the filter refuses.
+        """
+        os.makedirs(local_dir, exist_ok=True)
+        with tempfile.TemporaryFile() as f:
+            for chunk in self.read_archive(path):
+                f.write(chunk)
+            f.seek(0)
+            with tarfile.open(fileobj=f, mode="r") as tar:
+                if not hasattr(tarfile, "data_filter"):  # before 3.9.17, 3.10.12, 3.11.4
+                    raise CpuosError("download_dir needs a Python whose tarfile has filters "
+                                     "(3.9.17, 3.10.12, 3.11.4 or later)")
+                tar.extractall(os.fspath(local_dir), filter="data")
 
     def read_stream(self, path: str, chunk_size: int = CHUNK) -> Iterator[bytes]:
         """Yield the file's bytes in chunks of at most `chunk_size`.

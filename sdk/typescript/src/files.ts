@@ -91,6 +91,23 @@ export class Files {
     return entry(d ?? { path });
   }
 
+  /** Unpack a tar archive under directory `path` (made if missing), owned by `user`. */
+  async writeArchive(path: string, data: Uint8Array | ReadableStream<Uint8Array>,
+                     options: CallOptions & { user?: string } = {}): Promise<void> {
+    await this.client.json("PUT", this.path + "/archive", {
+      body: data, query: { path, user: options.user }, signal: options.signal,
+      timeoutMs: data instanceof ReadableStream ? null : undefined,
+    });
+  }
+
+  /** A tar archive of the directory (or file) at `path`, streamed as it is made. */
+  async readArchive(path: string, options: CallOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    const resp = await this.client.request("GET", this.path + "/archive", {
+      query: { path }, signal: options.signal, timeoutMs: null,
+    });
+    return resp.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
+  }
+
   /** The file as text (the default), bytes, or a stream of its bytes. */
   read(path: string, options?: CallOptions & { format?: "text" }): Promise<string>;
   read(path: string, options: CallOptions & { format: "bytes" }): Promise<Uint8Array>;

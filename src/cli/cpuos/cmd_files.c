@@ -11,20 +11,24 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char cp_usage[] =
     "usage: cpuos cp [options] LOCAL SANDBOX:/PATH\n"
-    "       cpuos cp SANDBOX:/PATH LOCAL\n"
-    "Copies a file into or out of a sandbox. LOCAL '-' is standard input or\n"
+    "       cpuos cp [-r] SANDBOX:/PATH LOCAL\n"
+    "Copies a file (with -r, a directory) into or out of a sandbox. LOCAL '-' is standard input or\n"
     "output. A PATH ending in '/' or a LOCAL directory takes the source's name.\n"
     "Missing parent directories in the sandbox are created. A local path with\n"
     "a ':' before any '/' must be written ./NAME.\n"
     "\n"
+    "  -r, --recursive         copy a directory and everything under it (as a tar\n"
+    "                          stream; the local tar packs or unpacks it)\n"
     "  -u, --user USER         owner in the sandbox: user or root (default user)\n"
     "      --mode MODE         octal mode in the sandbox (default: the local\n"
     "                          file's, 0644 for standard input)\n";
@@ -84,6 +88,152 @@ out:
 	if (fd > 0)
 		close(fd);
 	return ret;
+}
+
+/* Starts the local tar with argv, its stdin (to_tar) or stdout the other
+ * end of a pipe returned in *fd: its pid, or -1 after saying why. */
+static pid_t start_tar(char *const argv[], int to_tar, int *fd)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		cli_err("cannot make a pipe: %s", strerror(errno));
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(p[to_tar ? 0 : 1], to_tar ? 0 : 1);
+		execvp("tar", argv);
+		fprintf(stderr, "cpuos: cannot run tar: %s\n", strerror(errno));
+		_exit(127);
+	}
+	close(p[to_tar ? 0 : 1]);
+	if (pid < 0) {
+		close(p[to_tar ? 1 : 0]);
+		cli_err("cannot start tar: %s", strerror(errno));
+		return -1;
+	}
+	*fd = p[to_tar ? 1 : 0];
+	return pid;
+}
+
+/* Waits for the local tar: 0 when it succeeded, else -1 after saying so. */
+static int end_tar(pid_t pid)
+{
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	cli_err("the local tar failed (%s %d)", WIFEXITED(status) ? "status" : "signal",
+		WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+	return -1;
+}
+
+/* cp -r LOCAL SANDBOX:/PATH: LOCAL's contents into PATH (PATH/NAME for a
+ * PATH ending in '/'), made if missing. */
+static int upload_dir(struct api *a, const char *local, const char *id, const char *rpath,
+		      const char *user)
+{
+	char target[PATH_MAX + 256];
+	struct stat st;
+	if (stat(local, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		cli_err("'%s' is not a directory", local);
+		return EXIT_API;
+	}
+	if (*rpath && rpath[strlen(rpath) - 1] == '/') {
+		char copy[PATH_MAX];
+		snprintf(copy, sizeof(copy), "%s", local);
+		size_t n = strlen(copy);
+		while (n > 1 && copy[n - 1] == '/')
+			copy[--n] = '\0';
+		snprintf(target, sizeof(target), "%s%s", rpath, base_name(copy));
+		rpath = target;
+	}
+	char *argv[] = { "tar", "-C", (char *)local, "-cf", "-", ".", NULL };
+	int fd;
+	pid_t pid = start_tar(argv, 0, &fd);
+	if (pid < 0)
+		return EXIT_API;
+	struct apath p;
+	apath_init(&p, "/v1/sandboxes");
+	apath_seg(&p, id);
+	apath_add(&p, "/files/archive");
+	apath_query(&p, "path", rpath);
+	if (user)
+		apath_query(&p, "user", user);
+	int r = api_upload(a, "PUT", &p, fd, NULL);
+	close(fd);
+	int t = end_tar(pid);
+	if (r < 0) {
+		cli_api_fail(a);
+		return EXIT_API;
+	}
+	return t < 0 ? EXIT_API : 0;
+}
+
+struct untar {
+	const char *dest;
+	pid_t pid; /* 0 until the first byte */
+	int fd;
+};
+
+/* The local tar starts on the first byte (and the directory is made
+ * then), so that a refused download leaves nothing behind. */
+static int tar_sink(void *arg, const char *p, size_t n)
+{
+	struct untar *u = arg;
+	if (!u->pid) {
+		if (mkdir(u->dest, 0777) < 0 && errno != EEXIST)
+			return -errno;
+		char *argv[] = { "tar", "-C", (char *)u->dest, "-xf", "-", NULL };
+		if ((u->pid = start_tar(argv, 1, &u->fd)) < 0)
+			return -EIO;
+	}
+	while (n) {
+		ssize_t w = write(u->fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* cp -r SANDBOX:/PATH LOCAL: PATH's contents into LOCAL (LOCAL/NAME when
+ * LOCAL is a directory already), made if missing. */
+static int download_dir(struct api *a, const char *id, const char *rpath, const char *local)
+{
+	char target[PATH_MAX + 256];
+	struct stat st;
+	if (stat(local, &st) == 0 && S_ISDIR(st.st_mode)) {
+		char copy[PATH_MAX];
+		snprintf(copy, sizeof(copy), "%s", rpath);
+		size_t n = strlen(copy);
+		while (n > 1 && copy[n - 1] == '/')
+			copy[--n] = '\0';
+		const char *name = base_name(copy);
+		snprintf(target, sizeof(target), "%s/%s", local, *name ? name : "root");
+		local = target;
+	}
+	struct untar u = { .dest = local, .fd = -1 };
+	struct apath p;
+	apath_init(&p, "/v1/sandboxes");
+	apath_seg(&p, id);
+	apath_add(&p, "/files/archive");
+	apath_query(&p, "path", rpath);
+	signal(SIGPIPE, SIG_IGN); /* a tar that gave up: its error says why */
+	int r = api_download(a, &p, tar_sink, &u);
+	if (u.fd >= 0)
+		close(u.fd);
+	int t = u.pid > 0 ? end_tar(u.pid) : 0;
+	if (r < 0 && api_error(a)[0])
+		cli_api_fail(a);
+	else if (r < 0)
+		cli_err("cannot unpack into '%s': %s", local, strerror(-r));
+	return r < 0 || t < 0 ? EXIT_API : 0;
 }
 
 struct sink {
@@ -171,6 +321,7 @@ static int download(struct api *a, const char *id, const char *rpath, const char
 int cmd_cp(struct cli *c, int argc, char **argv)
 {
 	static const struct option opts[] = {
+	    {"recursive", no_argument, 0, 'r'},
 	    {"user", required_argument, 0, 'u'},
 	    {"mode", required_argument, 0, 'M'},
 	    {"help", no_argument, 0, 'h'},
@@ -178,12 +329,15 @@ int cmd_cp(struct cli *c, int argc, char **argv)
 	};
 	const char *user = NULL, *mode = NULL, *spath, *dpath;
 	char sid[256], did[256];
-	int o;
+	int o, recursive = 0;
 	struct api *a;
 
 	optind = 0;
-	while ((o = getopt_long(argc, argv, "u:h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "ru:h", opts, NULL)) != -1) {
 		switch (o) {
+		case 'r':
+			recursive = 1;
+			break;
 		case 'u':
 			user = optarg;
 			break;
@@ -209,8 +363,12 @@ int cmd_cp(struct cli *c, int argc, char **argv)
 	if (sremote == dremote)
 		return cli_usage_err("cp", "exactly one of source and destination must be "
 					   "SANDBOX:/PATH");
+	if (recursive && (!strcmp(src, "-") || !strcmp(dst, "-") || mode))
+		return cli_usage_err("cp", "-r copies directories: not '-', nor with --mode");
 	if (!(a = cli_api(c)))
 		return EXIT_API;
+	if (recursive)
+		return dremote ? upload_dir(a, src, did, dpath, user) : download_dir(a, sid, spath, dst);
 	if (dremote)
 		return upload(a, src, did, dpath, user, mode);
 	return download(a, sid, spath, dst);

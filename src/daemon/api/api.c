@@ -76,6 +76,8 @@ const struct route api_routes[] = {
 	{ "GET", "/v1/sandboxes/{id}/files/stat", api_file_stat, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/files/list", api_file_list, NULL, 0, 0 },
 	{ "GET", "/v1/sandboxes/{id}/files/watch", api_file_watch, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/files/archive", api_file_archive_get, NULL, 0, 0 },
+	{ "PUT", "/v1/sandboxes/{id}/files/archive", NULL, api_file_archive_put, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/files/mkdir", api_file_mkdir, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/files/rename", api_file_rename, NULL, 0, 0 },
 	{ NULL, NULL, NULL, NULL, 0, 0 },
@@ -671,8 +673,8 @@ static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
 			}
 			return (ssize_t)k;
 		}
-		int n = st->kind == API_STREAM_RAW ? (int)sbx_read(st->s, st->op, buf, max, 1000)
-						   : next_line(st);
+		int raw = st->kind == API_STREAM_RAW || st->kind == API_STREAM_TAR;
+		int n = raw ? (int)sbx_read(st->s, st->op, buf, max, 1000) : next_line(st);
 		if (st->kind == API_STREAM_WATCH && (n == -EPIPE || n == 0)) {
 			/* The agent's connection reset (a pause): watch again. */
 			struct sop_state ss;
@@ -689,7 +691,7 @@ static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
 		if (n == -EPIPE || n == -ENOMEM)
 			return -1; /* cut short: the client must not take it as whole */
 		if (n != -ETIMEDOUT) {
-			if (st->kind == API_STREAM_RAW || n <= 0)
+			if (raw || n <= 0)
 				return n;
 			continue;
 		}
@@ -719,9 +721,10 @@ int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, enum api_stream 
 		return reply_error(r, 500, "internal", "out of memory");
 	}
 	*st = (struct sop_stream){ .s = s, .op = op, .kind = kind, .fd = req_fd(r) };
-	return reply_stream(r, 200, kind == API_STREAM_RAW ? "application/octet-stream"
-							   : "application/x-ndjson",
-			    sop_stream_read, sop_stream_done, st);
+	const char *type = kind == API_STREAM_RAW ? "application/octet-stream"
+			   : kind == API_STREAM_TAR ? "application/x-tar"
+						    : "application/x-ndjson";
+	return reply_stream(r, 200, type, sop_stream_read, sop_stream_done, st);
 }
 
 int api_reply_watch(struct req *r, struct sbx *s, struct sop *op, const char *path, int recursive)

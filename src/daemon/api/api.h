@@ -61,8 +61,8 @@ int api_send(struct req *r, struct sbx *s, struct sop *op, const struct sbx_requ
  * call's end line. A stream the agent ends with P_ERROR is cut, so the
  * client sees it incomplete; a client that leaves ends the stream (and
  * op). */
-enum api_stream { API_STREAM_RAW, API_STREAM_EXEC, API_STREAM_ATTACH, API_STREAM_CODE,
-		  API_STREAM_WATCH };
+enum api_stream { API_STREAM_RAW, API_STREAM_TAR, API_STREAM_EXEC, API_STREAM_ATTACH,
+		  API_STREAM_CODE, API_STREAM_WATCH };
 int api_reply_sop(struct req *r, struct sbx *s, struct sop *op, enum api_stream kind);
 /* Answers 200 with a started watch's events (op, SBX_WATCH of path) as
  * NDJSON until the client leaves or the path is gone; when the sandbox
@@ -155,6 +155,8 @@ int api_code_ctx_delete(struct req *r);
 int api_file_put(struct req *r, enum up_phase phase, const char *data, size_t n);
 int api_file_get(struct req *r);
 int api_file_stat(struct req *r);
+int api_file_archive_get(struct req *r);
+int api_file_archive_put(struct req *r, enum up_phase phase, const char *data, size_t n);
 int api_file_watch(struct req *r);
 int api_file_list(struct req *r);
 int api_file_mkdir(struct req *r);

@@ -316,3 +316,146 @@ int api_file_delete(struct req *r)
 	sbx_put(s);
 	return 0;
 }
+
+/* ---- directories as tar streams: GET and PUT .../files/archive ---- */
+
+/* A download: tar in the guest writes the directory (or the file) at path
+ * to its stdout, which streams out as it comes. A tar that fails midway
+ * cuts the stream, so the client never takes a part for the whole. */
+int api_file_archive_get(struct req *r)
+{
+	const char *path = api_query_path(r, "path");
+	if (!path)
+		return 0;
+	struct sbx *s = api_sbx(r);
+	if (!s)
+		return 0;
+	/* What is there first: a missing path is a 404, which cannot be said
+	 * once a 200 went out. */
+	struct sop_state st;
+	struct sbx_request sq = { .kind = SBX_STAT, .path = path };
+	struct sop *op = path_op(r, s, &sq, &st);
+	if (op && st.end != P_OK)
+		api_agent_error(r, &st);
+	int ok = op && st.end == P_OK;
+	const struct sbx_item *it = ok ? sop_entry(op) : NULL;
+	int dir = it && (it->file.mode & 0170000) == 0040000;
+	sop_free(s, op);
+	if (!ok) {
+		sbx_put(s);
+		return 0;
+	}
+	char copy[PROTO_MAX_STR + 1], copy2[PROTO_MAX_STR + 1];
+	snprintf(copy, sizeof(copy), "%s", path);
+	snprintf(copy2, sizeof(copy2), "%s", path);
+	/* A directory's entries as ./NAME; a file as its name. */
+	const char *argv[] = { "tar", "-C", dir ? path : dirname(copy), "-cf", "-", "--",
+			       dir ? "." : basename(copy2) };
+	op = sop_new(SOP_QUEUE, 0);
+	struct sbx_request q = { .kind = SBX_EXEC, .argv = argv, .argc = 7, .user = "root" };
+	if (api_send(r, s, op, &q, "the path is too long") < 0) {
+		sop_free(s, op);
+		sbx_put(s);
+		return 0;
+	}
+	int e = api_wait(r, s, op, 1, r->api->answer_ms, &st);
+	if (e < 0 || st.end == P_ERROR) {
+		e < 0 ? api_wait_error(r, e) : api_agent_error(r, &st);
+		sop_free(s, op);
+		sbx_put(s);
+		return 0;
+	}
+	return api_reply_sop(r, s, op, API_STREAM_TAR);
+}
+
+struct unpack {
+	struct sbx *s;
+	struct sop *op;
+	char path[PROTO_MAX_STR + 1];
+	uint64_t size;
+};
+
+static void unpack_end(struct req *r, struct unpack *up)
+{
+	sop_free(up->s, up->op); /* a tar still running is killed */
+	sbx_put(up->s);
+	free(up);
+	r->stream = NULL;
+}
+
+/* An upload: the body goes to a tar in the guest that unpacks it under
+ * path (made first), as user, owning what it writes. What a hostile
+ * archive does with ".." or links is the guest's own business; tar drops
+ * leading "/" and refuses names with "..". */
+int api_file_archive_put(struct req *r, enum up_phase phase, const char *data, size_t n)
+{
+	struct unpack *up = r->stream;
+	if (phase == UP_BEGIN) {
+		int bad = 0;
+		const char *path = api_query_path(r, "path");
+		const char *user = req_query(r, "user", &bad);
+		if (!path)
+			return 0;
+		if (bad || (user && (!*user || strlen(user) > 64)))
+			return reply_error(r, 400, "bad_request", "invalid user");
+		struct sbx *s = api_sbx(r);
+		if (!s)
+			return 0;
+		up = calloc(1, sizeof(*up));
+		struct sop *op = up ? sop_new(SOP_COLLECT, 64 * 1024) : NULL;
+		const char *argv[] = { "sh", "-c",
+				       "mkdir -p -- \"$0\" && exec tar -C \"$0\" -xf - --no-same-owner "
+				       "--no-overwrite-dir",
+				       path };
+		struct sbx_request q = { .kind = SBX_EXEC, .argv = argv, .argc = 4,
+					 .user = user ? user : "user", .with_stdin = 1 };
+		if (api_send(r, s, op, &q, "the path is too long") < 0) {
+			free(up);
+			sop_free(s, op);
+			sbx_put(s);
+			return 0;
+		}
+		*up = (struct unpack){ .s = s, .op = op };
+		snprintf(up->path, sizeof(up->path), "%s", path);
+		r->stream = up;
+		return 0;
+	}
+	if (phase == UP_ABORT) {
+		unpack_end(r, up);
+		return 0;
+	}
+	int e = sbx_data(up->s, up->op, phase == UP_END ? PF_EOF : 0, data, n, r->api->answer_ms);
+	up->size += n;
+	if (e == 0 && phase == UP_DATA)
+		return 0;
+	/* The end, or tar stopped early (not an archive, no room, no right). */
+	struct sop_state st;
+	int w = api_wait(r, up->s, up->op, 0, e == 0 ? 10 * r->api->answer_ms : 5000, &st);
+	if (st.end == P_EXIT && st.exit_code == 0) {
+		/* (tar may end at the archive's end marker, before its padding) */
+		reply_json(r, 201, json_pack("{s:s,s:I}", "path", up->path, "size", (json_int_t)up->size));
+	} else if (st.end == P_EXIT) {
+		/* tar's last words, on one line: what was wrong with the archive. */
+		int cut;
+		const struct pbuf *err = sop_output(up->op, 1, &cut);
+		char msg[512];
+		size_t k = err->len < sizeof(msg) - 1 ? err->len : sizeof(msg) - 1;
+		memcpy(msg, err->data + err->len - k, k);
+		msg[k] = '\0';
+		for (char *p = msg; *p; p++)
+			if (*p == '\n' || (unsigned char)*p < 0x20)
+				*p = ' ';
+		while (k && msg[k - 1] == ' ')
+			msg[--k] = '\0';
+		reply_error(r, 422, "invalid_argument", "the archive was not unpacked%s%s",
+			    k ? ": " : "", msg);
+	} else if (st.end == P_ERROR) {
+		api_agent_error(r, &st);
+	} else if (w < 0 || e == -ETIMEDOUT) {
+		api_wait_error(r, w < 0 ? w : e);
+	} else {
+		reply_error(r, 503, "unavailable", "the sandbox did not take the archive");
+	}
+	unpack_end(r, up);
+	return 0;
+}

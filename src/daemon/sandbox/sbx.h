@@ -230,7 +230,8 @@ const char *sbx_env_json(const struct sbx *s);
  * sbx_wait and, once it ended, reads what it gathered. */
 enum sop_mode {
 	SOP_COLLECT, /* keep the tail of stdout/stderr (foreground exec) */
-	SOP_QUEUE,   /* queue P_DATA bytes for a reader (file download) */
+	SOP_QUEUE,   /* queue P_DATA bytes for a reader (file download), or an
+		      * exec's stdout (an archive); its stderr is dropped */
 	SOP_NDJSON,  /* queue output and exit as NDJSON lines (process stream, code) */
 	SOP_DISCARD, /* keep nothing but the end (a process's stdin channel) */
 };

@@ -418,7 +418,7 @@ static void on_bytes(struct sbx *s, struct sop *op, const struct proto_frame *f)
 		op->total[0] += f->len;
 	}
 	int stream = f->type == P_STDERR;
-	if (op->mode == SOP_QUEUE && f->type == P_DATA) {
+	if (op->mode == SOP_QUEUE && (f->type == P_DATA || f->type == P_STDOUT)) {
 		pbuf_append(&op->out[0], f->payload, f->len);
 		refund(s, op, cost - f->len); /* the rest as the reader takes it */
 	} else if (op->mode == SOP_NDJSON && f->type != P_DATA && f->len) {
@@ -797,8 +797,11 @@ ssize_t sbx_read(struct sbx *s, struct sop *op, void *buf, size_t n, int timeout
 	pbuf_consume(&op->out[0], k);
 	refund(s, op, k);
 	ssize_t r = (ssize_t)k;
-	/* Cut short: the client must not take an error's stream as whole. */
-	if (r == 0 && op->done && op->st.end == P_ERROR)
+	/* Cut short: the client must not take an error's stream as whole, nor
+	 * the output of a command that failed (an archive's tar). */
+	if (r == 0 && op->done &&
+	    (op->st.end == P_ERROR ||
+	     (op->st.end == P_EXIT && (op->st.exit_code != 0 || op->st.signal >= 0))))
 		r = -EPIPE;
 	pthread_mutex_unlock(&s->mu);
 	return r;
