@@ -549,11 +549,11 @@ static void *killer_main(void *arg)
 	log_set_tag("expiry");
 	char err[256];
 	if (k->idle) {
-		if (sbx_pause(m, k->id, err, sizeof(err)) == 0)
+		if (sbx__pause(m, k->id, "idle", err, sizeof(err)) == 0)
 			log_info("sandbox %s paused: idle", k->id);
 		else
 			log_warn("sandbox %s did not pause when idle: %s", k->id, err);
-	} else if (!k->pause || sbx_pause(m, k->id, err, sizeof(err)) < 0) {
+	} else if (!k->pause || sbx__pause(m, k->id, "timeout", err, sizeof(err)) < 0) {
 		if (k->pause)
 			log_warn("sandbox %s did not pause at its timeout (%s): killed", k->id, err);
 		sbx_kill(m, k->id, "timeout");
@@ -710,12 +710,15 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 		free(m);
 		return -EAGAIN;
 	}
-	if (sbx__metrics_start(m) < 0) {
+	int sampling = sbx__metrics_start(m) == 0;
+	if (!sampling || sbx__hooks_start(m) < 0) {
 		pthread_mutex_lock(&m->mu);
 		m->quit = 1;
 		pthread_cond_broadcast(&m->quit_cv);
 		pthread_mutex_unlock(&m->mu);
 		pthread_join(m->expiry, NULL);
+		if (sampling)
+			sbx__metrics_join(m);
 		free(m);
 		return -EAGAIN;
 	}
@@ -743,6 +746,7 @@ void sbx_mgr_stop(struct sbx_mgr *m)
 	sbx__blob_stop(m);
 	pthread_join(m->expiry, NULL);
 	sbx__metrics_join(m);
+	sbx__hooks_stop(m);
 	struct sbx **v;
 	size_t n = sbx__each(m, pumped, NULL, &v);
 	for (size_t i = 0; i < n; i++) {

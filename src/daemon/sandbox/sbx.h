@@ -344,6 +344,10 @@ int sbx_metrics(struct sbx_mgr *m, const char *id, const char *account, struct s
  * or for a sandbox that never ran here). */
 #define SBX_LOG_KEEP_S (7 * 86400)
 int sbx_log_path(struct sbx_mgr *m, const struct store_sbx *row, char *out, size_t n);
+/* Lifecycle events are kept this long, webhooks' delivery attempts too. */
+#define SBX_EVENT_KEEP_S (7 * 86400)
+/* The webhooks changed (one was added): deliveries look again now. */
+void sbx_hooks_changed(struct sbx_mgr *m);
 /* Counters for GET /metrics, since the daemon started. Latencies are sums
  * in milliseconds over the counts beside them. */
 struct sbx_stats {

@@ -152,6 +152,7 @@ struct sbx_mgr {
 	unsigned nsbx;
 	pthread_t expiry;
 	pthread_t sampler; /* sbx_metrics.c */
+	struct hooks *hooks; /* sbx_hooks.c */
 	int quit;
 	pthread_cond_t quit_cv;
 	int killers; /* expiry kill threads alive */
@@ -214,6 +215,10 @@ struct sbx_facts {
 	int net_slot;
 	const char *end_reason;
 	long long storage_bytes; /* paused: bytes kept, for usage */
+	/* The lifecycle event (store_event) the transition records, where the
+	 * table alone does not say: a snapshot's "forked" or "checkpointed",
+	 * and why ("idle", "timeout"); NULL: the table's, no cause. */
+	const char *event, *cause;
 };
 /* Starts a transition: waits up to timeout_ms for s to be stable and
  * unheld, then takes event ev into the transitional state the table gives,
@@ -221,6 +226,9 @@ struct sbx_facts {
  * (still moving); -EPERM when ev does not apply to the state s settled in
  * (*now, which may be NULL, says which). */
 int sbx__begin(struct sbx *s, enum sbx_event ev, int timeout_ms, enum sbx_state *now);
+/* sbx_pause with the cause its "paused" event records ("api", "timeout",
+ * "idle"). */
+int sbx__pause(struct sbx_mgr *m, const char *id, const char *cause, char *err, size_t errlen);
 /* Ends the caller's transition of s with ev: the table's next state, after
  * the one store write it names (f: its facts). A state of stopped or lost
  * takes s out of the manager's table. 0; -EPERM (no such transition: a
@@ -278,6 +286,11 @@ struct sbx *sbx__get(struct sbx_mgr *m, const char *id);
 size_t sbx__each(struct sbx_mgr *m, int (*want)(const struct sbx *s, const void *arg),
 		 const void *arg, struct sbx ***out);
 void sbx__put_all(struct sbx **v, size_t n);
+/* sbx_hooks.c: the webhook deliveries' thread; wake: an event was
+ * recorded (NULL hooks: nothing). */
+int sbx__hooks_start(struct sbx_mgr *m);
+void sbx__hooks_stop(struct sbx_mgr *m);
+void sbx__hooks_wake(struct sbx_mgr *m);
 /* sbx_logs.c: moves the console log of sandbox id out of run_dir before
  * its files go; drops kept logs older than SBX_LOG_KEEP_S. */
 void sbx__keep_log(struct sbx_mgr *m, const char *id, const char *run_dir);

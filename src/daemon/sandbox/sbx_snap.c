@@ -107,6 +107,11 @@ static int start(struct sbx *s, enum sbx_event ev, enum sbx_state want, char *er
 
 int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 {
+	return sbx__pause(m, id, "api", err, errlen);
+}
+
+int sbx__pause(struct sbx_mgr *m, const char *id, const char *cause, char *err, size_t errlen)
+{
 	struct sbx *s;
 	int r = object(m, id, &s, err, errlen);
 	if (r < 0)
@@ -156,7 +161,7 @@ int sbx_pause(struct sbx_mgr *m, const char *id, char *err, size_t errlen)
 		crash_point("pause.before_store");
 		long long now = now_s();
 		struct sbx_facts f = { .paused_at = now, .timeout_left_s = left > 0 ? left : 0,
-				       .storage_bytes = sbx__paused_bytes(row.run_dir) };
+				       .storage_bytes = sbx__paused_bytes(row.run_dir), .cause = cause };
 		pthread_mutex_lock(&m->mu);
 		s->paused_at = now;
 		pthread_mutex_unlock(&m->mu);
@@ -289,7 +294,8 @@ static int snapshot(struct sbx_mgr *m, const char *id, const char *dir, int seal
 		if (r < 0)
 			store_sbx_release(row);
 	}
-	sbx__fire(s, SBX_EV_DONE, NULL, 0, e2, sizeof(e2));
+	struct sbx_facts f = { .event = r < 0 ? NULL : sealed ? "checkpointed" : "forked" };
+	sbx__fire(s, SBX_EV_DONE, &f, 0, e2, sizeof(e2));
 	sbx_put(s);
 	return r;
 }

@@ -151,6 +151,37 @@ static int write_move(struct sbx *s, const struct sbx_transition *t, const struc
 	return store_sbx_move(m->store, &mv);
 }
 
+/* The lifecycle event a transition to a stable state is (docs/api.md,
+ * Events), with its cause: 0 when it is none (a daemon's own restart,
+ * a failed transition, a move between nodes). */
+static int life_event(const struct sbx_transition *t, const struct sbx_facts *f,
+		      struct store_event *e)
+{
+	const char *type = NULL, *cause = f ? f->cause : NULL;
+	const char *why = f && f->end_reason ? f->end_reason : "";
+	switch (t->ev) {
+	case SBX_EV_STARTED: type = "created"; break;
+	case SBX_EV_PAUSED: type = "paused"; break;
+	case SBX_EV_RESUMED: type = "resumed"; break;
+	case SBX_EV_DONE: type = f ? f->event : NULL; break;
+	case SBX_EV_LOST: type = "lost"; cause = why; break;
+	case SBX_EV_STOPPED:
+		/* killed (the API; retention), its timeout, or its VM ended
+		 * by itself (poweroff, panic, crashed) */
+		type = !strcmp(why, "timeout") ? "timeout"
+		       : !strcmp(why, "killed") || !strcmp(why, "retention") ? "killed"
+		       : !strcmp(why, "lost") || !strcmp(why, "node_lost") ? "lost" : "stopped";
+		cause = !strcmp(why, "killed") ? "api" : why;
+		break;
+	default: break;
+	}
+	if (!type)
+		return 0;
+	snprintf(e->type, sizeof(e->type), "%s", type);
+	snprintf(e->cause, sizeof(e->cause), "%s", cause ? cause : "");
+	return 1;
+}
+
 int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int flags, char *err,
 	      size_t errlen)
 {
@@ -194,6 +225,15 @@ int sbx__fire(struct sbx *s, enum sbx_event ev, const struct sbx_facts *f, int f
 	int gone = t->to == SBX_STOPPED || t->to == SBX_LOST || t->to == SBX_MOVED;
 	pthread_cond_broadcast(&m->state_cv);
 	pthread_mutex_unlock(&m->mu);
+	struct store_event e = { .at_ms = (long long)(clock_realtime_ns() / 1000000) };
+	if ((r == 0 || (flags & SBX_FIRE_FORCE)) && life_event(t, f, &e)) {
+		snprintf(e.account, sizeof(e.account), "%s", s->account);
+		snprintf(e.sbx_id, sizeof(e.sbx_id), "%s", s->id);
+		if (store_event_add(m->store, &e) < 0)
+			log_warn("sandbox %s: cannot record its '%s' event", s->id, e.type);
+		else
+			sbx__hooks_wake(m);
+	}
 	if (gone)
 		sbx__forget(s);
 	return r;

@@ -425,8 +425,58 @@ int store_reserve(struct store *s, const struct store_rsv *x, const struct store
 int store_unreserve(struct store *s, const char *id);
 
 /* ---- a whole store into another ---- */
+/* ---- lifecycle events and webhooks (store_events.c) ---- */
+struct store_event {
+	long long seq;   /* set by the store, increasing */
+	long long at_ms; /* unix ms */
+	char account[128];
+	char sbx_id[32];
+	char type[16];   /* created, paused, resumed, forked, checkpointed, timeout,
+			  * killed, stopped, lost */
+	char cause[32];  /* why, where there is more to say ("idle", "panic"); may be "" */
+};
+/* Records e (its seq ignored) as this store's node's: 0, -EINVAL, -EIO. */
+int store_event_add(struct store *s, const struct store_event *e);
+/* Events after seq `after` of account and sandbox (NULL: any), oldest first,
+ * at most limit (1..1000); *out malloc'd. */
+int store_event_list(struct store *s, const char *account, const char *sbx_id, long long after,
+		     size_t limit, struct store_event **out, size_t *n);
+/* Drops events and delivery attempts from before before_ms. */
+int store_event_prune(struct store *s, long long before_ms);
+
+struct store_webhook {
+	char id[32];      /* "whk_" + 16 hex */
+	char account[128];
+	char url[1024];
+	char types[512];  /* a JSON array of event types; [] for every one */
+	char secret[80];  /* HMAC-SHA256 key of its signatures */
+	long long created_ms;
+};
+int store_webhook_add(struct store *s, const struct store_webhook *w);
+/* Webhooks of account (NULL: every one), oldest first; *out malloc'd. */
+int store_webhook_list(struct store *s, const char *account, struct store_webhook **out, size_t *n);
+/* 0, or -ENOENT. Its cursors and delivery log go with it. */
+int store_webhook_delete(struct store *s, const char *id);
+/* What this node has yet to deliver to w: its events of w's account since
+ * w was made, past its cursor, oldest first, at most limit; *out malloc'd. */
+int store_webhook_pending(struct store *s, const struct store_webhook *w, size_t limit,
+			  struct store_event **out, size_t *n);
+/* Logs attempt (from 1; 0: none, an event it does not want, not logged) to
+ * deliver event seq to webhook id (status: the HTTP status, 0 when there
+ * was none, error the reason); a 2xx moves this node's cursor past seq. */
+int store_webhook_done(struct store *s, const char *id, long long seq, int attempt, int status,
+		       const char *error, long long at_ms);
+struct store_delivery {
+	long long event_seq, at_ms;
+	int attempt, status;
+	char error[256];
+};
+/* The newest attempts to deliver to webhook id, at most limit (1..1000). */
+int store_delivery_list(struct store *s, const char *id, size_t limit, struct store_delivery **out,
+			size_t *n);
+
 struct store_copied {
-	long long accounts, keys, sandboxes, checkpoints, usage_events, secrets;
+	long long accounts, keys, sandboxes, checkpoints, usage_events, secrets, webhooks;
 };
 /* Copies every row of from into to, which must hold nothing yet (-EEXIST),
  * in one transaction on each (a daemon writing to from waits meanwhile):

@@ -43,6 +43,9 @@ static const struct table tables[] = {
 	  "ittttiiii", "seq", 0 },
 	{ "secrets", "account, name, value, hosts, placeholder, allow_http, created_at, updated_at, sealed",
 	  "tttttiiii", "account, name", 0 },
+	/* Webhooks, not the events: a week of history the next daemon starts
+	 * without (their deliveries begin again at its first event). */
+	{ "webhooks", "id, account, url, types, secret, created_ms", "ttttti", "created_ms, id", 0 },
 };
 
 /* Copies table t's rows from one connection to the other: how many, or
@@ -173,6 +176,7 @@ int store_copy(struct store *from, struct store *to, const char *node, struct st
 		out->checkpoints = counts[4];
 		out->usage_events = counts[6];
 		out->secrets = counts[7];
+		out->webhooks = counts[8];
 	}
 	return r;
 }

@@ -374,6 +374,11 @@ int sbx_log_path(struct sbx_mgr *m, const struct store_sbx *row, char *out, size
 	return !strcmp(row->state, "running");
 }
 
+void sbx_hooks_changed(struct sbx_mgr *m)
+{
+	(void)m;
+}
+
 /* No samples: the sampler is the sandbox layer's (test_sbx, e2e). */
 int sbx_metrics(struct sbx_mgr *m, const char *id, const char *account, struct sbx_sample *out,
 		size_t max)

@@ -131,7 +131,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "14"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "15"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -154,11 +154,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 15", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 16", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 15") != NULL);
+	CHECK(strstr(err, "schema version 16") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1038,7 +1038,7 @@ static void test_pg_schema_and_reopen(void)
 	char v[64], err[256];
 	CHECK(raw_query(t.path, "SELECT version FROM cpuos_schema WHERE program = 'cpuosd'", v,
 			sizeof(v)) == 0 &&
-	      !strcmp(v, "14"));
+	      !strcmp(v, "15"));
 	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, "{}") == 0);
 	store_close(t.s);
 	t.s = NULL;
@@ -1048,10 +1048,10 @@ static void test_pg_schema_and_reopen(void)
 	store_sbx_release(&x);
 	store_close(t.s);
 	t.s = NULL;
-	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 15", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 16", v, sizeof(v)) == 0);
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 15") != NULL);
+	CHECK(strstr(err, "schema version 16") != NULL);
 	tdb_remove(&t);
 }
 

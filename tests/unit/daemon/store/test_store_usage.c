@@ -447,7 +447,7 @@ static void test_migration_v1(void)
 		tdb_remove(&t);
 		return;
 	}
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "14"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "15"));
 	/* 4 -> 5: old sandboxes hold no secrets; the table is there, empty */
 	CHECK(raw_text(t.path, "SELECT secrets FROM sandboxes WHERE id = 'sbx_00000000000000b1'", v,
 		       sizeof(v)) == 0 && !strcmp(v, "[]"));
@@ -516,7 +516,7 @@ static void test_migration_v1(void)
 	store_close(t.s);
 	t.s = NULL;
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == 0);
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "14"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "15"));
 	/* 7 -> 8: no pause of before is in an object store */
 	CHECK(raw_text(t.path, "SELECT stored FROM sandboxes WHERE id = 'sbx_00000000000000b1'", v,
 		       sizeof(v)) == 0 && !strcmp(v, ""));
@@ -525,6 +525,86 @@ static void test_migration_v1(void)
 		       sizeof(v)) == 0 && !strcmp(v, "0"));
 	CHECK(raw_text(t.path, "SELECT count(*) FROM checkpoint_trash", v, sizeof(v)) == 0 &&
 	      !strcmp(v, "0"));
+	tdb_remove(&t);
+}
+
+/* ---- lifecycle events and webhooks ---- */
+
+static struct store_event life(const char *account, const char *sbx, const char *type, long long at)
+{
+	struct store_event e = { .at_ms = at };
+	snprintf(e.account, sizeof(e.account), "%s", account);
+	snprintf(e.sbx_id, sizeof(e.sbx_id), "%s", sbx);
+	snprintf(e.type, sizeof(e.type), "%s", type);
+	return e;
+}
+
+/* Events list by account, sandbox and seq; a webhook gets its account's
+ * events from its making on, its cursor moves on a 2xx only, an attempt 0
+ * is not logged; pruning drops old events and attempts. */
+static void test_events_and_webhooks(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	struct store_event e = life("alice", "sbx_1", "created", 1000);
+	CHECK(store_event_add(t.s, &e) == 0);
+	struct store_webhook w = { .created_ms = 1500 };
+	snprintf(w.id, sizeof(w.id), "whk_1");
+	snprintf(w.account, sizeof(w.account), "alice");
+	snprintf(w.url, sizeof(w.url), "http://127.0.0.1:9/");
+	snprintf(w.types, sizeof(w.types), "[]");
+	snprintf(w.secret, sizeof(w.secret), "whsec_0123456789abcdef");
+	CHECK(store_webhook_add(t.s, &w) == 0);
+	CHECK(store_webhook_add(t.s, &w) == -EEXIST);
+	const char *seq[][3] = { { "alice", "sbx_1", "paused" }, { "bob", "sbx_2", "created" },
+				 { "alice", "sbx_1", "resumed" } };
+	for (int i = 0; i < 3; i++) {
+		e = life(seq[i][0], seq[i][1], seq[i][2], 2000 + i);
+		CHECK(store_event_add(t.s, &e) == 0);
+	}
+	e = life("alice", "", "created", 1);
+	CHECK(store_event_add(t.s, &e) == -EINVAL);
+	struct store_event *v;
+	size_t n;
+	CHECK(store_event_list(t.s, "alice", NULL, 0, 100, &v, &n) == 0 && n == 3 &&
+	      !strcmp(v[0].type, "created") && !strcmp(v[2].type, "resumed") && v[0].seq < v[1].seq);
+	long long second = n == 3 ? v[1].seq : 0;
+	free(v);
+	CHECK(store_event_list(t.s, NULL, "sbx_2", 0, 100, &v, &n) == 0 && n == 1);
+	free(v);
+	CHECK(store_event_list(t.s, "alice", NULL, second, 100, &v, &n) == 0 && n == 1);
+	free(v);
+	CHECK(store_event_list(t.s, NULL, NULL, 0, 0, &v, &n) == -EINVAL);
+	/* The webhook: alice's two events after its making (not "created"). */
+	CHECK(store_webhook_pending(t.s, &w, 10, &v, &n) == 0 && n == 2 && !strcmp(v[0].type, "paused"));
+	long long first = n ? v[0].seq : 0, last = n == 2 ? v[1].seq : 0;
+	free(v);
+	CHECK(store_webhook_done(t.s, "whk_1", first, 1, 0, "Connection refused", 2100) == 0);
+	CHECK(store_webhook_pending(t.s, &w, 10, &v, &n) == 0 && n == 2); /* not moved */
+	free(v);
+	CHECK(store_webhook_done(t.s, "whk_1", first, 2, 204, "", 2200) == 0);
+	CHECK(store_webhook_done(t.s, "whk_1", last, 0, 200, "", 2300) == 0); /* skipped */
+	CHECK(store_webhook_pending(t.s, &w, 10, &v, &n) == 0 && n == 0);
+	free(v);
+	struct store_delivery *d;
+	CHECK(store_delivery_list(t.s, "whk_1", 10, &d, &n) == 0 && n == 2 && d[0].status == 204 &&
+	      d[1].status == 0 && !strcmp(d[1].error, "Connection refused"));
+	free(d);
+	struct store_webhook *ws;
+	CHECK(store_webhook_list(t.s, "alice", &ws, &n) == 0 && n == 1 && !strcmp(ws[0].secret, w.secret));
+	free(ws);
+	CHECK(store_webhook_list(t.s, "bob", &ws, &n) == 0 && n == 0);
+	free(ws);
+	CHECK(store_event_prune(t.s, 2001) == 0);
+	CHECK(store_event_list(t.s, NULL, NULL, 0, 100, &v, &n) == 0 && n == 2);
+	free(v);
+	CHECK(store_delivery_list(t.s, "whk_1", 10, &d, &n) == 0 && n == 2); /* at 2100, 2200 */
+	free(d);
+	CHECK(store_webhook_delete(t.s, "whk_1") == 0);
+	CHECK(store_webhook_delete(t.s, "whk_1") == -ENOENT);
+	CHECK(store_delivery_list(t.s, "whk_1", 10, &d, &n) == 0 && n == 0);
+	free(d);
 	tdb_remove(&t);
 }
 
@@ -540,6 +620,7 @@ ON_PG(test_usage_open_interval)
 ON_PG(test_usage_bad_args)
 ON_PG(test_count_by_state)
 ON_PG(test_key_lookup_id)
+ON_PG(test_events_and_webhooks)
 
 int main(int argc, char **argv)
 {
@@ -551,12 +632,14 @@ int main(int argc, char **argv)
 	    {"usage_count_by_state", test_count_by_state},
 	    {"usage_key_lookup_id", test_key_lookup_id},
 	    {"usage_migration_v1", test_migration_v1},
+	    {"usage_events_and_webhooks", test_events_and_webhooks},
 	    {"pg_usage_whole", pg_test_usage_whole},
 	    {"pg_usage_clipping", pg_test_usage_clipping},
 	    {"pg_usage_open_interval", pg_test_usage_open_interval},
 	    {"pg_usage_bad_args", pg_test_usage_bad_args},
 	    {"pg_usage_count_by_state", pg_test_count_by_state},
 	    {"pg_usage_key_lookup_id", pg_test_key_lookup_id},
+	    {"pg_usage_events_and_webhooks", pg_test_events_and_webhooks},
 	    {0, 0},
 	};
 	char dir[] = "/tmp/cpuos-test-usage-pg-XXXXXX";
