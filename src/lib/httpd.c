@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -195,6 +196,74 @@ int httpd_reply_stream(struct httpd_req *r, unsigned status, const char *content
 	return queue(r, status, resp, content_type);
 }
 
+/* An upgraded connection's session, run in a thread of its own. */
+struct upgrade {
+	httpd_session_fn session;
+	void (*drop)(void *arg);
+	void *arg;
+	int fd;
+	char *extra;
+	size_t nextra;
+	struct MHD_UpgradeResponseHandle *urh;
+};
+
+static void *upgrade_main(void *p)
+{
+	struct upgrade *u = p;
+	u->session(u->arg, u->fd, u->extra, u->nextra);
+	MHD_upgrade_action(u->urh, MHD_UPGRADE_ACTION_CLOSE);
+	free(u->extra);
+	free(u);
+	return NULL;
+}
+
+static void on_upgrade(void *cls, struct MHD_Connection *con, void *req_cls, const char *extra_in,
+		       size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+	(void)con;
+	(void)req_cls;
+	struct upgrade *u = cls;
+	u->fd = sock;
+	u->urh = urh;
+	u->extra = extra_in_size ? malloc(extra_in_size) : NULL;
+	if (u->extra) {
+		memcpy(u->extra, extra_in, extra_in_size);
+		u->nextra = extra_in_size;
+	}
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if ((extra_in_size && !u->extra) || pthread_create(&t, &at, upgrade_main, u) != 0) {
+		if (u->drop)
+			u->drop(u->arg);
+		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+		free(u->extra);
+		free(u);
+	}
+	pthread_attr_destroy(&at);
+}
+
+int httpd_reply_upgrade(struct httpd_req *r, const char *const *headers, httpd_session_fn session,
+			void (*drop)(void *arg), void *arg)
+{
+	struct upgrade *u = calloc(1, sizeof(*u));
+	struct MHD_Response *resp = u ? MHD_create_response_for_upgrade(on_upgrade, u) : NULL;
+	if (!resp) {
+		free(u);
+		if (drop)
+			drop(arg);
+		return httpd_refuse(r, HTTPD_INTERNAL, 500, "out of memory");
+	}
+	*u = (struct upgrade){ .session = session, .drop = drop, .arg = arg, .fd = -1 };
+	for (size_t i = 0; headers && headers[i]; i += 2)
+		MHD_add_response_header(resp, headers[i], headers[i + 1]);
+	/* MHD owns u from here: on_upgrade runs once the 101 is sent (or the
+	 * connection ends first, and u is lost with it: a rare leak MHD's
+	 * interface leaves no hook for). */
+	return queue(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL);
+}
+
 struct fd_reply {
 	int fd;	  /* what the answer is read from */
 	int conn; /* the client's connection */
@@ -341,6 +410,17 @@ static int authenticate(const struct httpd_config *cf, struct httpd_req *r,
 	if (r->local || (rt && rt->flags & (HTTPD_OPEN | HTTPD_CLUSTER)))
 		return 0;
 	const char *auth = httpd_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *token = !auth && rt && rt->flags & HTTPD_QUERY_KEY
+				    ? MHD_lookup_connection_value(r->con, MHD_GET_ARGUMENT_KIND,
+								  "access_token")
+				    : NULL;
+	if (token && *token) {
+		if (!cf->ops->auth || cf->ops->auth(r, token) < 0) {
+			httpd_refuse(r, HTTPD_BAD_KEY, 401, "invalid API key");
+			return -1;
+		}
+		return 0;
+	}
 	if (!auth || strncmp(auth, "Bearer ", 7) || !auth[7]) {
 		httpd_refuse(r, HTTPD_NO_KEY, 401, "missing API key (Authorization: Bearer %s)",
 			     cf->key_form);
@@ -554,7 +634,7 @@ static struct MHD_Daemon *start_mhd(struct httpd *h, int fd, int tcp)
 	const struct httpd_config *c = h->c;
 	unsigned per_ip = tcp ? c->max_conns_per_ip : 0;
 	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
-					MHD_USE_ERROR_LOG,
+					MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE,
 				0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 				MHD_OPTION_CONNECTION_LIMIT, c->max_conns,

@@ -32,6 +32,9 @@ struct httpd;
 /* No key needed: on the Unix socket, or on TCP behind a gate (gate_value;
  * the secret is the authority); elsewhere no such route (404). */
 #define HTTPD_CLUSTER 16u
+/* The key may come as the query parameter access_token instead of the
+ * header: for browsers' WebSockets, which cannot send headers. */
+#define HTTPD_QUERY_KEY 32u
 
 struct httpd_req;
 typedef int (*httpd_handler)(struct httpd_req *r);
@@ -128,6 +131,11 @@ struct httpd_req {
 	int status;                        /* the status answered, 0 before */
 };
 
+/* An upgraded connection (a WebSocket): its socket, and the bytes the
+ * client sent past its request that were read already. Returns when done;
+ * the socket is closed after. */
+typedef void (*httpd_session_fn)(void *arg, int fd, const char *extra, size_t n);
+
 /* Listens where c says and serves: 0 with the server in *out, or -errno
  * with a reason in err. c is copied; what it points to (routes, ops,
  * codes, arg) must outlive the server. */
@@ -138,6 +146,11 @@ void httpd_stop(struct httpd *h);
 
 /* Answers: each queues one answer on r and returns 0 (or -errno when
  * nothing could be queued). */
+/* 101 Switching Protocols with headers (name, value pairs, NULL ended),
+ * then session(arg, ...) in a thread of its own once the connection is
+ * the program's; drop(arg) (may be NULL) when it cannot start. */
+int httpd_reply_upgrade(struct httpd_req *r, const char *const *headers, httpd_session_fn session,
+			void (*drop)(void *arg), void *arg);
 int httpd_reply_json(struct httpd_req *r, unsigned status, json_t *body); /* steals body */
 int httpd_reply_error(struct httpd_req *r, unsigned status, const char *type, const char *code,
 		      const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -4,6 +4,7 @@ keystrokes and resizes, gives bytes unchanged, and lives through a pause and res
 with its recent output replayed on reattach; bad sizes and misuse are clear errors."""
 
 import base64
+import hashlib
 import json
 import os
 import shlex
@@ -218,3 +219,86 @@ def test_pty_stream_lines_are_base64(daemon, term_sbx):
     assert lines[-1]["type"] == "exit" and lines[-1]["exit_code"] == 0
     data = b"".join(base64.b64decode(x["data_base64"]) for x in lines if x["type"] == "pty")
     assert data == b"\x1b[1mhi\r\n" and all(x["type"] in ("pty", "exit") for x in lines)
+
+
+# ---- WebSocket (a browser's way: xterm.js attaches to it) ----
+
+WS_CLIENT = r"""
+// node --experimental-websocket: the WebSocket browsers have (undici's).
+const [url] = process.argv.slice(2);
+const ws = new WebSocket(url);
+ws.binaryType = "arraybuffer";
+let out = "", typed = false, exit = null;
+const done = (why) => { console.log(JSON.stringify({ out, exit, why })); process.exit(0); };
+setTimeout(() => done("timeout"), 60000);
+ws.onmessage = (m) => {
+  if (typeof m.data === "string") { exit = JSON.parse(m.data); return; }
+  out += Buffer.from(m.data).toString("latin1");
+  if (!typed && out.includes("ready")) { typed = true; ws.send("hi\r"); }
+};
+ws.onclose = (e) => done(`close ${e.code}`);
+ws.onerror = () => done("error");
+"""
+
+
+def test_pty_over_a_websocket(daemon, term_sbx, tmp_path):
+    path = f"/v1/sandboxes/{term_sbx.id}"
+    r = daemon.http("POST", path + "/exec", {"cmd": "printf '\\377'; echo ready; read x; echo got-$x; exit 7",
+                                              "background": True, "pty": {"rows": 24, "cols": 80}},
+                    key=daemon.key_a)
+    assert r.status == 201, r
+    pid = r.json()["pid"]
+    script = tmp_path / "ws.mjs"
+    script.write_text(WS_CLIENT)
+    url = f"{daemon.url.replace('http://', 'ws://')}{path}/processes/{pid}/ws?access_token={daemon.key_a}"
+    res = subprocess.run(["node", "--experimental-websocket", str(script), url], capture_output=True,
+                         text=True, timeout=120)
+    got = json.loads(res.stdout.strip().splitlines()[-1]) if res.stdout.strip() else res.stderr
+    assert got["why"] == "close 1000", got
+    assert "\xff" in got["out"] and "got-hi" in got["out"], got  # bytes as the terminal wrote them
+    assert got["exit"] == {"type": "exit", "exit_code": 7, "signal": None, "timed_out": False}, got
+
+
+def test_websocket_refusals(daemon, term_sbx):
+    import base64 as b64
+    import socket as sk
+    import urllib.parse as up
+    path = f"/v1/sandboxes/{term_sbx.id}"
+    r = daemon.http("POST", path + "/exec", {"cmd": "sleep 120", "background": True,
+                                              "pty": {"rows": 24, "cols": 80}}, key=daemon.key_a)
+    pid = r.json()["pid"]
+    # Not a handshake; a wrong key in the query; another account's key; no such process.
+    r = daemon.http("GET", f"{path}/processes/{pid}/ws", key=daemon.key_a)
+    assert r.status == 400 and "WebSocket" in r.json()["error"]["message"], r
+    hs = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+          "Sec-WebSocket-Key": b64.b64encode(b"0123456789abcdef").decode()}
+    assert daemon.http("GET", f"{path}/processes/{pid}/ws?access_token=cpk_nope", headers=hs).status == 401
+    assert daemon.http("GET", f"{path}/processes/{pid}/ws", headers=hs, key=daemon.key_b).status == 404
+    assert daemon.http("GET", f"{path}/processes/999999/ws", headers=hs, key=daemon.key_a).status == 404
+    # A client frame without a mask breaks the protocol: the server closes with 1002.
+    u = up.urlsplit(daemon.url)
+    s = sk.create_connection((u.hostname, u.port), timeout=30)
+    req = (f"GET {path}/processes/{pid}/ws?access_token={daemon.key_a} HTTP/1.1\r\nHost: x\r\n" +
+           "".join(f"{k}: {v}\r\n" for k, v in hs.items()) + "\r\n")
+    s.sendall(req.encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    expect = b64.b64encode(hashlib.sha1(hs["Sec-WebSocket-Key"].encode() +
+                                        b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    assert b"Sec-WebSocket-Accept: " + expect in head and b"Connection: Upgrade\r\n" in head, head
+    s.sendall(bytes([0x82, 3]) + b"abc")  # binary, unmasked
+    data = head.split(b"\r\n\r\n", 1)[1]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if 0x88 in data and len(data) >= data.index(0x88) + 4:
+            break
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    i = data.index(0x88)
+    assert int.from_bytes(data[i + 2:i + 4], "big") == 1002, data[i:]
+    s.close()
+    daemon.http("DELETE", f"{path}/processes/{pid}", key=daemon.key_a)

@@ -69,6 +69,7 @@ const struct route api_routes[] = {
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", NULL, api_proc_stdin, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/signal", api_proc_signal, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/resize", api_proc_resize, NULL, 0, 0 },
+	{ "GET", "/v1/sandboxes/{id}/processes/{pid}/ws", api_proc_ws, NULL, ROUTE_QUERY_KEY, 0 },
 	{ "POST", "/v1/sandboxes/{id}/processes/{pid}/wait", api_proc_wait, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/code", api_code_run, NULL, 0, 0 },
 	{ "POST", "/v1/sandboxes/{id}/code/contexts", api_code_ctx_create, NULL, 0, 0 },

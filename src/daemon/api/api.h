@@ -147,6 +147,7 @@ int api_proc_stream(struct req *r);
 int api_proc_stdin(struct req *r, enum up_phase phase, const char *data, size_t n);
 int api_proc_signal(struct req *r);
 int api_proc_resize(struct req *r);
+int api_proc_ws(struct req *r);
 int api_proc_wait(struct req *r);
 int api_proc_kill(struct req *r);
 

@@ -81,6 +81,18 @@ int reply_stream(struct req *r, unsigned status, const char *content_type,
 	return httpd_reply_stream(r->http, status, content_type, read, done, arg);
 }
 
+int reply_upgrade(struct req *r, const char *const *headers,
+		  void (*session)(void *arg, int fd, const char *extra, size_t n),
+		  void (*drop)(void *arg), void *arg)
+{
+	return httpd_reply_upgrade(r->http, headers, session, drop, arg);
+}
+
+const char *req_header(struct req *r, const char *name)
+{
+	return httpd_header(r->http, name);
+}
+
 int req_fd(struct req *r)
 {
 	return httpd_fd(r->http);
@@ -200,7 +212,9 @@ int http_start(const struct api_ctx *api, const char *tcp, const char *unix_path
 		h->routes[i] = (struct httpd_route){
 			.method = rt->method,
 			.path = rt->path,
-			.flags = (rt->open ? HTTPD_OPEN : 0) | (rt->admin_only == 1 ? HTTPD_LOCAL : 0) |
+			.flags = (rt->open == 1 ? HTTPD_OPEN : 0) |
+				 (rt->open == ROUTE_QUERY_KEY ? HTTPD_QUERY_KEY : 0) |
+				 (rt->admin_only == 1 ? HTTPD_LOCAL : 0) |
 				 (rt->admin_only == ROUTE_INTERNAL ? HTTPD_CLUSTER : 0) |
 				 (rt->upload ? HTTPD_UPLOAD : 0),
 			.data = rt,

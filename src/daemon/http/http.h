@@ -70,14 +70,17 @@ typedef int (*http_handler)(struct req *r);
 enum up_phase { UP_BEGIN, UP_DATA, UP_END, UP_ABORT };
 typedef int (*http_upload)(struct req *r, enum up_phase phase, const char *data, size_t n);
 
-#define ROUTE_INTERNAL 2 /* a route's admin_only: for the cluster's own calls */
+#define ROUTE_INTERNAL 2
+#define ROUTE_QUERY_KEY 2 /* a route's open */ /* a route's admin_only: for the cluster's own calls */
 
 struct route {
 	const char *method;
 	const char *path; /* "/v1/sandboxes/{id}/files"; {id} and {pid} captured */
 	http_handler handler;
 	http_upload upload; /* instead of a JSON body */
-	int open;           /* no key needed */
+	int open;           /* no key needed; ROUTE_QUERY_KEY: a key, which may
+			     * come as ?access_token= (a browser's WebSocket
+			     * cannot send headers) */
 	int admin_only;     /* Unix socket only (else 404); ROUTE_INTERNAL: or behind
 			     * the cluster secret, with no key */
 };
@@ -108,6 +111,16 @@ int reply_buffer(struct req *r, unsigned status, const char *content_type, char 
 int reply_stream(struct req *r, unsigned status, const char *content_type,
 		 ssize_t (*read)(void *arg, char *buf, size_t max), void (*done)(void *arg),
 		 void *arg);
+
+/* 101 Switching Protocols with headers (name, value pairs, NULL ended),
+ * then session(arg, fd, extra, n) in a thread of its own with the
+ * connection's socket and the bytes read past the request; drop(arg)
+ * when it cannot start. */
+int reply_upgrade(struct req *r, const char *const *headers,
+		  void (*session)(void *arg, int fd, const char *extra, size_t n),
+		  void (*drop)(void *arg), void *arg);
+/* A request header, or NULL. */
+const char *req_header(struct req *r, const char *name);
 
 /* Whether the client of r has gone away (closed or reset its connection):
  * a handler that waits checks this now and then, so an abandoned request
