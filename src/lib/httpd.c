@@ -43,6 +43,7 @@ struct conn {
 	uint64_t streamed;		/* an upload's bytes so far */
 	struct MHD_Response *deferred; /* answered while the body streamed */
 	int in_body;
+	struct upgrade *upgrade; /* a 101 queued whose session has not begun */
 	alignas(max_align_t) char app[]; /* the program's app_size bytes */
 };
 
@@ -217,12 +218,21 @@ static void *upgrade_main(void *p)
 	return NULL;
 }
 
+static void upgrade_drop(struct upgrade *u)
+{
+	if (u->drop)
+		u->drop(u->arg);
+	free(u);
+}
+
 static void on_upgrade(void *cls, struct MHD_Connection *con, void *req_cls, const char *extra_in,
 		       size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
 	(void)con;
-	(void)req_cls;
 	struct upgrade *u = cls;
+	struct conn *c = req_cls;
+	if (c)
+		c->upgrade = NULL; /* the session's now, not on_completed's */
 	u->fd = sock;
 	u->urh = urh;
 	u->extra = extra_in_size ? malloc(extra_in_size) : NULL;
@@ -235,11 +245,9 @@ static void on_upgrade(void *cls, struct MHD_Connection *con, void *req_cls, con
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	if ((extra_in_size && !u->extra) || pthread_create(&t, &at, upgrade_main, u) != 0) {
-		if (u->drop)
-			u->drop(u->arg);
 		MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 		free(u->extra);
-		free(u);
+		upgrade_drop(u);
 	}
 	pthread_attr_destroy(&at);
 }
@@ -258,10 +266,15 @@ int httpd_reply_upgrade(struct httpd_req *r, const char *const *headers, httpd_s
 	*u = (struct upgrade){ .session = session, .drop = drop, .arg = arg, .fd = -1 };
 	for (size_t i = 0; headers && headers[i]; i += 2)
 		MHD_add_response_header(resp, headers[i], headers[i + 1]);
-	/* MHD owns u from here: on_upgrade runs once the 101 is sent (or the
-	 * connection ends first, and u is lost with it: a rare leak MHD's
-	 * interface leaves no hook for). */
-	return queue(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL);
+	/* on_upgrade takes u once the 101 is sent; a connection that ends
+	 * first leaves it to on_completed. */
+	struct conn *c = conn_of(r);
+	int e = queue(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp, NULL);
+	if (e < 0) /* refused (an HTTP/1.0 request): nothing will take u */
+		upgrade_drop(u);
+	else
+		c->upgrade = u;
+	return e;
 }
 
 struct fd_reply {
@@ -590,6 +603,8 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
 		h->c->ops->finish(&c->r);
 	if (c->deferred)
 		MHD_destroy_response(c->deferred);
+	if (c->upgrade) /* the 101 never went out */
+		upgrade_drop(c->upgrade);
 	buf_release(&c->body);
 	free(c);
 	*con_cls = NULL;

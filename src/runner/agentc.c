@@ -65,7 +65,9 @@ static int is_terminal(uint16_t type)
 	return type == P_OK || type == P_ERROR || type == P_EXIT;
 }
 
-/* Tells every pending operation that the connection is gone. */
+/* Tells every pending operation that the connection is gone, with a P_ERROR
+ * of ours: id 0, which no frame of the agent's to an operation has, so
+ * callers can tell it from the agent's. */
 static void fail_all(struct agentc *c, int err)
 {
 	struct pbuf b = { 0 };

@@ -161,7 +161,8 @@ static void check_host_output(struct pbuf *seen, int final)
 	ssize_t n;
 	while ((n = proto_parse(seen->data + off, seen->len - off, &f)) > 0) {
 		if (f.id == 0 ||
-		    (f.type > P_CANCEL && f.type != P_CODE && f.type != P_DATA && f.type != P_CREDIT))
+		    (f.type > P_CANCEL && f.type != P_CODE && f.type != P_WATCH && f.type != P_DATA &&
+		     f.type != P_CREDIT))
 			BUG("host sent frame type %u id %u", f.type, f.id);
 		if (f.type != P_DATA && proto_check_attrs(&f) < 0)
 			BUG("host sent a malformed attribute list (type %u)", f.type);
@@ -192,13 +193,17 @@ static void drain_peer(int peer, struct pbuf *seen)
 static void check_chunk(const struct sop_chunk *c, const char *buf)
 {
 	static char again[3 * 4096 + 1];
-	/* Sanitizing is the identity on UTF-8 only. */
-	if (c->kind == SOP_CHUNK_OUT && c->len <= 4096 &&
+	/* Sanitizing is the identity on UTF-8 only; a terminal's bytes are
+	 * raw (base64 in their lines). */
+	if (c->kind == SOP_CHUNK_OUT && !c->pty && c->len <= 4096 &&
 	    (utf8_sanitize((const uint8_t *)buf, c->len, again) != c->len ||
 	     memcmp(again, buf, c->len)))
 		BUG("an output chunk is not UTF-8: %.*s", (int)c->len, buf);
 	if (c->kind == SOP_CHUNK_EVENT && !c->event)
 		BUG("an event chunk without its event");
+	if (c->kind == SOP_CHUNK_FSEVENT &&
+	    (c->fs_op < FS_CREATE || c->fs_op > FS_OVERFLOW || buf[0] != '/' || strlen(buf) != c->len))
+		BUG("a file system event that is not one: op %d, %zu bytes", c->fs_op, c->len);
 	if (c->kind == SOP_CHUNK_EVENT && !c->event->is_error)
 		for (int i = SBX_PNG; i < SBX_NFIELDS; i++)
 			if (c->event->field[i] &&
@@ -319,18 +324,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * 1 plain exec, 2 spawning exec, 3 cancelling stat (cancels 1),
 	 * 4 aborting list, 5..10 sandbox operations, 11 fire-and-forget,
 	 * 12 an operation abandoned at once, 13 its P_CANCEL, 14 and 15 code
-	 * calls (below). */
+	 * calls, 16 a watch (below). */
 	start_rec(R_PLAIN, P_EXEC);
 	start_rec(R_SPAWN, P_EXEC);
 	g.cancel_target = g.recs[0].id;
 	start_rec(R_CANCEL, P_STAT);
 	start_rec(R_ABORT, P_LIST);
-	struct sop *sops[8] = {
+	struct sop *sops[9] = {
 	    start_sop(&s, SOP_COLLECT, P_EXEC),	 start_sop(&s, SOP_QUEUE, P_FREAD),
 	    start_sop(&s, SOP_NDJSON, P_ATTACH), start_sop(&s, SOP_DISCARD, P_STAT),
 	    start_sop(&s, SOP_DISCARD, P_LIST),	 start_sop(&s, SOP_DISCARD, P_PS),
 	};
-	int nsops = 8;
+	int nsops = 9;
 	struct pbuf *b = agentc_begin(g.c, P_SETTIME, NULL, NULL, NULL);
 	if (!b || proto_put_u64(b, A_TIME_NS, 1) < 0 || agentc_end(g.c) < 0)
 		BUG("cannot queue a fire-and-forget request");
@@ -341,6 +346,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* 14 and 15: code calls, answered whole and streamed. */
 	sops[6] = start_sop(&s, SOP_COLLECT, P_CODE);
 	sops[7] = start_sop(&s, SOP_NDJSON, P_CODE);
+	sops[8] = start_sop(&s, SOP_NDJSON, P_WATCH);
 
 	/* Odd-sized inputs end with the agent closing its end (EOF); even ones
 	 * with the host closing the connection while operations are pending. */
@@ -418,9 +424,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_results(op);
 		sop_free(&s, op);
 	}
-	if (s.nops != 0 || s.nstreams != 0 || s.nctls != 0)
-		BUG("sandbox counts unbalanced after close: ops %d streams %d ctls %zu", s.nops,
-		    s.nstreams, s.nctls);
+	if (s.nops != 0 || s.nstreams != 0 || s.nctls != 0 || atomic_load(&s.busy) != 0)
+		BUG("sandbox counts unbalanced after close: ops %d streams %d ctls %zu busy %d",
+		    s.nops, s.nstreams, s.nctls, atomic_load(&s.busy));
 
 	pbuf_release(&seen);
 	close(sv[1]);

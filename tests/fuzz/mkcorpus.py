@@ -48,6 +48,8 @@ A_PROC, A_PID, A_PATH, A_MODE, A_ERRNO, A_MESSAGE = 11, 12, 14, 16, 21, 22
 A_EXIT_CODE, A_SIGNAL, A_TIMED_OUT, A_SIZE, A_MTIME_NS, A_UID, A_GID = 23, 24, 25, 26, 27, 28, 29
 A_LINK, A_STATE, A_CMD, A_NOTICE, A_TARGET, A_CREDIT = 30, 31, 32, 33, 35, 40
 A_LANGUAGE, A_RESTARTED, A_DIED = 45, 48, 49
+P_FSEVENT = 73
+A_PTY, A_FSOP, A_ISDIR = 53, 54, 55
 PF_EOF = 1
 
 
@@ -93,8 +95,9 @@ def agentc_seeds():
     COLLECT, QUEUE, NDJSON, STAT, LIST, PS = 5, 6, 7, 8, 9, 10
     SETTIME, ABANDONED, CANCEL1 = 11, 12, 13
     CODE, CODE_STREAM = 14, 15
-    CANCEL2 = 16  # the P_CANCEL of the reader that leaves halfway
-    SPAWNED = 17  # the first operation a callback starts
+    WATCH = 16
+    CANCEL2 = 17  # the P_CANCEL of the reader that leaves halfway
+    SPAWNED = 18  # the first operation a callback starts
 
     def started(op, proc=1, pid=100):
         return frame(P_STARTED, u32(A_PROC, proc) + u32(A_PID, pid), op=op)
@@ -122,7 +125,7 @@ def agentc_seeds():
 
     exec_flow = started(PLAIN) + frame(P_STDOUT, b"hello\n", op=PLAIN) + frame(P_STDERR, b"warn\n", op=PLAIN) + exit_(PLAIN)
     spawn_flow = started(SPAWN) + exit_(SPAWN) + started(SPAWNED) + exit_(SPAWNED, 3)
-    cancel_flow = frame(P_ENTRY, s(A_PATH, "/x"), op=CANCELS) + err(PLAIN, 125, b"cancelled") + ok(CANCELS) + ok(18)
+    cancel_flow = frame(P_ENTRY, s(A_PATH, "/x"), op=CANCELS) + err(PLAIN, 125, b"cancelled") + ok(CANCELS) + ok(19)
     abort_flow = entry(ABORTS, "a", 0o100644) + ok(ABORTS)
     collect = started(COLLECT, 2, 101) + frame(P_STDOUT, b"x" * 200, op=COLLECT) + frame(P_STDERR, b"\xff\xfe", op=COLLECT) + exit_(COLLECT, 1)
     queue = frame(P_DATA, b"file content", op=QUEUE) + frame(P_DATA, b"", flags=PF_EOF, op=QUEUE) + ok(QUEUE, u64(A_SIZE, 12))
@@ -151,8 +154,18 @@ def agentc_seeds():
                            json.dumps({"type": "result", "text": "caf\u00e9 " * 300}).encode())
                    + frame(P_STDERR, b"\xff", op=CODE_STREAM)
                    + frame(P_OK, u32(A_DIED, 1) + s(A_MESSAGE, b"the kernel was killed by signal 9\xff"), op=CODE_STREAM))
+    def fsevent(op, kind, path, isdir=False):
+        return frame(P_FSEVENT, u32(A_FSOP, kind) + s(A_PATH, path) + (u32(A_ISDIR, 1) if isdir else b""), op=op)
+
+    watch = (frame(P_STARTED, b"", op=WATCH) + fsevent(WATCH, 1, "/work/x/a.txt") + fsevent(WATCH, 1, "/work/x/sub", True)
+             + fsevent(WATCH, 6, "/work/x") + fsevent(WATCH, 2, b"/work/x/\xff\xfe") + ok(WATCH))
+    watch_bad = (frame(P_STARTED, b"", op=WATCH) + fsevent(WATCH, 9, "/work/x") + fsevent(WATCH, 1, "relative")
+                 + frame(P_FSEVENT, s(A_PATH, "/no/op"), op=WATCH))
+    # A terminal's output on the stream (raw bytes), from an attach that says A_PTY.
+    pty = (frame(P_STARTED, u32(A_PROC, 3) + u32(A_PID, 102) + u32(A_PTY, 1), op=NDJSON)
+           + frame(P_STDOUT, b"\x1b[1m\xff\xfe\r\n", op=NDJSON) + exit_(NDJSON, 7))
     everything = (exec_flow + spawn_flow + cancel_flow + abort_flow + collect + queue + ndjson + stat + listing + ps + notice
-                  + code_flow + code_stream + tail)
+                  + code_flow + code_stream + watch + tail)
 
     return {
         "exec": exec_flow,
@@ -164,6 +177,9 @@ def agentc_seeds():
         "ndjson": ndjson,
         "code": code_flow,
         "code_stream": code_stream,
+        "watch": watch,
+        "watch_bad": watch_bad,
+        "pty": pty,
         "code_long_line": frame(P_STARTED, b"", op=CODE) + b"".join(frame(P_EVENT, b"x" * 60000, op=CODE) for _ in range(3))
         + event(CODE, b'{"type": "result", "text": "after"}') + frame(P_OK, b"", op=CODE),
         "stat": stat,

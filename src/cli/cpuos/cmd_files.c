@@ -186,7 +186,10 @@ static int tar_sink(void *arg, const char *p, size_t n)
 	if (!u->pid) {
 		if (mkdir(u->dest, 0777) < 0 && errno != EEXIST)
 			return -errno;
-		char *argv[] = { "tar", "-C", (char *)u->dest, "-xf", "-", NULL };
+		/* What the guest sends is the guest's: no owners, no setuid
+		 * bits, nothing over a directory that is there (even as root). */
+		char *argv[] = { "tar", "-C", (char *)u->dest, "-xf", "-", "--no-same-owner",
+				 "--no-same-permissions", "--no-overwrite-dir", NULL };
 		if ((u->pid = start_tar(argv, 1, &u->fd)) < 0)
 			return -EIO;
 	}

@@ -627,19 +627,22 @@ static int rewatch(struct sop_stream *st)
 	sbx_put(st->s);
 	st->s = NULL;
 	st->op = NULL;
-	for (;;) {
+	for (int tries = 0;; tries++) {
+		/* Paused, between states, or running without an agent yet: look
+		 * again shortly, longer each time (at most 2 s). */
+		if (tries) {
+			long ms = tries < 4 ? 250L << (tries - 1) : 2000;
+			struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+			nanosleep(&ts, NULL);
+		}
 		if (http_fd_gone(st->fd))
 			return -1;
 		struct sbx *s;
 		char err[256];
 		int e = sbx_acquire(st->mgr, st->id, st->admin ? NULL : st->account, 0, &s, err,
 				    sizeof(err));
-		if (e == -EAGAIN || e == -EBUSY) {
-			/* Paused, or between states: look again shortly. */
-			struct timespec ts = { 0, 250 * 1000000 };
-			nanosleep(&ts, NULL);
+		if (e == -EAGAIN || e == -EBUSY)
 			continue;
-		}
 		if (e < 0)
 			return 0;
 		struct sop *op = sop_new(SOP_NDJSON, 0);
@@ -685,7 +688,7 @@ static ssize_t sop_stream_read(void *arg, char *buf, size_t max)
 			/* The agent's connection reset (a pause): watch again. */
 			struct sop_state ss;
 			sbx_wait(st->s, st->op, 0, 0, &ss);
-			if (ss.err == ECONNRESET) {
+			if (ss.err == ECONNRESET && ss.local) { /* ours, not the guest's word */
 				n = rewatch(st);
 				if (n == 1)
 					continue;

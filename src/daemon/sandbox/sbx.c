@@ -170,6 +170,7 @@ int sbx__new(struct sbx_mgr *m, const struct store_sbx *row, enum sbx_state stat
 	atomic_init(&s->busy, 0);
 	atomic_init(&s->port_conns, 0);
 	atomic_init(&s->cpu_busy, 0);
+	atomic_init(&s->sampled_ms, 0);
 	s->net_slot = NET_NO_SLOT;
 	s->env_json = strdup(row->env_json ? row->env_json : "{}");
 	s->secrets_json = strdup(row->secrets_json ? row->secrets_json : "[]");
@@ -549,10 +550,16 @@ static void *killer_main(void *arg)
 	log_set_tag("expiry");
 	char err[256];
 	if (k->idle) {
-		if (sbx__pause(m, k->id, "idle", err, sizeof(err)) == 0)
+		if (sbx__pause(m, k->id, "idle", err, sizeof(err)) == 0) {
 			log_info("sandbox %s paused: idle", k->id);
-		else
+		} else {
+			/* Tried again after another whole idle period, not at once. */
+			struct sbx *s = sbx__get(m, k->id);
+			if (s)
+				atomic_store(&s->active_ms, clock_ms());
+			sbx_put(s);
 			log_warn("sandbox %s did not pause when idle: %s", k->id, err);
+		}
 	} else if (!k->pause || sbx__pause(m, k->id, "timeout", err, sizeof(err)) < 0) {
 		if (k->pause)
 			log_warn("sandbox %s did not pause at its timeout (%s): killed", k->id, err);
@@ -574,12 +581,15 @@ static void *killer_main(void *arg)
 }
 
 /* Whether running s sat idle for its idle timeout: no call, stream or
- * port connection open, none for that long, nor CPU use. */
+ * port connection open, none for that long, nor CPU use by a sample that
+ * is recent (a sampler held up by slow agents pauses nothing). */
 static int idle(const struct sbx *s)
 {
+	long long now = clock_ms();
 	return s->idle_timeout_ms > 0 && atomic_load(&s->busy) == 0 &&
 	       atomic_load(&s->port_conns) == 0 && !atomic_load(&s->cpu_busy) &&
-	       clock_ms() - atomic_load(&s->active_ms) >= s->idle_timeout_ms;
+	       now - atomic_load(&s->sampled_ms) <= 3 * SBX_METRICS_MS &&
+	       now - atomic_load(&s->active_ms) >= s->idle_timeout_ms;
 }
 
 /* A sandbox whose time is up or that sat idle, or a paused one older than
@@ -630,6 +640,7 @@ static void *expiry_main(void *arg)
 					char err[256];
 					struct store_sbx row;
 					if (store_sbx_get(m->store, s->id, &row) == 0) {
+						sbx__keep_log(m, s->id, row.run_dir);
 						vm_remove_files(row.run_dir);
 						store_sbx_release(&row);
 					}

@@ -243,6 +243,7 @@ struct sop_state {
 	uint16_t end;   /* P_OK, P_ERROR or P_EXIT once it ended; 0 before */
 	int started;    /* P_STARTED (or first data) came */
 	int err;        /* errno of P_ERROR (ECONNRESET: the VM went away) */
+	int local;      /* the end is the daemon's (a reset, a cap), not the agent's word */
 	char msg[256];
 	uint32_t proc, pid;
 	int exit_code, signal, timed_out; /* -1 when not given */

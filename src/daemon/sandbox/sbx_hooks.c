@@ -3,9 +3,10 @@
  * node recorded to every webhook of its account that wants its type, one
  * webhook's events in order: an event that fails (no answer, not 2xx) is
  * tried again after 1, 2, 4 ... seconds (at most HOOK_MAX_BACKOFF_MS), and
- * the later ones wait behind it. Nothing here holds a sandbox: a receiver
- * that is slow or down delays only its own deliveries. Every attempt is
- * logged (store_webhook_done). A body is signed with the webhook's secret:
+ * the later ones wait behind it. Nothing here holds a sandbox. One thread
+ * serves every webhook: a receiver that hangs costs the others at most
+ * HOOK_TIMEOUT_S per attempt of its, and its attempts space out as they
+ * fail. Every attempt is logged (store_webhook_done). A body is signed with the webhook's secret:
  * X-Cpuos-Signature is "sha256=" and the hex HMAC-SHA256 of
  * "<X-Cpuos-Timestamp>.<body>", so a receiver can refuse a replay.
  */
@@ -165,6 +166,11 @@ static void deliver(struct sbx_mgr *m, const struct store_webhook *w, struct hoo
 	if (store_webhook_pending(m->store, w, HOOK_BATCH, &ev, &n) < 0)
 		return;
 	for (size_t i = 0; i < n; i++) {
+		pthread_mutex_lock(&m->hooks->mu);
+		int quit = m->hooks->quit;
+		pthread_mutex_unlock(&m->hooks->mu);
+		if (quit)
+			break;
 		char err[200] = "";
 		int status = 200;
 		if (wants(w, ev[i].type))

@@ -130,6 +130,7 @@ struct sbx {
 	_Atomic long long active_ms; /* monotonic */
 	_Atomic int busy, port_conns;
 	_Atomic int cpu_busy; /* its newest sample was over SBX_IDLE_CPU_PCT */
+	_Atomic long long sampled_ms; /* monotonic: its newest sample's time */
 	struct sbx_sample *samples; /* SBX_SAMPLES, once the first is taken */
 	unsigned m_head, m_count;
 	int m_pid;

@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,9 +33,14 @@ void sbx__keep_log(struct sbx_mgr *m, const char *id, const char *run_dir)
 	kept_path(m, id, to, sizeof(to));
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return;
-	/* The same file system as the run directories: a rename. */
-	if (rename(from, to) < 0 && errno != ENOENT)
-		log_warn("cannot keep the console log of %s: %s", id, strerror(errno));
+	/* The same file system as the run directories: a rename; its time
+	 * is the stop's, from which it is kept (a long pause wrote nothing). */
+	if (rename(from, to) < 0) {
+		if (errno != ENOENT)
+			log_warn("cannot keep the console log of %s: %s", id, strerror(errno));
+		return;
+	}
+	utimensat(AT_FDCWD, to, NULL, 0);
 }
 
 void sbx__sweep_logs(struct sbx_mgr *m)

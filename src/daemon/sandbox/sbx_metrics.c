@@ -88,6 +88,7 @@ static void sample(struct sbx *s)
 	}
 	/* Working on its own: in use until a sample says otherwise. */
 	atomic_store(&s->cpu_busy, x.cpu_pct >= SBX_IDLE_CPU_PCT);
+	atomic_store(&s->sampled_ms, mono);
 	if (x.cpu_pct >= SBX_IDLE_CPU_PCT)
 		atomic_store(&s->active_ms, clock_ms());
 	if (have_ticks) {
@@ -110,6 +111,7 @@ void sbx__metrics_baseline(struct sbx *s, int pid)
 {
 	unsigned long long ticks;
 	atomic_store(&s->cpu_busy, 0);
+	atomic_store(&s->sampled_ms, clock_ms());
 	if (pid > 0 && qemu_ticks(pid, &ticks) == 0) {
 		s->m_pid = pid;
 		s->m_ticks = ticks;

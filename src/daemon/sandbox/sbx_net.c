@@ -291,7 +291,11 @@ void sbx_port_hangup(struct sbx_mgr *m, const char *id)
 	struct sbx *s = sbx__get(m, id);
 	if (!s)
 		return;
-	atomic_fetch_sub(&s->port_conns, 1);
+	/* Never below 0: a count of another object of the same id (it moved
+	 * away and back meanwhile) must not keep this one awake for ever. */
+	int n = atomic_load(&s->port_conns);
+	while (n > 0 && !atomic_compare_exchange_weak(&s->port_conns, &n, n - 1))
+		;
 	atomic_store(&s->active_ms, clock_ms());
 	sbx_put(s);
 }

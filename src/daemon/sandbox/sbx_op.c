@@ -167,6 +167,7 @@ static void fail_local(struct sbx *s, struct sop *op, int err, const char *why)
 	}
 	op->st.end = P_ERROR;
 	op->st.err = err;
+	op->st.local = 1;
 	snprintf(op->st.msg, sizeof(op->st.msg), "%s", why);
 	op_ended(s, op);
 }
@@ -227,7 +228,9 @@ static int file_of(const struct proto_frame *f, const char *base, struct sbx_fil
 			     path) < 0)
 			return -ENOMEM;
 		x->path = abs;
-		x->name = abs + strlen(abs) - strlen(basename(path));
+		/* basename("") is ".", longer than an empty path: then no name. */
+		size_t al = strlen(abs), bl = strlen(basename(path));
+		x->name = abs + (bl <= al ? al - bl : al);
 		*bytes += strlen(abs) + 1;
 	}
 	proto_get_u32(f, A_MODE, &x->mode);
@@ -502,6 +505,7 @@ static void on_attrs(struct sbx *s, struct sop *op, const struct proto_frame *f)
 		v = EIO;
 		proto_get_u32(f, A_ERRNO, &v);
 		st->err = (int)v;
+		st->local = f->id == 0; /* agentc's own, as the connection went (fail_all) */
 		if (proto_get_str(f, A_MESSAGE, st->msg, sizeof(st->msg)) < 0)
 			snprintf(st->msg, sizeof(st->msg), "%s", strerror((int)v));
 		break;

@@ -469,11 +469,13 @@ static int reap_one(struct store *s, const char *name, long long epoch, long lon
  * their epoch now (out of their reach), first; then their running
  * sandboxes lost, their usage ending at now_ms. Each pass, so a row a
  * dying node changed while it was declared down is caught at the next. */
+#define SWEEP_EPOCHS                                                                               \
+	"UPDATE sandboxes SET node_epoch = n.epoch FROM nodes n WHERE n.name = sandboxes.node "   \
+	"AND n.state = 'down' AND sandboxes.node_epoch != n.epoch AND ?1 = ?1"
 static int sweep(struct store *s, long long now_ms)
 {
 	static const char *const lite[] = {
-		"UPDATE sandboxes SET node_epoch = n.epoch FROM nodes n WHERE n.name = sandboxes.node "
-		"AND n.state = 'down' AND sandboxes.node_epoch != n.epoch AND ?1 = ?1",
+		SWEEP_EPOCHS,
 		"INSERT INTO usage_events (sbx_id, account, key_id, state, vcpus, memory_mb, "
 		"storage_bytes, at_ms) SELECT id, account, key_id, 'stopped', vcpus, memory_mb, 0, ?1 "
 		"FROM sandboxes WHERE state = 'running' AND node IN "
@@ -485,7 +487,7 @@ static int sweep(struct store *s, long long now_ms)
 	/* PostgreSQL: the running ones lost and their usage ended in one
 	 * statement, so no write of theirs falls between the two. */
 	static const char *const pg[] = {
-		lite[0],
+		SWEEP_EPOCHS,
 		"WITH l AS (UPDATE sandboxes SET state = 'lost', end_reason = 'node_lost', "
 		"qemu_pid = 0, net_slot = -1 WHERE state = 'running' AND node IN "
 		"(SELECT name FROM nodes WHERE state = 'down') RETURNING id, account, key_id, vcpus, "
