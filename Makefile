@@ -435,8 +435,10 @@ test:
 # uploads of pauses cancelled by resumes, nodes' lease threads and takeovers,
 # cpuos-api's relay, routes and LISTEN threads (test_cluster),
 # beside the pool and expiry threads, the network's resolver and proxies,
-# the port proxy, the gateway's conversations, hostile clients); the rest
-# drive the same threads one request at a time. tests/tsan.supp silences
+# the port proxy, the gateway's conversations, hostile clients, the metrics
+# sampler's idle pauses beside requests and port connections, the webhook
+# worker, watches re-attached across pauses, terminals' WebSocket threads);
+# the rest drive the same threads one request at a time. tests/tsan.supp silences
 # races inside third-party libraries only. CI (.ci/run) runs the e2e
 # suite once, under ASan+UBSan (docs/testing.md, "CI").
 # (gcc's UBSan runtime beside ASan's ignores log_path and reports on stderr:
@@ -460,12 +462,13 @@ test-asan:
 	  tests/run.sh
 
 TSAN_E2E := $(addprefix tests/e2e/test_,$(addsuffix .py,sdk_api snapshots pause_sdk crash ports \
-	network secrets gateway hostile_clients objstore nodes cluster))
+	network secrets gateway hostile_clients objstore nodes cluster idle events watch terminals))
 # Two hostile clients of one stream each, against one request's thread:
 # nothing the concurrent ones do not show TSan, at a minute of its time;
 # ASan's run of the whole suite runs them.
 TSAN_E2E += $(addprefix --deselect tests/e2e/test_hostile_clients.py::,\
-	test_a_flood_of_small_output_frames test_a_directory_of_200k_entries)
+	test_a_flood_of_small_output_frames test_a_directory_of_200k_entries) \
+	--deselect tests/e2e/test_watch.py::test_a_flood_of_100000_events_overflows_cleanly
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
