@@ -338,6 +338,7 @@ static void test_count_by_state(void)
 	CHECK(c.running == 0 && c.paused == 1 && c.stopped == 0 && c.lost == 1);
 	CHECK(store_sbx_count_by_state(t.s, "dave", &c) == 0);
 	CHECK(c.running == 0 && c.paused == 0 && c.stopped == 0 && c.lost == 0);
+	tdb_remove(&t);
 }
 
 /* ---- key lookup with the key's id ---- */
