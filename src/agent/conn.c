@@ -374,7 +374,7 @@ static req_fn *const requests[] = {
     [P_RESTORED] = sys_restored, [P_CODE] = code_run,	    [P_CTX_CREATE] = code_ctx_create,
     [P_CTX_LIST] = code_ctx_list, [P_CTX_RESTART] = code_ctx_restart,
     [P_CTX_DELETE] = code_ctx_delete, [P_RESIZE] = exec_resize,
-    [P_WATCH] = watch_start,	      [P_STATS] = sys_stats,
+    [P_WATCH] = watch_start,	      [P_STATS] = sys_stats,	  [P_TRUST] = sys_trust,
 };
 
 static void on_data(struct conn *c, const struct proto_frame *f)

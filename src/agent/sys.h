@@ -26,5 +26,10 @@ void sys_poweroff(struct conn *c, const struct proto_frame *f);
 /* P_STATS: memory, root file system, network and CPU use, as the guest
  * counts them. */
 void sys_stats(struct conn *c, const struct proto_frame *f);
+/* P_TRUST: a CA certificate (PEM) added to each CA bundle the image has
+ * (one made where it has none) and kept in /usr/local/share/ca-certificates
+ * for update-ca-certificates; no shell needed, so images without one trust
+ * it too. */
+void sys_trust(struct conn *c, const struct proto_frame *f);
 
 #endif

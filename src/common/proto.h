@@ -58,6 +58,7 @@ enum proto_type {
 	P_RESIZE = 25,      /* a terminal's size: A_PROC, A_ROWS, A_COLS */
 	P_WATCH = 26,       /* file system events under A_PATH: P_FSEVENT frames */
 	P_STATS = 27,       /* the guest's memory, disk and network use */
+	P_TRUST = 28,       /* A_BYTES, a PEM certificate: into the system's CA bundles */
 	/* both ways, inside an operation: raw bytes (stdin, file content) */
 	P_DATA = 32,
 	/* both ways, inside an operation: A_CREDIT more bytes may be sent */

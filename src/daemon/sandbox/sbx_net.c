@@ -11,6 +11,7 @@
 #include "daemon/net/net.h"
 #include "daemon/net/policy.h"
 #include "priv/priv.h"
+#include "runner/agentc.h"
 #include "runner/vm.h"
 
 #include <openssl/crypto.h>
@@ -69,23 +70,41 @@ json_t *sbx_network_json(struct sbx_mgr *m, const char *network_json)
 }
 
 /* A booted guest trusts the egress CA from now on (snapshots of it too):
- * in the system bundle, which curl, OpenSSL, Python (Debian's certifi
+ * in the system bundles, which curl, OpenSSL, Python (Debian's certifi
  * too) and Node (Debian's, built to use it) read, and as a file
- * update-ca-certificates keeps. */
+ * update-ca-certificates keeps; the agent writes them (P_TRUST), so an
+ * image without a shell trusts it too. */
+struct trust_wait {
+	int done, err;
+};
+
+static void trust_cb(void *arg, const struct proto_frame *f)
+{
+	struct trust_wait *w = arg;
+	if (f->type != P_OK && f->type != P_ERROR)
+		return;
+	uint32_t e = EIO;
+	if (f->type == P_ERROR && proto_check_attrs(f) == 0)
+		proto_get_u32(f, A_ERRNO, &e);
+	w->err = f->type == P_OK ? 0 : -(int)(e && e < 4096 ? e : EIO);
+	w->done = 1;
+}
+
 static int trust_ca(struct sbx_mgr *m, struct vm *vm)
 {
 	const char *pem = net_ca_pem(m->cfg.net);
-	char *env = malloc(strlen(pem) + 16);
-	if (!env)
+	struct trust_wait w = { 0 };
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_TRUST, trust_cb, &w, NULL);
+	if (!b)
+		return -ENOTCONN;
+	if (proto_put(b, A_BYTES, pem, (uint32_t)strlen(pem)) < 0) {
+		agentc_abort(vm_agent(vm));
 		return -ENOMEM;
-	snprintf(env, strlen(pem) + 16, "CPUOS_CA=%s", pem);
-	int r = sbx__run(vm,
-			 "umask 022; f=/usr/local/share/ca-certificates/cpuos-egress.crt; "
-			 "mkdir -p /usr/local/share/ca-certificates /etc/ssl/certs && "
-			 "printf '%s' \"$CPUOS_CA\" >$f && cat $f >>/etc/ssl/certs/ca-certificates.crt",
-			 "root", env, 60000);
-	free(env);
-	return r;
+	}
+	int r = agentc_end(vm_agent(vm));
+	if (r == 0)
+		r = vm_run(vm, &w.done, 60000);
+	return r < 0 ? r : w.err;
 }
 
 int sbx__start(struct sbx_mgr *m, struct vm_config *vc, const char *network_json, int *slot,

@@ -54,7 +54,7 @@ static void test_hello_ping(void)
 
 static void test_unknown_type(void)
 {
-	static const uint16_t types[] = {0, P_STATS + 1, 31, P_OK, P_NOTICE, 0xffff};
+	static const uint16_t types[] = {0, P_TRUST + 1, 31, P_OK, P_NOTICE, 0xffff};
 	struct client c;
 	if (!cl_ready(&c))
 		goto out;
