@@ -55,6 +55,9 @@ VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
 STORE_SRCS := $(wildcard src/daemon/store/*.c) src/lib/sql.c
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
+# Templates from OCI images (libarchive reads their tars), run by the CLI.
+IMAGE_SRCS := $(wildcard src/image/*.c)
+IMAGE_LIBS := -larchive -ljansson -lcrypto
 # The gateway talks to cpuosd through the CLI's client of its API.
 GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
 GATEWAY_LIBS := -lmicrohttpd -lcurl -ljansson -lsqlite3 -lcrypto -lpthread
@@ -90,7 +93,7 @@ endif
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff
+FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff image
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_netd := src/daemon/net/netd_msg.c src/common/errbuf.c src/common/proto.c
@@ -102,6 +105,8 @@ FUZZ_GEN_http := $(BUILD)/obj/gen/openapi.o
 FUZZ_LIBS_http := $(DAEMON_LIBS)
 FUZZ_SRCS_ramdiff := src/runner/ramdiff.c src/runner/qmp.c $(COMMON_SRCS)
 FUZZ_LIBS_ramdiff := -ljansson -lpthread
+FUZZ_SRCS_image := $(IMAGE_SRCS) $(COMMON_SRCS)
+FUZZ_LIBS_image := $(IMAGE_LIBS) -lpthread
 FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c src/common/buf.c
 FUZZ_LIBS_gateway := -ljansson
 # The egress side: the resolver's queries, the proxy's ClientHello and
@@ -195,9 +200,9 @@ $(DAEMON): $(call obj,$(DAEMON_SRCS) $(RUNNER_SRCS) $(PRIV_SRCS) $(JAIL_SRCS) $(
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
-$(CLI): $(call obj,$(CLI_SRCS) $(COMMON_SRCS))
+$(CLI): $(call obj,$(CLI_SRCS) $(IMAGE_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl -ljansson -lcrypto -pthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lcurl $(IMAGE_LIBS) -pthread
 
 $(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
@@ -303,6 +308,12 @@ $(BUILD)/tests/test_snapblob: $(call obj,tests/unit/daemon/blob/test_snapblob.c 
 			      src/daemon/blob/snapblob.c $(RUNNER_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS) -lzstd
+
+# Images: layers written with libarchive, applied to trees in a temporary
+# directory; imports in a user namespace (as root).
+$(BUILD)/tests/test_image: $(call obj,tests/unit/image/test_image.c $(TEST_LIB) $(IMAGE_SRCS) $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(IMAGE_LIBS) -lpthread
 
 # cpuos-api's placement, on a real store.
 $(BUILD)/tests/test_place: $(call obj,tests/unit/api/test_place.c $(TEST_LIB) src/api/place.c $(STORE_SRCS) src/lib/db.c $(COMMON_SRCS))

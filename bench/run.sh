@@ -24,3 +24,4 @@ python3 bench/bench_objstore.py 6
 python3 bench/bench_cluster.py 5
 python3 bench/bench_move.py 3
 python3 bench/bench_placement.py 100 10000
+python3 bench/bench_images.py 3

@@ -646,7 +646,50 @@ def proxy_head_seeds():
     return {k: bytes([f]) + v for k, (f, v) in seeds.items()}
 
 
-TARGETS = {"proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
+def image_seeds():
+    """fuzz_image: byte 0 picks a layer (0) or an archive (1), then its tar."""
+    import io
+    import json
+    import tarfile
+
+    def tar(*entries, fmt=tarfile.GNU_FORMAT):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+            for name, kind, extra in entries:
+                info = tarfile.TarInfo(name)
+                info.type = kind
+                data = None
+                if kind == tarfile.REGTYPE:
+                    data = extra or b""
+                    info.size = len(data)
+                elif kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                    info.linkname = extra
+                info.mode, info.uid, info.gid = 0o4755 if name.endswith("su") else 0o644, 0, 0
+                t.addfile(info, io.BytesIO(data) if data is not None else None)
+        return buf.getvalue()
+
+    R, D, L, H = tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE
+    layer = tar(("etc", D, None), ("etc/marker", R, b"hi\n"), ("usr/bin/su", R, b"x"),
+                ("etc/l", L, "/usr/share/x"), ("etc/h", H, "etc/marker"))
+    import hashlib
+    cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": ["A=1"]},
+                      "rootfs": {"diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]}}).encode()
+    saved = tar(("c.json", R, cfg), ("l/layer.tar", R, layer), ("m/layer.tar", L, "../l/layer.tar"),
+                ("manifest.json", R, json.dumps([{"Config": "c.json", "Layers": ["m/layer.tar"]}]).encode()))
+    return {
+        "layer": b"\0" + layer,
+        "layer_pax": b"\0" + tar(("a/b", R, b"x" * 600), fmt=tarfile.PAX_FORMAT),
+        "whiteouts": b"\0" + tar(("a/.wh.b", R, None), ("c/.wh..wh..opq", R, None)),
+        "through_link": b"\0" + tar(("l", L, "/tmp"), ("l/x", R, b"x")),
+        "dotdot": b"\0" + tar(("../x", R, b"x"), ("a/../../y", R, None)),
+        "hardlink_out": b"\0" + tar(("h", H, "../../etc/passwd")),
+        "device": b"\0" + tar(("dev/null", tarfile.CHRTYPE, None)),
+        "docker_save": b"\1" + saved,
+        "archive_out": b"\1" + tar(("../index.json", R, b"{}")),
+    }
+
+
+TARGETS = {"image": image_seeds, "proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
            "gateway": gateway_seeds, "dns": dns_seeds, "proxy_sni": proxy_sni_seeds,
            "proxy_head": proxy_head_seeds, "netd": netd_seeds, "ramdiff": ramdiff_seeds}
 

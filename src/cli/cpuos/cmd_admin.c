@@ -54,10 +54,17 @@ static const char nodes_usage[] =
 static const char templates_usage[] =
     "usage: cpuos templates [ls] [--json]\n"
     "       cpuos templates build NAME...\n"
+    "       cpuos templates import NAME ARCHIVE [--max-size MB]\n"
     "Lists the daemon's templates, or builds template images from the recipes in\n"
     "guest/templates (no daemon needed; $CPUOS_GUEST_SRC, else ../../guest from\n"
     "this binary) into $CPUOS_GUEST_DIR/templates (default build/guest/templates\n"
-    "of the same tree), with a progress bar on a terminal.\n";
+    "of the same tree), with a progress bar on a terminal.\n"
+    "import makes template NAME from an OCI image: a layout's directory, a tar of\n"
+    "one, or what `docker save` wrote (plain or gzip); as root, no daemon needed.\n"
+    "The image's layers, checked against their digests, are applied in a user\n"
+    "namespace of their own; a 'user' account, /work and /tmp are added where it\n"
+    "has none; ENV becomes the sandboxes' environment. --max-size: the unpacked\n"
+    "limit (default 4096 MB). `cpuos template` is the same command.\n";
 
 /* ---- up ---- */
 
@@ -536,6 +543,32 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 				return r;
 		}
 		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "import")) {
+		const char *pos[2] = { NULL, NULL };
+		unsigned long long max_mb = 0;
+		int npos = 0;
+		for (i = 2; i < argc; i++) {
+			if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+				fputs(templates_usage, stdout);
+				return 0;
+			}
+			if (!strcmp(argv[i], "--max-size")) {
+				char *end;
+				if (i + 1 >= argc || (max_mb = strtoull(argv[i + 1], &end, 10)) == 0 ||
+				    *end || max_mb > (1ULL << 24))
+					return cli_usage_err("templates", "--max-size needs megabytes "
+									  "(1 to 16777216)");
+				i++;
+			} else if (argv[i][0] == '-' || npos == 2) {
+				return cli_usage_err("templates", "unexpected argument '%s'", argv[i]);
+			} else {
+				pos[npos++] = argv[i];
+			}
+		}
+		if (npos != 2)
+			return cli_usage_err("templates", "templates import needs NAME and ARCHIVE");
+		return tpl_import(pos[0], pos[1], max_mb);
 	}
 	if (argc > 1 && !strcmp(argv[1], "ls"))
 		i = 2;

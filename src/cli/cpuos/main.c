@@ -45,7 +45,7 @@ static const char usage[] =
     "  usage                   what the account ran and what it cost, by time range\n"
     "  keys create|ls|rm       manage API keys (administrator)\n"
     "  nodes [ls|drain|undrain] the nodes sharing the database (administrator)\n"
-    "  templates [ls|build]    list templates, or build a template image\n"
+    "  templates [ls|build|import]  list templates, build one, import an OCI image\n"
     "  version                 print the versions of cpuos and cpuosd\n"
     "Run 'cpuos COMMAND --help' for a command's options.\n"
     "\n"
@@ -83,7 +83,7 @@ static const struct command {
     {"up", cmd_up},	      {"create", cmd_create},
     {"exec", cmd_exec},	      {"shell", cmd_shell},	{"code", cmd_code},	{"cp", cmd_cp},
     {"ls", cmd_ls},	      {"kill", cmd_kill},
-    {"keys", cmd_keys},	      {"templates", cmd_templates},
+    {"keys", cmd_keys},	      {"templates", cmd_templates}, {"template", cmd_templates},
     {"pause", cmd_pause},     {"resume", cmd_resume},
     {"fork", cmd_fork},	      {"checkpoint", cmd_checkpoint},
     {"checkpoints", cmd_checkpoints}, {"checkpoint-rm", cmd_checkpoint_rm},

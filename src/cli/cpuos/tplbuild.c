@@ -7,7 +7,9 @@
 #include "cli/cpuos/tplbuild.h"
 #include "cli/cpuos/cli.h"
 #include "common/clock.h"
+#include "common/fs.h"
 #include "common/spawn.h"
+#include "image/image.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -255,4 +258,100 @@ int tpl_build(const char *name)
 out:
 	free(b);
 	return ret;
+}
+
+/* ---- cpuos templates import ---- */
+
+static int valid_name(const char *n)
+{
+	size_t len = strlen(n);
+	if (!len || len > 63 || !((n[0] >= 'a' && n[0] <= 'z') || (n[0] >= '0' && n[0] <= '9')))
+		return 0;
+	for (const char *p = n; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+		      *p == '-'))
+			return 0;
+	return 1;
+}
+
+/* link -> target, replaced in one rename. */
+static int relink(const char *target, const char *link)
+{
+	char tmp[PATH_MAX + 32];
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d", link, (int)getpid());
+	unlink(tmp);
+	if (symlink(target, tmp) < 0)
+		return -errno;
+	if (rename(tmp, link) < 0) {
+		int e = errno;
+		unlink(tmp);
+		return -e;
+	}
+	return 0;
+}
+
+int tpl_import(const char *name, const char *archive, unsigned long long max_mb)
+{
+	static const char *const recipes[] = { "base", "python", "node" };
+	if (!valid_name(name)) {
+		cli_err("invalid template name '%s': lower-case letters, digits, '.', '_' and '-', "
+			"at most 63", name);
+		return EXIT_USAGE;
+	}
+	for (size_t i = 0; i < 3; i++)
+		if (!strcmp(name, recipes[i])) {
+			cli_err("template '%s' is built from its recipe (cpuos templates build); "
+				"import under another name", name);
+			return EXIT_USAGE;
+		}
+	char gdir[PATH_MAX + 16], cache[PATH_MAX + 16], bindir[PATH_MAX];
+	const char *g = getenv("CPUOS_GUEST_DIR"), *cc = getenv("CPUOS_CACHE");
+	if (g && *g)
+		snprintf(gdir, sizeof(gdir), "%s", g);
+	else if (cli_bindir(bindir, sizeof(bindir)) == 0)
+		snprintf(gdir, sizeof(gdir), "%s/../guest", bindir);
+	else {
+		cli_err("cannot find the guest directory (set CPUOS_GUEST_DIR)");
+		return EXIT_API;
+	}
+	snprintf(cache, sizeof(cache), "%s/images", cc && *cc ? cc : "/var/cache/cpuos");
+	char tdir[PATH_MAX + 32], work[PATH_MAX + 128], img[PATH_MAX + 128], desc[PATH_MAX + 128];
+	snprintf(tdir, sizeof(tdir), "%s/templates", gdir);
+	if (fs_mkdir_p(cache, 0755, (uid_t)-1, (gid_t)-1) < 0 ||
+	    fs_mkdir_p(tdir, 0755, (uid_t)-1, (gid_t)-1) < 0) {
+		cli_err("cannot make '%s' or '%s': %s", cache, tdir, strerror(errno));
+		return EXIT_API;
+	}
+	/* A name of its own per import: a paused sandbox of the image this
+	 * one replaces still needs that one to resume. */
+	long long t0 = clock_ms();
+	snprintf(work, sizeof(work), "%s/.import-%s-%d", cache, name, (int)getpid());
+	long long now = (long long)time(NULL);
+	snprintf(img, sizeof(img), "%s/%s-%lld-%d.erofs", cache, name, now, (int)getpid());
+	snprintf(desc, sizeof(desc), "%s/%s-%lld-%d.json", cache, name, now, (int)getpid());
+	fprintf(stderr, "template %s: importing %s\n", name, archive);
+	struct image_limits lim = { .max_bytes = max_mb << 20 };
+	char err[700];
+	int r = image_import(archive, work, img, desc, &lim, err, sizeof(err));
+	if (r < 0) {
+		cli_err("cannot import '%s': %s", archive, err);
+		return r == -EINVAL || r == -EFBIG || r == -ENOENT ? EXIT_USAGE : EXIT_API;
+	}
+	char link[PATH_MAX + 128];
+	snprintf(link, sizeof(link), "%s/%s.json", tdir, name);
+	if ((r = relink(desc, link)) == 0) {
+		snprintf(link, sizeof(link), "%s/%s.erofs", tdir, name);
+		r = relink(img, link);
+	}
+	if (r < 0) {
+		cli_err("cannot link '%s': %s", link, strerror(-r));
+		unlink(img);
+		unlink(desc);
+		return EXIT_API;
+	}
+	struct stat st;
+	fprintf(stderr, "template %s: done in %.1f s, %lld MB (%s)\n", name,
+		(double)(clock_ms() - t0) / 1000, stat(img, &st) == 0 ? (long long)st.st_size >> 20 : 0,
+		img);
+	return 0;
 }

@@ -9,5 +9,11 @@
 /* Builds template name; returns the script's exit status (128+N when a
  * signal N ended it), or EXIT_API when it could not be started. */
 int tpl_build(const char *name);
+/* Imports the image at archive (an OCI layout, or a tar of one or of
+ * `docker save`) as template name (image.h), as root, into
+ * $CPUOS_GUEST_DIR/templates (else ../guest from this binary), the image
+ * itself under $CPUOS_CACHE/images; max_mb 0: image.h's default. 0, or
+ * EXIT_USAGE for a bad name or image, EXIT_API for the host's failures. */
+int tpl_import(const char *name, const char *archive, unsigned long long max_mb);
 
 #endif

@@ -239,9 +239,27 @@ int api_templates(struct req *r)
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		struct stat st;
 		int ready = stat(path, &st) == 0 && S_ISREG(st.st_mode);
-		json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:b}", "name", name, "description",
-						     describe(name), "size_bytes",
-						     (json_int_t)(ready ? st.st_size : 0), "ready", ready));
+		json_t *t = json_pack("{s:s,s:s,s:I,s:b}", "name", name, "description", describe(name),
+				      "size_bytes", (json_int_t)(ready ? st.st_size : 0), "ready", ready);
+		/* An imported image's: what its config said (cpuos templates import). */
+		snprintf(path, sizeof(path), "%s/%s.json", dir, name);
+		json_t *img = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+		if (json_is_object(img)) {
+			char about[128];
+			snprintf(about, sizeof(about), "imported image (%s, %lld layers)",
+				 json_string_value(json_object_get(img, "format")) ?: "oci",
+				 (long long)json_integer_value(json_object_get(img, "layers")));
+			json_object_set_new(t, "description", json_string(about));
+			static const char *const keep[] = { "digest", "workdir", "user", "entrypoint", "cmd",
+							    "labels", "has_sh", "has_python3" };
+			json_t *o = json_object();
+			for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++)
+				if (json_object_get(img, keep[k]))
+					json_object_set(o, keep[k], json_object_get(img, keep[k]));
+			json_object_set_new(t, "image", o);
+		}
+		json_decref(img);
+		json_array_append_new(arr, t);
 	}
 	if (d)
 		closedir(d);

@@ -14,6 +14,7 @@
 #include "runner/vm.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,34 @@ static void random_token(char *out, size_t n)
 	sbx__random_id(a, sizeof(a), "");
 	sbx__random_id(b, sizeof(b), "");
 	snprintf(out, n, "%s%s", a, b);
+}
+
+/* The environment of a new sandbox of template: the image's ENV (the
+ * template's NAME.json beside its image, written by an import) under the
+ * create's own (a JSON object), as a JSON object's text; NULL: no memory. */
+static char *template_env(const struct sbx_mgr *m, const char *template, const char *own)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/templates/%s.json", m->cfg.guest_dir, template);
+	json_t *desc = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+	json_t *env = json_object(), *mine = own ? json_loads(own, 0, NULL) : NULL;
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(desc, "env"), i, v) {
+		const char *kv = json_string_value(v), *eq = kv ? strchr(kv, '=') : NULL;
+		if (!eq || eq == kv || eq - kv > 255)
+			continue;
+		char name[256];
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - kv), kv);
+		json_object_set_new(env, name, json_string(eq + 1));
+	}
+	if (json_is_object(mine))
+		json_object_update(env, mine);
+	char *text = json_dumps(env, JSON_COMPACT);
+	json_decref(env);
+	json_decref(mine);
+	json_decref(desc);
+	return text;
 }
 
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
@@ -220,8 +249,10 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 	snprintf(row->on_timeout, sizeof(row->on_timeout), "%s", p->kill_on_timeout ? "kill" : "pause");
 	row->idle_timeout_s = p->idle_timeout_s;
 	row->is_public = p->is_public;
-	/* A checkpoint's own environment comes with it; the create's wins. */
-	row->env_json = strdup(p->env_json ? p->env_json : p->checkpoint && ck.env_json ? ck.env_json : "{}");
+	/* A checkpoint's own environment comes with it; the create's wins,
+	 * over an imported image's ENV (its template's description). */
+	row->env_json = p->checkpoint ? strdup(p->env_json ? p->env_json : ck.env_json ? ck.env_json : "{}")
+				      : template_env(m, row->template, p->env_json);
 	row->metadata_json = strdup(p->metadata_json ? p->metadata_json : "{}");
 	row->network_json = strdup(p->network_json ? p->network_json : "");
 	int r = -ENOMEM;

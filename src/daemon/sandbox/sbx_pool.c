@@ -78,6 +78,18 @@ static const char *warm_command(const char *template)
 	return "true";
 }
 
+/* The exec path run once (warm_command). A template imported from an
+ * image may have no shell, where `true` exits 127: its exec path ran all
+ * the same, and that is what warming is for. */
+static int warm_exec(struct vm *vm, const char *template, int timeout_ms)
+{
+	int r = sbx__run(vm, warm_command(template), "user", NULL, timeout_ms);
+	if (r == -EIO && strcmp(template, "base") && strcmp(template, "python") &&
+	    strcmp(template, "node"))
+		r = 0;
+	return r;
+}
+
 /* What the python template's snapshot holds: its default code context (api_code.c) with the
  * imports a data analysis starts with already done, so a new sandbox's first call pays none. */
 #define WARM_CODE "import numpy, pandas, matplotlib, matplotlib.pyplot"
@@ -230,7 +242,7 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 	 * (on the snapshot's disk) as well as the imports in memory. */
 	if (!strcmp(t->template, "python"))
 		r = warm_code(vm, WARM_CODE, 600000, err, errlen);
-	else if ((r = sbx__run(vm, warm_command(t->template), "user", NULL, 600000)) < 0)
+	else if ((r = warm_exec(vm, t->template, 600000)) < 0)
 		snprintf(err, errlen, "warming '%s' failed (%s)", warm_command(t->template), strerror(-r));
 	if (r == 0 && (r = vm_snapshot(vm, tmp, 1, err, errlen)) == 0 && rename(tmp, t->dir) < 0) {
 		r = -errno;
@@ -420,7 +432,7 @@ static int fill_one(struct sbx_mgr *m, const struct tsnap *t)
 	 * code path (a call of its default context that is no cell), so the
 	 * first exec and run_code of the sandbox that claims it do not pay
 	 * for that. */
-	int r = sbx__run(e.vm, warm_command(t->template), "user", NULL, 60000);
+	int r = warm_exec(e.vm, t->template, 60000);
 	if (r == 0 && !strcmp(t->template, "python"))
 		r = warm_code(e.vm, WARM_CLAIM_CODE, 60000, err, sizeof(err));
 	else if (r < 0)

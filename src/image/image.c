@@ -1,0 +1,414 @@
+/*
+ * image: a template from an image (image.h): the guest's needs added to an
+ * unpacked tree, and the whole import run in a child of its own.
+ */
+#include "image/image.h"
+
+#include "common/errbuf.h"
+#include "common/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DEFAULT_MAX_BYTES (4ULL << 30)
+#define DEFAULT_TIMEOUT_S 1800
+#define MAX_PASSWD	  (1 << 20)
+#define FIRST_UID	  1000
+
+static int open_in(int root, const char *path, int flags, unsigned long long resolve)
+{
+	struct open_how how = { .flags = (unsigned long long)flags | O_CLOEXEC, .mode = 0644,
+				.resolve = resolve };
+	if (flags & O_CREAT)
+		how.mode = 0644;
+	else
+		how.mode = 0;
+	int fd = (int)syscall(SYS_openat2, root, path, &how, sizeof(how));
+	return fd < 0 ? -errno : fd;
+}
+#define STRICT (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+
+/* Whether path is an executable file in the guest's view: symlinks
+ * followed as the guest would, inside root. */
+static int has_exec(int root, const char *path)
+{
+	int fd = open_in(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
+	close(fd);
+	return ok;
+}
+
+/* A directory the guest needs, made when the image has none. */
+static int need_dir(int root, const char *path, mode_t mode, uid_t uid, gid_t gid, int *made)
+{
+	*made = 0;
+	int fd = open_in(root, path, O_PATH | O_DIRECTORY, STRICT);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (fd != -ENOENT)
+		return fd;
+	if (mkdirat(root, path, 0700) < 0)
+		return -errno;
+	if ((fd = open_in(root, path, O_RDONLY | O_DIRECTORY, STRICT)) < 0)
+		return fd;
+	int r = fchown(fd, uid, gid) < 0 || fchmod(fd, mode) < 0 ? -errno : 0;
+	close(fd);
+	*made = r == 0;
+	return r;
+}
+
+/* The file at path in root read whole (at most MAX_PASSWD), "" when absent. */
+static int read_small(int root, const char *path, char **out)
+{
+	*out = NULL;
+	int fd = open_in(root, path, O_RDONLY, STRICT);
+	if (fd == -ENOENT)
+		return (*out = strdup("")) ? 0 : -ENOMEM;
+	if (fd < 0)
+		return fd;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_PASSWD) {
+		close(fd);
+		return -EINVAL;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	ssize_t n = buf ? read(fd, buf, (size_t)st.st_size) : -1;
+	close(fd);
+	if (n < 0) {
+		free(buf);
+		return -EIO;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	return 0;
+}
+
+/* Field 3 (an id) of the line of name in a passwd or group file, or -1;
+ * the largest id below 60000 in *top. */
+static long find_id(const char *text, const char *name, long *top, long *gid)
+{
+	long found = -1;
+	size_t nl = strlen(name);
+	for (const char *l = text; *l;) {
+		const char *end = strchrnul(l, '\n');
+		const char *c1 = memchr(l, ':', (size_t)(end - l));
+		const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
+		if (c2) {
+			char *e;
+			long id = strtol(c2 + 1, &e, 10);
+			if (e != c2 + 1 && id >= 0) {
+				if (id < 60000 && id > *top)
+					*top = id;
+				if ((size_t)(c1 - l) == nl && !strncmp(l, name, nl)) {
+					found = id;
+					if (gid && *e == ':')
+						*gid = strtol(e + 1, NULL, 10);
+				}
+			}
+		}
+		l = *end ? end + 1 : end;
+	}
+	return found;
+}
+
+static int append(int root, const char *path, const char *text, const char *line)
+{
+	int fd = open_in(root, path, O_WRONLY | O_APPEND | O_CREAT, STRICT);
+	if (fd < 0)
+		return fd;
+	size_t n = strlen(text);
+	int r = 0;
+	/* A last line without its newline gets one first. */
+	if ((n && text[n - 1] != '\n' && write(fd, "\n", 1) != 1) ||
+	    write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+		r = -EIO;
+	close(fd);
+	return r;
+}
+
+int image_guest_needs(int root, json_t *config, char *err, size_t errlen)
+{
+	int made, r;
+	char *passwd = NULL, *group = NULL;
+	const struct { const char *path; mode_t mode; } dirs[] = {
+		{ "tmp", 01777 }, { "run", 0755 }, { "etc", 0755 }, { "home", 0755 },
+	};
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+		if ((r = need_dir(root, dirs[i].path, dirs[i].mode, 0, 0, &made)) < 0)
+			return errbuf_set(err, errlen, r == -ELOOP || r == -ENOTDIR ? -EINVAL : r,
+					  "the image's /%s is not a directory", dirs[i].path);
+	if ((r = read_small(root, "etc/passwd", &passwd)) < 0 ||
+	    (r = read_small(root, "etc/group", &group)) < 0) {
+		free(passwd);
+		return errbuf_set(err, errlen, -EINVAL,
+				  "the image's /etc/passwd or /etc/group is not a small plain file");
+	}
+	long top_uid = FIRST_UID - 1, top_gid = FIRST_UID - 1, gid = -1;
+	long uid = find_id(passwd, "user", &top_uid, &gid);
+	int added = uid < 0;
+	if (added) {
+		long g = find_id(group, "user", &top_gid, NULL);
+		uid = top_uid + 1;
+		gid = g >= 0 ? g : top_gid + 1;
+		const char *shell = has_exec(root, "bin/sh") ? "/bin/sh" : "/sbin/nologin";
+		char line[256];
+		snprintf(line, sizeof(line), "user:x:%ld:%ld:cpuos:/home/user:%s\n", uid, gid, shell);
+		r = append(root, "etc/passwd", passwd, line);
+		if (r == 0 && g < 0) {
+			snprintf(line, sizeof(line), "user:x:%ld:\n", gid);
+			r = append(root, "etc/group", group, line);
+		}
+		if (r == 0)
+			r = need_dir(root, "home/user", 0750, (uid_t)uid, (gid_t)gid, &made);
+	}
+	free(passwd);
+	free(group);
+	if (r < 0)
+		return errbuf_set(err, errlen, r, "cannot add the 'user' account: %s", strerror(-r));
+	if (uid >= (long)IMAGE_ID_COUNT || gid < 0 || gid >= (long)IMAGE_ID_COUNT)
+		return errbuf_set(err, errlen, -EINVAL, "the image's 'user' has ids outside 0-65535");
+	if ((r = need_dir(root, "work", 0755, (uid_t)uid, (gid_t)gid, &made)) < 0)
+		return errbuf_set(err, errlen, r == -ELOOP || r == -ENOTDIR ? -EINVAL : r,
+				  "the image's /work is not a directory");
+	static const char *const pythons[] = { "usr/bin/python3", "usr/local/bin/python3", "bin/python3" };
+	int py = 0;
+	for (size_t i = 0; i < 3 && !py; i++)
+		py = has_exec(root, pythons[i]);
+	json_object_set_new(config, "user_added", json_boolean(added));
+	json_object_set_new(config, "has_sh", json_boolean(has_exec(root, "bin/sh")));
+	json_object_set_new(config, "has_python3", json_boolean(py));
+	return 0;
+}
+
+/* ---- the import's child ---- */
+
+struct job {
+	int workfd, srcfd, errfd;
+	const struct image_limits *lim;
+	unsigned long long max;
+};
+
+/* mkfs.erofs in the work directory, our current one. */
+static int run_mkfs(int wfd, char *err, size_t errlen)
+{
+	int log = openat(wfd, "mkfs.log", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* mtimes kept (Python's .pyc), uncompressed (TCG), /dev the guest's:
+	 * as guest/templates/build.sh makes the built-in ones. */
+	char *argv[] = { "mkfs.erofs", "--quiet", "--exclude-regex=^dev/.+", "image.erofs", "root",
+			 NULL };
+	struct spawn_opts o = { .argv = argv, .fd = { -1, log, log } };
+	pid_t pid;
+	int r = spawn(&o, &pid), st = 0;
+	if (r == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		close(log);
+		return 0;
+	}
+	char last[300] = "";
+	ssize_t n = log >= 0 ? pread(log, last, sizeof(last) - 1, 0) : -1;
+	if (n > 0) {
+		last[n] = '\0';
+		last[strcspn(last, "\n")] = '\0';
+	}
+	if (log >= 0)
+		close(log);
+	return errbuf_set(err, errlen, -EIO, "mkfs.erofs failed%s%s", *last ? ": " : "",
+			  r < 0 ? strerror(-r) : last);
+}
+
+static void child_fail(int errfd, int r, const char *err)
+{
+	dprintf(errfd, "%d %s", r, err);
+	_exit(1);
+}
+
+static void child(const struct job *j, int syncfd, int gofd)
+{
+	char err[600] = "";
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0) {
+		snprintf(err, sizeof(err), "cannot make the import's namespaces: %s", strerror(errno));
+		child_fail(j->errfd, -errno, err);
+	}
+	char c = 1;
+	if (write(syncfd, &c, 1) != 1 || read(gofd, &c, 1) != 1 || c != 1)
+		_exit(2); /* the parent said why */
+	if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0 ||
+	    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		child_fail(j->errfd, -EPERM, "cannot become the namespace's root");
+	/* No file grows past the limit (a sparse one included), no core. */
+	struct rlimit fsz = { j->max + (64ULL << 20), j->max + (64ULL << 20) }, core = { 0, 0 };
+	setrlimit(RLIMIT_FSIZE, &fsz);
+	setrlimit(RLIMIT_CORE, &core);
+	signal(SIGXFSZ, SIG_IGN); /* EFBIG from write, reported as such */
+	alarm(j->lim && j->lim->timeout_s ? j->lim->timeout_s : DEFAULT_TIMEOUT_S);
+	/* Its descriptor, as the path's parents may be closed to this
+	 * namespace's root. */
+	int wfd = j->workfd;
+	if (fchdir(wfd) < 0 || mkdirat(wfd, "root", 0755) < 0 || mkdirat(wfd, "stage", 0700) < 0)
+		child_fail(j->errfd, -EIO, "cannot make the import's directories");
+	int rootfd = openat(wfd, "root", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int stagefd = openat(wfd, "stage", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	json_t *config = NULL;
+	int r = rootfd < 0 || stagefd < 0 ? -EIO
+					  : image_unpack(j->srcfd, stagefd, rootfd, j->lim, &config, err,
+							 sizeof(err));
+	image_remove_tree(wfd, "stage");
+	if (r == 0)
+		r = image_guest_needs(rootfd, config, err, sizeof(err));
+	if (r == 0) {
+		char *text = json_dumps(config, JSON_INDENT(2) | JSON_SORT_KEYS);
+		int fd = openat(wfd, "config.json", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (!text || fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+			r = errbuf_set(err, sizeof(err), -EIO, "cannot write the template's description");
+		if (fd >= 0)
+			close(fd);
+		free(text);
+	}
+	if (r == 0)
+		r = run_mkfs(wfd, err, sizeof(err));
+	json_decref(config);
+	image_remove_tree(wfd, "root");
+	if (r < 0)
+		child_fail(j->errfd, r, err);
+	_exit(0);
+}
+
+static int write_map(pid_t pid, const char *which)
+{
+	char path[64], map[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, which);
+	int n = snprintf(map, sizeof(map), "0 %u %u\n", IMAGE_ID_BASE, IMAGE_ID_COUNT);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	int r = fd >= 0 && write(fd, map, (size_t)n) == n ? 0 : -errno;
+	if (fd >= 0)
+		close(fd);
+	return r;
+}
+
+/* The child's result: 0, or its error (its line in err). */
+static int child_result(pid_t pid, int errfd, const struct image_limits *lim, char *err,
+			size_t errlen)
+{
+	char line[700];
+	size_t got = 0;
+	ssize_t n;
+	while (got < sizeof(line) - 1 && (n = read(errfd, line + got, sizeof(line) - 1 - got)) > 0)
+		got += (size_t)n;
+	line[got] = '\0';
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+		return errbuf_set(err, errlen, -ETIMEDOUT, "the import took longer than %u s",
+				  lim && lim->timeout_s ? lim->timeout_s : DEFAULT_TIMEOUT_S);
+	if (WIFSIGNALED(st))
+		return errbuf_set(err, errlen, -EIO, "the import's process died (signal %d)",
+				  WTERMSIG(st));
+	char *msg;
+	long code = strtol(line, &msg, 10);
+	if (code >= 0 || code < -4095 || *msg != ' ')
+		return errbuf_set(err, errlen, -EIO, "the import failed");
+	return errbuf_set(err, errlen, (int)code, "%s", msg + 1);
+}
+
+int image_import(const char *archive, const char *workdir, const char *out_erofs,
+		 const char *out_json, const struct image_limits *lim, char *err, size_t errlen)
+{
+	if (geteuid() != 0)
+		return errbuf_set(err, errlen, -EPERM,
+				  "importing an image needs root (its files keep their owners)");
+	int srcfd = open(archive, O_RDONLY | O_CLOEXEC);
+	if (srcfd < 0)
+		return errbuf_set(err, errlen, errno == ENOENT ? -ENOENT : -errno, "cannot open '%s': %s",
+				  archive, strerror(errno));
+	if (mkdir(workdir, 0700) < 0) {
+		int e = errno;
+		close(srcfd);
+		return errbuf_set(err, errlen, -e, "cannot make '%s': %s", workdir, strerror(e));
+	}
+	int r = 0, syncp[2] = { -1, -1 }, gop[2] = { -1, -1 }, errp[2] = { -1, -1 };
+	int workfd = open(workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (workfd < 0 || chown(workdir, IMAGE_ID_BASE, IMAGE_ID_BASE) < 0 ||
+	    pipe2(syncp, O_CLOEXEC) < 0 ||
+	    pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+		r = errbuf_set(err, errlen, -errno, "cannot prepare the import: %s", strerror(errno));
+		goto out;
+	}
+	struct job j = { .workfd = workfd, .srcfd = srcfd, .errfd = errp[1], .lim = lim,
+			 .max = lim && lim->max_bytes ? lim->max_bytes : DEFAULT_MAX_BYTES };
+	pid_t pid = fork();
+	if (pid < 0) {
+		r = errbuf_set(err, errlen, -errno, "cannot fork: %s", strerror(errno));
+		goto out;
+	}
+	if (pid == 0)
+		child(&j, syncp[1], gop[0]);
+	close(errp[1]);
+	errp[1] = -1;
+	char c = 0;
+	close(syncp[1]);
+	syncp[1] = -1;
+	if (read(syncp[0], &c, 1) == 1) {
+		/* Its namespace's ids: ours to give, as root. */
+		if ((r = write_map(pid, "uid_map")) < 0 || (r = write_map(pid, "gid_map")) < 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			errbuf_set(err, errlen, r, "cannot map the import's ids: %s", strerror(-r));
+			goto out;
+		}
+		c = 1;
+		if (write(gop[1], &c, 1) != 1)
+			kill(pid, SIGKILL);
+	}
+	if ((r = child_result(pid, errp[0], lim, err, errlen)) < 0)
+		goto out;
+	char from[PATH_MAX];
+	snprintf(from, sizeof(from), "%s/image.erofs", workdir);
+	if (chown(from, 0, 0) < 0 || chmod(from, 0644) < 0 || rename(from, out_erofs) < 0) {
+		r = errbuf_set(err, errlen, -errno, "cannot keep the image in '%s': %s", out_erofs,
+			       strerror(errno));
+		goto out;
+	}
+	snprintf(from, sizeof(from), "%s/config.json", workdir);
+	if (chown(from, 0, 0) < 0 || chmod(from, 0644) < 0 || rename(from, out_json) < 0) {
+		r = errbuf_set(err, errlen, -errno, "cannot keep the description in '%s': %s", out_json,
+			       strerror(errno));
+		unlink(out_erofs);
+	}
+out:
+	for (int i = 0; i < 2; i++) {
+		if (syncp[i] >= 0)
+			close(syncp[i]);
+		if (gop[i] >= 0)
+			close(gop[i]);
+		if (errp[i] >= 0)
+			close(errp[i]);
+	}
+	close(srcfd);
+	if (workfd >= 0)
+		close(workfd);
+	/* What the child left (a failure's tree), never followed out. */
+	image_remove_tree(AT_FDCWD, workdir);
+	return r;
+}

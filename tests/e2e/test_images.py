@@ -1,0 +1,276 @@
+"""Templates from OCI images (`cpuos templates import`), against a real cpuosd: a Debian image made
+here (the base template's tree, tarred from its erofs, plus a layer with a marker and a whiteout)
+imported as an OCI layout and as a gzipped `docker save` tar; a sandbox from each runs as the image
+says (files, owners, setuid bits, ENV, the added `user`). A shell-less image (one static binary)
+runs an argv exec and says clearly that a command string needs /bin/sh. Hostile images are
+refused with one line and a non-zero exit, and nothing lands outside the import's directory.
+
+The module has a guest directory and daemon of its own: imported templates never reach the shared
+daemon's (whose pools would then snapshot them)."""
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+
+import pytest
+
+import cpuos
+from conftest import GUEST_DIR, sandbox_factory, started_daemon
+from test_cpuos_cli import CPUOS
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def tar_of(entries):
+    """A layer from (name, bytes, mode) files and (name, None, target) symlinks."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for name, data, extra in entries:
+            info = tarfile.TarInfo(name)
+            info.mtime = 1700000000
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, extra
+                t.addfile(info)
+            else:
+                info.size, info.mode = len(data), extra
+                t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def config_of(layers, env=(), cmd=None, arch="amd64"):
+    return json.dumps({
+        "architecture": arch, "os": "linux",
+        "config": {"Env": list(env), "Cmd": cmd, "WorkingDir": "/srv", "Labels": {"made": "here"}},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + sha(l) for l in layers]},
+    }).encode()
+
+
+def oci_layout(path, layers, config, gz=True):
+    """An OCI image layout directory: layers gzipped (or not), the manifest and index."""
+    blobs = os.path.join(path, "blobs", "sha256")
+    os.makedirs(blobs)
+
+    def blob(data, mt):
+        with open(os.path.join(blobs, sha(data)), "wb") as f:
+            f.write(data)
+        return {"mediaType": mt, "digest": "sha256:" + sha(data), "size": len(data)}
+
+    descs = [blob(gzip.compress(l, 1) if gz else l,
+                  "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if gz else "")) for l in layers]
+    man = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                      "config": blob(config, "application/vnd.oci.image.config.v1+json"),
+                      "layers": descs}).encode()
+    mdesc = blob(man, "application/vnd.oci.image.manifest.v1+json")
+    mdesc["platform"] = {"os": "linux", "architecture": "amd64"}
+    with open(os.path.join(path, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [mdesc]}, f)
+    with open(os.path.join(path, "oci-layout"), "w") as f:
+        f.write('{"imageLayoutVersion":"1.0.0"}')
+
+
+def docker_save(path, layers, config):
+    """What `docker save | gzip` writes: <id>.json, <n>/layer.tar, manifest.json."""
+    cid = sha(config)
+    with tarfile.open(path, "w:gz", compresslevel=1) as t:
+        def add(name, data):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        add(cid + ".json", config)
+        names = []
+        for i, l in enumerate(layers):
+            names.append(f"{sha(l)[:16]}{i}/layer.tar")
+            add(names[-1], l)
+        add("manifest.json", json.dumps([{"Config": cid + ".json", "RepoTags": ["debian:here"],
+                                          "Layers": names}]).encode())
+
+
+def run_cli(env, *args, timeout=600):
+    return subprocess.run([CPUOS, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})
+
+
+@pytest.fixture(scope="module")
+def images():
+    """A guest directory of the module's own, the images made and imported into it (timed)."""
+    if os.geteuid() != 0:
+        pytest.fail("test_images imports as root (user namespaces, owners kept)", pytrace=False)
+    top = tempfile.mkdtemp(prefix="cpuos-images-")
+    os.chmod(top, 0o755)  # cpuosd, once it gives up root, reads the images through here
+    guest, cache, mnt = (os.path.join(top, d) for d in ("guest", "cache", "mnt"))
+    os.makedirs(os.path.join(guest, "templates"))
+    os.makedirs(mnt)
+    for f in ("bzImage", "initramfs.cpio"):
+        os.symlink(os.path.realpath(GUEST_DIR / f), os.path.join(guest, f))
+    base = os.path.realpath(GUEST_DIR / "templates" / "base.erofs")
+    os.symlink(base, os.path.join(guest, "templates", "base.erofs"))
+    env = {"CPUOS_GUEST_DIR": guest, "CPUOS_CACHE": cache}
+    times = {}
+    try:
+        # The Debian image: the base template's tree as its first layer.
+        t0 = time.monotonic()
+        subprocess.run(["mount", "-t", "erofs", "-o", "loop,ro", base, mnt], check=True, timeout=60)
+        try:
+            debian = subprocess.run(["tar", "-C", mnt, "--numeric-owner", "-cf", "-", "."],
+                                    capture_output=True, check=True, timeout=300).stdout
+        finally:
+            subprocess.run(["umount", mnt], timeout=60)
+        top_layer = tar_of([("etc/marker", b"from an OCI layout\n", 0o644),
+                            ("etc/.wh.hostname", b"", 0o644),
+                            ("srv/readme", b"workdir\n", 0o644)])
+        cfg = config_of([debian, top_layer], env=["GREETING=hello from ENV", "PATH=/usr/bin:/bin"])
+        oci_layout(os.path.join(top, "layout"), [debian, top_layer], cfg)
+        saved_layer = tar_of([("etc/marker", b"from docker save\n", 0o644)])
+        docker_save(os.path.join(top, "saved.tar.gz"), [debian, saved_layer],
+                    config_of([debian, saved_layer]))
+        # Shell-less: one static program and a marker, as a distroless image.
+        src = os.path.join(top, "hello.c")
+        with open(src, "w") as f:
+            f.write('#include <stdio.h>\nint main(int c, char **v) { FILE *f = fopen("/etc/marker", "r");'
+                    ' char b[64] = ""; if (f) fgets(b, sizeof b, f); printf("hello %s", b); return 0; }\n')
+        subprocess.run(["cc", "-static", "-O2", "-o", os.path.join(top, "hello"), src], check=True,
+                       timeout=120)
+        with open(os.path.join(top, "hello"), "rb") as f:
+            hello = f.read()
+        tiny = tar_of([("hello", hello, 0o755), ("etc/marker", b"distroless\n", 0o644)])
+        oci_layout(os.path.join(top, "tiny"), [tiny], config_of([tiny], cmd=["/hello"]), gz=False)
+        times["make"] = time.monotonic() - t0
+        for name, what in (("deb-oci", "layout"), ("deb-saved", "saved.tar.gz"), ("tiny", "tiny")):
+            t0 = time.monotonic()
+            r = run_cli(env, "templates", "import", name, os.path.join(top, what))
+            assert r.returncode == 0, r.stderr
+            times[name] = time.monotonic() - t0
+        print("image import times:", {k: f"{v:.1f} s" for k, v in times.items()},
+              f"({len(debian) >> 20} MB Debian layer)")
+        yield {"top": top, "guest": guest, "env": env}
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def image_daemon(images):
+    yield from started_daemon("--guest-dir", images["guest"], "--template-snapshots", "off")
+
+
+@pytest.fixture
+def make(image_daemon):
+    yield from sandbox_factory(image_daemon)
+
+
+def test_templates_list_imported_images(image_daemon):
+    r = image_daemon.http("GET", "/v1/templates", key=image_daemon.key_a)
+    by = {t["name"]: t for t in r.json()["templates"]}
+    assert {"base", "deb-oci", "deb-saved", "tiny"} <= set(by), by
+    assert by["deb-oci"]["description"] == "imported image (oci, 2 layers)"
+    assert by["deb-oci"]["image"]["workdir"] == "/srv" and by["deb-oci"]["image"]["has_sh"] is True
+    assert by["tiny"]["image"]["has_sh"] is False and by["tiny"]["image"]["cmd"] == ["/hello"]
+    assert by["deb-saved"]["description"] == "imported image (docker, 2 layers)"
+
+
+def test_a_sandbox_from_an_oci_layout(make):
+    sbx = make(template="deb-oci")
+    assert sbx.exec("cat /etc/marker").stdout == "from an OCI layout\n"
+    # The whiteout hid the base's /etc/hostname; owners and setuid bits are the image's.
+    r = sbx.exec("test -e /etc/hostname && echo there; stat -c '%G' /etc/shadow; "
+                 "test -u /usr/bin/su && echo setuid; whoami; echo $GREETING; cat /srv/readme",
+                 user="root")
+    assert r.stdout == "shadow\nsetuid\nroot\nhello from ENV\nworkdir\n", r
+    assert sbx.exec("whoami").stdout == "user\n"
+
+
+def test_a_sandbox_from_a_docker_save_tar(make):
+    sbx = make(template="deb-saved")
+    assert sbx.exec("cat /etc/marker").stdout == "from docker save\n"
+
+
+def test_a_shell_less_image_runs_argv(make):
+    sbx = make(template="tiny")
+    r = sbx.exec(["/hello"])
+    assert r.exit_code == 0 and r.stdout == "hello distroless\n", r
+    # A command string needs /bin/sh, and says so; code needs python3, and says so.
+    r = sbx.exec("echo hi")
+    assert r.exit_code == 127 and "cannot run '/bin/sh'" in r.stderr, r
+    with pytest.raises(cpuos.CpuosError) as e:
+        sbx.run_code("1")
+    assert "no 'python3' in this sandbox" in str(e.value), e.value
+
+
+def hostile(top, name, layer, config=None):
+    path = os.path.join(top, "hostile", name)
+    oci_layout(path, [layer], config or config_of([layer]), gz=False)
+    return path
+
+
+def test_hostile_images_are_refused(images, image_daemon):
+    top, env = images["top"], images["env"]
+    marker = os.path.join(top, "outside")
+    os.makedirs(marker, exist_ok=True)
+
+    def entry(name, kind, **kw):
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        for k, v in kw.items():
+            setattr(info, k, v)
+        return info
+
+    def layer(*infos, data=None):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+            for i in infos:
+                t.addfile(i, io.BytesIO(data or b"") if i.type == tarfile.REGTYPE else None)
+        return buf.getvalue()
+
+    cases = {
+        "dotdot": (layer(entry("../../evil", tarfile.REGTYPE)), "leaves the image's root"),
+        "symlink-out": (layer(entry("link", tarfile.SYMTYPE, linkname=marker),
+                              entry("link/passwd", tarfile.REGTYPE)), "goes through a symlink"),
+        "device": (layer(entry("dev/sda", tarfile.BLKTYPE, devmajor=8)), "device node"),
+        "hardlink-out": (layer(entry("hl", tarfile.LNKTYPE, linkname="../../../etc/shadow")),
+                         "hard link"),
+    }
+    for name, (data, why) in cases.items():
+        r = run_cli(env, "templates", "import", "bad-" + name, hostile(top, name, data))
+        assert r.returncode == 2 and why in r.stderr and r.stderr.count("\n") <= 2, (name, r.stderr)
+    # A 10 GB sparse file: refused by its size before a byte is written.
+    big = tarfile.TarInfo("sparse")
+    big.size = 10 << 30
+    hdr = big.tobuf(format=tarfile.PAX_FORMAT)
+    r = run_cli(env, "templates", "import", "bad-big", hostile(top, "big", hdr + b"\0" * 1024))
+    assert r.returncode == 2 and "larger than the limit" in r.stderr, r.stderr
+    # A layer whose digest is not the manifest's.
+    path = hostile(top, "lie", layer(entry("f", tarfile.REGTYPE)))
+    blobs = os.path.join(path, "blobs", "sha256")
+    for b in os.listdir(blobs):
+        with open(os.path.join(blobs, b), "rb") as f:
+            head = f.read(3)
+        if head == b"f\0\0":  # the layer: a tar whose first name is "f"
+            with open(os.path.join(blobs, b), "r+b") as f:
+                f.seek(600)
+                f.write(b"x")
+    r = run_cli(env, "templates", "import", "bad-lie", path)
+    assert r.returncode == 2 and "digest" in r.stderr, r.stderr
+    # An image for another architecture, and what is no image at all.
+    ok = layer(entry("f", tarfile.REGTYPE))
+    r = run_cli(env, "templates", "import", "bad-arch", hostile(top, "arm", ok, config_of([ok], arch="arm64")))
+    assert r.returncode == 2 and "arm64" in r.stderr, r.stderr
+    r = run_cli(env, "templates", "import", "bad-none", "/etc/hostname")
+    assert r.returncode == 2 and "not an image" in r.stderr, r.stderr
+    r = run_cli(env, "templates", "import", "python", os.path.join(top, "tiny"))
+    assert r.returncode == 2 and "recipe" in r.stderr, r.stderr
+    # Nothing landed outside, no template was made, and the import directories are gone.
+    assert os.listdir(marker) == []
+    assert not [t for t in os.listdir(os.path.join(images["guest"], "templates")) if t.startswith("bad-")]
+    assert not [d for d in os.listdir(os.path.join(images["env"]["CPUOS_CACHE"], "images"))
+                if d.startswith(".import")]
+    assert image_daemon.http("GET", "/v1/health").status == 200
