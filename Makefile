@@ -55,9 +55,10 @@ VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
 STORE_SRCS := $(wildcard src/daemon/store/*.c) src/lib/sql.c
 CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
-# Templates from OCI images (libarchive reads their tars), run by the CLI.
+# Templates from OCI images (libarchive reads their tars, libcurl pulls
+# them from registries), run by the CLI.
 IMAGE_SRCS := $(wildcard src/image/*.c)
-IMAGE_LIBS := -larchive -ljansson -lcrypto
+IMAGE_LIBS := -larchive -lcurl -ljansson -lcrypto
 # The gateway talks to cpuosd through the CLI's client of its API.
 GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
 GATEWAY_LIBS := -lmicrohttpd -lcurl -ljansson -lsqlite3 -lcrypto -lpthread

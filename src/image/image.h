@@ -71,6 +71,24 @@ int image_guest_needs(int rootfd, json_t *config, char *err, size_t errlen);
 int image_import(const char *archive, const char *workdir, const char *out_erofs,
 		 const char *out_json, const struct image_limits *lim, char *err, size_t errlen);
 
+/* Pulling from a registry (pull.c): https unless insecure (a plain-HTTP
+ * registry, as a local one is); credentials for Basic, or for a Bearer
+ * token's realm (NULL username: anonymous); max_bytes bounds the blobs (0:
+ * 4 GiB). */
+struct image_pull_opts {
+	int insecure;
+	const char *username, *password;
+	unsigned long long max_bytes;
+};
+
+/* The linux/amd64 image of reference ([HOST/]NAME[:TAG][@sha256:...],
+ * Docker Hub's where HOST is absent) into a new OCI layout at layout, each
+ * blob checked against its digest and size as it arrives; through the
+ * host's network. 0, or -EINVAL (a bad reference, a blob or manifest that
+ * lies), -ENOENT (no such image), -EACCES (refused), -EFBIG, -EIO. */
+int image_pull(const char *reference, const char *layout, const struct image_pull_opts *o,
+	       char *err, size_t errlen);
+
 /* Removes the tree name at dirfd (a file or a directory and what is in
  * it), never following a symlink: 0 or -errno. */
 int image_remove_tree(int dirfd, const char *name);

@@ -1,15 +1,21 @@
-"""Templates from OCI images (`cpuos templates import`), against a real cpuosd: a Debian image made
-here (the base template's tree, tarred from its erofs, plus a layer with a marker and a whiteout)
+"""Templates from OCI images (`cpuos templates import` and `pull`), against a real cpuosd: a
+Debian image made here (the base template's tree, tarred from its erofs, plus a layer with a marker
+and a whiteout)
 imported as an OCI layout and as a gzipped `docker save` tar; a sandbox from each runs as the image
 says (files, owners, setuid bits, ENV, the added `user`). A shell-less image (one static binary)
 runs an argv exec and says clearly that a command string needs /bin/sh. Hostile images are
 refused with one line and a non-zero exit, and nothing lands outside the import's directory.
+Pulls come from Debian's docker-registry on loopback: without auth, with htpasswd (Basic), and
+with token auth (Bearer, from a token service here); a blob whose digest lies is refused.
 
 The module has a guest directory and daemon of its own: imported templates never reach the shared
 daemon's (whose pools would then snapshot them)."""
 
+import base64
 import gzip
 import hashlib
+import http.client
+import http.server
 import io
 import json
 import os
@@ -17,12 +23,14 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
+import urllib.parse
 
 import pytest
 
 import cpuos
-from conftest import GUEST_DIR, sandbox_factory, started_daemon
+from conftest import GUEST_DIR, free_port, sandbox_factory, started_daemon
 from test_cpuos_cli import CPUOS
 
 pytestmark = pytest.mark.timeout(900)
@@ -274,3 +282,238 @@ def test_hostile_images_are_refused(images, image_daemon):
     assert not [d for d in os.listdir(os.path.join(images["env"]["CPUOS_CACHE"], "images"))
                 if d.startswith(".import")]
     assert image_daemon.http("GET", "/v1/health").status == 200
+
+
+# ---- pulls from a registry (Debian's docker-registry, the CNCF distribution registry) ----
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenService:
+    """A registry's token service as Docker Hub's auth works (the realm a 401 names): Basic
+    credentials in, a JWT out, signed RS256 with a key whose self-signed certificate the registry
+    trusts and the token carries (x5c). The one test double here: an authorization server is a
+    deployment's own, not part of cpuos or of the registry."""
+
+    ISSUER, SERVICE = "cpuos-test-issuer", "cpuos-test-registry"
+
+    def __init__(self, top, users):
+        self.dir = tempfile.mkdtemp(prefix="tokens-", dir=top)
+        self.key, self.cert = os.path.join(self.dir, "key.pem"), os.path.join(self.dir, "cert.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", self.key,
+                        "-out", self.cert, "-days", "2", "-subj", "/CN=cpuos-test-tokens"],
+                       check=True, capture_output=True, timeout=60)
+        der = subprocess.run(["openssl", "x509", "-in", self.cert, "-outform", "DER"], check=True,
+                             capture_output=True, timeout=30).stdout
+        self.x5c = base64.b64encode(der).decode()
+        self.users, self.issued = users, []
+        svc = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+                user = None
+                if self.headers.get("Authorization", "").startswith("Basic "):
+                    u, _, p = base64.b64decode(self.headers["Authorization"][6:]).decode().partition(":")
+                    if svc.users.get(u) != p:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                    user = u
+                access = []
+                for scope in q.get("scope", []):
+                    kind, name, actions = scope.split(":")
+                    if user:  # anonymous: nothing
+                        access.append({"type": kind, "name": name, "actions": actions.split(",")})
+                body = json.dumps({"token": svc.sign(user or "", access)}).encode()
+                svc.issued.append((user, q.get("service", [""])[0]))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def sign(self, sub, access):
+        now = int(time.time())
+        head = b64url(json.dumps({"alg": "RS256", "typ": "JWT", "x5c": [self.x5c]}).encode())
+        claims = b64url(json.dumps({"iss": self.ISSUER, "sub": sub, "aud": self.SERVICE, "exp": now + 600,
+                                    "nbf": now - 60, "iat": now - 60, "jti": os.urandom(8).hex(),
+                                    "access": access}).encode())
+        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", self.key], input=f"{head}.{claims}".encode(),
+                             capture_output=True, check=True, timeout=30).stdout
+        return f"{head}.{claims}.{b64url(sig)}"
+
+    def close(self):
+        self.server.shutdown()
+
+
+class Registry:
+    """docker-registry on loopback, plain HTTP, storage in a directory; htpasswd auth with users,
+    or token auth by a TokenService."""
+
+    def __init__(self, top, users=None, tokens=None):
+        self.dir = tempfile.mkdtemp(prefix="registry-", dir=top)
+        self.port = free_port()
+        self.tokens = tokens
+        auth = ""
+        if tokens:
+            auth = (f"auth:\n  token:\n    realm: http://127.0.0.1:{tokens.port}/token\n"
+                    f"    service: {tokens.SERVICE}\n    issuer: {tokens.ISSUER}\n"
+                    f"    rootcertbundle: {tokens.cert}\n")
+        elif users:
+            pw = os.path.join(self.dir, "htpasswd")
+            with open(pw, "w") as f:
+                for u, p in users.items():
+                    f.write(subprocess.run(["htpasswd", "-Bbn", u, p], capture_output=True, text=True,
+                                           check=True).stdout.strip() + "\n")
+            auth = f"auth:\n  htpasswd:\n    realm: cpuos-test\n    path: {pw}\n"
+        cfg = os.path.join(self.dir, "config.yml")
+        with open(cfg, "w") as f:
+            f.write(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {self.dir}/data\n"
+                    f"http:\n  addr: 127.0.0.1:{self.port}\n{auth}")
+        self.log = open(os.path.join(self.dir, "log"), "wb")
+        self.proc = subprocess.Popen(["docker-registry", "serve", cfg], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                http.client.HTTPConnection("127.0.0.1", self.port, timeout=2).request("GET", "/v2/")
+                return
+            except OSError:
+                time.sleep(0.1)
+        pytest.fail("docker-registry did not start")
+
+    def request(self, method, path, body=None, headers=None, auth=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        h = dict(headers or {})
+        if auth and self.tokens:
+            repo = path.split("/")[2] + "/" + path.split("/")[3]
+            h["Authorization"] = "Bearer " + self.tokens.sign(auth[0], [
+                {"type": "repository", "name": repo, "actions": ["pull", "push"]}])
+        elif auth:
+            h["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+
+    def push(self, repo, tag, layout, auth=None):
+        """Every blob of an OCI layout, then its manifest under tag (the registry API's push)."""
+        with open(os.path.join(layout, "index.json")) as f:
+            mdesc = json.load(f)["manifests"][0]
+        blobs = os.path.join(layout, "blobs", "sha256")
+        for name in os.listdir(blobs):
+            with open(os.path.join(blobs, name), "rb") as f:
+                data = f.read()
+            st, h, _ = self.request("POST", f"/v2/{repo}/blobs/uploads/", auth=auth)
+            assert st == 202, st
+            loc = h["Location"].replace(f"http://127.0.0.1:{self.port}", "")
+            sep = "&" if "?" in loc else "?"
+            st, _, body = self.request("PUT", f"{loc}{sep}digest=sha256:{name}", data,
+                                       {"Content-Type": "application/octet-stream"}, auth=auth)
+            assert st == 201, (st, body)
+        with open(os.path.join(blobs, mdesc["digest"][7:]), "rb") as f:
+            man = f.read()
+        st, _, body = self.request("PUT", f"/v2/{repo}/manifests/{tag}", man,
+                                   {"Content-Type": mdesc["mediaType"]}, auth=auth)
+        assert st == 201, (st, body)
+        return mdesc["digest"]
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def registries(images):
+    tokens = TokenService(images["top"], {"alice": "s3cret"})
+    made = [Registry(images["top"]), Registry(images["top"], users={"alice": "s3cret"}),
+            Registry(images["top"], tokens=tokens)]
+    yield made
+    for r in made:
+        r.close()
+    tokens.close()
+
+
+def test_pull_from_a_registry(images, registries, make):
+    reg = registries[0]
+    env, top = images["env"], images["top"]
+    digest = reg.push("tools/tiny", "v1", os.path.join(top, "tiny"))
+    ref = f"127.0.0.1:{reg.port}/tools/tiny"
+    r = run_cli(env, "templates", "pull", "tiny-pulled", ref + ":v1", "--insecure")
+    assert r.returncode == 0, r.stderr
+    r = run_cli(env, "templates", "pull", "tiny-by-digest", f"{ref}@{digest}", "--insecure")
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(images["guest"], "templates", "tiny-by-digest.json")) as f:
+        assert json.load(f)["digest"] == digest
+    # The daemon's guest directory is open to others: the pull is there at once.
+    assert make(template="tiny-pulled").exec(["/hello"]).stdout == "hello distroless\n"
+    # Without --insecure a plain-HTTP registry is not spoken to; a tag it lacks is a clear error.
+    r = run_cli(env, "templates", "pull", "x", ref + ":v1")
+    assert r.returncode != 0 and "cannot reach" in r.stderr, r.stderr
+    r = run_cli(env, "templates", "pull", "x", ref + ":nope", "--insecure")
+    assert r.returncode == 2 and "no manifest" in r.stderr, r.stderr
+    r = run_cli(env, "templates", "pull", "x", "Not A Reference!", "--insecure")
+    assert r.returncode == 2 and "not an image reference" in r.stderr, r.stderr
+
+
+def test_a_blob_that_is_not_its_digest_is_refused(images, registries):
+    reg = registries[0]
+    env, top = images["env"], images["top"]
+    reg.push("tools/tampered", "v1", os.path.join(top, "tiny"))
+    # The registry's own copy of the layer changed behind its back.
+    with open(os.path.join(top, "tiny", "index.json")) as f:
+        mdesc = json.load(f)["manifests"][0]
+    with open(os.path.join(top, "tiny", "blobs", "sha256", mdesc["digest"][7:])) as f:
+        layer = json.load(f)["layers"][0]["digest"][7:]
+    data = os.path.join(reg.dir, "data", "docker", "registry", "v2", "blobs", "sha256", layer[:2], layer, "data")
+    with open(data, "r+b") as f:
+        f.seek(700)
+        f.write(b"tampered")
+    r = run_cli(env, "templates", "pull", "tampered", f"127.0.0.1:{reg.port}/tools/tampered:v1", "--insecure")
+    assert r.returncode == 2 and "is not it" in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(images["guest"], "templates", "tampered.erofs"))
+
+
+def test_pull_with_credentials(images, registries):
+    reg = registries[1]
+    env, top = images["env"], images["top"]
+    reg.push("private/tiny", "v1", os.path.join(top, "tiny"), auth=("alice", "s3cret"))
+    ref = f"127.0.0.1:{reg.port}/private/tiny:v1"
+    r = run_cli(env, "templates", "pull", "x", ref, "--insecure")
+    assert r.returncode == 2 and "wants a user name" in r.stderr, r.stderr
+    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "wrong"},
+                "templates", "pull", "x", ref, "--insecure")
+    assert r.returncode == 2 and "refused the credentials" in r.stderr, r.stderr
+    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "s3cret"},
+                "templates", "pull", "private-tiny", ref, "--insecure")
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(os.path.join(images["guest"], "templates", "private-tiny.erofs"))
+
+
+def test_pull_with_a_token(images, registries):
+    """Token auth as Docker Hub's: a 401 names a realm; the token it gives (for the credentials, or
+    anonymous) is the Bearer of the retried request."""
+    reg = registries[2]
+    env, top = images["env"], images["top"]
+    reg.push("private/tiny", "v1", os.path.join(top, "tiny"), auth=("alice", "s3cret"))
+    ref = f"127.0.0.1:{reg.port}/private/tiny:v1"
+    # Anonymous: a token with no access, which the registry refuses.
+    r = run_cli(env, "templates", "pull", "x", ref, "--insecure")
+    assert r.returncode == 2 and "refused" in r.stderr, r.stderr
+    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "wrong"},
+                "templates", "pull", "x", ref, "--insecure")
+    assert r.returncode == 2 and "token service" in r.stderr, r.stderr
+    n = len(reg.tokens.issued)
+    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "s3cret"},
+                "templates", "pull", "token-tiny", ref, "--insecure")
+    assert r.returncode == 0, r.stderr
+    assert reg.tokens.issued[n:] and reg.tokens.issued[n][0] == "alice", reg.tokens.issued
+    assert reg.tokens.issued[n][1] == TokenService.SERVICE

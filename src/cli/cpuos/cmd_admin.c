@@ -55,6 +55,7 @@ static const char templates_usage[] =
     "usage: cpuos templates [ls] [--json]\n"
     "       cpuos templates build NAME...\n"
     "       cpuos templates import NAME ARCHIVE [--max-size MB]\n"
+    "       cpuos templates pull NAME REFERENCE [--insecure] [--max-size MB]\n"
     "Lists the daemon's templates, or builds template images from the recipes in\n"
     "guest/templates (no daemon needed; $CPUOS_GUEST_SRC, else ../../guest from\n"
     "this binary) into $CPUOS_GUEST_DIR/templates (default build/guest/templates\n"
@@ -64,7 +65,11 @@ static const char templates_usage[] =
     "The image's layers, checked against their digests, are applied in a user\n"
     "namespace of their own; a 'user' account, /work and /tmp are added where it\n"
     "has none; ENV becomes the sandboxes' environment. --max-size: the unpacked\n"
-    "limit (default 4096 MB). `cpuos template` is the same command.\n";
+    "limit (default 4096 MB). pull fetches [HOST/]NAME[:TAG][@sha256:...] (Docker\n"
+    "Hub's without HOST) from its registry, linux/amd64, over the host's network,\n"
+    "then imports it; --insecure for a plain-HTTP registry; credentials from\n"
+    "$CPUOS_REGISTRY_USERNAME and $CPUOS_REGISTRY_PASSWORD. `cpuos template` is\n"
+    "the same command.\n";
 
 /* ---- up ---- */
 
@@ -544,7 +549,8 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 		}
 		return 0;
 	}
-	if (argc > 1 && !strcmp(argv[1], "import")) {
+	if (argc > 1 && (!strcmp(argv[1], "import") || !strcmp(argv[1], "pull"))) {
+		int pull = !strcmp(argv[1], "pull"), insecure = 0;
 		const char *pos[2] = { NULL, NULL };
 		unsigned long long max_mb = 0;
 		int npos = 0;
@@ -560,6 +566,8 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 					return cli_usage_err("templates", "--max-size needs megabytes "
 									  "(1 to 16777216)");
 				i++;
+			} else if (pull && !strcmp(argv[i], "--insecure")) {
+				insecure = 1;
 			} else if (argv[i][0] == '-' || npos == 2) {
 				return cli_usage_err("templates", "unexpected argument '%s'", argv[i]);
 			} else {
@@ -567,8 +575,9 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 			}
 		}
 		if (npos != 2)
-			return cli_usage_err("templates", "templates import needs NAME and ARCHIVE");
-		return tpl_import(pos[0], pos[1], max_mb);
+			return cli_usage_err("templates", "templates %s needs NAME and %s", argv[1],
+					     pull ? "REFERENCE" : "ARCHIVE");
+		return pull ? tpl_pull(pos[0], pos[1], insecure, max_mb) : tpl_import(pos[0], pos[1], max_mb);
 	}
 	if (argc > 1 && !strcmp(argv[1], "ls"))
 		i = 2;

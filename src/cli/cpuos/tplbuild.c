@@ -355,3 +355,39 @@ int tpl_import(const char *name, const char *archive, unsigned long long max_mb)
 		img);
 	return 0;
 }
+
+int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long max_mb)
+{
+	const char *cc = getenv("CPUOS_CACHE");
+	char cache[PATH_MAX + 16], layout[PATH_MAX + 96];
+	snprintf(cache, sizeof(cache), "%s/images", cc && *cc ? cc : "/var/cache/cpuos");
+	if (!valid_name(name)) {
+		cli_err("invalid template name '%s': lower-case letters, digits, '.', '_' and '-', "
+			"at most 63", name);
+		return EXIT_USAGE;
+	}
+	if (fs_mkdir_p(cache, 0755, (uid_t)-1, (gid_t)-1) < 0) {
+		cli_err("cannot make '%s': %s", cache, strerror(errno));
+		return EXIT_API;
+	}
+	snprintf(layout, sizeof(layout), "%s/.pull-%s-%d", cache, name, (int)getpid());
+	struct image_pull_opts o = { .insecure = insecure, .max_bytes = max_mb << 20,
+				     .username = getenv("CPUOS_REGISTRY_USERNAME"),
+				     .password = getenv("CPUOS_REGISTRY_PASSWORD") };
+	if (o.username && !*o.username)
+		o.username = NULL;
+	long long t0 = clock_ms();
+	fprintf(stderr, "template %s: pulling %s\n", name, ref);
+	char err[700];
+	int r = image_pull(ref, layout, &o, err, sizeof(err));
+	int ret = 0;
+	if (r < 0) {
+		cli_err("cannot pull '%s': %s", ref, err);
+		ret = r == -EINVAL || r == -ENOENT || r == -EACCES || r == -EFBIG ? EXIT_USAGE : EXIT_API;
+	} else {
+		fprintf(stderr, "template %s: pulled in %.1f s\n", name, (double)(clock_ms() - t0) / 1000);
+		ret = tpl_import(name, layout, max_mb);
+	}
+	image_remove_tree(AT_FDCWD, layout);
+	return ret;
+}

@@ -15,5 +15,9 @@ int tpl_build(const char *name);
  * itself under $CPUOS_CACHE/images; max_mb 0: image.h's default. 0, or
  * EXIT_USAGE for a bad name or image, EXIT_API for the host's failures. */
 int tpl_import(const char *name, const char *archive, unsigned long long max_mb);
+/* Pulls reference from its registry (image.h; insecure: plain HTTP;
+ * credentials from $CPUOS_REGISTRY_USERNAME and $CPUOS_REGISTRY_PASSWORD)
+ * and imports it as template name, as tpl_import. */
+int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long max_mb);
 
 #endif
