@@ -189,6 +189,21 @@ int image_guest_needs(int root, json_t *config, char *err, size_t errlen)
 	if ((r = need_dir(root, "work", 0755, (uid_t)uid, (gid_t)gid, &made)) < 0)
 		return errbuf_set(err, errlen, r == -ELOOP || r == -ENOTDIR ? -EINVAL : r,
 				  "the image's /work is not a directory");
+	/* The WORKDIR, made where the image lacks it, as docker run does. */
+	const char *wd = json_string_value(json_object_get(config, "workdir"));
+	if (wd && wd[0] == '/' && strlen(wd) < 256 && !strstr(wd, "..")) {
+		char part[256];
+		for (const char *p = wd + 1; r == 0 && *p; ) {
+			const char *end = strchrnul(p, '/');
+			snprintf(part, sizeof(part), "%.*s", (int)(end - wd - 1), wd + 1);
+			if (end > p)
+				r = need_dir(root, part, 0755, 0, 0, &made);
+			p = *end ? end + 1 : end;
+		}
+		if (r < 0)
+			return errbuf_set(err, errlen, r == -ELOOP || r == -ENOTDIR ? -EINVAL : r,
+					  "the image's WORKDIR '%s' is not a directory", wd);
+	}
 	static const char *const pythons[] = { "usr/bin/python3", "usr/local/bin/python3", "bin/python3" };
 	int py = 0;
 	for (size_t i = 0; i < 3 && !py; i++)

@@ -56,10 +56,11 @@ def tar_of(entries):
     return buf.getvalue()
 
 
-def config_of(layers, env=(), cmd=None, arch="amd64"):
+def config_of(layers, env=(), cmd=None, arch="amd64", user="", workdir="/srv"):
     return json.dumps({
         "architecture": arch, "os": "linux",
-        "config": {"Env": list(env), "Cmd": cmd, "WorkingDir": "/srv", "Labels": {"made": "here"}},
+        "config": {"Env": list(env), "Cmd": cmd, "WorkingDir": workdir, "User": user,
+                   "Labels": {"made": "here"}},
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + sha(l) for l in layers]},
     }).encode()
 
@@ -137,11 +138,12 @@ def images():
         top_layer = tar_of([("etc/marker", b"from an OCI layout\n", 0o644),
                             ("etc/.wh.hostname", b"", 0o644),
                             ("srv/readme", b"workdir\n", 0o644)])
-        cfg = config_of([debian, top_layer], env=["GREETING=hello from ENV", "PATH=/usr/bin:/bin"])
+        cfg = config_of([debian, top_layer], env=["GREETING=hello from ENV", "PATH=/usr/bin:/bin"],
+                        user="daemon")
         oci_layout(os.path.join(top, "layout"), [debian, top_layer], cfg)
         saved_layer = tar_of([("etc/marker", b"from docker save\n", 0o644)])
         docker_save(os.path.join(top, "saved.tar.gz"), [debian, saved_layer],
-                    config_of([debian, saved_layer]))
+                    config_of([debian, saved_layer], workdir=""))
         # Shell-less: one static program and a marker, as a distroless image.
         src = os.path.join(top, "hello.c")
         with open(src, "w") as f:
@@ -182,6 +184,7 @@ def test_templates_list_imported_images(image_daemon):
     assert {"base", "deb-oci", "deb-saved", "tiny"} <= set(by), by
     assert by["deb-oci"]["description"] == "imported image (oci, 2 layers)"
     assert by["deb-oci"]["image"]["workdir"] == "/srv" and by["deb-oci"]["image"]["has_sh"] is True
+    assert by["deb-oci"]["image"]["user"] == "daemon"
     assert by["tiny"]["image"]["has_sh"] is False and by["tiny"]["image"]["cmd"] == ["/hello"]
     assert by["deb-saved"]["description"] == "imported image (docker, 2 layers)"
 
@@ -194,12 +197,15 @@ def test_a_sandbox_from_an_oci_layout(make):
                  "test -u /usr/bin/su && echo setuid; whoami; echo $GREETING; cat /srv/readme",
                  user="root")
     assert r.stdout == "shadow\nsetuid\nroot\nhello from ENV\nworkdir\n", r
-    assert sbx.exec("whoami").stdout == "user\n"
+    # The image's USER and WORKDIR are the defaults of what names none.
+    assert sbx.exec("whoami; pwd").stdout == "daemon\n/srv\n"
 
 
 def test_a_sandbox_from_a_docker_save_tar(make):
     sbx = make(template="deb-saved")
     assert sbx.exec("cat /etc/marker").stdout == "from docker save\n"
+    # No USER, no WORKDIR: cpuos's own defaults.
+    assert sbx.exec("whoami; pwd").stdout == "user\n/home/user\n"
 
 
 def test_a_shell_less_image_runs_argv(make):

@@ -182,7 +182,7 @@ int api_code_run(struct req *r)
 		return 0;
 	struct sop *op = sop_new(stream ? SOP_NDJSON : SOP_COLLECT, r->api->max_output_bytes);
 	struct sbx_request q = { .kind = SBX_CODE, .context = ctx, .language = lang, .code = code,
-				 .user = "user", .timeout_ms = (uint64_t)timeout * 1000,
+				 .timeout_ms = (uint64_t)timeout * 1000, /* the sandbox's user */
 				 .formats = formats };
 	if (api_send(r, s, op, &q, "the code and the sandbox's env are too large") < 0)
 		goto out;

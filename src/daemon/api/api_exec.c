@@ -101,7 +101,8 @@ static int parse_size(struct req *r, json_t *o, const char *what, uint32_t *rows
 static int parse_exec(struct req *r, struct exec_args *x)
 {
 	const char *in_text = NULL, *in_b64 = NULL;
-	*x = (struct exec_args){ .user = "user", .argv = json_object_get(r->body, "argv") };
+	/* No user: the sandbox's default ("user", or its image's USER). */
+	*x = (struct exec_args){ .argv = json_object_get(r->body, "argv") };
 	if (api_str(r, "cmd", PROTO_MAX_STR, &x->cmd) < 0 || api_str(r, "cwd", PROTO_MAX_STR, &x->cwd) < 0 ||
 	    api_str(r, "user", 64, &x->user) < 0 || api_str(r, "stdin", MAX_STDIN, &in_text) < 0 ||
 	    api_str(r, "stdin_base64", MAX_STDIN / 3 * 4 + 4, &in_b64) < 0 ||

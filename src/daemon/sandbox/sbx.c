@@ -173,6 +173,8 @@ int sbx__new(struct sbx_mgr *m, const struct store_sbx *row, enum sbx_state stat
 	atomic_init(&s->sampled_ms, 0);
 	s->net_slot = NET_NO_SLOT;
 	s->env_json = strdup(row->env_json ? row->env_json : "{}");
+	sbx__template_defaults(m, row->template, s->def_user, sizeof(s->def_user), s->def_cwd,
+			       sizeof(s->def_cwd));
 	s->secrets_json = strdup(row->secrets_json ? row->secrets_json : "[]");
 	s->transforms_json = strdup(row->transforms_json ? row->transforms_json : "[]");
 	s->wakefd = -1;

@@ -69,6 +69,27 @@ static char *template_env(const struct sbx_mgr *m, const char *template, const c
 	return text;
 }
 
+void sbx__template_defaults(const struct sbx_mgr *m, const char *template, char *user,
+			    size_t ulen, char *cwd, size_t clen)
+{
+	snprintf(user, ulen, "user");
+	*cwd = '\0';
+	char path[600];
+	if (!template[0] || strchr(template, '/'))
+		return;
+	snprintf(path, sizeof(path), "%s/templates/%s.json", m->cfg.guest_dir, template);
+	json_t *desc = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+	const char *u = json_string_value(json_object_get(desc, "user"));
+	const char *w = json_string_value(json_object_get(desc, "workdir"));
+	/* A name the agent can look up; "1000" or "app:app" stays "user". */
+	if (u && *u && strlen(u) < ulen && strspn(u, "abcdefghijklmnopqrstuvwxyz0123456789_-.") == strlen(u) &&
+	    !(u[0] >= '0' && u[0] <= '9'))
+		snprintf(user, ulen, "%s", u);
+	if (w && w[0] == '/' && strlen(w) < clen)
+		snprintf(cwd, clen, "%s", w);
+	json_decref(desc);
+}
+
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
 		      char *image, size_t n)
 {

@@ -103,6 +103,10 @@ struct sbx {
 	unsigned generation;
 	int net_slot; /* its VM's network, or NET_NO_SLOT */
 	char *env_json;
+	/* Who runs a request that names no user, and where one that names no
+	 * cwd runs: "user" and the agent's choice, or an imported image's
+	 * USER and WORKDIR (sbx__template_defaults). Set once, at its start. */
+	char def_user[64], def_cwd[256];
 	char *secrets_json; /* the secrets it holds placeholders of */
 	char *transforms_json; /* its request transformations (rules.h) */
 	struct vm *vm;
@@ -309,6 +313,11 @@ int sbx__run_vm(struct sbx *s, struct vm *vm, int net_slot);
  * (ECONNRESET) and hands over its VM (NULL if it has none) and network. */
 struct vm *sbx__stop_vm(struct sbx *s, int *net_slot);
 void sbx__random_id(char *out, size_t n, const char *prefix);
+/* The default user and cwd of template's sandboxes (struct sbx): an
+ * imported image's USER (a name; not uid:gid) and WORKDIR, from its
+ * description beside the image, else "user" and "". */
+void sbx__template_defaults(const struct sbx_mgr *m, const char *template, char *user,
+			    size_t ulen, char *cwd, size_t clen);
 /* The guest files of template, for vm_config. */
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
 		      char *image, size_t n);

@@ -62,9 +62,9 @@ static int put_exec(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 	for (size_t i = 0; !e && i < q->nenv; i++)
 		e = proto_put_str(b, A_ENV, q->env[i]);
 	if (!e)
-		e = put_opt_str(b, A_CWD, q->cwd);
+		e = put_opt_str(b, A_CWD, q->cwd ? q->cwd : s->def_cwd[0] ? s->def_cwd : NULL);
 	if (!e)
-		e = proto_put_str(b, A_USER, q->user ? q->user : "user");
+		e = proto_put_str(b, A_USER, q->user ? q->user : s->def_user);
 	if (!e && q->timeout_ms)
 		e = proto_put_u64(b, A_TIMEOUT_MS, q->timeout_ms);
 	/* Background at the agent too: it then keeps the process's output
@@ -108,12 +108,12 @@ static int put_attrs(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 	case SBX_WRITE:
 		if ((e = proto_put_str(b, A_PATH, q->path)) || (e = proto_put_u32(b, A_MODE, q->mode)))
 			return e;
-		return proto_put_str(b, A_USER, q->user ? q->user : "user");
+		return proto_put_str(b, A_USER, q->user ? q->user : s->def_user);
 	case SBX_MKDIR:
 		if ((e = proto_put_str(b, A_PATH, q->path)) || (e = proto_put_u32(b, A_MODE, q->mode)) ||
 		    (e = proto_put_u32(b, A_PARENTS, (uint32_t)q->parents)))
 			return e;
-		return proto_put_str(b, A_USER, q->user ? q->user : "user");
+		return proto_put_str(b, A_USER, q->user ? q->user : s->def_user);
 	case SBX_RENAME:
 		e = proto_put_str(b, A_PATH, q->path);
 		return e ? e : proto_put_str(b, A_PATH2, q->path2);
@@ -126,7 +126,7 @@ static int put_attrs(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 		    (e = put_opt_str(b, A_LANGUAGE, q->language)) ||
 		    (e = proto_put(b, A_CODE, q->code, strlen(q->code))) ||
 		    (e = put_env_json(b, s->env_json)) ||
-		    (e = proto_put_str(b, A_USER, q->user ? q->user : "user")))
+		    (e = proto_put_str(b, A_USER, q->user ? q->user : s->def_user)))
 			return e;
 		if (q->timeout_ms && (e = proto_put_u64(b, A_TIMEOUT_MS, q->timeout_ms)))
 			return e;

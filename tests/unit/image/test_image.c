@@ -453,6 +453,7 @@ static void test_oci_layout(void)
 	struct stat st;
 	CHECK(at("work", &st) == 0 && st.st_uid == 1000);
 	CHECK(at("tmp", &st) == 0 && (st.st_mode & 07777) == 01777);
+	CHECK(at("srv", &st) == 0 && S_ISDIR(st.st_mode)); /* the WORKDIR, made */
 	char buf[512] = "";
 	int fd = openat(rootfd, "etc/passwd", O_RDONLY);
 	CHECK(read(fd, buf, sizeof(buf) - 1) > 0 && strstr(buf, "root:x:0:0") &&
