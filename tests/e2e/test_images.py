@@ -26,11 +26,12 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import urllib.request
 
 import pytest
 
 import cpuos
-from conftest import GUEST_DIR, free_port, sandbox_factory, started_daemon
+from conftest import GUEST_DIR, free_port, restored_from_snapshot, sandbox_factory, started_daemon
 from test_cpuos_cli import CPUOS
 
 pytestmark = pytest.mark.timeout(900)
@@ -105,6 +106,36 @@ def docker_save(path, layers, config):
                                           "Layers": names}]).encode())
 
 
+SERVER_C = r"""
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[1])) };
+	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	sleep(1); /* a server that takes its time */
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 16) < 0)
+		return 1;
+	for (;;) {
+		char buf[4096];
+		int c = accept(s, NULL, NULL);
+		if (c < 0)
+			continue;
+		if (read(c, buf, sizeof(buf)) > 0) {
+			const char *r = "HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\n"
+					"started once\n";
+			write(c, r, strlen(r));
+		}
+		close(c);
+	}
+}
+"""
+
+
 def run_cli(env, *args, timeout=600):
     return subprocess.run([CPUOS, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **env})
@@ -155,10 +186,21 @@ def images():
             hello = f.read()
         tiny = tar_of([("hello", hello, 0o755), ("etc/marker", b"distroless\n", 0o644)])
         oci_layout(os.path.join(top, "tiny"), [tiny], config_of([tiny], cmd=["/hello"]), gz=False)
+        # A server as an image's CMD: started with every sandbox, ready once it listens.
+        src = os.path.join(top, "server.c")
+        with open(src, "w") as f:
+            f.write(SERVER_C)
+        subprocess.run(["cc", "-static", "-O2", "-o", os.path.join(top, "server"), src], check=True,
+                       timeout=120)
+        with open(os.path.join(top, "server"), "rb") as f:
+            server = tar_of([("server", f.read(), 0o755)])
+        oci_layout(os.path.join(top, "srv"), [server], config_of([server], cmd=["/server", "8080"]),
+                   gz=False)
         times["make"] = time.monotonic() - t0
-        for name, what in (("deb-oci", "layout"), ("deb-saved", "saved.tar.gz"), ("tiny", "tiny")):
+        for name, what, *start in (("deb-oci", "layout"), ("deb-saved", "saved.tar.gz"), ("tiny", "tiny"),
+                                   ("srv", "srv", "--start-image", "--ready-port", "8080")):
             t0 = time.monotonic()
-            r = run_cli(env, "templates", "import", name, os.path.join(top, what))
+            r = run_cli(env, "templates", "import", name, os.path.join(top, what), *start)
             assert r.returncode == 0, r.stderr
             times[name] = time.monotonic() - t0
         print("image import times:", {k: f"{v:.1f} s" for k, v in times.items()},
@@ -187,6 +229,8 @@ def test_templates_list_imported_images(image_daemon):
     assert by["deb-oci"]["image"]["user"] == "daemon"
     assert by["tiny"]["image"]["has_sh"] is False and by["tiny"]["image"]["cmd"] == ["/hello"]
     assert by["deb-saved"]["description"] == "imported image (docker, 2 layers)"
+    assert by["srv"]["image"]["start"] == {"argv": ["/server", "8080"]}
+    assert by["srv"]["image"]["ready"] == {"port": 8080} and "start" not in by["tiny"]["image"]
 
 
 def test_a_sandbox_from_an_oci_layout(make):
@@ -218,6 +262,46 @@ def test_a_shell_less_image_runs_argv(make):
     with pytest.raises(cpuos.CpuosError) as e:
         sbx.run_code("1")
     assert "no 'python3' in this sandbox" in str(e.value), e.value
+
+
+def test_a_start_command_is_up_at_create(images, make):
+    with open(os.path.join(images["guest"], "templates", "srv.json")) as f:
+        desc = json.load(f)
+    assert desc["start"] == {"argv": ["/server", "8080"]} and desc["ready"] == {"port": 8080}
+    sbx = make(template="srv")
+    # No wait: the create returned once the server listened.
+    req = urllib.request.Request(sbx.url(8080).split("?")[0],
+                                 headers={"cpuos-traffic-token": sbx.traffic_token})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200 and r.read() == b"started once\n"
+    env = images["env"]
+    for bad in (["--ready-port", "80"], ["--start-cmd", "x", "--start-image"],
+                ["--start-image", "--ready-port", "80", "--ready-cmd", "true"]):
+        r = run_cli(env, "templates", "import", "bad-start", os.path.join(images["top"], "srv"), *bad)
+        assert r.returncode == 2 and "--start" in r.stderr, (bad, r.stderr)
+    r = run_cli(env, "templates", "import", "bad-start", os.path.join(images["top"], "layout"),
+                "--start-image")
+    assert r.returncode == 2 and "no ENTRYPOINT or CMD" in r.stderr, r.stderr
+
+
+def test_a_template_snapshot_has_the_server_up(images):
+    """With template snapshots (the default), the snapshot is taken once the server is ready:
+    a sandbox restored from it answers at once, with the server's process from the snapshot."""
+    gen = started_daemon("--guest-dir", images["guest"])
+    d = next(gen)
+    try:
+        made = sandbox_factory(d)
+        make = next(made)
+        sbx, *_ = restored_from_snapshot(d, lambda: make(template="srv"))
+        req = urllib.request.Request(sbx.url(8080).split("?")[0],
+                                     headers={"cpuos-traffic-token": sbx.traffic_token})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.read() == b"started once\n"
+        with open(d.log_path, "rb") as f:
+            assert b"template srv: start command ready" in f.read()
+        made.close()
+    finally:
+        gen.close()
 
 
 def hostile(top, name, layer, config=None):

@@ -54,8 +54,9 @@ static const char nodes_usage[] =
 static const char templates_usage[] =
     "usage: cpuos templates [ls] [--json]\n"
     "       cpuos templates build NAME...\n"
-    "       cpuos templates import NAME ARCHIVE [--max-size MB]\n"
-    "       cpuos templates pull NAME REFERENCE [--insecure] [--max-size MB]\n"
+    "       cpuos templates import NAME ARCHIVE [--max-size MB] [START]\n"
+    "       cpuos templates pull NAME REFERENCE [--insecure] [--max-size MB] [START]\n"
+    "  START: --start-cmd CMD | --start-image, then --ready-port PORT | --ready-cmd CMD\n"
     "Lists the daemon's templates, or builds template images from the recipes in\n"
     "guest/templates (no daemon needed; $CPUOS_GUEST_SRC, else ../../guest from\n"
     "this binary) into $CPUOS_GUEST_DIR/templates (default build/guest/templates\n"
@@ -68,8 +69,11 @@ static const char templates_usage[] =
     "limit (default 4096 MB). pull fetches [HOST/]NAME[:TAG][@sha256:...] (Docker\n"
     "Hub's without HOST) from its registry, linux/amd64, over the host's network,\n"
     "then imports it; --insecure for a plain-HTTP registry; credentials from\n"
-    "$CPUOS_REGISTRY_USERNAME and $CPUOS_REGISTRY_PASSWORD. `cpuos template` is\n"
-    "the same command.\n";
+    "$CPUOS_REGISTRY_USERNAME and $CPUOS_REGISTRY_PASSWORD. START: a command every\n"
+    "sandbox of the template runs in the background from its boot (a shell string,\n"
+    "or the image's ENTRYPOINT and CMD), ready once the port listens or the command\n"
+    "exits 0; the template's snapshot is taken after, so sandboxes start with it up.\n"
+    "`cpuos template` is the same command.\n";
 
 /* ---- up ---- */
 
@@ -551,6 +555,7 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 	}
 	if (argc > 1 && (!strcmp(argv[1], "import") || !strcmp(argv[1], "pull"))) {
 		int pull = !strcmp(argv[1], "pull"), insecure = 0;
+		struct tpl_start st = { 0 };
 		const char *pos[2] = { NULL, NULL };
 		unsigned long long max_mb = 0;
 		int npos = 0;
@@ -568,6 +573,19 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 				i++;
 			} else if (pull && !strcmp(argv[i], "--insecure")) {
 				insecure = 1;
+			} else if (!strcmp(argv[i], "--start-cmd") && i + 1 < argc && argv[i + 1][0]) {
+				st.cmd = argv[++i];
+			} else if (!strcmp(argv[i], "--start-image")) {
+				st.image = 1;
+			} else if (!strcmp(argv[i], "--ready-cmd") && i + 1 < argc && argv[i + 1][0]) {
+				st.ready_cmd = argv[++i];
+			} else if (!strcmp(argv[i], "--ready-port")) {
+				char *end;
+				unsigned long port = i + 1 < argc ? strtoul(argv[i + 1], &end, 10) : 0;
+				if (!port || port > 65535 || *end)
+					return cli_usage_err("templates", "--ready-port needs a port (1 to 65535)");
+				st.ready_port = (unsigned)port;
+				i++;
 			} else if (argv[i][0] == '-' || npos == 2) {
 				return cli_usage_err("templates", "unexpected argument '%s'", argv[i]);
 			} else {
@@ -577,7 +595,12 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 		if (npos != 2)
 			return cli_usage_err("templates", "templates %s needs NAME and %s", argv[1],
 					     pull ? "REFERENCE" : "ARCHIVE");
-		return pull ? tpl_pull(pos[0], pos[1], insecure, max_mb) : tpl_import(pos[0], pos[1], max_mb);
+		if ((st.cmd && st.image) || ((st.ready_port || st.ready_cmd) && !st.cmd && !st.image) ||
+		    (st.ready_port && st.ready_cmd))
+			return cli_usage_err("templates", "one of --start-cmd and --start-image, then at "
+							  "most one of --ready-port and --ready-cmd");
+		return pull ? tpl_pull(pos[0], pos[1], insecure, max_mb, &st)
+			    : tpl_import(pos[0], pos[1], max_mb, &st);
 	}
 	if (argc > 1 && !strcmp(argv[1], "ls"))
 		i = 2;

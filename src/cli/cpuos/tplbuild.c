@@ -12,6 +12,7 @@
 #include "image/image.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -290,7 +291,56 @@ static int relink(const char *target, const char *link)
 	return 0;
 }
 
-int tpl_import(const char *name, const char *archive, unsigned long long max_mb)
+/* The start command and ready check into the description at path. */
+static int add_start(const char *path, const struct tpl_start *st)
+{
+	json_t *d = json_load_file(path, 0, NULL);
+	if (!json_is_object(d)) {
+		json_decref(d);
+		cli_err("cannot read '%s'", path);
+		return EXIT_API;
+	}
+	json_t *how = json_object();
+	if (st->cmd) {
+		json_object_set_new(how, "cmd", json_string(st->cmd));
+	} else {
+		json_t *argv = json_array();
+		const char *keys[] = { "entrypoint", "cmd" };
+		for (int k = 0; k < 2; k++) {
+			size_t i;
+			json_t *v;
+			json_array_foreach(json_object_get(d, keys[k]), i, v) {
+				json_array_append(argv, v);
+			}
+		}
+		if (!json_array_size(argv)) {
+			json_decref(argv);
+			json_decref(how);
+			json_decref(d);
+			cli_err("--start-image: the image has no ENTRYPOINT or CMD");
+			return EXIT_USAGE;
+		}
+		json_object_set_new(how, "argv", argv);
+	}
+	json_object_set_new(d, "start", how);
+	if (st->ready_port)
+		json_object_set_new(d, "ready", json_pack("{s:i}", "port", (int)st->ready_port));
+	else if (st->ready_cmd)
+		json_object_set_new(d, "ready", json_pack("{s:s}", "cmd", st->ready_cmd));
+	char tmp[PATH_MAX + 256];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int r = json_dump_file(d, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && rename(tmp, path) == 0 ? 0 : -1;
+	json_decref(d);
+	if (r < 0) {
+		cli_err("cannot write '%s': %s", path, strerror(errno));
+		unlink(tmp);
+		return EXIT_API;
+	}
+	return 0;
+}
+
+int tpl_import(const char *name, const char *archive, unsigned long long max_mb,
+	       const struct tpl_start *start)
 {
 	static const char *const recipes[] = { "base", "python", "node" };
 	if (!valid_name(name)) {
@@ -337,6 +387,11 @@ int tpl_import(const char *name, const char *archive, unsigned long long max_mb)
 		cli_err("cannot import '%s': %s", archive, err);
 		return r == -EINVAL || r == -EFBIG || r == -ENOENT ? EXIT_USAGE : EXIT_API;
 	}
+	if (start && (start->cmd || start->image) && (r = add_start(desc, start)) != 0) {
+		unlink(img);
+		unlink(desc);
+		return r;
+	}
 	char link[PATH_MAX + 128];
 	snprintf(link, sizeof(link), "%s/%s.json", tdir, name);
 	if ((r = relink(desc, link)) == 0) {
@@ -356,7 +411,8 @@ int tpl_import(const char *name, const char *archive, unsigned long long max_mb)
 	return 0;
 }
 
-int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long max_mb)
+int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long max_mb,
+	     const struct tpl_start *start)
 {
 	const char *cc = getenv("CPUOS_CACHE");
 	char cache[PATH_MAX + 16], layout[PATH_MAX + 96];
@@ -386,7 +442,7 @@ int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long
 		ret = r == -EINVAL || r == -ENOENT || r == -EACCES || r == -EFBIG ? EXIT_USAGE : EXIT_API;
 	} else {
 		fprintf(stderr, "template %s: pulled in %.1f s\n", name, (double)(clock_ms() - t0) / 1000);
-		ret = tpl_import(name, layout, max_mb);
+		ret = tpl_import(name, layout, max_mb, start);
 	}
 	image_remove_tree(AT_FDCWD, layout);
 	return ret;

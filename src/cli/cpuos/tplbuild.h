@@ -14,10 +14,21 @@ int tpl_build(const char *name);
  * $CPUOS_GUEST_DIR/templates (else ../guest from this binary), the image
  * itself under $CPUOS_CACHE/images; max_mb 0: image.h's default. 0, or
  * EXIT_USAGE for a bad name or image, EXIT_API for the host's failures. */
-int tpl_import(const char *name, const char *archive, unsigned long long max_mb);
+/* A template's start command and ready check (docs/images.md): cmd (a
+ * shell string) or image (the image's ENTRYPOINT and CMD); ready_port or
+ * ready_cmd, or neither. */
+struct tpl_start {
+	const char *cmd;
+	int image;
+	unsigned ready_port;
+	const char *ready_cmd;
+};
+int tpl_import(const char *name, const char *archive, unsigned long long max_mb,
+	       const struct tpl_start *start);
 /* Pulls reference from its registry (image.h; insecure: plain HTTP;
  * credentials from $CPUOS_REGISTRY_USERNAME and $CPUOS_REGISTRY_PASSWORD)
  * and imports it as template name, as tpl_import. */
-int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long max_mb);
+int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long max_mb,
+	     const struct tpl_start *start);
 
 #endif

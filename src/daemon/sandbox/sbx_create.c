@@ -186,6 +186,13 @@ static int boot(struct sbx_mgr *m, const struct sbx_params *p, const struct stor
 		}
 		how = vc.restore != NULL;
 		snprintf(row->run_dir, sizeof(row->run_dir), "%s", run);
+		/* Booted: the template's server is not up yet (a snapshot has it). */
+		if (!how && !ck && (r = sbx__template_start(m, row->template, vm, err, errlen)) < 0) {
+			log_error("sandbox %s did not start: %s", row->id, err);
+			vm_free(vm, 0);
+			sbx__net_down(m, row->net_slot);
+			return -EIO;
+		}
 	}
 	/* The user's own bound on the guest's processes, on the cgroup that
 	 * holds all the agent starts (docs/agent-protocol.md, Limits); the

@@ -318,6 +318,10 @@ void sbx__random_id(char *out, size_t n, const char *prefix);
  * description beside the image, else "user" and "". */
 void sbx__template_defaults(const struct sbx_mgr *m, const char *template, char *user,
 			    size_t ulen, char *cwd, size_t clen);
+/* Runs template's start command in vm, a VM just booted, and waits for its
+ * ready check (sbx_ready.c): 0 at once for a template without one. */
+int sbx__template_start(struct sbx_mgr *m, const char *template, struct vm *vm, char *err,
+			size_t errlen);
 /* The guest files of template, for vm_config. */
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
 		      char *image, size_t n);

@@ -239,10 +239,12 @@ static int build(struct sbx_mgr *m, const struct tsnap *t, char *err, size_t err
 		return r;
 	double t0 = clock_ms_f();
 	/* As the default user, so matplotlib's font cache lands in its home
-	 * (on the snapshot's disk) as well as the imports in memory. */
-	if (!strcmp(t->template, "python"))
+	 * (on the snapshot's disk) as well as the imports in memory. An
+	 * imported image's server first, so the snapshot has it running. */
+	r = sbx__template_start(m, t->template, vm, err, errlen);
+	if (r == 0 && !strcmp(t->template, "python"))
 		r = warm_code(vm, WARM_CODE, 600000, err, errlen);
-	else if ((r = warm_exec(vm, t->template, 600000)) < 0)
+	else if (r == 0 && (r = warm_exec(vm, t->template, 600000)) < 0)
 		snprintf(err, errlen, "warming '%s' failed (%s)", warm_command(t->template), strerror(-r));
 	if (r == 0 && (r = vm_snapshot(vm, tmp, 1, err, errlen)) == 0 && rename(tmp, t->dir) < 0) {
 		r = -errno;
