@@ -25,7 +25,7 @@ import threading
 
 HDR = struct.Struct("<IHHI")
 P_HELLO, P_PING, P_EXEC, P_ATTACH, P_WAIT, P_SIGNAL, P_PS = 1, 2, 3, 4, 5, 6, 7
-P_STAT, P_LIST, P_SETTIME, P_POWEROFF, P_CANCEL = 10, 11, 15, 17, 18
+P_STAT, P_LIST, P_SETTIME, P_POWEROFF, P_CANCEL, P_TRUST = 10, 11, 15, 17, 18, 28
 P_DATA, P_CREDIT = 32, 33
 P_OK, P_ERROR, P_STARTED, P_STDOUT, P_EXIT, P_ENTRY = 64, 65, 66, 67, 69, 70
 A_VERSION, A_AGENT, A_SHELL, A_BACKGROUND, A_PROC, A_PID = 1, 2, 4, 10, 11, 12
@@ -88,7 +88,7 @@ class Agent:
         a = attrs(payload) if ftype not in (P_DATA,) else {}
         if ftype == P_HELLO:
             self.send(frame(P_OK, fid, attr(A_VERSION, 2) + attr(A_AGENT, "hostile 0")))
-        elif ftype in (P_PING, P_SETTIME, P_SIGNAL, P_CANCEL):
+        elif ftype in (P_PING, P_SETTIME, P_SIGNAL, P_CANCEL, P_TRUST):
             self.send(frame(P_OK, fid))
         elif ftype == P_CREDIT:
             self.credit[fid] = self.credit.get(fid, 0) + u32(a, A_CREDIT)
