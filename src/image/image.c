@@ -222,6 +222,13 @@ struct job {
 	unsigned long long max;
 };
 
+/* mkfs.erofs ends with the import's child (its timeout's SIGALRM). */
+static int die_with_parent(const void *arg)
+{
+	(void)arg;
+	return prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ? -errno : 0;
+}
+
 /* mkfs.erofs in the work directory, our current one. */
 static int run_mkfs(int wfd, char *err, size_t errlen)
 {
@@ -230,7 +237,7 @@ static int run_mkfs(int wfd, char *err, size_t errlen)
 	 * as guest/templates/build.sh makes the built-in ones. */
 	char *argv[] = { "mkfs.erofs", "--quiet", "--exclude-regex=^dev/.+", "image.erofs", "root",
 			 NULL };
-	struct spawn_opts o = { .argv = argv, .fd = { -1, log, log } };
+	struct spawn_opts o = { .argv = argv, .fd = { -1, log, log }, .pre_exec = die_with_parent };
 	pid_t pid;
 	int r = spawn(&o, &pid), st = 0;
 	if (r == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
@@ -347,6 +354,28 @@ static int child_result(pid_t pid, int errfd, const struct image_limits *lim, ch
 	return errbuf_set(err, errlen, (int)code, "%s", msg + 1);
 }
 
+/* The child's output file name in the work directory, made root's and
+ * moved to to. The child owns that directory: what is there is only
+ * taken when it is a plain file of the child's with one link, opened
+ * without following a symlink, and changed through its descriptor. */
+static int take(int workfd, const char *name, const char *to, char *err, size_t errlen)
+{
+	int fd = openat(workfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	int r = 0;
+	if (fd < 0 || fstat(fd, &st) < 0)
+		r = -errno;
+	else if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != IMAGE_ID_BASE)
+		r = -EPERM;
+	else if (fchown(fd, 0, 0) < 0 || fchmod(fd, 0644) < 0 || renameat(workfd, name, AT_FDCWD, to) < 0)
+		r = -errno;
+	if (fd >= 0)
+		close(fd);
+	return r < 0 ? errbuf_set(err, errlen, r == -EPERM ? -EIO : r, "cannot keep the import's %s as '%s': %s",
+				  name, to, r == -EPERM ? "not the file it made" : strerror(-r))
+		     : 0;
+}
+
 int image_import(const char *archive, const char *workdir, const char *out_erofs,
 		 const char *out_json, const struct image_limits *lim, char *err, size_t errlen)
 {
@@ -398,19 +427,9 @@ int image_import(const char *archive, const char *workdir, const char *out_erofs
 	}
 	if ((r = child_result(pid, errp[0], lim, err, errlen)) < 0)
 		goto out;
-	char from[PATH_MAX];
-	snprintf(from, sizeof(from), "%s/image.erofs", workdir);
-	if (chown(from, 0, 0) < 0 || chmod(from, 0644) < 0 || rename(from, out_erofs) < 0) {
-		r = errbuf_set(err, errlen, -errno, "cannot keep the image in '%s': %s", out_erofs,
-			       strerror(errno));
-		goto out;
-	}
-	snprintf(from, sizeof(from), "%s/config.json", workdir);
-	if (chown(from, 0, 0) < 0 || chmod(from, 0644) < 0 || rename(from, out_json) < 0) {
-		r = errbuf_set(err, errlen, -errno, "cannot keep the description in '%s': %s", out_json,
-			       strerror(errno));
+	if ((r = take(workfd, "image.erofs", out_erofs, err, errlen)) == 0 &&
+	    (r = take(workfd, "config.json", out_json, err, errlen)) < 0)
 		unlink(out_erofs);
-	}
 out:
 	for (int i = 0; i < 2; i++) {
 		if (syncp[i] >= 0)

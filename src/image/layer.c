@@ -58,6 +58,7 @@ static int openat2_beneath(int dirfd, const char *path, int flags)
 static int clean_path(const char *in, char *out, size_t n)
 {
 	size_t len = 0;
+	int depth = 0;
 	const char *p = in;
 	while (*p) {
 		while (*p == '/')
@@ -69,7 +70,8 @@ static int clean_path(const char *in, char *out, size_t n)
 		if (k == 2 && p[0] == '.' && p[1] == '.')
 			return -EINVAL;
 		if (!(k == 1 && p[0] == '.')) {
-			if (k > NAME_MAX || len + k + 2 > n)
+			/* No deeper than a removal goes (rm_at). */
+			if (k > NAME_MAX || len + k + 2 > n || ++depth >= MAX_DEPTH)
 				return -ENAMETOOLONG;
 			if (len)
 				out[len++] = '/';
@@ -253,21 +255,26 @@ static int set_times(int dirfd, const char *name, struct archive_entry *e)
 	return utimensat(dirfd, name, ts, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
 }
 
-static int write_data(struct lctx *c, struct archive *a, int fd, const char *name)
+static int write_data(struct lctx *c, struct archive *a, int fd, const char *name,
+		      la_int64_t size)
 {
 	const void *buf;
-	size_t size;
+	size_t len;
 	la_int64_t off;
 	for (;;) {
-		int r = archive_read_data_block(a, &buf, &size, &off);
+		int r = archive_read_data_block(a, &buf, &len, &off);
 		if (r == ARCHIVE_EOF)
 			return 0;
 		if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
 			return errbuf_set(c->err, c->errlen, -EINVAL, "the layer is broken at '%.300s': %s",
 					  name, archive_error_string(a));
+		/* Within the entry's size, which is what was counted. */
+		if (off < 0 || (la_int64_t)len > size || off > size - (la_int64_t)len)
+			return errbuf_set(c->err, c->errlen, -EINVAL,
+					  "the layer's '%.300s' holds data past its size", name);
 		const char *p = buf;
-		while (size) {
-			ssize_t w = pwrite(fd, p, size, off);
+		while (len) {
+			ssize_t w = pwrite(fd, p, len, off);
 			if (w < 0) {
 				if (errno == EINTR)
 					continue;
@@ -276,7 +283,7 @@ static int write_data(struct lctx *c, struct archive *a, int fd, const char *nam
 			}
 			p += w;
 			off += w;
-			size -= (size_t)w;
+			len -= (size_t)w;
 		}
 	}
 }
@@ -356,7 +363,7 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 		fd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (fd < 0)
 			r = -errno;
-		else if ((r = write_data(c, a, fd, raw)) == 0 && ftruncate(fd, size) < 0)
+		else if ((r = write_data(c, a, fd, raw, size)) == 0 && ftruncate(fd, size) < 0)
 			r = errno == EFBIG ? -EFBIG : -errno;
 		if (r == -EFBIG) {
 			close(fd);
@@ -453,6 +460,8 @@ static int each_entry(struct lctx *c, int fd, int pass)
 	if (!a)
 		return -EINVAL;
 	struct archive_entry *e;
+	unsigned long long sum = 0; /* pass 1's count of what pass 2 will write */
+	unsigned long n = 0;
 	int r = 0, x;
 	while (r == 0 && (x = archive_read_next_header(a, &e)) != ARCHIVE_EOF) {
 		if (x != ARCHIVE_OK && x != ARCHIVE_WARN) {
@@ -461,14 +470,23 @@ static int each_entry(struct lctx *c, int fd, int pass)
 			break;
 		}
 		if (pass == 1) {
-			/* Sizes first: the next header is past this entry's data,
-			 * which a 10 GB one does not have. */
+			/* Sizes and counts first, as pass 2 will count them: the
+			 * next header is past this entry's data, which a 10 GB one
+			 * does not have, and a layer past the limits is not read
+			 * whole to find out. */
 			const char *name = archive_entry_pathname(e);
 			la_int64_t size = archive_entry_size(e);
-			if (size > 0 && (unsigned long long)size > c->max_bytes)
+			sum += (size > 0 ? (unsigned long long)size : 0) + ENTRY_COST;
+			if (++n + c->used->entries > c->max_entries)
 				r = errbuf_set(c->err, c->errlen, -EFBIG,
-					       "'%.300s' is larger than the limit of %llu MB unpacked",
-					       name ? name : "?", c->max_bytes >> 20);
+					       "the image has more than %lu files and directories",
+					       c->max_entries);
+			else if ((size > 0 && (unsigned long long)size > c->max_bytes) ||
+				 sum + c->used->bytes > c->max_bytes)
+				r = errbuf_set(c->err, c->errlen, -EFBIG,
+					       "the image is larger than the limit of %llu MB unpacked (at "
+					       "'%.300s')",
+					       c->max_bytes >> 20, name ? name : "?");
 			else
 				r = name ? whiteout(c, name) : refuse(c, -EINVAL, "?", "has no name");
 		} else {

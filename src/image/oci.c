@@ -131,7 +131,8 @@ static int stage(struct src *s, int fd, int stagefd, unsigned long long max)
 				       raw ? raw : "?");
 			break;
 		}
-		if (type != AE_IFREG && type != AE_IFLNK)
+		const char *hard = archive_entry_hardlink(e);
+		if (!hard && type != AE_IFREG && type != AE_IFLNK)
 			continue; /* nothing an image needs */
 		if (s->n == MAX_STAGED) {
 			r = errbuf_set(s->err, s->errlen, -EFBIG, "the archive has more than %d files",
@@ -139,7 +140,6 @@ static int stage(struct src *s, int fd, int stagefd, unsigned long long max)
 			break;
 		}
 		char *alias = NULL;
-		const char *hard = archive_entry_hardlink(e);
 		if (hard || type == AE_IFLNK) {
 			/* A link to another file of the archive (docker save's
 			 * layers that are the same): followed when opened. */
@@ -206,7 +206,7 @@ static int src_open(struct src *s, const char *path)
 	if (clean(path, name, sizeof(name)) < 0)
 		return errbuf_set(s->err, s->errlen, -EINVAL, "the image names '%.200s', out of it", path);
 	if (!s->staged) {
-		int fd = openat2_beneath(s->dirfd, name, O_RDONLY);
+		int fd = openat2_beneath(s->dirfd, name, O_RDONLY | O_NONBLOCK); /* a FIFO never blocks */
 		struct stat st;
 		if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
 			close(fd);
@@ -299,6 +299,12 @@ static int blob_open(struct src *s, json_t *desc, const char *what)
 		return fd;
 	char hex[65];
 	unsigned long long size;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || (unsigned long long)st.st_size != (unsigned long long)json_integer_value(jsize)) {
+		close(fd);
+		return errbuf_set(s->err, s->errlen, -EINVAL, "the %s is %lld bytes, its descriptor says %lld",
+				  what, (long long)st.st_size, (long long)json_integer_value(jsize));
+	}
 	int r = hash_fd(fd, hex, &size);
 	if (r < 0) {
 		close(fd);

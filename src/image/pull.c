@@ -96,6 +96,7 @@ static int parse_ref(const char *s, struct ref *r)
 /* ---- one HTTP exchange ---- */
 
 struct body {
+	CURL *curl;         /* the transfer, while it runs */
 	char *p;            /* in memory (a manifest, a token), or NULL */
 	size_t len, max;
 	int fd;             /* or to a file */
@@ -111,6 +112,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 	struct body *b = arg;
 	size_t len = size * n;
 	if (b->fd >= 0) {
+		/* Only a 200's body is the blob: a 401's or a redirect's is not
+		 * counted, hashed or kept. */
+		long status = 0;
+		curl_easy_getinfo(b->curl, CURLINFO_RESPONSE_CODE, &status);
+		if (status != 200)
+			return len;
 		if (b->got + len > b->fmax) {
 			b->over = 1;
 			return 0;
@@ -167,6 +174,7 @@ static long get(struct pull *pl, const char *url, const char *auth, const char *
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+	b->curl = c;
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, b);
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
@@ -185,6 +193,7 @@ static long get(struct pull *pl, const char *url, const char *auth, const char *
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
+	b->curl = NULL;
 	if (b->over)
 		return errbuf_set(pl->err, pl->errlen, -EFBIG, "the registry sent more than the limit for %s",
 				  url);
@@ -284,6 +293,9 @@ static long reg_get(struct pull *pl, const char *path, const char *accept, struc
 {
 	char url[1200];
 	snprintf(url, sizeof(url), "%s%s", pl->base, path);
+	/* A token may run out during a long pull: a 401 gets one new one,
+	 * each request; a 401 right after it is a refusal. */
+	pl->tried_auth = 0;
 	for (;;) {
 		long st = get(pl, url, pl->auth, accept, b);
 		if (st != 401)
@@ -320,7 +332,7 @@ static int write_blob(int blobs, const char *hex, const void *p, size_t n)
 	int fd = openat(blobs, hex, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return -errno;
-	int r = write(fd, p, n) == (ssize_t)n ? 0 : -EIO;
+	int r = fchmod(fd, 0644) == 0 && write(fd, p, n) == (ssize_t)n ? 0 : -EIO;
 	close(fd);
 	return r;
 }
@@ -372,6 +384,10 @@ static int get_blob(struct pull *pl, json_t *desc, int blobs, unsigned long long
 	char path[700];
 	snprintf(path, sizeof(path), "/v2/%s/blobs/%s", pl->ref.repo, digest);
 	int fd = openat(blobs, digest + 7, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd >= 0 && fchmod(fd, 0644) < 0) {
+		close(fd);
+		fd = -1;
+	}
 	if (fd < 0)
 		return errbuf_set(pl->err, pl->errlen, -errno, "cannot write a blob: %s", strerror(errno));
 	struct body b = { .fd = fd, .fmax = (unsigned long long)size, .md = EVP_MD_CTX_new() };
@@ -424,7 +440,10 @@ int image_pull(const char *reference, const char *layout, const struct image_pul
 	snprintf(bpath, sizeof(bpath), "%s/blobs/sha256", layout);
 	snprintf(mid, sizeof(mid), "%s/blobs", layout);
 	int blobs = -1;
-	if (mkdir(layout, 0755) < 0 || mkdir(mid, 0755) < 0 || mkdir(bpath, 0755) < 0 ||
+	/* Open to others, whatever the umask: the import reads it as an
+	 * unprivileged id of its own namespace. */
+	if (mkdir(layout, 0755) < 0 || chmod(layout, 0755) < 0 || mkdir(mid, 0755) < 0 ||
+	    chmod(mid, 0755) < 0 || mkdir(bpath, 0755) < 0 || chmod(bpath, 0755) < 0 ||
 	    (blobs = open(bpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		r = errbuf_set(err, errlen, -errno, "cannot make '%s': %s", layout, strerror(errno));
 		goto out;
@@ -476,7 +495,7 @@ int image_pull(const char *reference, const char *layout, const struct image_pul
 				  "sha256:", hex, "size", (json_int_t)(stat(path, &st) == 0 ? st.st_size : 0),
 				  "platform", "os", "linux", "architecture", "amd64");
 	snprintf(path, sizeof(path), "%s/index.json", layout);
-	if (!index || json_dump_file(index, path, 0) < 0)
+	if (!index || json_dump_file(index, path, 0) < 0 || chmod(path, 0644) < 0)
 		r = errbuf_set(err, errlen, -EIO, "cannot write '%s'", path);
 	json_decref(index);
 done:

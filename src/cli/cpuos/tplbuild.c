@@ -392,16 +392,20 @@ int tpl_import(const char *name, const char *archive, unsigned long long max_mb,
 		unlink(desc);
 		return r;
 	}
+	/* The description first: a template is there once its image is. If
+	 * the second link fails, the first points at a description kept. */
 	char link[PATH_MAX + 128];
 	snprintf(link, sizeof(link), "%s/%s.json", tdir, name);
-	if ((r = relink(desc, link)) == 0) {
+	int linked = (r = relink(desc, link)) == 0;
+	if (linked) {
 		snprintf(link, sizeof(link), "%s/%s.erofs", tdir, name);
 		r = relink(img, link);
 	}
 	if (r < 0) {
 		cli_err("cannot link '%s': %s", link, strerror(-r));
 		unlink(img);
-		unlink(desc);
+		if (!linked)
+			unlink(desc);
 		return EXIT_API;
 	}
 	struct stat st;

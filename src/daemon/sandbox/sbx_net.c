@@ -94,7 +94,8 @@ static int trust_ca(struct sbx_mgr *m, struct vm *vm)
 {
 	const char *pem = net_ca_pem(m->cfg.net);
 	struct trust_wait w = { 0 };
-	struct pbuf *b = agentc_begin(vm_agent(vm), P_TRUST, trust_cb, &w, NULL);
+	uint32_t id;
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_TRUST, trust_cb, &w, &id);
 	if (!b)
 		return -ENOTCONN;
 	if (proto_put(b, A_BYTES, pem, (uint32_t)strlen(pem)) < 0) {
@@ -104,6 +105,8 @@ static int trust_ca(struct sbx_mgr *m, struct vm *vm)
 	int r = agentc_end(vm_agent(vm));
 	if (r == 0)
 		r = vm_run(vm, &w.done, 60000);
+	if (!w.done)
+		agentc_forget(vm_agent(vm), id); /* w is this frame's */
 	return r < 0 ? r : w.err;
 }
 

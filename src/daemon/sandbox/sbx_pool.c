@@ -122,7 +122,8 @@ static void code_cb(void *arg, const struct proto_frame *f)
 static int warm_code(struct vm *vm, const char *code, int timeout_ms, char *err, size_t errlen)
 {
 	struct code_wait w = { 0 };
-	struct pbuf *b = agentc_begin(vm_agent(vm), P_CODE, code_cb, &w, NULL);
+	uint32_t id;
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_CODE, code_cb, &w, &id);
 	if (!b)
 		return -ENOTCONN;
 	if (proto_put_str(b, A_CONTEXT, "default") < 0 || proto_put_str(b, A_LANGUAGE, "python") < 0 ||
@@ -134,6 +135,8 @@ static int warm_code(struct vm *vm, const char *code, int timeout_ms, char *err,
 	int r = agentc_end(vm_agent(vm));
 	if (r == 0)
 		r = vm_run(vm, &w.done, timeout_ms);
+	if (!w.done)
+		agentc_forget(vm_agent(vm), id); /* w is this frame's */
 	if (r == 0 && w.failed) {
 		snprintf(err, errlen, "warming the python kernel failed: %s", w.tail);
 		r = -EIO;
@@ -193,7 +196,8 @@ static void exec_cb(void *arg, const struct proto_frame *f)
 int sbx__run(struct vm *vm, const char *shell, const char *user, const char *env, int timeout_ms)
 {
 	struct exec_wait w = { .exit_code = -1 };
-	struct pbuf *b = agentc_begin(vm_agent(vm), P_EXEC, exec_cb, &w, NULL);
+	uint32_t id;
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_EXEC, exec_cb, &w, &id);
 	if (!b)
 		return -ENOTCONN;
 	if (proto_put_str(b, A_SHELL, shell) < 0 || proto_put_str(b, A_USER, user) < 0 ||
@@ -204,6 +208,8 @@ int sbx__run(struct vm *vm, const char *shell, const char *user, const char *env
 	int r = agentc_end(vm_agent(vm));
 	if (r == 0)
 		r = vm_run(vm, &w.done, timeout_ms);
+	if (!w.done) /* timed out: w is this frame's, no later answer may reach it */
+		agentc_forget(vm_agent(vm), id);
 	return r < 0 ? r : w.exit_code == 0 ? 0 : -EIO;
 }
 

@@ -45,7 +45,8 @@ static void started_cb(void *arg, const struct proto_frame *f)
 static int start(struct vm *vm, json_t *how, json_t *env, const char *user, const char *cwd)
 {
 	struct started w = { 0 };
-	struct pbuf *b = agentc_begin(vm_agent(vm), P_EXEC, started_cb, &w, NULL);
+	uint32_t id;
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_EXEC, started_cb, &w, &id);
 	if (!b)
 		return -ENOTCONN;
 	int e = 0;
@@ -77,7 +78,9 @@ static int start(struct vm *vm, json_t *how, json_t *env, const char *user, cons
 	int r = agentc_end(vm_agent(vm));
 	if (r == 0)
 		r = vm_run(vm, &w.done, 30000);
-	return r < 0 ? r : w.err;
+	if (!w.done)
+		agentc_forget(vm_agent(vm), id); /* w is this frame's */
+	return r < 0 ? r : w.done ? w.err : -ETIMEDOUT;
 }
 
 struct fread_wait {
@@ -114,7 +117,8 @@ static void fread_cb(void *arg, const struct proto_frame *f)
 static int listening(struct vm *vm, const char *path, unsigned port)
 {
 	struct fread_wait w = { 0 };
-	struct pbuf *b = agentc_begin(vm_agent(vm), P_FREAD, fread_cb, &w, NULL);
+	uint32_t id;
+	struct pbuf *b = agentc_begin(vm_agent(vm), P_FREAD, fread_cb, &w, &id);
 	if (!b)
 		return -ENOTCONN;
 	if (proto_put_str(b, A_PATH, path) < 0) {
@@ -124,6 +128,10 @@ static int listening(struct vm *vm, const char *path, unsigned port)
 	int r = agentc_end(vm_agent(vm));
 	if (r == 0)
 		r = vm_run(vm, &w.done, 10000);
+	if (!w.done) {
+		agentc_forget(vm_agent(vm), id); /* w is this frame's */
+		r = r < 0 ? r : -ETIMEDOUT;
+	}
 	int found = 0;
 	/* "  0: 00000000:1F90 00000000:0000 0A ..." : local address:port, state 0A (LISTEN). */
 	for (char *line = w.p, *end; r == 0 && w.err == 0 && line && *line; line = end) {
@@ -171,16 +179,19 @@ int sbx__template_start(struct sbx_mgr *m, const char *template, struct vm *vm, 
 				r = listening(vm, "/proc/net/tcp6", (unsigned)port);
 			ok = r == 1;
 		} else if (cmd) {
-			ok = sbx__run(vm, cmd, user, NULL, 10000) == 0;
+			r = sbx__run(vm, cmd, user, NULL, 10000); /* -EIO: it exited non-zero */
+			ok = r == 0;
 		}
-		if (r < 0 && r != -EIO && r != -ENOENT)
+		if (r < 0 && r != -EIO && r != -ENOENT && r != -ETIMEDOUT)
 			break; /* the agent is gone */
 		if (!ok) {
 			struct timespec ts = { 0, READY_POLL_MS * 1000000L };
 			nanosleep(&ts, NULL);
 		}
 	}
-	if (!ok) {
+	if (!ok && r < 0 && r != -EIO && r != -ENOENT && r != -ETIMEDOUT) {
+		snprintf(err, errlen, "the template's ready check could not run (%s)", strerror(-r));
+	} else if (!ok) {
 		r = -ETIMEDOUT;
 		if (port)
 			snprintf(err, errlen, "nothing listened on port %lld in %d s (the template's ready check)",

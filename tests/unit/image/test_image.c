@@ -94,6 +94,20 @@ static void pax_size(struct tar *t, unsigned long long size)
 	pad(t);
 }
 
+/* A pax record for the next entry: its name (past ustar's 100 bytes). */
+static void pax_path(struct tar *t, const char *path)
+{
+	char rec[1400];
+	size_t body = strlen(" path=\n") + strlen(path);
+	size_t n = body + 1;
+	while (n != body + (size_t)snprintf(NULL, 0, "%zu", n))
+		n = body + (size_t)snprintf(NULL, 0, "%zu", n);
+	snprintf(rec, sizeof(rec), "%zu path=%s\n", n, path);
+	header(t, "PaxHeader", 'x', (unsigned long long)n, 0644, 0, 0, NULL);
+	put(t, rec, n);
+	pad(t);
+}
+
 static void end(struct tar *t)
 {
 	static const char zero[1024];
@@ -277,6 +291,15 @@ static void test_hostile(void)
 	file(&t, "big-owner", "x", 0644, 70000, 0);
 	end(&t);
 	CHECK(apply(&t, NULL) == -EINVAL);
+	/* Deeper than a removal goes: refused, so nothing is left behind. */
+	char deep[1200] = "";
+	for (int i = 0; i < 300; i++)
+		strcat(deep, "d/");
+	strcat(deep, "f");
+	pax_path(&t, deep);
+	header(&t, "deep", '0', 0, 0644, 0, 0, NULL);
+	end(&t);
+	CHECK(apply(&t, NULL) == -EINVAL && !exists("d"));
 	/* Not a tar at all. */
 	t.len = 0;
 	put(&t, "this is not a tar, not even close; nothing here is a header", 60);
