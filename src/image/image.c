@@ -3,6 +3,7 @@
  * unpacked tree, and the whole import run in a child of its own.
  */
 #include "image/image.h"
+#include "image/image_impl.h"
 
 #include "common/errbuf.h"
 #include "common/spawn.h"
@@ -11,7 +12,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,24 +29,11 @@
 #define MAX_PASSWD	  (1 << 20)
 #define FIRST_UID	  1000
 
-static int open_in(int root, const char *path, int flags, unsigned long long resolve)
-{
-	struct open_how how = { .flags = (unsigned long long)flags | O_CLOEXEC, .mode = 0644,
-				.resolve = resolve };
-	if (flags & O_CREAT)
-		how.mode = 0644;
-	else
-		how.mode = 0;
-	int fd = (int)syscall(SYS_openat2, root, path, &how, sizeof(how));
-	return fd < 0 ? -errno : fd;
-}
-#define STRICT (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-
 /* Whether path is an executable file in the guest's view: symlinks
  * followed as the guest would, inside root. */
 static int has_exec(int root, const char *path)
 {
-	int fd = open_in(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
+	int fd = image__open(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
 	if (fd < 0)
 		return 0;
 	struct stat st;
@@ -59,7 +46,7 @@ static int has_exec(int root, const char *path)
 static int need_dir(int root, const char *path, mode_t mode, uid_t uid, gid_t gid, int *made)
 {
 	*made = 0;
-	int fd = open_in(root, path, O_PATH | O_DIRECTORY, STRICT);
+	int fd = image__open(root, path, O_PATH | O_DIRECTORY, IMAGE_STRICT);
 	if (fd >= 0) {
 		close(fd);
 		return 0;
@@ -68,7 +55,7 @@ static int need_dir(int root, const char *path, mode_t mode, uid_t uid, gid_t gi
 		return fd;
 	if (mkdirat(root, path, 0700) < 0)
 		return -errno;
-	if ((fd = open_in(root, path, O_RDONLY | O_DIRECTORY, STRICT)) < 0)
+	if ((fd = image__open(root, path, O_RDONLY | O_DIRECTORY, IMAGE_STRICT)) < 0)
 		return fd;
 	int r = fchown(fd, uid, gid) < 0 || fchmod(fd, mode) < 0 ? -errno : 0;
 	close(fd);
@@ -80,7 +67,7 @@ static int need_dir(int root, const char *path, mode_t mode, uid_t uid, gid_t gi
 static int read_small(int root, const char *path, char **out)
 {
 	*out = NULL;
-	int fd = open_in(root, path, O_RDONLY, STRICT);
+	int fd = image__open(root, path, O_RDONLY, IMAGE_STRICT);
 	if (fd == -ENOENT)
 		return (*out = strdup("")) ? 0 : -ENOMEM;
 	if (fd < 0)
@@ -132,7 +119,7 @@ static long find_id(const char *text, const char *name, long *top, long *gid)
 
 static int append(int root, const char *path, const char *text, const char *line)
 {
-	int fd = open_in(root, path, O_WRONLY | O_APPEND | O_CREAT, STRICT);
+	int fd = image__open(root, path, O_WRONLY | O_APPEND | O_CREAT, IMAGE_STRICT);
 	if (fd < 0)
 		return fd;
 	size_t n = strlen(text);

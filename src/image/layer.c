@@ -8,6 +8,7 @@
  * either, so nothing lands outside the root, whatever the tar says.
  */
 #include "image/image.h"
+#include "image/image_impl.h"
 
 #include "common/errbuf.h"
 
@@ -17,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,13 +41,10 @@ struct lctx {
 	size_t errlen;
 };
 
-static int openat2_beneath(int dirfd, const char *path, int flags)
+int image__open(int dirfd, const char *path, int flags, unsigned long long resolve)
 {
-	struct open_how how = {
-		.flags = (unsigned long long)flags | O_CLOEXEC,
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
-			   RESOLVE_NO_XDEV,
-	};
+	struct open_how how = { .flags = (unsigned long long)flags | O_CLOEXEC,
+				.mode = (flags & O_CREAT) ? 0644 : 0, .resolve = resolve };
 	int fd = (int)syscall(SYS_openat2, dirfd, *path ? path : ".", &how, sizeof(how));
 	return fd < 0 ? -errno : fd;
 }
@@ -103,7 +100,7 @@ static void split(char *path, const char **dir, const char **base)
  * -ENOTDIR when a component is a symlink or not a directory. */
 static int open_dir(int root, const char *dir, int create)
 {
-	int fd = openat2_beneath(root, dir, O_PATH | O_DIRECTORY);
+	int fd = image__open(root, dir, O_PATH | O_DIRECTORY, IMAGE_STRICT);
 	if (fd != -ENOENT || !create)
 		return fd;
 	/* Made one component at a time, each opened as above. */
@@ -117,11 +114,11 @@ static int open_dir(int root, const char *dir, int create)
 			continue;
 		char c = *p;
 		*p = '\0';
-		int d = openat2_beneath(root, part, O_PATH | O_DIRECTORY);
+		int d = image__open(root, part, O_PATH | O_DIRECTORY, IMAGE_STRICT);
 		if (d == -ENOENT) {
 			if (mkdirat(root, part, 0755) < 0 && errno != EEXIST)
 				return -errno;
-			d = openat2_beneath(root, part, O_PATH | O_DIRECTORY);
+			d = image__open(root, part, O_PATH | O_DIRECTORY, IMAGE_STRICT);
 		}
 		*p = c;
 		if (d < 0)
@@ -130,6 +127,27 @@ static int open_dir(int root, const char *dir, int create)
 			return d;
 		close(d);
 	}
+}
+
+static int rm_at(int dirfd, const char *name, int depth);
+
+/* Removes what the directory at fd holds, entries at depth. */
+static int rm_children(int fd, int depth)
+{
+	int own = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = own >= 0 ? fdopendir(own) : NULL;
+	if (!d) {
+		if (own >= 0)
+			close(own);
+		return -ENOMEM;
+	}
+	int r = 0;
+	struct dirent *e;
+	while (r == 0 && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			r = rm_at(fd, e->d_name, depth);
+	closedir(d);
+	return r;
 }
 
 static int rm_at(int dirfd, const char *name, int depth)
@@ -143,17 +161,8 @@ static int rm_at(int dirfd, const char *name, int depth)
 	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -ENOMEM;
-	}
-	int r = 0;
-	struct dirent *e;
-	while (r == 0 && (e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			r = rm_at(fd, e->d_name, depth + 1);
-	closedir(d);
+	int r = rm_children(fd, depth + 1);
+	close(fd);
 	if (r == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
 		r = -errno;
 	return r;
@@ -162,26 +171,6 @@ static int rm_at(int dirfd, const char *name, int depth)
 int image_remove_tree(int dirfd, const char *name)
 {
 	return rm_at(dirfd, name, 0);
-}
-
-/* Empties the directory at fd (an opaque whiteout's): what lower layers put there. */
-static int empty_dir(int fd)
-{
-	int dup_fd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dup_fd < 0)
-		return -errno;
-	DIR *d = fdopendir(dup_fd);
-	if (!d) {
-		close(dup_fd);
-		return -ENOMEM;
-	}
-	int r = 0;
-	struct dirent *e;
-	while (r == 0 && (e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			r = rm_at(fd, e->d_name, 1);
-	closedir(d);
-	return r;
 }
 
 static int refuse(struct lctx *c, int code, const char *name, const char *why)
@@ -206,7 +195,7 @@ static int whiteout(struct lctx *c, const char *raw)
 		return refuse(c, -EINVAL, raw, "its directory is a symlink or a file");
 	int r;
 	if (!strcmp(base, WH_OPAQUE)) {
-		r = empty_dir(fd);
+		r = rm_children(fd, 1); /* an opaque whiteout: what lower layers put there */
 	} else {
 		const char *hidden = base + strlen(WH_PREFIX);
 		r = !*hidden || !strcmp(hidden, ".") || !strcmp(hidden, "..") ? -EINVAL

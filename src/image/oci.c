@@ -8,6 +8,7 @@
  * used; a `docker save` layer against the config's diff_ids.
  */
 #include "image/image.h"
+#include "image/image_impl.h"
 
 #include "common/errbuf.h"
 
@@ -16,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,16 +44,6 @@ struct src {
 	char *err;
 	size_t errlen;
 };
-
-static int openat2_beneath(int dirfd, const char *path, int flags)
-{
-	struct open_how how = {
-		.flags = (unsigned long long)flags | O_CLOEXEC,
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-	};
-	int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-	return fd < 0 ? -errno : fd;
-}
 
 /* A name in an archive, cleaned ("./a//b" is "a/b"), with ".." taken
  * against what is before it: 0, or -EINVAL when it climbs out. */
@@ -206,7 +196,8 @@ static int src_open(struct src *s, const char *path)
 	if (clean(path, name, sizeof(name)) < 0)
 		return errbuf_set(s->err, s->errlen, -EINVAL, "the image names '%.200s', out of it", path);
 	if (!s->staged) {
-		int fd = openat2_beneath(s->dirfd, name, O_RDONLY | O_NONBLOCK); /* a FIFO never blocks */
+		/* O_NONBLOCK: a FIFO does not block; a layout may span mounts. */
+		int fd = image__open(s->dirfd, name, O_RDONLY | O_NONBLOCK, IMAGE_STRICT & ~RESOLVE_NO_XDEV);
 		struct stat st;
 		if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
 			close(fd);
@@ -460,6 +451,17 @@ static json_t *describe(struct src *s, json_t *config)
 }
 
 
+/* desc, the template's description, with what the unpack found. */
+static json_t *finish(json_t *desc, const char *format, const char *digest, size_t layers,
+		      const struct image_usage *used)
+{
+	json_object_set_new(desc, "format", json_string(format));
+	json_object_set_new(desc, "digest", json_string(digest));
+	json_object_set_new(desc, "layers", json_integer((json_int_t)layers));
+	json_object_set_new(desc, "size_bytes", json_integer((json_int_t)used->bytes));
+	return desc;
+}
+
 static int apply(struct src *s, int rootfd, int fd, size_t n, const struct image_limits *lim,
 		 struct image_usage *used)
 {
@@ -519,11 +521,7 @@ static int unpack_oci(struct src *s, json_t *index, int rootfd, const struct ima
 		if ((r = apply(s, rootfd, fd, i, lim, &used)) < 0)
 			goto out;
 	}
-	json_object_set_new(desc, "format", json_string("oci"));
-	json_object_set_new(desc, "digest", json_string(digest));
-	json_object_set_new(desc, "layers", json_integer((json_int_t)json_array_size(layers)));
-	json_object_set_new(desc, "size_bytes", json_integer((json_int_t)used.bytes));
-	*out = desc;
+	*out = finish(desc, "oci", digest, json_array_size(layers), &used);
 	desc = NULL;
 	r = 0;
 out:
@@ -597,11 +595,7 @@ static int unpack_docker(struct src *s, json_t *list, int rootfd, const struct i
 		if ((r = apply(s, rootfd, fd, i, lim, &used)) < 0)
 			goto out;
 	}
-	json_object_set_new(desc, "format", json_string("docker"));
-	json_object_set_new(desc, "digest", json_string(""));
-	json_object_set_new(desc, "layers", json_integer((json_int_t)json_array_size(layers)));
-	json_object_set_new(desc, "size_bytes", json_integer((json_int_t)used.bytes));
-	*out = desc;
+	*out = finish(desc, "docker", "", json_array_size(layers), &used);
 	desc = NULL;
 	r = 0;
 out:

@@ -572,6 +572,10 @@ def test_a_blob_that_is_not_its_digest_is_refused(images, registries):
     assert not os.path.exists(os.path.join(images["guest"], "templates", "tampered.erofs"))
 
 
+def as_alice(env, password):
+    return {**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": password}
+
+
 def test_pull_with_credentials(images, registries):
     reg = registries[1]
     env, top = images["env"], images["top"]
@@ -579,11 +583,9 @@ def test_pull_with_credentials(images, registries):
     ref = f"127.0.0.1:{reg.port}/private/tiny:v1"
     r = run_cli(env, "templates", "pull", "x", ref, "--insecure")
     assert r.returncode == 2 and "wants a user name" in r.stderr, r.stderr
-    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "wrong"},
-                "templates", "pull", "x", ref, "--insecure")
+    r = run_cli(as_alice(env, "wrong"), "templates", "pull", "x", ref, "--insecure")
     assert r.returncode == 2 and "refused the credentials" in r.stderr, r.stderr
-    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "s3cret"},
-                "templates", "pull", "private-tiny", ref, "--insecure")
+    r = run_cli(as_alice(env, "s3cret"), "templates", "pull", "private-tiny", ref, "--insecure")
     assert r.returncode == 0, r.stderr
     assert os.path.exists(os.path.join(images["guest"], "templates", "private-tiny.erofs"))
 
@@ -598,12 +600,10 @@ def test_pull_with_a_token(images, registries):
     # Anonymous: a token with no access, which the registry refuses.
     r = run_cli(env, "templates", "pull", "x", ref, "--insecure")
     assert r.returncode == 2 and "refused" in r.stderr, r.stderr
-    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "wrong"},
-                "templates", "pull", "x", ref, "--insecure")
+    r = run_cli(as_alice(env, "wrong"), "templates", "pull", "x", ref, "--insecure")
     assert r.returncode == 2 and "token service" in r.stderr, r.stderr
     n = len(reg.tokens.issued)
-    r = run_cli({**env, "CPUOS_REGISTRY_USERNAME": "alice", "CPUOS_REGISTRY_PASSWORD": "s3cret"},
-                "templates", "pull", "token-tiny", ref, "--insecure")
+    r = run_cli(as_alice(env, "s3cret"), "templates", "pull", "token-tiny", ref, "--insecure")
     assert r.returncode == 0, r.stderr
     assert reg.tokens.issued[n:] and reg.tokens.issued[n][0] == "alice", reg.tokens.issued
     assert reg.tokens.issued[n][1] == TokenService.SERVICE
