@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -253,7 +254,20 @@ static void child(const struct job *j, int syncfd, int gofd)
 {
 	char err[600] = "";
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0) {
+	/* mkfs.erofs takes paths and walks up from them to "/", through
+	 * directories closed to this namespace's root (a daemon's state
+	 * directory): the work directory is bound at /tmp in a mount
+	 * namespace of the import's own, made while this is still the host's
+	 * root, so no one in the import's user namespace may change it. */
+	int tree = open_tree(j->workfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	if (tree < 0 || unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    move_mount(tree, "", AT_FDCWD, "/tmp", MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+		snprintf(err, sizeof(err), "cannot bind the import's directory: %s", strerror(errno));
+		child_fail(j->errfd, -errno, err);
+	}
+	close(tree);
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0) {
 		snprintf(err, sizeof(err), "cannot make the import's namespaces: %s", strerror(errno));
 		child_fail(j->errfd, -errno, err);
 	}
@@ -272,7 +286,7 @@ static void child(const struct job *j, int syncfd, int gofd)
 	/* Its descriptor, as the path's parents may be closed to this
 	 * namespace's root. */
 	int wfd = j->workfd;
-	if (fchdir(wfd) < 0 || mkdirat(wfd, "root", 0755) < 0 || mkdirat(wfd, "stage", 0700) < 0)
+	if (chdir("/tmp") < 0 || mkdirat(wfd, "root", 0755) < 0 || mkdirat(wfd, "stage", 0700) < 0)
 		child_fail(j->errfd, -EIO, "cannot make the import's directories");
 	int rootfd = openat(wfd, "root", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	int stagefd = openat(wfd, "stage", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -342,10 +356,11 @@ static int child_result(pid_t pid, int errfd, const struct image_limits *lim, ch
 }
 
 /* The child's output file name in the work directory, made root's and
- * moved to to. The child owns that directory: what is there is only
- * taken when it is a plain file of the child's with one link, opened
+ * moved to to in dirfd. The child owns that directory: what is there is
+ * only taken when it is a plain file of the child's with one link, opened
  * without following a symlink, and changed through its descriptor. */
-static int take(int workfd, const char *name, const char *to, char *err, size_t errlen)
+static int take(int workfd, const char *name, int dirfd, const char *to, char *err,
+		size_t errlen)
 {
 	int fd = openat(workfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
@@ -354,7 +369,7 @@ static int take(int workfd, const char *name, const char *to, char *err, size_t 
 		r = -errno;
 	else if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != IMAGE_ID_BASE)
 		r = -EPERM;
-	else if (fchown(fd, 0, 0) < 0 || fchmod(fd, 0644) < 0 || renameat(workfd, name, AT_FDCWD, to) < 0)
+	else if (fchown(fd, 0, 0) < 0 || fchmod(fd, 0644) < 0 || renameat(workfd, name, dirfd, to) < 0)
 		r = -errno;
 	if (fd >= 0)
 		close(fd);
@@ -363,24 +378,30 @@ static int take(int workfd, const char *name, const char *to, char *err, size_t 
 		     : 0;
 }
 
-int image_import(const char *archive, const char *workdir, const char *out_erofs,
-		 const char *out_json, const struct image_limits *lim, char *err, size_t errlen)
+static int id_ok(const char *id)
+{
+	size_t n = strlen(id);
+	return n && n <= 120 && id[0] != '.' &&
+	       strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+int image_import_at(int srcfd, int dirfd, const char *id, const struct image_limits *lim,
+		    char *err, size_t errlen)
 {
 	if (geteuid() != 0)
 		return errbuf_set(err, errlen, -EPERM,
 				  "importing an image needs root (its files keep their owners)");
-	int srcfd = open(archive, O_RDONLY | O_CLOEXEC);
-	if (srcfd < 0)
-		return errbuf_set(err, errlen, errno == ENOENT ? -ENOENT : -errno, "cannot open '%s': %s",
-				  archive, strerror(errno));
-	if (mkdir(workdir, 0700) < 0) {
-		int e = errno;
-		close(srcfd);
-		return errbuf_set(err, errlen, -e, "cannot make '%s': %s", workdir, strerror(e));
-	}
+	if (!id_ok(id))
+		return errbuf_set(err, errlen, -EINVAL, "bad import name '%.64s'", id);
+	char workdir[160], out_erofs[160], out_json[160];
+	snprintf(workdir, sizeof(workdir), "%s.work", id);
+	snprintf(out_erofs, sizeof(out_erofs), "%s.erofs", id);
+	snprintf(out_json, sizeof(out_json), "%s.json", id);
+	if (mkdirat(dirfd, workdir, 0700) < 0)
+		return errbuf_set(err, errlen, -errno, "cannot make '%s': %s", workdir, strerror(errno));
 	int r = 0, syncp[2] = { -1, -1 }, gop[2] = { -1, -1 }, errp[2] = { -1, -1 };
-	int workfd = open(workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (workfd < 0 || chown(workdir, IMAGE_ID_BASE, IMAGE_ID_BASE) < 0 ||
+	int workfd = openat(dirfd, workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (workfd < 0 || fchown(workfd, IMAGE_ID_BASE, IMAGE_ID_BASE) < 0 ||
 	    pipe2(syncp, O_CLOEXEC) < 0 ||
 	    pipe2(gop, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
 		r = errbuf_set(err, errlen, -errno, "cannot prepare the import: %s", strerror(errno));
@@ -414,9 +435,9 @@ int image_import(const char *archive, const char *workdir, const char *out_erofs
 	}
 	if ((r = child_result(pid, errp[0], lim, err, errlen)) < 0)
 		goto out;
-	if ((r = take(workfd, "image.erofs", out_erofs, err, errlen)) == 0 &&
-	    (r = take(workfd, "config.json", out_json, err, errlen)) < 0)
-		unlink(out_erofs);
+	if ((r = take(workfd, "image.erofs", dirfd, out_erofs, err, errlen)) == 0 &&
+	    (r = take(workfd, "config.json", dirfd, out_json, err, errlen)) < 0)
+		unlinkat(dirfd, out_erofs, 0);
 out:
 	for (int i = 0; i < 2; i++) {
 		if (syncp[i] >= 0)
@@ -426,10 +447,136 @@ out:
 		if (errp[i] >= 0)
 			close(errp[i]);
 	}
-	close(srcfd);
 	if (workfd >= 0)
 		close(workfd);
 	/* What the child left (a failure's tree), never followed out. */
-	image_remove_tree(AT_FDCWD, workdir);
+	image_remove_tree(dirfd, workdir);
 	return r;
+}
+
+int image_import(const char *archive, int dirfd, const char *id, const struct image_limits *lim,
+		 char *err, size_t errlen)
+{
+	int srcfd = open(archive, O_RDONLY | O_CLOEXEC);
+	if (srcfd < 0)
+		return errbuf_set(err, errlen, errno == ENOENT ? -ENOENT : -errno, "cannot open '%s': %s",
+				  archive, strerror(errno));
+	int r = image_import_at(srcfd, dirfd, id, lim, err, errlen);
+	close(srcfd);
+	return r;
+}
+
+/* Every descriptor from 3 up closed but a, b and c (each above 2). */
+static void close_all_but(int a, int b, int c)
+{
+	int k[3] = { a, b, c };
+	for (int i = 0; i < 3; i++)
+		for (int j = i + 1; j < 3; j++)
+			if (k[j] < k[i]) {
+				int t = k[i];
+				k[i] = k[j];
+				k[j] = t;
+			}
+	unsigned from = 3;
+	for (int i = 0; i < 3; i++) {
+		if ((unsigned)k[i] > from)
+			close_range(from, (unsigned)k[i] - 1, 0);
+		if ((unsigned)k[i] + 1 > from)
+			from = (unsigned)k[i] + 1;
+	}
+	close_range(from, ~0u, 0);
+}
+
+int image_import_start(int srcfd, int dirfd, const char *id, const struct image_limits *lim,
+		       int *resultfd, char *err, size_t errlen)
+{
+	if (!id_ok(id))
+		return errbuf_set(err, errlen, -EINVAL, "bad import name '%.64s'", id);
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return errbuf_set(err, errlen, -errno, "cannot make a pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return errbuf_set(err, errlen, -e, "cannot fork: %s", strerror(e));
+	}
+	if (pid == 0) {
+		/* The first child only forks the one that imports, and goes:
+		 * that one is no one's child to wait for, and keeps none of
+		 * its caller's descriptors but its three. */
+		if (fork() != 0)
+			_exit(0);
+		setsid();
+		signal(SIGPIPE, SIG_IGN);
+		sigset_t all;
+		sigemptyset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+		close_all_but(srcfd, dirfd, p[1]);
+		char e2[600] = "";
+		int r = image_import_at(srcfd, dirfd, id, lim, e2, sizeof(e2));
+		dprintf(p[1], "%d %s\n", r, r < 0 ? e2 : "imported");
+		_exit(r < 0);
+	}
+	close(p[1]);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	*resultfd = p[0];
+	return 0;
+}
+
+int image_import_result(int resultfd, char *err, size_t errlen)
+{
+	char line[700];
+	size_t got = 0;
+	ssize_t n;
+	while (got < sizeof(line) - 1 &&
+	       ((n = read(resultfd, line + got, sizeof(line) - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
+		if (n > 0)
+			got += (size_t)n;
+	line[got] = '\0';
+	line[strcspn(line, "\n")] = '\0';
+	char *msg;
+	long code = strtol(line, &msg, 10);
+	if (!got || code > 0 || code < -4095 || *msg != ' ')
+		return errbuf_set(err, errlen, -EIO, "the import ended without a word");
+	return code ? errbuf_set(err, errlen, (int)code, "%s", msg + 1) : 0;
+}
+
+int image_set_start(json_t *d, const char *cmd, int from_image, unsigned ready_port,
+		    const char *ready_cmd, char *err, size_t errlen)
+{
+	if (!cmd && !from_image)
+		return (ready_port || ready_cmd) ? errbuf_set(err, errlen, -EINVAL,
+							      "a ready check needs a start command")
+						 : 0;
+	if (ready_port > 65535)
+		return errbuf_set(err, errlen, -EINVAL, "ready port %u is not a port", ready_port);
+	json_t *how = json_object();
+	if (cmd) {
+		json_object_set_new(how, "cmd", json_string(cmd));
+	} else {
+		json_t *argv = json_array();
+		const char *keys[] = { "entrypoint", "cmd" };
+		for (int k = 0; k < 2; k++) {
+			size_t i;
+			json_t *v;
+			json_array_foreach(json_object_get(d, keys[k]), i, v) {
+				json_array_append(argv, v);
+			}
+		}
+		if (!json_array_size(argv)) {
+			json_decref(argv);
+			json_decref(how);
+			return errbuf_set(err, errlen, -EINVAL, "the image has no ENTRYPOINT or CMD");
+		}
+		json_object_set_new(how, "argv", argv);
+	}
+	json_object_set_new(d, "start", how);
+	if (ready_port)
+		json_object_set_new(d, "ready", json_pack("{s:i}", "port", (int)ready_port));
+	else if (ready_cmd)
+		json_object_set_new(d, "ready", json_pack("{s:s}", "cmd", ready_cmd));
+	return 0;
 }

@@ -64,12 +64,27 @@ int image_unpack(int srcfd, int stagefd, int rootfd, const struct image_limits *
  * ("has_sh", "has_python3"). */
 int image_guest_needs(int rootfd, json_t *config, char *err, size_t errlen);
 
-/* The whole import, as root: the image at archive unpacked in a child in
- * namespaces of its own (above) under workdir (made, then removed), made
- * into an erofs image at out_erofs and its description at out_json (each
- * written whole, then renamed into place). */
-int image_import(const char *archive, const char *workdir, const char *out_erofs,
-		 const char *out_json, const struct image_limits *lim, char *err, size_t errlen);
+/* The whole import, as root: the image at srcfd (an OCI layout's
+ * directory or an archive, open) unpacked in a child in namespaces of its
+ * own (above), in a work directory "ID.work" made in dirfd (and removed),
+ * made into an erofs image "ID.erofs" in dirfd with its description
+ * "ID.json" (each written whole, then renamed into place). id: letters,
+ * digits, '.', '_', '-', not a dot first, at most 120. Every name is
+ * taken beneath dirfd, no symlink followed. */
+int image_import_at(int srcfd, int dirfd, const char *id, const struct image_limits *lim,
+		    char *err, size_t errlen);
+/* The same for the image at the path archive. */
+int image_import(const char *archive, int dirfd, const char *id, const struct image_limits *lim,
+		 char *err, size_t errlen);
+/* image_import_at in a process of its own that no one waits for (its
+ * parent gone at once), keeping none of the caller's descriptors but
+ * srcfd and dirfd: *resultfd is a pipe that gives its one line when it
+ * ends, for image_import_result. Returns at once: 0, or -errno. */
+int image_import_start(int srcfd, int dirfd, const char *id, const struct image_limits *lim,
+		       int *resultfd, char *err, size_t errlen);
+/* Reads what an import started so says (blocking till it ends): 0, or
+ * its -errno with its line in err (-EIO if it died without one). */
+int image_import_result(int resultfd, char *err, size_t errlen);
 
 /* Pulling from a registry (pull.c): https unless insecure (a plain-HTTP
  * registry, as a local one is); credentials for Basic, or for a Bearer
@@ -92,5 +107,13 @@ int image_pull(const char *reference, const char *layout, const struct image_pul
 /* Removes the tree name at dirfd (a file or a directory and what is in
  * it), never following a symlink: 0 or -errno. */
 int image_remove_tree(int dirfd, const char *name);
+
+/* A template's start command and ready check (E2B's setStartCmd), into
+ * its description d: cmd, a shell command, or (cmd NULL, from_image) the
+ * image's ENTRYPOINT and CMD as an argv; ready by a port that answers
+ * (ready_port), or a command that exits 0 (ready_cmd), or neither
+ * (started is ready). 0, or -EINVAL with a line in err. */
+int image_set_start(json_t *d, const char *cmd, int from_image, unsigned ready_port,
+		    const char *ready_cmd, char *err, size_t errlen);
 
 #endif

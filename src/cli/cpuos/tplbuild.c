@@ -7,6 +7,7 @@
 #include "cli/cpuos/tplbuild.h"
 #include "cli/cpuos/cli.h"
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/fs.h"
 #include "common/spawn.h"
 #include "image/image.h"
@@ -300,33 +301,12 @@ static int add_start(const char *path, const struct tpl_start *st)
 		cli_err("cannot read '%s'", path);
 		return EXIT_API;
 	}
-	json_t *how = json_object();
-	if (st->cmd) {
-		json_object_set_new(how, "cmd", json_string(st->cmd));
-	} else {
-		json_t *argv = json_array();
-		const char *keys[] = { "entrypoint", "cmd" };
-		for (int k = 0; k < 2; k++) {
-			size_t i;
-			json_t *v;
-			json_array_foreach(json_object_get(d, keys[k]), i, v) {
-				json_array_append(argv, v);
-			}
-		}
-		if (!json_array_size(argv)) {
-			json_decref(argv);
-			json_decref(how);
-			json_decref(d);
-			cli_err("--start-image: the image has no ENTRYPOINT or CMD");
-			return EXIT_USAGE;
-		}
-		json_object_set_new(how, "argv", argv);
+	char err[256];
+	if (image_set_start(d, st->cmd, st->image, st->ready_port, st->ready_cmd, err, sizeof(err)) < 0) {
+		json_decref(d);
+		cli_err("--start-image: %s", err);
+		return EXIT_USAGE;
 	}
-	json_object_set_new(d, "start", how);
-	if (st->ready_port)
-		json_object_set_new(d, "ready", json_pack("{s:i}", "port", (int)st->ready_port));
-	else if (st->ready_cmd)
-		json_object_set_new(d, "ready", json_pack("{s:s}", "cmd", st->ready_cmd));
 	char tmp[PATH_MAX + 256];
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	int r = json_dump_file(d, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && rename(tmp, path) == 0 ? 0 : -1;
@@ -365,7 +345,7 @@ int tpl_import(const char *name, const char *archive, unsigned long long max_mb,
 		return EXIT_API;
 	}
 	snprintf(cache, sizeof(cache), "%s/images", cc && *cc ? cc : "/var/cache/cpuos");
-	char tdir[PATH_MAX + 32], work[PATH_MAX + 128], img[PATH_MAX + 128], desc[PATH_MAX + 128];
+	char tdir[PATH_MAX + 32], id[128], img[PATH_MAX + 160], desc[PATH_MAX + 160];
 	snprintf(tdir, sizeof(tdir), "%s/templates", gdir);
 	if (fs_mkdir_p(cache, 0755, (uid_t)-1, (gid_t)-1) < 0 ||
 	    fs_mkdir_p(tdir, 0755, (uid_t)-1, (gid_t)-1) < 0) {
@@ -375,14 +355,17 @@ int tpl_import(const char *name, const char *archive, unsigned long long max_mb,
 	/* A name of its own per import: a paused sandbox of the image this
 	 * one replaces still needs that one to resume. */
 	long long t0 = clock_ms();
-	snprintf(work, sizeof(work), "%s/.import-%s-%d", cache, name, (int)getpid());
-	long long now = (long long)time(NULL);
-	snprintf(img, sizeof(img), "%s/%s-%lld-%d.erofs", cache, name, now, (int)getpid());
-	snprintf(desc, sizeof(desc), "%s/%s-%lld-%d.json", cache, name, now, (int)getpid());
+	snprintf(id, sizeof(id), "%s-%lld-%d", name, (long long)time(NULL), (int)getpid());
+	snprintf(img, sizeof(img), "%s/%s.erofs", cache, id);
+	snprintf(desc, sizeof(desc), "%s/%s.json", cache, id);
 	fprintf(stderr, "template %s: importing %s\n", name, archive);
 	struct image_limits lim = { .max_bytes = max_mb << 20 };
 	char err[700];
-	int r = image_import(archive, work, img, desc, &lim, err, sizeof(err));
+	int cfd = open(cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int r = cfd < 0 ? errbuf_set(err, sizeof(err), -errno, "cannot open '%s': %s", cache, strerror(errno))
+			: image_import(archive, cfd, id, &lim, err, sizeof(err));
+	if (cfd >= 0)
+		close(cfd);
 	if (r < 0) {
 		cli_err("cannot import '%s': %s", archive, err);
 		return r == -EINVAL || r == -EFBIG || r == -ENOENT ? EXIT_USAGE : EXIT_API;

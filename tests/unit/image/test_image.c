@@ -576,10 +576,11 @@ static void test_import(void)
 	make_layout("imp", "amd64", 0);
 	char src[128], work[128], out[128], js[128];
 	snprintf(src, sizeof(src), "%s/imp", dir);
-	snprintf(work, sizeof(work), "%s/work", dir);
-	snprintf(out, sizeof(out), "%s/imp.erofs", dir);
-	snprintf(js, sizeof(js), "%s/imp.json", dir);
-	int r = image_import(src, work, out, js, NULL, err, sizeof(err));
+	snprintf(work, sizeof(work), "%s/out.work", dir);
+	snprintf(out, sizeof(out), "%s/out.erofs", dir);
+	snprintf(js, sizeof(js), "%s/out.json", dir);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	int r = image_import(src, dfd, "out", NULL, err, sizeof(err));
 	if (r < 0)
 		t_note("import: %s", err);
 	CHECK(r == 0);
@@ -599,10 +600,28 @@ static void test_import(void)
 	/* A hostile one fails in the child with its reason, and leaves nothing. */
 	make_layout("imp-lie", "amd64", 2);
 	snprintf(src, sizeof(src), "%s/imp-lie", dir);
-	snprintf(out, sizeof(out), "%s/imp-lie.erofs", dir);
-	CHECK(image_import(src, work, out, js, NULL, err, sizeof(err)) == -EINVAL &&
+	snprintf(out, sizeof(out), "%s/lie.erofs", dir);
+	snprintf(work, sizeof(work), "%s/lie.work", dir);
+	CHECK(image_import(src, dfd, "lie", NULL, err, sizeof(err)) == -EINVAL &&
 	      strstr(err, "digest"));
 	CHECK(stat(out, &st) < 0 && stat(work, &st) < 0);
+	/* Started apart: its line comes through the pipe, and a bad name
+	 * is refused before anything is made. */
+	int sfd = open(src, O_RDONLY | O_DIRECTORY), rfd = -1;
+	CHECK(image_import_start(sfd, dfd, "lie", NULL, &rfd, err, sizeof(err)) == 0);
+	CHECK(image_import_result(rfd, err, sizeof(err)) == -EINVAL && strstr(err, "digest"));
+	close(rfd);
+	snprintf(src, sizeof(src), "%s/imp", dir);
+	close(sfd);
+	sfd = open(src, O_RDONLY | O_DIRECTORY);
+	CHECK(image_import_start(sfd, dfd, "../x", NULL, &rfd, err, sizeof(err)) == -EINVAL);
+	CHECK(image_import_start(sfd, dfd, "again", NULL, &rfd, err, sizeof(err)) == 0);
+	CHECK(image_import_result(rfd, err, sizeof(err)) == 0);
+	snprintf(out, sizeof(out), "%s/again.erofs", dir);
+	CHECK(stat(out, &st) == 0 && st.st_uid == 0 && st.st_size > 0);
+	close(rfd);
+	close(sfd);
+	close(dfd);
 }
 
 int main(int argc, char **argv)
