@@ -27,7 +27,7 @@ CFLAGS += -fsanitize=fuzzer-no-link
 endif
 # The runner checksums snapshots with OpenSSL (snap.c).
 LDLIBS := -ljansson -lcrypto -lpthread
-DAEMON_LIBS := -ljansson -lmicrohttpd -lsqlite3 -lpq -lssl -lcrypto -lldns -lseccomp -lcurl -lzstd -lpthread
+DAEMON_LIBS := -larchive -ljansson -lmicrohttpd -lsqlite3 -lpq -lssl -lcrypto -lldns -lseccomp -lcurl -lzstd -lpthread
 # libpq's header is under its own directory (pkg-config libpq).
 PQ_CFLAGS := -I/usr/include/postgresql
 ifndef V
@@ -49,7 +49,7 @@ AGENT_SRCS := $(wildcard src/agent/*.c) src/common/proto.c src/common/clock.c sr
 # choice (common/launch.h): the runner's own fork and exec, or cpuosd's
 # root helper (src/priv), which jails it (src/jail).
 RUNNER_SRCS := $(wildcard src/runner/*.c)
-PRIV_SRCS := $(wildcard src/priv/*.c)
+PRIV_SRCS := $(wildcard src/priv/*.c src/image/*.c)
 JAIL_SRCS := $(wildcard src/jail/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
 DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
@@ -266,7 +266,7 @@ $(BUILD)/tests/test_sysfilter: $(call obj,tests/unit/daemon/test_sysfilter.c $(T
 # The helper and the jail, without the runner.
 $(BUILD)/tests/test_priv: $(call obj,tests/unit/priv/test_priv.c $(TEST_LIB) $(PRIV_SRCS) $(JAIL_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(IMAGE_LIBS)
 
 $(BUILD)/tests/test_cgroup: $(call obj,tests/unit/jail/test_cgroup.c $(TEST_LIB) $(JAIL_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

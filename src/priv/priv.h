@@ -140,6 +140,14 @@ int priv_release(struct priv *p, uid_t uid, const char *name);
 int priv_mem_open(struct priv *p, pid_t pid, uid_t uid, int mem, int *fd, char *err,
 		  size_t errlen);
 
+/* A template from the image at srcfd (a directory or an archive the
+ * daemon opened), unpacked to at most max_bytes, into the state
+ * directory's templates/ as ID.erofs and ID.json (image_import_at): it
+ * runs apart, and *resultfd gives its line when it ends
+ * (image_import_result). */
+int priv_import(struct priv *p, int srcfd, const char *id, unsigned long long max_bytes,
+		int *resultfd, char *err, size_t errlen);
+
 /* The calls above as the runner's launch ops (launch.h), for a helper
  * with a jail (priv_jailed): each QEMU they start is jailed, signalled,
  * reaped and its id held and released by the helper. They live as long

@@ -530,3 +530,24 @@ const struct launch_ops *priv_launch_ops(struct priv *p)
 {
 	return p ? &p->launch : NULL;
 }
+
+int priv_import(struct priv *p, int srcfd, const char *id, unsigned long long max_bytes,
+		int *resultfd, char *err, size_t errlen)
+{
+	struct pbuf b = { 0 };
+	uint8_t reply[REPLY_MAX];
+	struct proto_frame f;
+	if (proto_begin(&b, PR_IMPORT, 0, 0) < 0 || proto_put_str(&b, T_NAME, id) < 0 ||
+	    proto_put_u64(&b, T_MAX_BYTES, max_bytes) < 0) {
+		pbuf_release(&b);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	*resultfd = -1;
+	int r = call(p, &b, srcfd, resultfd, reply, &f, err, errlen);
+	if (r == 0 && *resultfd < 0) {
+		snprintf(err, errlen, "the helper's answer lacks the descriptor");
+		r = -EPROTO;
+	}
+	return r;
+}

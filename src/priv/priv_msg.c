@@ -47,6 +47,7 @@ static const struct {
 	[PR_RELEASE] = { BIT(T_UID) | BIT(T_NAME), BIT(T_UID) | BIT(T_NAME), 0 },
 	[PR_PAGEMAP] = { BIT(T_PID) | BIT(T_UID), BIT(T_PID) | BIT(T_UID), 0 },
 	[PR_MEM] = { BIT(T_PID) | BIT(T_UID), BIT(T_PID) | BIT(T_UID), 0 },
+	[PR_IMPORT] = { BIT(T_NAME) | BIT(T_MAX_BYTES), BIT(T_NAME) | BIT(T_MAX_BYTES), 1 },
 };
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -166,6 +167,12 @@ static int take(struct priv_req *r, size_t *used, const struct proto_attr *a)
 	case T_ALLOW: return get_cidrs(a, r->allow, &r->nallow);
 	case T_DENY: return get_cidrs(a, r->deny, &r->ndeny);
 	case T_ADDRS: return get_addrs(a, r);
+	case T_MAX_BYTES:
+		if (a->len != 8)
+			return -1;
+		r->max_bytes = (unsigned long long)le32(a->val) |
+			       (unsigned long long)le32(a->val + 4) << 32;
+		return r->max_bytes >= (1ull << 20) && r->max_bytes <= (1ull << 40) ? 0 : -1;
 	default: break;
 	}
 	if (!(s = keep_str(r, used, a)))
@@ -305,6 +312,8 @@ int priv_decode(const uint8_t *buf, size_t n, int nfds, const struct priv_bounds
 		return bad(err, errlen, "uid %u is not a jail id", (unsigned)r->uid);
 	if (f.type == PR_RELEASE && !is_name(r->name))
 		return bad(err, errlen, "bad cgroup name");
+	if (f.type == PR_IMPORT && !is_name(r->name))
+		return bad(err, errlen, "bad import name");
 	if (f.type == PR_SPAWN)
 		return check_spawn(r, b, err, errlen);
 	return 0;

@@ -42,6 +42,7 @@ enum priv_type {
 	PR_RELEASE = 12,
 	PR_PAGEMAP = 13, /* a jailed QEMU's /proc/PID/pagemap, opened for reading */
 	PR_MEM = 14,     /* its /proc/PID/mem, for reading and writing */
+	PR_IMPORT = 15,  /* a template from the image at the descriptor (image.h) */
 	PR_NTYPES,
 	PR_OK = 64,
 	PR_ERROR = 65,
@@ -81,6 +82,7 @@ enum priv_tag {
 	T_JAIL_COUNT = 33, T_JAIL_ROOT = 34, T_JAIL_LOCKS = 35, T_STATE_DIR = 36,
 	T_CACHE_DIR = 37, T_GUEST_DIR = 38, T_QEMU = 39, T_LOG_LEVEL = 40, T_NETD = 41,
 	T_RAM_RO = 42,  /* str: PR_SPAWN's jail_spec.ram_ro */
+	T_MAX_BYTES = 43, /* u64: PR_IMPORT's bound on what the image unpacks to */
 	T_NTAGS,
 };
 
@@ -104,6 +106,7 @@ struct priv_req {
 	uint32_t id;
 	int slot;                /* -1: none given */
 	unsigned mark, mode, kind, add, vcpus, memory_mb, kvm, signo;
+	unsigned long long max_bytes;
 	pid_t pid;
 	uid_t uid;
 	struct net_cidr allow[NET_MAX_CIDRS], deny[NET_MAX_CIDRS];

@@ -12,12 +12,14 @@
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/unixsock.h"
+#include "image/image.h"
 #include "jail/cgroup.h"
 #include "jail/jail.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -178,6 +180,28 @@ static int netd_may(const struct priv_req *r)
 	return r->type == PR_NS_RESOLVED || (r->type == PR_NS_SOCKET && r->kind == PRIV_SOCK_DIAL);
 }
 
+/* A template from the image the daemon opened (it could read it, so
+ * the helper reads nothing the daemon could not): unpacked as root, for
+ * its files' owners, in namespaces of its own (image.h), into the state
+ * directory's templates/, reached with no symlink on the way. It runs
+ * apart; the answer is a pipe that gives its one line when it ends. */
+static int import_req(struct privd *d, const struct priv_req *r, int srcfd,
+		      struct privd_reply *out, char *err, size_t errlen)
+{
+	struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int dirfd = (int)syscall(SYS_openat2, AT_FDCWD, d->templates, &how, sizeof(how));
+	if (dirfd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot open '%.300s': %s", d->templates, strerror(e));
+		return -e;
+	}
+	struct image_limits lim = { .max_bytes = r->max_bytes };
+	int rc = image_import_start(srcfd, dirfd, r->name, &lim, &out->fd, err, errlen);
+	close(dirfd);
+	return rc;
+}
+
 /* One request in, one answer out: 0, or -1 once the daemon (or netd, on
  * its socket) is gone. A request priv_decode refuses, or one netd may not
  * make, ends the helper and the daemon. */
@@ -212,7 +236,8 @@ static int serve_one(struct privd *d, int sock, int netd, struct priv_req *r, ui
 		rc = -ENOMEM;
 	if (rc == 0)
 		rc = r->type <= PR_NS_COUNTERS ? privd_net(d, r, nfds ? fds[0] : -1, &rep, err, sizeof(err))
-					       : jail_req(d, r, nfds ? fds[0] : -1, &rep, err, sizeof(err));
+		     : r->type == PR_IMPORT ? import_req(d, r, fds[0], &rep, err, sizeof(err))
+					    : jail_req(d, r, nfds ? fds[0] : -1, &rep, err, sizeof(err));
 	if (rc < 0) {
 		if (!err[0])
 			snprintf(err, sizeof(err), "%s", strerror(-rc));
@@ -244,6 +269,7 @@ static int open_all(struct privd *d, const struct priv_config *c, char *err, siz
 	snprintf(d->dirs[2], sizeof(d->dirs[2]), "%s/snapshots", c->cache_dir);
 	snprintf(d->dirs[3], sizeof(d->dirs[3]), "%s/checkpoints", c->state_dir);
 	snprintf(d->dirs[4], sizeof(d->dirs[4]), "%s/" QEMU_BUILDS_DIR, c->cache_dir);
+	snprintf(d->templates, sizeof(d->templates), "%s/templates", c->state_dir);
 	d->b = (struct priv_bounds){ .jail = c->jail, .jail_first = c->jail_first,
 				     .jail_count = c->jail_count,
 				     .run_parents = { d->dirs[0], d->dirs[1], d->dirs[2] },
