@@ -454,6 +454,29 @@ static const struct sql_migration migrations[] = {
       " error TEXT NOT NULL DEFAULT '',"
       " at_ms BIGINT NOT NULL);"
       "CREATE INDEX deliveries_by_hook ON deliveries (webhook_id, seq);" },
+    /* 15 -> 16: templates an account imported or pulled through the API
+     * (store_tpl.c): its name for it, what it came from, where its build
+     * stands and what it weighs. */
+    { "CREATE TABLE templates ("
+      " id TEXT PRIMARY KEY NOT NULL,"
+      " account TEXT NOT NULL,"
+      " name TEXT NOT NULL,"
+      " source TEXT NOT NULL,"
+      " state TEXT NOT NULL CHECK (state IN ('building', 'ready', 'failed')),"
+      " error TEXT NOT NULL DEFAULT '',"
+      " size_bytes INTEGER NOT NULL DEFAULT 0,"
+      " created_ms INTEGER NOT NULL,"
+      " UNIQUE (account, name));",
+      "CREATE TABLE templates ("
+      " id TEXT PRIMARY KEY NOT NULL,"
+      " account TEXT NOT NULL,"
+      " name TEXT NOT NULL,"
+      " source TEXT NOT NULL,"
+      " state TEXT NOT NULL CHECK (state IN ('building', 'ready', 'failed')),"
+      " error TEXT NOT NULL DEFAULT '',"
+      " size_bytes BIGINT NOT NULL DEFAULT 0,"
+      " created_ms BIGINT NOT NULL,"
+      " UNIQUE (account, name));" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -486,4 +486,41 @@ struct store_copied {
 int store_copy(struct store *from, struct store *to, const char *node, struct store_copied *out,
 	       char *err, size_t errlen);
 
+/* ---- templates an account imported or pulled (store_tpl.c) ---- */
+struct store_tpl {
+	char id[32];         /* "tpl_" + 16 hex: its files' name, its sandboxes' template */
+	char account[128];
+	char name[64];       /* the account's name for it */
+	char source[512];    /* the image reference pulled, or "upload" */
+	char state[16];      /* "building", "ready", "failed" */
+	char error[512];     /* why it failed */
+	long long size_bytes; /* its erofs image */
+	long long created_ms;
+};
+
+/* Records a build begun (state "building"); a failed one of that name in
+ * that account gives way. 0, -EEXIST (the name is taken), -EINVAL, -EIO. */
+int store_tpl_insert(struct store *s, const struct store_tpl *t);
+/* A build's end: state "ready" with its size, or "failed" with error.
+ * -ENOENT when it is not building (deleted meanwhile). */
+int store_tpl_finish(struct store *s, const char *id, const char *state, const char *error,
+		     long long size_bytes);
+/* At a start: builds the last daemon left unfinished are failed. */
+int store_tpl_fail_building(struct store *s, const char *error);
+/* One by id; by an account's name for it; the newest of an account
+ * pulled from source. 0 or -ENOENT, -EIO. */
+int store_tpl_get(struct store *s, const char *id, struct store_tpl *out);
+int store_tpl_by_name(struct store *s, const char *account, const char *name,
+		      struct store_tpl *out);
+int store_tpl_by_source(struct store *s, const char *account, const char *source,
+			struct store_tpl *out);
+/* An account's, by name; *out malloc'd. */
+int store_tpl_list(struct store *s, const char *account, struct store_tpl **out, size_t *n);
+/* The bytes of an account's ready templates. */
+int store_tpl_usage(struct store *s, const char *account, long long *bytes);
+/* 1 if a sandbox not stopped, or a checkpoint, has template id; 0 if
+ * none; -EIO. */
+int store_tpl_in_use(struct store *s, const char *id);
+int store_tpl_delete(struct store *s, const char *id);
+
 #endif

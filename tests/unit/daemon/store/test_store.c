@@ -131,7 +131,7 @@ static void test_schema_and_reopen(void)
 	t.s = NULL;
 
 	char v[64];
-	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "15"));
+	CHECK(raw_query(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "16"));
 	CHECK(raw_query(t.path, "PRAGMA journal_mode", v, sizeof(v)) == 0 && !strcmp(v, "wal"));
 	CHECK(raw_query(t.path,
 			"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -154,11 +154,11 @@ static void test_schema_and_reopen(void)
 	store_close(t.s);
 
 	/* a schema from a later cpuosd is refused, not touched */
-	CHECK(raw_query(t.path, "PRAGMA user_version = 16", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "PRAGMA user_version = 17", v, sizeof(v)) == 0);
 	t.s = NULL;
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 16") != NULL);
+	CHECK(strstr(err, "schema version 17") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1038,7 +1038,7 @@ static void test_pg_schema_and_reopen(void)
 	char v[64], err[256];
 	CHECK(raw_query(t.path, "SELECT version FROM cpuos_schema WHERE program = 'cpuosd'", v,
 			sizeof(v)) == 0 &&
-	      !strcmp(v, "15"));
+	      !strcmp(v, "16"));
 	CHECK(insert(t.s, "sbx_0000000000000001", "alice", 1000, "{}") == 0);
 	store_close(t.s);
 	t.s = NULL;
@@ -1048,10 +1048,10 @@ static void test_pg_schema_and_reopen(void)
 	store_sbx_release(&x);
 	store_close(t.s);
 	t.s = NULL;
-	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 16", v, sizeof(v)) == 0);
+	CHECK(raw_query(t.path, "UPDATE cpuos_schema SET version = 17", v, sizeof(v)) == 0);
 	err[0] = '\0';
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == -EPROTO && t.s == NULL);
-	CHECK(strstr(err, "schema version 16") != NULL);
+	CHECK(strstr(err, "schema version 17") != NULL);
 	tdb_remove(&t);
 }
 
@@ -1490,6 +1490,59 @@ out:
 	tdb_remove(&t);
 }
 
+/* An account's templates: names unique per account, a failed build
+ * giving way, the finish of a build, the bytes held, what uses one. */
+static void test_templates(void)
+{
+	struct tdb t;
+	if (tdb_open(&t))
+		return;
+	struct store_tpl a = { .id = "tpl_00000000000000aa", .account = "alice", .name = "web",
+			       .source = "127.0.0.1:5000/web:1", .state = "building",
+			       .created_ms = 1000 };
+	struct store_tpl b = a, got;
+	CHECK(store_tpl_insert(t.s, &a) == 0);
+	snprintf(b.id, sizeof(b.id), "tpl_00000000000000bb");
+	CHECK(store_tpl_insert(t.s, &b) == -EEXIST); /* alice's "web" is taken */
+	snprintf(b.account, sizeof(b.account), "bob");
+	CHECK(store_tpl_insert(t.s, &b) == 0); /* bob's is his own */
+	struct store_tpl bad = a;
+	snprintf(bad.state, sizeof(bad.state), "odd");
+	CHECK(store_tpl_insert(t.s, &bad) == -EINVAL);
+	CHECK(store_tpl_by_name(t.s, "alice", "web", &got) == 0 && !strcmp(got.id, a.id));
+	CHECK(store_tpl_by_name(t.s, "carol", "web", &got) == -ENOENT);
+	CHECK(store_tpl_by_source(t.s, "bob", "127.0.0.1:5000/web:1", &got) == 0 &&
+	      !strcmp(got.id, b.id));
+	CHECK(store_tpl_finish(t.s, a.id, "ready", NULL, 5 << 20) == 0);
+	CHECK(store_tpl_finish(t.s, a.id, "failed", "again", 0) == -ENOENT); /* not building */
+	CHECK(store_tpl_finish(t.s, b.id, "failed", "no such image", 0) == 0);
+	long long used = -1;
+	CHECK(store_tpl_usage(t.s, "alice", &used) == 0 && used == 5 << 20);
+	CHECK(store_tpl_usage(t.s, "bob", &used) == 0 && used == 0);
+	CHECK(store_tpl_get(t.s, b.id, &got) == 0 && !strcmp(got.state, "failed") &&
+	      !strcmp(got.error, "no such image"));
+	/* bob's failed one gives way to a new build of that name */
+	struct store_tpl c = b;
+	snprintf(c.id, sizeof(c.id), "tpl_00000000000000cc");
+	CHECK(store_tpl_insert(t.s, &c) == 0 && store_tpl_get(t.s, b.id, &got) == -ENOENT);
+	/* a daemon's restart fails what was building */
+	CHECK(store_tpl_fail_building(t.s, "restarted") == 0);
+	CHECK(store_tpl_get(t.s, c.id, &got) == 0 && !strcmp(got.state, "failed"));
+	/* in use while a sandbox not stopped has it */
+	CHECK(store_tpl_in_use(t.s, a.id) == 0);
+	struct store_sbx x;
+	mk_sbx(&x, "sbx_00000000000000t1", "alice", 1000, "{}");
+	snprintf(x.template, sizeof(x.template), "%s", a.id);
+	CHECK(store_sbx_insert(t.s, &x, NULL) == 0);
+	CHECK(store_tpl_in_use(t.s, a.id) == 1);
+	struct store_tpl *l;
+	size_t n;
+	CHECK(store_tpl_list(t.s, "alice", &l, &n) == 0 && n == 1 && !strcmp(l[0].name, "web"));
+	free(l);
+	CHECK(store_tpl_delete(t.s, a.id) == 0 && store_tpl_delete(t.s, a.id) == -ENOENT);
+	tdb_remove(&t);
+}
+
 #define ON_PG(fn)                                                                                  \
 	static void pg_##fn(void)                                                                  \
 	{                                                                                          \
@@ -1497,6 +1550,7 @@ out:
 		fn();                                                                              \
 	}
 ON_PG(test_key_create_lookup)
+ON_PG(test_templates)
 ON_PG(test_key_list_delete)
 ON_PG(test_sbx_crud)
 ON_PG(test_list_pagination)
@@ -1555,6 +1609,8 @@ int main(int argc, char **argv)
 	    {"pg_store_egress_secrets", pg_test_egress_secrets},
 	    {"pg_store_stored_pauses", pg_test_stored_pauses},
 	    {"pg_store_stored_checkpoints", pg_test_stored_checkpoints},
+	    {"store_templates", test_templates},
+	    {"pg_store_templates", pg_test_templates},
 	    {"pg_store_schema_and_reopen", pg_test_pg_schema_and_reopen},
 	    {"pg_store_parallel_first_opens", pg_test_pg_parallel_first_opens},
 	    {0, 0},

@@ -448,7 +448,7 @@ static void test_migration_v1(void)
 		tdb_remove(&t);
 		return;
 	}
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "15"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "16"));
 	/* 4 -> 5: old sandboxes hold no secrets; the table is there, empty */
 	CHECK(raw_text(t.path, "SELECT secrets FROM sandboxes WHERE id = 'sbx_00000000000000b1'", v,
 		       sizeof(v)) == 0 && !strcmp(v, "[]"));
@@ -517,7 +517,7 @@ static void test_migration_v1(void)
 	store_close(t.s);
 	t.s = NULL;
 	CHECK(store_open(t.path, &t.s, err, sizeof(err)) == 0);
-	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "15"));
+	CHECK(raw_text(t.path, "PRAGMA user_version", v, sizeof(v)) == 0 && !strcmp(v, "16"));
 	/* 7 -> 8: no pause of before is in an object store */
 	CHECK(raw_text(t.path, "SELECT stored FROM sandboxes WHERE id = 'sbx_00000000000000b1'", v,
 		       sizeof(v)) == 0 && !strcmp(v, ""));
