@@ -15,6 +15,7 @@ pkgs=(
 	mmdebstrap erofs-utils debian-archive-keyring python3-pip  # template images
 	libarchive-dev                           # templates from OCI images (src/image)
 	docker-registry apache2-utils            # a registry and its htpasswd (tests/e2e/test_images.py)
+	busybox-static                           # a small image with a shell, as Alpine is (test_images.py)
 	python3 python3-pytest procps curl openssl  # tests, benchmarks
 	python3-pytest-timeout                   # a limit per pytest test (tests/e2e/conftest.py)
 	tmux                                     # a terminal for cpuos shell (tests/e2e/test_terminals.py)

@@ -59,6 +59,12 @@ static const char usage[] =
 	"                         (default 2)\n"
 	"  --pool-other N         the same for every other template (default 0)\n"
 	"  --pool-max-mb N        guest memory all warm pools together may hold (default 4096)\n"
+	"  --image-max-mb N       the largest image a template is made of, unpacked\n"
+	"                         (default 4096)\n"
+	"  --template-quota-mb N  what an account's templates may hold in all, 0 for no\n"
+	"                         limit (default 20480)\n"
+	"  --insecure-registry HOST[:PORT],...  registries pulled from over plain HTTP (a\n"
+	"                         local one); every other is HTTPS\n"
 	"  --net on|off           a network per sandbox (default on; off: no NIC at all)\n"
 	"  --net-range CIDR       IPv4 range for the sandboxes' host-side addresses, /16 to\n"
 	"                         /24, one /30 each; give each daemon on a host its own\n"
@@ -182,6 +188,9 @@ static const struct opt table[] = {
 	OPT_INT_OF("pool-python", struct config, pool_python, 0, 64),
 	OPT_INT_OF("pool-other", struct config, pool_other, 0, 64),
 	OPT_INT_OF("pool-max-mb", struct config, pool_max_mb, 0, 0),
+	OPT_INT_OF("image-max-mb", struct config, image_max_mb, 1, 1 << 20),
+	OPT_INT_OF("template-quota-mb", struct config, template_quota_mb, 0, 0),
+	OPT_TEXT_OF("insecure-registry", struct config, insecure_registries),
 	OPT_ON_OFF_OF("net", struct config, net),
 	OPT_TEXT_OF("net-range", struct config, net_range),
 	OPT_FN_OF("net-default", set_net_default),
@@ -249,6 +258,8 @@ static void defaults(struct config *o)
 	o->pool_python = 2;
 	o->pool_other = 0;
 	o->pool_max_mb = 4096;
+	o->image_max_mb = 4096;
+	o->template_quota_mb = 20480;
 	o->net = 1;
 	o->jail = o->cgroups = geteuid() == 0;
 	o->jail_first = 1900000000;

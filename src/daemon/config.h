@@ -54,6 +54,11 @@ struct config {
 	/* an object store that keeps every pause ("" endpoint: none), and
 	 * the file its access key and secret are read from */
 	char s3_endpoint[256], s3_bucket[64], s3_region[64], s3_credentials[PATH_MAX];
+	/* templates from images (POST /v1/templates): the largest image,
+	 * unpacked; what an account's templates may hold; the registries
+	 * that may speak plain HTTP (host[:port],...) */
+	long long image_max_mb, template_quota_mb;
+	char insecure_registries[1024];
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

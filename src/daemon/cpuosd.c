@@ -763,6 +763,9 @@ int main(int argc, char **argv)
 		.pool_python = (unsigned)o.pool_python, .pool_other = (unsigned)o.pool_other,
 		.pool_max_mb = (unsigned long long)o.pool_max_mb,
 		.net = net, .net_default = o.net_default, .priv = priv_jailed(priv) ? priv : NULL,
+		.importer = priv, .image_max_bytes = (unsigned long long)o.image_max_mb << 20,
+		.template_quota_bytes = (unsigned long long)o.template_quota_mb << 20,
+		.insecure_registries = o.insecure_registries,
 		.blob = have_s3 ? &s3c : NULL,
 	};
 	struct sbx_mgr *mgr;

@@ -196,6 +196,14 @@ def images():
             server = tar_of([("server", f.read(), 0o755)])
         oci_layout(os.path.join(top, "srv"), [server], config_of([server], cmd=["/server", "8080"]),
                    gz=False)
+        # As Alpine is: one static multi-call binary that is the shell, and a marker.
+        with open("/bin/busybox", "rb") as f:
+            bb = tar_of([("bin/busybox", f.read(), 0o755), ("bin/sh", None, "busybox"),
+                         ("etc/marker", b"busybox\n", 0o644)])
+        oci_layout(os.path.join(top, "bbox"), [bb], config_of([bb], cmd=["/bin/sh"]), gz=False)
+        # A heavier one, for quotas: 24 MB that no compression shrinks.
+        fat = tar_of([("hello", hello, 0o755), ("ballast", os.urandom(24 << 20), 0o644)])
+        oci_layout(os.path.join(top, "fat"), [fat], config_of([fat]), gz=False)
         times["make"] = time.monotonic() - t0
         for name, what, *start in (("deb-oci", "layout"), ("deb-saved", "saved.tar.gz"), ("tiny", "tiny"),
                                    ("srv", "srv", "--start-image", "--ready-port", "8080")):
@@ -607,3 +615,195 @@ def test_pull_with_a_token(images, registries):
     assert r.returncode == 0, r.stderr
     assert reg.tokens.issued[n:] and reg.tokens.issued[n][0] == "alice", reg.tokens.issued
     assert reg.tokens.issued[n][1] == TokenService.SERVICE
+
+
+# ---- templates through the API (POST /v1/templates): each account's own ----
+
+def tar_dir(path):
+    """An OCI layout directory as one tar (what `skopeo copy oci-archive:` writes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        t.add(path, arcname=".")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def api_daemon(images, registries):
+    """A daemon of its own, jailed (its helper imports as root), that speaks plain HTTP to the
+    first loopback registry only, with limits small enough to reach: 512 MB an image, 300 MB an
+    account."""
+    gen = started_daemon("--guest-dir", images["guest"], "--template-snapshots", "off",
+                         "--insecure-registry", f"127.0.0.1:{registries[0].port}",
+                         "--image-max-mb", "512", "--template-quota-mb", "300")
+    d = next(gen)
+    d.key_b = d.create_key("bob")
+    try:
+        yield d
+    finally:
+        gen.close()
+
+
+def post_archive(d, key, name, data, wait=True, **q):
+    qs = urllib.parse.urlencode({"name": name, **({"wait": "true"} if wait else {}), **q})
+    return d.http("POST", f"/v1/templates?{qs}", body=data, key=key, timeout=600,
+                  headers={"Content-Type": "application/x-tar"})
+
+
+def built(d, key, name, timeout=300):
+    """GET /v1/templates/{name} until its build ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = d.http("GET", f"/v1/templates/{name}", key=key)
+        assert r.status == 200, r
+        if r.json()["state"] != "building":
+            return r.json()
+        time.sleep(0.2)
+    pytest.fail(f"template {name} still building after {timeout} s")
+
+
+def test_an_uploaded_image_is_the_accounts_own(images, api_daemon):
+    d, top = api_daemon, images["top"]
+    r = post_archive(d, d.key_a, "web", tar_dir(os.path.join(top, "bbox")))
+    assert r.status == 201, r
+    t = r.json()
+    assert t["state"] == "ready" and t["id"].startswith("tpl_") and t["source"] == "upload", t
+    assert t["image"]["has_sh"] is True and t["public"] is False
+    # Alice sees it beside the published ones; Bob sees neither it nor its id.
+    mine = {x["name"]: x for x in d.http("GET", "/v1/templates", key=d.key_a).json()["templates"]}
+    assert mine["web"]["id"] == t["id"] and mine["base"]["public"] is True, mine
+    theirs = {x["name"] for x in d.http("GET", "/v1/templates", key=d.key_b).json()["templates"]}
+    assert "web" not in theirs and "base" in theirs
+    for ref in ("web", t["id"]):
+        assert d.http("GET", f"/v1/templates/{ref}", key=d.key_b).status == 404
+        assert d.http("DELETE", f"/v1/templates/{ref}", key=d.key_b).status == 404
+        with pytest.raises(cpuos.BadRequestError):
+            cpuos.Sandbox.create(template=ref, api_key=d.key_b, api_url=d.url)
+    # A sandbox of it, by name: the image's shell and files.
+    sbx = cpuos.Sandbox.create(template="web", api_key=d.key_a, api_url=d.url, timeout="10m")
+    try:
+        assert sbx.template == t["id"]
+        r = sbx.exec("cat /etc/marker; echo $0")
+        assert r.stdout == "busybox\n/bin/sh\n", r
+        # In use: not deleted; the name is taken.
+        r = d.http("DELETE", "/v1/templates/web", key=d.key_a)
+        assert r.status == 409 and "in use" in r.json()["error"]["message"], r
+        assert post_archive(d, d.key_a, "web", tar_dir(os.path.join(top, "bbox"))).status == 409
+    finally:
+        sbx.kill()
+    assert d.http("DELETE", "/v1/templates/web", key=d.key_a).status == 204
+    assert d.http("GET", "/v1/templates/web", key=d.key_a).status == 404
+    assert not [f for f in os.listdir(os.path.join(d.state_dir, "templates")) if t["id"] in f]
+
+
+def test_a_docker_save_upload_builds_apart(images, api_daemon):
+    d, top = api_daemon, images["top"]
+    with open(os.path.join(top, "saved.tar.gz"), "rb") as f:
+        r = post_archive(d, d.key_a, "saved", f.read(), wait=False)
+    assert r.status == 202 and r.json()["state"] == "building", r
+    t = built(d, d.key_a, "saved")
+    assert t["state"] == "ready", t.get("error")
+    assert t["description"] == "imported image (docker, 2 layers)", t
+    sbx = cpuos.Sandbox.create(template="saved", api_key=d.key_a, api_url=d.url, timeout="10m")
+    try:
+        assert sbx.exec("cat /etc/marker").stdout == "from docker save\n"
+    finally:
+        sbx.kill()
+    assert d.http("DELETE", "/v1/templates/saved", key=d.key_a).status == 204
+
+
+def test_a_pull_through_the_api_and_an_image_as_the_template(images, registries, api_daemon):
+    d, top, reg = api_daemon, images["top"], registries[0]
+    reg.push("tools/bbox", "v1", os.path.join(top, "bbox"))
+    ref = f"127.0.0.1:{reg.port}/tools/bbox:v1"
+    r = d.http("POST", "/v1/templates", body={"name": "pulled", "image": ref}, key=d.key_a)
+    assert r.status == 202, r
+    t = built(d, d.key_a, "pulled")
+    assert t["state"] == "ready" and t["source"] == ref, t
+    # The SDK's template= as an image reference: Bob has none of it, so his create pulls it for
+    # him; his second create reuses that one.
+    for _ in range(2):
+        sbx = cpuos.Sandbox.create(template=ref, api_key=d.key_b, api_url=d.url, timeout="10m")
+        try:
+            assert sbx.exec("cat /etc/marker").stdout == "busybox\n"
+        finally:
+            sbx.kill()
+    bobs = [x for x in d.http("GET", "/v1/templates", key=d.key_b).json()["templates"] if not x["public"]]
+    assert len(bobs) == 1 and bobs[0]["source"] == ref and bobs[0]["state"] == "ready", bobs
+    # A registry not named insecure is spoken to over HTTPS only; an image it lacks is clear.
+    other = f"127.0.0.1:{registries[1].port}/tools/bbox:v1"
+    r = d.http("POST", "/v1/templates?wait=true", body={"name": "x", "image": other}, key=d.key_a)
+    assert r.status in (422, 503) and "cannot reach" in r.json()["error"]["message"], r
+    r = d.http("POST", "/v1/templates?wait=true", body={"name": "x", "image": ref[:-2] + "nope"},
+               key=d.key_a)
+    assert r.status == 422 and "no manifest" in r.json()["error"]["message"], r
+    with pytest.raises(cpuos.BadRequestError, match="no manifest"):
+        cpuos.Sandbox.create(template=ref[:-2] + "nope", api_key=d.key_a, api_url=d.url)
+    for who, name in ((d.key_a, "pulled"), (d.key_b, bobs[0]["name"])):
+        assert d.http("DELETE", f"/v1/templates/{name}", key=who).status == 204
+
+
+def test_a_start_command_through_the_api(images, api_daemon):
+    d, top = api_daemon, images["top"]
+    r = post_archive(d, d.key_a, "srv-api", tar_dir(os.path.join(top, "srv")), start_image="true",
+                     ready_port="8080")
+    assert r.status == 201 and r.json()["image"]["ready"] == {"port": 8080}, r
+    sbx = cpuos.Sandbox.create(template="srv-api", api_key=d.key_a, api_url=d.url, timeout="10m")
+    try:
+        req = urllib.request.Request(sbx.url(8080).split("?")[0],
+                                     headers={"cpuos-traffic-token": sbx.traffic_token})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.read() == b"started once\n"
+    finally:
+        sbx.kill()
+    assert d.http("DELETE", "/v1/templates/srv-api", key=d.key_a).status == 204
+
+
+def test_bad_and_hostile_uploads_are_refused(images, api_daemon):
+    d, top = api_daemon, images["top"]
+    def layer_of(name, kind, **kw):
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        for k, v in kw.items():
+            setattr(info, k, v)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+            t.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
+        return buf.getvalue()
+    evil = tar_dir(hostile(top, "api-dotdot", layer_of("../../evil", tarfile.REGTYPE)))
+    r = post_archive(d, d.key_a, "evil", evil)
+    assert r.status == 422 and "leaves the image's root" in r.json()["error"]["message"], r
+    # Apart, the failure is the template's state and error; a new build may take the name.
+    assert post_archive(d, d.key_a, "evil", evil, wait=False).status == 202
+    t = built(d, d.key_a, "evil")
+    assert t["state"] == "failed" and "leaves the image's root" in t["error"], t
+    r = post_archive(d, d.key_a, "evil", b"not a tar at all")
+    assert r.status == 422 and "not an image" in r.json()["error"]["message"], r
+    # Names: bad, reserved, a published template's.
+    for name, code in (("Bad Name", 422), ("tpl_x", 422), ("base", 409)):
+        assert post_archive(d, d.key_a, name, evil).status == code, name
+    r = d.http("POST", "/v1/templates", body={"name": "x"}, key=d.key_a)
+    assert r.status == 422 and "required" in r.json()["error"]["message"], r
+    r = d.http("POST", "/v1/templates", body=b"{not json", key=d.key_a,
+               headers={"Content-Type": "application/json"})
+    assert r.status == 400, r
+    # Over the image limit: refused by its length before a byte is kept.
+    import socket
+    with socket.create_connection(("127.0.0.1", d.port), timeout=30) as c:
+        c.sendall(f"POST /v1/templates?name=big HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {d.key_a}\r\nContent-Type: application/x-tar\r\n"
+                  f"Content-Length: {513 << 20}\r\n\r\n".encode() + b"\0" * 4096)
+        head = c.recv(65536).decode(errors="replace")
+    assert head.startswith("HTTP/1.1 413") and "over the limit" in head, head
+    # The account's quota (300 MB): one 183 MB Debian image fits, a second does not, and is not
+    # kept; Bob's quota is his own.
+    with open(os.path.join(top, "saved.tar.gz"), "rb") as f:
+        debian = f.read()
+    assert post_archive(d, d.key_a, "fat1", debian).status == 201
+    r = post_archive(d, d.key_a, "fat2", debian)
+    assert r.status == 413 and "quota" in r.json()["error"]["message"], r
+    assert post_archive(d, d.key_b, "fat2", tar_dir(os.path.join(top, "fat"))).status == 201
+    for who in (d.key_a, d.key_b):
+        for name in ("fat1", "fat2", "evil"):
+            d.http("DELETE", f"/v1/templates/{name}", key=who)
+    assert d.http("GET", "/v1/health").status == 200
+    assert not [f for f in os.listdir(os.path.join(d.state_dir, "images")) if not f.startswith(".")]

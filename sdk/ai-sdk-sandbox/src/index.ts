@@ -20,6 +20,10 @@ export { CpuosNetworkSandboxSession, CpuosSandboxSession, PROVIDER_ID } from "./
  * timeout "30m"), plus the AI SDK's network policy and the ports the session exposes. */
 export type CpuosSandboxSettings = Pick<SandboxCreateOptions, "apiKey" | "apiUrl" | "template" | "timeout" | "vcpus" |
   "memoryMb" | "diskMb" | "env" | "metadata" | "public" | "secrets"> & {
+  /** An OCI image to start from ('node:22-alpine', 'ghcr.io/org/app:1'): the daemon pulls it through the host
+   * the first time (or uses the account's template pulled from it) and starts the sandbox from it. Wins over
+   * `template`. */
+  image?: string;
   /** Its egress, enforced on the host (default: the daemon's --net-default). */
   networkPolicy?: HarnessV1NetworkPolicy;
   /** Ports getPortEndpoint hands out (cpuos serves every port; this says which the session exposes). */
@@ -54,7 +58,7 @@ async function fresh<T>(sbx: Sandbox, setup: () => Promise<T>): Promise<T> {
 
 function createOptions(settings: CpuosSandboxSettings, extra: Partial<SandboxCreateOptions> = {}): SandboxCreateOptions {
   return {
-    apiKey: settings.apiKey, apiUrl: settings.apiUrl, template: settings.template ?? "node",
+    apiKey: settings.apiKey, apiUrl: settings.apiUrl, template: settings.image ?? settings.template ?? "node",
     timeout: settings.timeout ?? "30m", vcpus: settings.vcpus, memoryMb: settings.memoryMb, diskMb: settings.diskMb,
     env: settings.env,
     network: settings.networkPolicy ? toCpuosPolicy(settings.networkPolicy) : undefined,

@@ -53,9 +53,14 @@ export class CpuosSandboxSession implements SandboxSession {
   constructor(protected readonly sbx: Sandbox, readonly defaultWorkingDirectory: string) {}
 
   get description(): string {
+    // A template of the account's own is an image it brought (its id begins "tpl_"): its distribution and
+    // shell are the image's, its default user the image's USER or 'user'.
+    const own = this.sbx.template.startsWith("tpl_");
     return [
-      `cpuos sandbox ${this.sbx.id}: a Linux microVM of its own (Debian, template '${this.sbx.template}').`,
-      `Commands run in bash as the user 'user', starting in ${this.defaultWorkingDirectory};`,
+      `cpuos sandbox ${this.sbx.id}: a Linux microVM of its own (${own ? "from an OCI image" : "Debian"}, ` +
+        `template '${this.sbx.template}').`,
+      own ? `Commands run in the image's /bin/sh as its default user, starting in ${this.defaultWorkingDirectory};`
+        : `Commands run in bash as the user 'user', starting in ${this.defaultWorkingDirectory};`,
       `relative paths resolve there. Files and processes persist for the sandbox's lifetime, across stops.`,
       this.networkLine(),
     ].join("\n");

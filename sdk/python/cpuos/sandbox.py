@@ -188,7 +188,9 @@ class Sandbox(CodeMethods):
 
         Args:
             template: the template to boot, e.g. "python" or "base" (default "python", or the
-                checkpoint's with `checkpoint`).
+                checkpoint's with `checkpoint`); a template of the account's own (its name or
+                id); or an OCI image reference such as "node:22-alpine", which the daemon pulls
+                the first time (the call then takes as long as the pull) and reuses after.
             timeout: when its timeout acts ("30m" or seconds; default 5m, at most 24h).
             vcpus: virtual CPUs (1..16, default 1).
             memory_mb: memory (128..65536, default 512).

@@ -39,7 +39,8 @@ export interface RequestTransformation {
 }
 
 export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
-  /** "python" (the default), "node", "base", or the checkpoint's template. */
+  /** "python" (the default), "node", "base", the checkpoint's template, one of the account's own (name or id),
+   * or an OCI image reference ("node:22-alpine"), pulled by the daemon the first time. */
   template?: string;
   /** How long it lives with no call ("30m"; default 5m). */
   timeout?: Duration;

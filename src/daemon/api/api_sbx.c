@@ -41,7 +41,7 @@ int api_sbx_create(struct req *r)
 	long long timeout = 300, vcpus = 1, mem = 512, disk = 2048, procs = 0, idle = 0;
 	int is_public = 0;
 	char *env = NULL, *meta = NULL, *net = NULL, *secrets = NULL, err[512];
-	if (api_str(r, "template", 63, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
+	if (api_str(r, "template", 500, &tpl) < 0 || api_uint(r, "vcpus", 1, 16, &vcpus) < 0 ||
 	    api_uint(r, "memory_mb", 128, 65536, &mem) < 0 || api_uint(r, "disk_mb", 64, 1048576, &disk) < 0 ||
 	    api_uint(r, "max_processes", 16, 65536, &procs) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_TIMEOUT_S, &timeout) < 0 ||
@@ -207,63 +207,6 @@ int api_sbx_timeout(struct req *r)
 	if (sbx_set_expiry(r->api->sbx, r->param[0], (long long)time(NULL) + t) < 0)
 		return reply_error(r, 409, "conflict", "sandbox '%s' is not running", r->param[0]);
 	return api_sbx_get(r);
-}
-
-/* What each template is for; an unknown one is listed without words. */
-static const char *describe(const char *name)
-{
-	static const char *const known[][2] = {
-		{ "base", "Debian 13: bash, coreutils, curl, git, procps" },
-		{ "python", "Debian 13 with CPython 3.13, numpy, pandas, matplotlib, pip, venv and uv" },
-		{ "node", "Debian 13 with Node.js 22, npm and pnpm" },
-	};
-	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-		if (!strcmp(known[i][0], name))
-			return known[i][1];
-	return "";
-}
-
-int api_templates(struct req *r)
-{
-	char dir[600];
-	snprintf(dir, sizeof(dir), "%s/templates", r->api->guest_dir);
-	json_t *arr = json_array();
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		size_t n = strlen(e->d_name);
-		if (n <= 6 || strcmp(e->d_name + n - 6, ".erofs"))
-			continue;
-		char name[256], path[900];
-		snprintf(name, sizeof(name), "%.*s", (int)(n - 6), e->d_name);
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		struct stat st;
-		int ready = stat(path, &st) == 0 && S_ISREG(st.st_mode);
-		json_t *t = json_pack("{s:s,s:s,s:I,s:b}", "name", name, "description", describe(name),
-				      "size_bytes", (json_int_t)(ready ? st.st_size : 0), "ready", ready);
-		/* An imported image's: what its config said (cpuos templates import). */
-		snprintf(path, sizeof(path), "%s/%s.json", dir, name);
-		json_t *img = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
-		if (json_is_object(img)) {
-			char about[128];
-			snprintf(about, sizeof(about), "imported image (%s, %lld layers)",
-				 json_string_value(json_object_get(img, "format")) ?: "oci",
-				 (long long)json_integer_value(json_object_get(img, "layers")));
-			json_object_set_new(t, "description", json_string(about));
-			static const char *const keep[] = { "digest", "workdir", "user", "entrypoint", "cmd",
-							    "labels", "has_sh", "has_python3", "start", "ready" };
-			json_t *o = json_object();
-			for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++)
-				if (json_object_get(img, keep[k]))
-					json_object_set(o, keep[k], json_object_get(img, keep[k]));
-			json_object_set_new(t, "image", o);
-		}
-		json_decref(img);
-		json_array_append_new(arr, t);
-	}
-	if (d)
-		closedir(d);
-	return reply_json(r, 200, json_pack("{s:o}", "templates", arr));
 }
 
 static json_t *key_json(const struct store_key *k)

@@ -719,6 +719,7 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 	cond_init_mono(&m->state_cv);
 	cond_init_mono(&m->quit_cv);
 	pthread_cond_init(&m->killers_cv, NULL);
+	sbx__tpl_start(m);
 	if (pthread_create(&m->expiry, NULL, expiry_main, m) != 0) {
 		free(m);
 		return -EAGAIN;
@@ -770,10 +771,20 @@ void sbx_mgr_stop(struct sbx_mgr *m)
 			vm_detach(vm);
 	}
 	sbx__put_all(v, n);
-	/* Kills in flight use m: they end before m may be freed. */
+	/* Kills in flight use m: they end before m may be freed. So do
+	 * template builds, given a while (a pull or an import may take
+	 * minutes: the process is ending, and the next daemon fails it). */
 	pthread_mutex_lock(&m->mu);
 	while (m->killers)
 		pthread_cond_wait(&m->killers_cv, &m->mu);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	while (m->tpl_builds &&
+	       pthread_cond_timedwait(&m->killers_cv, &m->mu, &until) != ETIMEDOUT)
+		;
+	if (m->tpl_builds)
+		log_warn("%d template builds still running at the stop", m->tpl_builds);
 	pthread_mutex_unlock(&m->mu);
 }
 

@@ -45,6 +45,11 @@ struct sbx_config {
 	struct net *net;       /* networks (net.h); NULL: no VM gets a NIC */
 	const char *net_default; /* the policy of a sandbox that names none (JSON) */
 	struct priv *priv;     /* the helper that jails QEMUs (priv.h); NULL: not jailed */
+	struct priv *importer; /* the helper that imports images, jailing or not;
+				* NULL: imports here, if root */
+	unsigned long long image_max_bytes;      /* an image, unpacked (0: 4 GiB) */
+	unsigned long long template_quota_bytes; /* an account's templates (0: no limit) */
+	const char *insecure_registries; /* host[:port],...: plain HTTP allowed */
 	const struct s3_conf *blob; /* an object store that keeps every pause
 				     * (lib/s3.h); NULL: pauses are local only */
 };
@@ -68,6 +73,44 @@ struct sbx_params {
 struct sbx_mgr;
 struct sbx;
 struct net;
+
+/* ---- templates an account makes from images (sbx_tpl.c) ---- */
+/* The ids of an account's templates begin so; a published one's never. */
+#define SBX_TPL_PREFIX "tpl_"
+
+struct sbx_tpl_req {
+	const char *name;     /* the account's name for it */
+	const char *image;    /* a reference to pull, or NULL: archive_fd */
+	int archive_fd;       /* an uploaded archive (taken over, closed), or -1 */
+	const char *username, *password; /* the registry's; NULL: anonymous */
+	const char *start_cmd; /* its start command (a shell line), or NULL */
+	int start_image;       /* or the image's ENTRYPOINT and CMD */
+	unsigned ready_port;   /* ready once this port answers, */
+	const char *ready_cmd; /* or once this exits 0; neither: once started */
+};
+
+/* A template name an account may take: as a published one's, and not
+ * beginning with SBX_TPL_PREFIX. */
+int sbx_tpl_name_ok(const char *name);
+/* Begins the build of template q->name for account; with wait, to its end.
+ * 0 with *out (state "building", or with wait "ready"), or -EINVAL (a bad
+ * name or request; with wait, also a bad image), -EEXIST (the name is
+ * taken), -EDQUOT (over the account's quota), -EFBIG, -ENOENT, -EACCES
+ * (the registry's), -EPERM (no importing here), -errno; err says why. */
+int sbx_tpl_create(struct sbx_mgr *m, const char *account, const struct sbx_tpl_req *q, int wait,
+		   struct store_tpl *out, char *err, size_t errlen);
+/* The account's template by name or id: 0 with *out, or -ENOENT. */
+int sbx_tpl_get(struct sbx_mgr *m, const char *account, const char *name, struct store_tpl *out);
+/* Where the file of template id (an account's) with extension ext is. */
+int sbx_tpl_file(struct sbx_mgr *m, const char *id, const char *ext, char *out, size_t n);
+/* The largest image, unpacked or as an archive. */
+unsigned long long sbx_tpl_max_bytes(struct sbx_mgr *m);
+/* A file with no name, for an upload's archive: its descriptor, or -errno. */
+int sbx_tpl_upload_fd(struct sbx_mgr *m);
+/* Deletes it: 0, -ENOENT, -EBUSY (a sandbox or checkpoint has it, or it
+ * is still being built). */
+int sbx_tpl_delete(struct sbx_mgr *m, const char *account, const char *name, char *err,
+		   size_t errlen);
 
 /* A sandbox's state. Stable: running, paused, stopped, lost (what the
  * store and the API show). Transitional: owned by the one thread that

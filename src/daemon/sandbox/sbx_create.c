@@ -44,10 +44,21 @@ static void random_token(char *out, size_t n)
 /* The environment of a new sandbox of template: the image's ENV (the
  * template's NAME.json beside its image, written by an import) under the
  * create's own (a JSON object), as a JSON object's text; NULL: no memory. */
+int sbx__template_file(const struct sbx_mgr *m, const char *template, const char *ext,
+		       char *out, size_t n)
+{
+	if (!template[0] || strchr(template, '/') || template[0] == '.')
+		return -EINVAL;
+	int mine = !strncmp(template, SBX_TPL_PREFIX, strlen(SBX_TPL_PREFIX));
+	int w = snprintf(out, n, "%s/templates/%s.%s", mine ? m->cfg.state_dir : m->cfg.guest_dir,
+			 template, ext);
+	return w < 0 || (size_t)w >= n ? -ENAMETOOLONG : 0;
+}
+
 static char *template_env(const struct sbx_mgr *m, const char *template, const char *own)
 {
-	char path[600];
-	snprintf(path, sizeof(path), "%s/templates/%s.json", m->cfg.guest_dir, template);
+	char path[600] = "";
+	sbx__template_file(m, template, "json", path, sizeof(path));
 	json_t *desc = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
 	json_t *env = json_object(), *mine = own ? json_loads(own, 0, NULL) : NULL;
 	size_t i;
@@ -75,9 +86,8 @@ void sbx__template_defaults(const struct sbx_mgr *m, const char *template, char 
 	snprintf(user, ulen, "user");
 	*cwd = '\0';
 	char path[600];
-	if (!template[0] || strchr(template, '/'))
+	if (sbx__template_file(m, template, "json", path, sizeof(path)) < 0)
 		return;
-	snprintf(path, sizeof(path), "%s/templates/%s.json", m->cfg.guest_dir, template);
 	json_t *desc = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
 	const char *u = json_string_value(json_object_get(desc, "user"));
 	const char *w = json_string_value(json_object_get(desc, "workdir"));
@@ -95,7 +105,8 @@ void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kerne
 {
 	snprintf(kernel, n, "%s/bzImage", m->cfg.guest_dir);
 	snprintf(initrd, n, "%s/initramfs.cpio", m->cfg.guest_dir);
-	snprintf(image, n, "%s/templates/%s.erofs", m->cfg.guest_dir, template);
+	if (sbx__template_file(m, template, "erofs", image, n) < 0)
+		snprintf(image, n, "%s/templates/-", m->cfg.guest_dir);
 }
 
 int sbx__publish(struct sbx_mgr *m, struct store_sbx *row, struct vm *vm, char *err,
@@ -259,7 +270,10 @@ int sbx_create(struct sbx_mgr *m, const char *account, const struct sbx_params *
 		row->disk_mb = ck.disk_mb;
 		snprintf(row->parent, sizeof(row->parent), "%s", ck.id);
 	} else {
-		snprintf(row->template, sizeof(row->template), "%s", p->template);
+		int r = sbx__tpl_resolve(m, account, p->template, row->template, sizeof(row->template),
+					 err, errlen);
+		if (r < 0)
+			return r == -ENOENT || r == -EINVAL ? r : -EIO;
 		row->vcpus = p->vcpus;
 		row->memory_mb = p->memory_mb;
 		row->disk_mb = p->disk_mb;

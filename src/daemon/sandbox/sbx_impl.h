@@ -161,6 +161,7 @@ struct sbx_mgr {
 	int quit;
 	pthread_cond_t quit_cv;
 	int killers; /* expiry kill threads alive */
+	int tpl_builds; /* template builds running apart (sbx_tpl.c) */
 	pthread_cond_t killers_cv;
 	/* Accounts of the sandboxes still booting: they count against the
 	 * quota before the store knows them, so parallel creates cannot
@@ -322,6 +323,12 @@ void sbx__template_defaults(const struct sbx_mgr *m, const char *template, char 
  * ready check (sbx_ready.c): 0 at once for a template without one. */
 int sbx__template_start(struct sbx_mgr *m, const char *template, struct vm *vm, char *err,
 			size_t errlen);
+/* Where template's file with extension ext is: an account's (its id
+ * begins SBX_TPL_PREFIX) in the state directory's templates/, a
+ * published one in the guest directory's. 0, or -EINVAL for a name that
+ * is no file's. */
+int sbx__template_file(const struct sbx_mgr *m, const char *template, const char *ext,
+		       char *out, size_t n);
 /* The guest files of template, for vm_config. */
 void sbx__guest_paths(const struct sbx_mgr *m, const char *template, char *kernel, char *initrd,
 		      char *image, size_t n);
@@ -442,6 +449,18 @@ int sbx__pool_take(struct sbx_mgr *m, struct store_sbx *row, struct vm **vm);
  * 0, or -ENOENT when there is none (yet: asking starts its build). A
  * snapshot that did not restore is dropped with sbx__template_bad. */
 int sbx__template_snapshot(struct sbx_mgr *m, const struct store_sbx *row, char *dir, size_t n);
+/* At the manager's start: the state directory's templates/ and images/
+ * made, builds a stopped daemon left failed. */
+void sbx__tpl_start(struct sbx_mgr *m);
+/* A deleted template's snapshots removed, their places free again. */
+void sbx__pool_forget(struct sbx_mgr *m, const char *template);
+/* sbx_tpl.c: the template a create names, as its sandbox records it:
+ * the account's own by name or id, a published one, or an image
+ * reference (pulled and imported first if the account has none of it,
+ * which takes as long as that takes). 0 with id[idlen], or -ENOENT
+ * (none such), -EINVAL (its build failed, or the pull did), -errno. */
+int sbx__tpl_resolve(struct sbx_mgr *m, const char *account, const char *template, char *id,
+		     size_t idlen, char *err, size_t errlen);
 void sbx__template_bad(struct sbx_mgr *m, const char *dir);
 unsigned sbx__pool_depth(struct sbx_mgr *m);
 

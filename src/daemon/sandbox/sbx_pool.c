@@ -146,8 +146,12 @@ static int warm_code(struct vm *vm, const char *code, int timeout_ms, char *err,
 	return r;
 }
 
+/* An account's own templates get a snapshot, not warm VMs: there may be
+ * many, each of them used by one account. */
 static unsigned pool_size(const struct sbx_mgr *m, const char *template)
 {
+	if (!strncmp(template, SBX_TPL_PREFIX, strlen(SBX_TPL_PREFIX)))
+		return 0;
 	return !strcmp(template, "python") ? m->cfg.pool_python : m->cfg.pool_other;
 }
 
@@ -283,16 +287,26 @@ static struct tsnap *want_snap(struct sbx_mgr *m, const char *template, unsigned
 {
 	struct sbx_pools *p = m->pools;
 	struct tsnap *t = find_snap(p, template, vcpus, memory_mb, disk_mb);
-	if (t || p->nsnaps == MAX_SNAPS)
+	if (t)
 		return t;
-	t = &p->snaps[p->nsnaps];
+	/* A place a deleted template's record left (sbx__pool_forget), or a new one. */
+	for (int i = 0; i < p->nsnaps && !t; i++)
+		if (!p->snaps[i].template[0] && p->snaps[i].state == SNAP_NONE)
+			t = &p->snaps[i];
+	if (!t && p->nsnaps == MAX_SNAPS)
+		return NULL;
+	int added = !t;
+	if (!t)
+		t = &p->snaps[p->nsnaps];
 	*t = (struct tsnap){ .vcpus = vcpus, .memory_mb = memory_mb, .disk_mb = disk_mb };
 	snprintf(t->template, sizeof(t->template), "%s", template);
 	char dir[sizeof(t->dir)];
-	if (snap_dir(m, t, dir, sizeof(dir)) < 0)
+	if (snap_dir(m, t, dir, sizeof(dir)) < 0) {
+		t->template[0] = '\0';
 		return NULL;
+	}
 	memcpy(t->dir, dir, sizeof(dir));
-	p->nsnaps++;
+	p->nsnaps += added;
 	t->state = SNAP_WANTED;
 	struct snap_manifest sm;
 	char err[256];
@@ -331,6 +345,26 @@ void sbx__template_bad(struct sbx_mgr *m, const char *dir)
 		}
 	}
 	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void sbx__pool_forget(struct sbx_mgr *m, const char *template)
+{
+	struct sbx_pools *p = m->pools;
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->nsnaps; i++) {
+		struct tsnap *t = &p->snaps[i];
+		/* One being built is the worker's till it ends: it stays, and
+		 * its snapshot with it, of no use. */
+		if (strcmp(t->template, template) || t->state == SNAP_BUILDING)
+			continue;
+		if (t->state == SNAP_READY)
+			snap_remove(t->dir);
+		t->template[0] = '\0';
+		t->state = SNAP_NONE;
+	}
 	pthread_mutex_unlock(&p->mu);
 }
 

@@ -154,9 +154,8 @@ int sbx__template_start(struct sbx_mgr *m, const char *template, struct vm *vm, 
 			size_t errlen)
 {
 	char path[600], user[64], cwd[256];
-	if (!template[0] || strchr(template, '/'))
+	if (sbx__template_file(m, template, "json", path, sizeof(path)) < 0)
 		return 0;
-	snprintf(path, sizeof(path), "%s/templates/%s.json", m->cfg.guest_dir, template);
 	json_t *desc = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
 	json_t *how = json_object_get(desc, "start"), *ready = json_object_get(desc, "ready");
 	if (!json_is_object(how)) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct fake_sbx fake;
 
@@ -421,3 +422,62 @@ void sbx_mgr_stats(struct sbx_mgr *m, struct sbx_stats *out)
 const char *const sbx_code_field_names[SBX_NFIELDS] = {
 	"text", "html", "markdown", "svg", "latex", "javascript", "png", "jpeg", "pdf",
 };
+
+/* Templates from images: none here (the e2e tests make them). */
+int sbx_tpl_name_ok(const char *name)
+{
+	return name && *name && strlen(name) < 64 && strncmp(name, SBX_TPL_PREFIX, 4);
+}
+
+int sbx_tpl_create(struct sbx_mgr *m, const char *account, const struct sbx_tpl_req *q, int wait,
+		   struct store_tpl *out, char *err, size_t errlen)
+{
+	(void)m;
+	(void)account;
+	(void)wait;
+	(void)out;
+	if (q->archive_fd >= 0)
+		close(q->archive_fd);
+	snprintf(err, errlen, "no importing in the fake");
+	return -EPERM;
+}
+
+int sbx_tpl_get(struct sbx_mgr *m, const char *account, const char *name, struct store_tpl *out)
+{
+	(void)m;
+	(void)account;
+	(void)name;
+	(void)out;
+	return -ENOENT;
+}
+
+int sbx_tpl_delete(struct sbx_mgr *m, const char *account, const char *name, char *err,
+		   size_t errlen)
+{
+	(void)m;
+	(void)account;
+	snprintf(err, errlen, "no template '%s'", name);
+	return -ENOENT;
+}
+
+int sbx_tpl_file(struct sbx_mgr *m, const char *id, const char *ext, char *out, size_t n)
+{
+	(void)m;
+	(void)id;
+	(void)ext;
+	(void)out;
+	(void)n;
+	return -EINVAL;
+}
+
+unsigned long long sbx_tpl_max_bytes(struct sbx_mgr *m)
+{
+	(void)m;
+	return 1ULL << 20;
+}
+
+int sbx_tpl_upload_fd(struct sbx_mgr *m)
+{
+	(void)m;
+	return -ENOSYS;
+}
