@@ -807,3 +807,44 @@ def test_bad_and_hostile_uploads_are_refused(images, api_daemon):
             d.http("DELETE", f"/v1/templates/{name}", key=who)
     assert d.http("GET", "/v1/health").status == 200
     assert not [f for f in os.listdir(os.path.join(d.state_dir, "images")) if not f.startswith(".")]
+
+
+SEED004 = r"""
+import { createCpuosNetworkSandboxSession } from "%s";
+// Seed 004 as written, but for the image's name: a loopback registry's, not Docker Hub's.
+const session = await createCpuosNetworkSandboxSession({
+  image: "%s",
+  networkPolicy: { mode: "deny-all" },
+});
+try {
+  const sandbox = session.restricted();
+  const r = await sandbox.run({ command: "cat /etc/marker; echo $0; pwd" });
+  console.log(JSON.stringify({ out: r.stdout, code: r.exitCode, description: sandbox.description }));
+} finally {
+  await session.destroy();
+}
+"""
+
+
+def test_seed_004_image_through_the_ai_sdk_provider(images, registries, api_daemon, tmp_path):
+    """createCpuosNetworkSandboxSession({ image }) pulls the image through the host (so a deny-all
+    session still starts) and runs the tools' commands in its shell: busybox's sh, no bash."""
+    from test_typescript import AISDK, NODE22
+    built = os.path.join(AISDK, "dist", "index.js")
+    if not os.access(NODE22, os.X_OK) or not os.path.exists(built):
+        pytest.fail("the AI SDK provider is not built (node 22, dist/): run make", pytrace=False)
+    d, reg = api_daemon, registries[0]
+    reg.push("library/alpine-ish", "22", os.path.join(images["top"], "bbox"))
+    ref = f"127.0.0.1:{reg.port}/library/alpine-ish:22"
+    script = tmp_path / "seed004.mjs"
+    script.write_text(SEED004 % (built, ref))
+    env = dict(os.environ, CPUOS_API_URL=d.url, CPUOS_API_KEY=d.key_a)
+    r = subprocess.run([NODE22, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["code"] == 0 and out["out"].startswith("busybox\nsh\n/"), out
+    assert "from an OCI image" in out["description"] and "run in sh" in out["description"], out
+    mine = [t for t in d.http("GET", "/v1/templates", key=d.key_a).json()["templates"]
+            if t.get("source") == ref]
+    assert len(mine) == 1 and mine[0]["state"] == "ready", mine
+    assert d.http("DELETE", f"/v1/templates/{mine[0]['name']}", key=d.key_a).status == 204

@@ -38,12 +38,13 @@ function authFailure(e: unknown): unknown {
     : e;
 }
 
-/** Where commands start: the sandbox says (the harness needs an absolute path). */
+/** Where commands start, and what runs them: the sandbox says (the harness needs an absolute path; an image
+ * such as node:22-alpine has sh and no bash). */
 async function session(sbx: Sandbox, settings: CpuosSandboxSettings, abortSignal?: AbortSignal) {
-  const r = await sbx.exec("pwd", { signal: abortSignal });
-  const dir = r.stdout.trim();
+  const r = await sbx.exec("pwd; command -v bash >/dev/null 2>&1 && echo bash || echo sh", { signal: abortSignal });
+  const [dir = "", shell] = r.stdout.trim().split("\n");
   if (r.exitCode !== 0 || !dir.startsWith("/")) throw new Error(`cpuos sandbox ${sbx.id}: pwd gave '${dir}'`);
-  return new CpuosNetworkSandboxSession(sbx, dir, { ports: settings.ports });
+  return new CpuosNetworkSandboxSession(sbx, dir, { ports: settings.ports, shell: shell === "sh" ? "sh" : "bash" });
 }
 
 /** The session of a sandbox just made; one whose setup failed is not left behind. */
@@ -96,7 +97,8 @@ export async function resumeCpuosNetworkSandboxSession(
 /** A session over a sandbox the caller made and owns: stop() and destroy() leave it alone. */
 export async function createCpuosSandboxSessionFromNative(sandbox: Sandbox, settings: CpuosSandboxSettings = {}) {
   const s = await session(sandbox, settings);
-  return new CpuosNetworkSandboxSession(sandbox, s.defaultWorkingDirectory, { ports: settings.ports, owned: false });
+  return new CpuosNetworkSandboxSession(sandbox, s.defaultWorkingDirectory,
+                                       { ports: settings.ports, owned: false, shell: s.shell });
 }
 
 /** The sandbox a harness session id names (in its metadata), if one is running or paused. */

@@ -50,7 +50,9 @@ const exitStatus = (code: number | null, signal: number | null) => code ?? (sign
 
 /** The tool-facing session: everything a tool may do in the sandbox, and nothing else. */
 export class CpuosSandboxSession implements SandboxSession {
-  constructor(protected readonly sbx: Sandbox, readonly defaultWorkingDirectory: string) {}
+  /** shell: what runs commands, "bash" or (an image without it, as Alpine's) "sh". */
+  constructor(protected readonly sbx: Sandbox, readonly defaultWorkingDirectory: string,
+              readonly shell: "bash" | "sh" = "bash") {}
 
   get description(): string {
     // A template of the account's own is an image it brought (its id begins "tpl_"): its distribution and
@@ -59,8 +61,8 @@ export class CpuosSandboxSession implements SandboxSession {
     return [
       `cpuos sandbox ${this.sbx.id}: a Linux microVM of its own (${own ? "from an OCI image" : "Debian"}, ` +
         `template '${this.sbx.template}').`,
-      own ? `Commands run in the image's /bin/sh as its default user, starting in ${this.defaultWorkingDirectory};`
-        : `Commands run in bash as the user 'user', starting in ${this.defaultWorkingDirectory};`,
+      `Commands run in ${this.shell} as ${own ? "the image's default user" : "the user 'user'"}, ` +
+        `starting in ${this.defaultWorkingDirectory};`,
       `relative paths resolve there. Files and processes persist for the sandbox's lifetime, across stops.`,
       this.networkLine(),
     ].join("\n");
@@ -135,7 +137,7 @@ export class CpuosSandboxSession implements SandboxSession {
   };
 
   readonly run = async ({ command, workingDirectory, env, abortSignal }: ProcessOptions) => {
-    const r = await this.sbx.exec(["bash", "-c", command], {
+    const r = await this.sbx.exec([this.shell, "-c", command], {
       cwd: this.resolve(workingDirectory ?? "."), env, signal: abortSignal,
     });
     return { exitCode: exitStatus(r.exitCode, r.signal), stdout: r.stdout, stderr: r.stderr };
@@ -145,7 +147,7 @@ export class CpuosSandboxSession implements SandboxSession {
     o.abortSignal?.throwIfAborted();
     // The start is not cancelled midway: a process the daemon started
     // would be left running. An abort meanwhile kills it (in spawned).
-    const proc = await this.sbx.exec(["bash", "-c", o.command], {
+    const proc = await this.sbx.exec([this.shell, "-c", o.command], {
       background: true, cwd: this.resolve(o.workingDirectory ?? "."), env: o.env,
     });
     // A background process's stdin stays open for writes: closed at once
@@ -181,6 +183,8 @@ export interface NetworkSessionOptions {
   ports?: readonly number[];
   /** Whether stop() and destroy() act on the sandbox (false for a sandbox the caller owns). */
   owned?: boolean;
+  /** What runs commands: "bash" (the default) or "sh". */
+  shell?: "bash" | "sh";
 }
 
 /** The harness's session: the tool-facing one plus what only the code that owns the sandbox may do. */
@@ -190,7 +194,7 @@ export class CpuosNetworkSandboxSession extends CpuosSandboxSession implements H
   private policyChain: Promise<unknown> = Promise.resolve();
 
   constructor(sbx: Sandbox, defaultWorkingDirectory: string, options: NetworkSessionOptions = {}) {
-    super(sbx, defaultWorkingDirectory);
+    super(sbx, defaultWorkingDirectory, options.shell ?? "bash");
     this.portSet = [...(options.ports ?? [])];
     this.owned = options.owned ?? true;
   }
