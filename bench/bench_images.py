@@ -7,7 +7,9 @@ layout with gzip layers and as a gzipped `docker save` tar. Each is imported N t
 `cpuos templates import`; beside them, mkfs.erofs alone over the same tree (the floor: what every
 template costs to make). Then one daemon on a guest directory holding base, python and the imported
 template: after each template's snapshot is made, N creates of each, timed to the answer of the
-first exec of `true` (p50), and the imported template's ratio to base and to python.
+first exec of `true` (p50), and the imported template's ratio to base and to python. Then the
+layout imported through the API (upload and the daemon's helper) beside the CLI's import, and a
+Dockerfile build FROM base: first, unchanged (every step cached), and with its COPY changed.
 Run as root on a built tree: python3 bench/bench_images.py [N]. Prints figures; asserts nothing."""
 
 import gzip
@@ -22,6 +24,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
@@ -146,6 +149,41 @@ def main():
         for t, v in first.items():
             print(f"create -> first exec {t:7s} p50 {v:6.0f} ms  ({v / first['base']:.2f}x base, "
                   f"{v / first['python']:.2f}x python)")
+        # The same image through the API: uploaded, then imported by the daemon's root helper.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            t.add(os.path.join(top, "layout"), arcname=".")
+        data = buf.getvalue()
+        xs = []
+        for i in range(N):
+            req = urllib.request.Request(f"{d.url}/v1/templates?name=api{i}&wait=true", data=data,
+                                         method="POST", headers={"Authorization": f"Bearer {d.key}",
+                                                                 "Content-Type": "application/x-tar"})
+            xs.append(timed(lambda: urllib.request.urlopen(req, timeout=1800).read()))
+        api = statistics.median(xs)
+        cli = statistics.median(res["oci layout"])
+        print(f"import through the API p50 {api:8.0f} ms  ({api / cli:.2f}x cpuos templates import, "
+              f"{len(data) >> 20} MB uploaded)")
+        # A Dockerfile build (cpuos templates build): FROM base, a RUN and a COPY; then the same
+        # again (every step cached: nothing exported), then with the COPY's file changed.
+        ctx = os.path.join(top, "ctx")
+        os.makedirs(ctx)
+        with open(os.path.join(ctx, "page.txt"), "w") as f:
+            f.write("one\n")
+        with open(os.path.join(top, "Dockerfile"), "w") as f:
+            f.write("FROM base\nRUN echo built > /etc/built\nCOPY page.txt /srv/page.txt\n")
+        benv = {**os.environ, "CPUOS_API_URL": d.url, "CPUOS_API_KEY": d.key}
+
+        def build():
+            subprocess.run([CLI, "templates", "build", "built", "-f", os.path.join(top, "Dockerfile"), ctx],
+                           env=benv, check=True, capture_output=True)
+        first_build = timed(build)
+        same = timed(build)
+        with open(os.path.join(ctx, "page.txt"), "w") as f:
+            f.write("two\n")
+        changed = timed(build)
+        print(f"build FROM base       first {first_build:8.0f} ms  unchanged {same:6.0f} ms  "
+              f"last COPY changed {changed:6.0f} ms ({changed / first_build:.2f}x first)")
     finally:
         if d:
             d.stop()

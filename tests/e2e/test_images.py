@@ -155,6 +155,8 @@ def images():
         os.symlink(os.path.realpath(GUEST_DIR / f), os.path.join(guest, f))
     base = os.path.realpath(GUEST_DIR / "templates" / "base.erofs")
     os.symlink(base, os.path.join(guest, "templates", "base.erofs"))
+    os.symlink(os.path.realpath(GUEST_DIR / "templates" / "python.erofs"),
+               os.path.join(guest, "templates", "python.erofs"))  # FROM python (Dockerfile builds)
     env = {"CPUOS_GUEST_DIR": guest, "CPUOS_CACHE": cache}
     times = {}
     try:
@@ -630,11 +632,10 @@ def tar_dir(path):
 @pytest.fixture(scope="module")
 def api_daemon(images, registries):
     """A daemon of its own, jailed (its helper imports as root), that speaks plain HTTP to the
-    first loopback registry only, with limits small enough to reach: 512 MB an image, 300 MB an
-    account."""
+    first loopback registry only, with an image limit small enough to reach: 1 GB."""
     gen = started_daemon("--guest-dir", images["guest"], "--template-snapshots", "off",
                          "--insecure-registry", f"127.0.0.1:{registries[0].port}",
-                         "--image-max-mb", "512", "--template-quota-mb", "300")
+                         "--image-max-mb", "1024")
     d = next(gen)
     d.key_b = d.create_key("bob")
     try:
@@ -791,22 +792,31 @@ def test_bad_and_hostile_uploads_are_refused(images, api_daemon):
     with socket.create_connection(("127.0.0.1", d.port), timeout=30) as c:
         c.sendall(f"POST /v1/templates?name=big HTTP/1.1\r\nHost: x\r\n"
                   f"Authorization: Bearer {d.key_a}\r\nContent-Type: application/x-tar\r\n"
-                  f"Content-Length: {513 << 20}\r\n\r\n".encode() + b"\0" * 4096)
+                  f"Content-Length: {1025 << 20}\r\n\r\n".encode() + b"\0" * 4096)
         head = c.recv(65536).decode(errors="replace")
     assert head.startswith("HTTP/1.1 413") and "over the limit" in head, head
-    # The account's quota (300 MB): one 183 MB Debian image fits, a second does not, and is not
-    # kept; Bob's quota is his own.
-    with open(os.path.join(top, "saved.tar.gz"), "rb") as f:
-        debian = f.read()
-    assert post_archive(d, d.key_a, "fat1", debian).status == 201
-    r = post_archive(d, d.key_a, "fat2", debian)
-    assert r.status == 413 and "quota" in r.json()["error"]["message"], r
-    assert post_archive(d, d.key_b, "fat2", tar_dir(os.path.join(top, "fat"))).status == 201
-    for who in (d.key_a, d.key_b):
-        for name in ("fat1", "fat2", "evil"):
-            d.http("DELETE", f"/v1/templates/{name}", key=who)
+    d.http("DELETE", "/v1/templates/evil", key=d.key_a)
     assert d.http("GET", "/v1/health").status == 200
     assert not [f for f in os.listdir(os.path.join(d.state_dir, "images")) if not f.startswith(".")]
+
+
+def test_an_accounts_templates_have_a_quota(images):
+    """--template-quota-mb 40: one 24 MB image fits, a second does not (413, nothing kept);
+    another account's quota is its own."""
+    gen = started_daemon("--guest-dir", images["guest"], "--template-snapshots", "off",
+                         "--template-quota-mb", "40")
+    d = next(gen)
+    try:
+        d.key_b = d.create_key("bob")
+        fat = tar_dir(os.path.join(images["top"], "fat"))
+        assert post_archive(d, d.key_a, "fat1", fat).status == 201
+        r = post_archive(d, d.key_a, "fat2", fat)
+        assert r.status == 413 and "quota" in r.json()["error"]["message"], r
+        assert post_archive(d, d.key_b, "fat2", fat).status == 201
+        kept = [f for f in os.listdir(os.path.join(d.state_dir, "templates")) if f.endswith(".erofs")]
+        assert len(kept) == 2, kept
+    finally:
+        gen.close()
 
 
 SEED004 = r"""
@@ -848,3 +858,98 @@ def test_seed_004_image_through_the_ai_sdk_provider(images, registries, api_daem
             if t.get("source") == ref]
     assert len(mine) == 1 and mine[0]["state"] == "ready", mine
     assert d.http("DELETE", f"/v1/templates/{mine[0]['name']}", key=d.key_a).status == 204
+
+
+# ---- Dockerfile builds (cpuos templates build NAME -f Dockerfile CONTEXT) ----
+
+DOCKERFILE = r"""
+# A web app: a package from a local index (wheels in the context), a page, a server.
+FROM python
+ARG GREETING=hello
+ENV APP_GREETING=$GREETING
+WORKDIR /srv/app
+COPY wheels /tmp/wheels
+RUN python3 -m pip install -q --no-index --find-links /tmp/wheels --break-system-packages \
+        cpuos-probe \
+    && python3 -c 'import cpuos_probe; print(cpuos_probe.VALUE)' > probe.txt
+COPY index.html ./
+EXPOSE 8000
+CMD ["python3", "-m", "http.server", "8000", "--directory", "/srv/app"]
+"""
+
+
+def probe_wheel(where):
+    """A pure-Python wheel, cpuos_probe 1.0 (VALUE = 42), for a --find-links index."""
+    import zipfile
+    name, version = "cpuos_probe", "1.0"
+    files = {f"{name}/__init__.py": b"VALUE = 42\n",
+             f"{name}-{version}.dist-info/METADATA":
+                 f"Metadata-Version: 2.1\nName: cpuos-probe\nVersion: {version}\n".encode(),
+             f"{name}-{version}.dist-info/WHEEL":
+                 b"Wheel-Version: 1.0\nGenerator: cpuos-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(
+        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},"
+        f"{len(b)}\n" for p, b in files.items())
+    files[f"{name}-{version}.dist-info/RECORD"] = (record + f"{name}-{version}.dist-info/RECORD,,\n").encode()
+    with zipfile.ZipFile(os.path.join(where, f"{name}-{version}-py3-none-any.whl"), "w") as z:
+        for p, b in files.items():
+            z.writestr(p, b)
+
+
+def test_a_dockerfile_build_with_a_cache(api_daemon, tmp_path):
+    d = api_daemon
+    ctx = tmp_path / "ctx"
+    (ctx / "wheels").mkdir(parents=True)
+    probe_wheel(str(ctx / "wheels"))
+    (ctx / "index.html").write_text("<h1>first</h1>\n")
+    (tmp_path / "Dockerfile").write_text(DOCKERFILE)
+    env = {"CPUOS_API_URL": d.url, "CPUOS_API_KEY": d.key_a}
+
+    def build(*extra):
+        t0 = time.monotonic()
+        r = run_cli(env, "templates", "build", "webapp", "-f", str(tmp_path / "Dockerfile"), str(ctx),
+                    *extra, timeout=1200)
+        print(f"build {extra}: {time.monotonic() - t0:.1f} s\n" + r.stderr[-3000:])
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stderr
+
+    def page(sbx, path):
+        req = urllib.request.Request(sbx.url(8000).split("?")[0] + path,
+                                     headers={"cpuos-traffic-token": sbx.traffic_token})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.read().decode()
+
+    out = build("--build-arg", "GREETING=hi")
+    assert "CACHED" not in out and "#  template webapp: tpl_" in out, out
+    # The server is up at create (CMD with EXPOSE's port as its ready check).
+    sbx = cpuos.Sandbox.create(template="webapp", api_key=d.key_a, api_url=d.url, timeout="10m")
+    try:
+        assert page(sbx, "/") == "<h1>first</h1>\n"
+        assert page(sbx, "/probe.txt") == "42\n"
+        r = sbx.exec("echo $APP_GREETING; pwd")
+        assert r.stdout == "hi\n/srv/app\n", r
+    finally:
+        sbx.kill()
+    # Nothing changed: the template stands, and nothing is exported.
+    assert "is up to date" in build("--build-arg", "GREETING=hi")
+    # A step added after the rest: every step before it comes from its checkpoint (no pip run
+    # again), and its failure ends the build with its line; the template stays as it was.
+    (tmp_path / "Dockerfile").write_text(DOCKERFILE + "RUN echo $APP_GREETING; exit 3\n")
+    t0 = time.monotonic()
+    r = run_cli(env, "templates", "build", "webapp", "-f", str(tmp_path / "Dockerfile"), str(ctx),
+                "--build-arg", "GREETING=hi", timeout=600)
+    print(f"build with a failing step: {time.monotonic() - t0:.1f} s\n" + r.stderr[-3000:])
+    assert r.returncode != 0 and "line 14: RUN exited 3" in r.stderr, r.stderr
+    assert r.stderr.count("CACHED") == 4 and "\nhi\n" in r.stderr, r.stderr
+    assert "RUN python3 -m pip install" in r.stderr.split("CACHED")[2], r.stderr
+    assert "WARNING: Running pip" not in r.stderr
+    os.symlink("/etc", ctx / "link")
+    for src in ("../Dockerfile", "link/passwd"):  # above the context, or through a link out of it
+        (tmp_path / "Bad").write_text(f"FROM python\nCOPY {src} /x\n")
+        r = run_cli(env, "templates", "build", "webapp", "-f", str(tmp_path / "Bad"), str(ctx), timeout=600)
+        assert r.returncode == 2 and "outside the context" in r.stderr, r.stderr
+    (tmp_path / "Bad").write_text("FROM python\nVOLUME /data\n")
+    r = run_cli(env, "templates", "build", "webapp", "-f", str(tmp_path / "Bad"), str(ctx), timeout=600)
+    assert r.returncode == 2 and "VOLUME is not supported" in r.stderr, r.stderr
+    assert d.http("GET", "/v1/templates/webapp", key=d.key_a).json()["state"] == "ready"
+    assert d.http("DELETE", "/v1/templates/webapp", key=d.key_a).status == 204

@@ -54,6 +54,8 @@ static const char nodes_usage[] =
 static const char templates_usage[] =
     "usage: cpuos templates [ls] [--json]\n"
     "       cpuos templates build NAME...\n"
+    "       cpuos templates build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--no-cache]\n"
+    "                             [--start-cmd CMD] [--ready-port N | --ready-cmd CMD]\n"
     "       cpuos templates import NAME ARCHIVE [--max-size MB] [START]\n"
     "       cpuos templates pull NAME REFERENCE [--insecure] [--max-size MB] [START]\n"
     "  START: --start-cmd CMD | --start-image, then --ready-port PORT | --ready-cmd CMD\n"
@@ -73,6 +75,12 @@ static const char templates_usage[] =
     "sandbox of the template runs in the background from its boot (a shell string,\n"
     "or the image's ENTRYPOINT and CMD), ready once the port listens or the command\n"
     "exits 0; the template's snapshot is taken after, so sandboxes start with it up.\n"
+    "build -f builds the account's template NAME from a Dockerfile through the API\n"
+    "(FROM a template or an image reference, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER,\n"
+    "CMD, ENTRYPOINT, EXPOSE, LABEL, HEALTHCHECK): each step runs in a sandbox and is\n"
+    "checkpointed, so a later build starts after its last unchanged step. CMD is\n"
+    "the template's start command when there is a ready check: --ready-*,\n"
+    "HEALTHCHECK CMD, or the first EXPOSE port.\n"
     "`cpuos template` is the same command.\n";
 
 /* ---- up ---- */
@@ -526,6 +534,54 @@ out:
 	return ret;
 }
 
+/* templates build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--no-cache] [START] */
+static int build_dockerfile(struct cli *c, int argc, char **argv)
+{
+	const char *name = NULL, *file = NULL, *context = NULL;
+	struct tpl_start st = { 0 };
+	int no_cache = 0, r;
+	json_t *args = json_object();
+	for (int i = 2; i < argc; i++) {
+		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+		if ((!strcmp(argv[i], "-f") || !strcmp(argv[i], "--file")) && next) {
+			file = argv[++i];
+		} else if (!strcmp(argv[i], "--build-arg") && next) {
+			if (cli_kv(args, argv[++i], "--build-arg") < 0) {
+				json_decref(args);
+				return EXIT_USAGE;
+			}
+		} else if (!strcmp(argv[i], "--no-cache")) {
+			no_cache = 1;
+		} else if (!strcmp(argv[i], "--start-cmd") && next && next[0]) {
+			st.cmd = argv[++i];
+		} else if (!strcmp(argv[i], "--ready-cmd") && next && next[0]) {
+			st.ready_cmd = argv[++i];
+		} else if (!strcmp(argv[i], "--ready-port") && next) {
+			char *end;
+			unsigned long port = strtoul(argv[++i], &end, 10);
+			if (!port || port > 65535 || *end) {
+				json_decref(args);
+				return cli_usage_err("templates", "--ready-port needs a port (1 to 65535)");
+			}
+			st.ready_port = (unsigned)port;
+		} else if (argv[i][0] == '-' || (name && context)) {
+			json_decref(args);
+			return cli_usage_err("templates", "unexpected argument '%s'", argv[i]);
+		} else if (!name) {
+			name = argv[i];
+		} else {
+			context = argv[i];
+		}
+	}
+	if (!name || !file) {
+		json_decref(args);
+		return cli_usage_err("templates", "templates build -f needs NAME and a Dockerfile");
+	}
+	r = tpl_dockerbuild(c, name, file, context ? context : ".", args, &st, no_cache);
+	json_decref(args);
+	return r;
+}
+
 int cmd_templates(struct cli *c, int argc, char **argv)
 {
 	int json = 0, i = 1;
@@ -534,6 +590,13 @@ int cmd_templates(struct cli *c, int argc, char **argv)
 		fputs(templates_usage, stdout);
 		return 0;
 	}
+	int dockerfile_at = 0;
+	for (i = 2; argc > 1 && !strcmp(argv[1], "build") && i < argc; i++)
+		if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--file"))
+			dockerfile_at = i;
+	if (dockerfile_at)
+		return build_dockerfile(c, argc, argv);
+	i = 1;
 	if (argc > 1 && !strcmp(argv[1], "build")) {
 		if (argc < 3)
 			return cli_usage_err("templates", "templates build needs a template name");

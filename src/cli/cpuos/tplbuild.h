@@ -6,6 +6,8 @@
 #ifndef CPUOS_CLI_TPLBUILD_H
 #define CPUOS_CLI_TPLBUILD_H
 
+#include <jansson.h>
+
 /* Builds template name; returns the script's exit status (128+N when a
  * signal N ended it), or EXIT_API when it could not be started. */
 int tpl_build(const char *name);
@@ -30,5 +32,14 @@ int tpl_import(const char *name, const char *archive, unsigned long long max_mb,
  * and imports it as template name, as tpl_import. */
 int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long max_mb,
 	     const struct tpl_start *start);
+
+/* cpuos templates build NAME -f DOCKERFILE [CONTEXT] (build.c): the
+ * Dockerfile's steps in a sandbox, cached per step as checkpoints, the
+ * result uploaded as the account's template NAME. build_args: --build-arg
+ * K=V (an object); start: the start command and ready check, else CMD with
+ * HEALTHCHECK or EXPOSE; no_cache: every step again. An exit code. */
+struct cli;
+int tpl_dockerbuild(struct cli *c, const char *name, const char *dockerfile, const char *context,
+		    json_t *build_args, const struct tpl_start *start, int no_cache);
 
 #endif

@@ -348,11 +348,17 @@ int api_file_archive_get(struct req *r)
 	char copy[PROTO_MAX_STR + 1], copy2[PROTO_MAX_STR + 1];
 	snprintf(copy, sizeof(copy), "%s", path);
 	snprintf(copy2, sizeof(copy2), "%s", path);
-	/* A directory's entries as ./NAME; a file as its name. */
-	const char *argv[] = { "tar", "-C", dir ? path : dirname(copy), "-cf", "-", "--",
+	/* A directory's entries as ./NAME; a file as its name. With
+	 * one_file_system, what is mounted below (the root's /proc, /sys,
+	 * /dev) is left out: a template build's export of "/". */
+	int bad = 0;
+	const char *ofs = req_query(r, "one_file_system", &bad);
+	int one = ofs && !strcmp(ofs, "true");
+	const char *argv[] = { "tar", "-C", dir ? path : dirname(copy), "-cf", "-",
+			       one ? "--one-file-system" : "--", one ? "--" : dir ? "." : basename(copy2),
 			       dir ? "." : basename(copy2) };
 	op = sop_new(SOP_QUEUE, 0);
-	struct sbx_request q = { .kind = SBX_EXEC, .argv = argv, .argc = 7, .user = "root" };
+	struct sbx_request q = { .kind = SBX_EXEC, .argv = argv, .argc = one ? 8 : 7, .user = "root" };
 	if (api_send(r, s, op, &q, "the path is too long") < 0) {
 		sop_free(s, op);
 		sbx_put(s);

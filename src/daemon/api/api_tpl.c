@@ -42,8 +42,9 @@ static void add_image(json_t *t, const char *desc_path)
 			 json_string_value(json_object_get(img, "format")) ?: "oci",
 			 (long long)json_integer_value(json_object_get(img, "layers")));
 		json_object_set_new(t, "description", json_string(about));
-		static const char *const keep[] = { "digest", "workdir", "user", "entrypoint", "cmd",
-						    "labels", "has_sh", "has_python3", "start", "ready" };
+		static const char *const keep[] = { "digest", "env", "workdir", "user", "entrypoint",
+						    "cmd", "labels", "has_sh", "has_python3", "start",
+						    "ready" };
 		json_t *o = json_object();
 		for (size_t k = 0; k < sizeof(keep) / sizeof(keep[0]); k++)
 			if (json_object_get(img, keep[k]))
