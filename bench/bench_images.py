@@ -128,7 +128,8 @@ def main():
         for k, v in res.items():
             p = statistics.median(v)
             print(f"import {k:18s} p50 {p:8.0f} ms  ({p / floor:.2f}x mkfs.erofs alone)")
-        d = bench_net.Daemon("--guest-dir", guest, "--url-listen", "none")
+        # the uid the tests' daemons run as: the cache's template snapshots are its
+        d = bench_net.Daemon("--guest-dir", guest, "--url-listen", "none", "--jail-ids", "1900000000:65536")
         first = {}
         for t in ("base", "python", "img"):
             # the template's snapshot is made on first use: wait for it

@@ -92,6 +92,9 @@ int image_import_result(int resultfd, char *err, size_t errlen);
  * 4 GiB). */
 struct image_pull_opts {
 	int insecure;
+	int public_only; /* refuse the host's own and private addresses (a pull
+			  * an account asked for: not the host's services) */
+	const int *cancel; /* set (read atomically): the pull stops; NULL: never */
 	const char *username, *password;
 	unsigned long long max_bytes;
 };

@@ -14,4 +14,11 @@
  * when creating, resolve): the descriptor, or -errno. */
 int image__open(int dirfd, const char *path, int flags, unsigned long long resolve);
 
+/* Whether ip (text, v4 or v6) is one of the host's own or of a private
+ * network: loopback, unspecified, RFC 1918, CGNAT, link-local (cloud
+ * metadata), IETF and benchmarking ranges, unique-local, multicast, and
+ * those inside v6 (mapped, NAT64, 6to4, compatible); what is no address
+ * counts as one. */
+int image__inward(const char *ip);
+
 #endif

@@ -10,9 +10,11 @@
  * the credentials, or anonymous), as Docker Hub does.
  */
 #include "image/image.h"
+#include "image/image_impl.h"
 
 #include "common/errbuf.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +46,7 @@ struct pull {
 	char base[300];  /* scheme://host */
 	char auth[MAX_TOKEN + 32]; /* the Authorization header, or "" */
 	int tried_auth;
+	char refused[80]; /* the address a public_only pull would not reach */
 	char *err;
 	size_t errlen;
 };
@@ -158,6 +161,59 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
+static int inward4(const unsigned char *a)
+{
+	return a[0] == 127 || a[0] == 0 || a[0] == 10 || (a[0] == 172 && (a[1] & 0xf0) == 16) ||
+	       (a[0] == 192 && a[1] == 168) || (a[0] == 169 && a[1] == 254) ||
+	       (a[0] == 100 && (a[1] & 0xc0) == 64) || (a[0] == 192 && a[1] == 0 && a[2] == 0) ||
+	       (a[0] == 198 && (a[1] & 0xfe) == 18) || a[0] >= 224;
+}
+
+int image__inward(const char *ip)
+{
+	unsigned char a[16];
+	if (inet_pton(AF_INET, ip, a) == 1)
+		return inward4(a);
+	if (inet_pton(AF_INET6, ip, a) != 1)
+		return 1; /* what is no address is refused too */
+	/* v4 inside v6: mapped (::ffff:0:0/96), NAT64 (64:ff9b::/96), 6to4
+	 * (2002::/16, its v4 in bytes 2-5); compatible (::/96) is refused whole. */
+	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	static const unsigned char nat64[12] = { 0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0 };
+	static const unsigned char zero[12] = { 0 };
+	if (!memcmp(a, mapped, 12) || !memcmp(a, nat64, 12))
+		return inward4(a + 12);
+	if (a[0] == 0x20 && a[1] == 0x02)
+		return inward4(a + 2);
+	return !memcmp(a, zero, 12) || (a[0] & 0xfe) == 0xfc || (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) ||
+	       a[0] == 0xff;
+}
+
+/* Before each request, on its connection: a pull on an account's behalf
+ * (public_only) never reaches the host's own services or its private
+ * networks, whatever name, redirect or token realm led there. */
+static int on_connected(void *arg, char *ip, char *local, int port, int lport)
+{
+	struct pull *pl = arg;
+	(void)local;
+	(void)lport;
+	if (!pl->o->public_only || !image__inward(ip))
+		return CURL_PREREQFUNC_OK;
+	snprintf(pl->refused, sizeof(pl->refused), "%s port %d", ip, port);
+	return CURL_PREREQFUNC_ABORT;
+}
+
+/* The caller's word to stop (its cancel flag set): a transfer ends. */
+static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	const struct pull *pl = arg;
+	(void)dt;
+	(void)dn;
+	(void)ut;
+	(void)un;
+	return pl->o->cancel && __atomic_load_n(pl->o->cancel, __ATOMIC_RELAXED);
+}
+
 /* GET url into b with headers: the HTTP status, or -errno with err set. */
 static long get(struct pull *pl, const char *url, const char *auth, const char *accept,
 		struct body *b)
@@ -188,6 +244,12 @@ static long get(struct pull *pl, const char *url, const char *auth, const char *
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "cpuos");
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, pl);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_PREREQFUNCTION, on_connected);
+	curl_easy_setopt(c, CURLOPT_PREREQDATA, pl);
+	pl->refused[0] = '\0';
 	CURLcode rc = curl_easy_perform(c);
 	long status = 0;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
@@ -197,6 +259,13 @@ static long get(struct pull *pl, const char *url, const char *auth, const char *
 	if (b->over)
 		return errbuf_set(pl->err, pl->errlen, -EFBIG, "the registry sent more than the limit for %s",
 				  url);
+	if (rc == CURLE_ABORTED_BY_CALLBACK && !pl->refused[0])
+		return errbuf_set(pl->err, pl->errlen, -ECANCELED, "the pull was stopped");
+	if (pl->refused[0])
+		return errbuf_set(pl->err, pl->errlen, -EACCES,
+				  "%s is at %s, an address of this host or a private network: not "
+				  "pulled from (a registry the daemon's --insecure-registry names may be)",
+				  url, pl->refused);
 	if (rc != CURLE_OK)
 		return errbuf_set(pl->err, pl->errlen, -EIO, "cannot reach %s: %s", url,
 				  curl_easy_strerror(rc));

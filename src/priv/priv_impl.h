@@ -22,7 +22,7 @@ struct privd {
 	struct cgroups *cg;
 	struct jail *jail;
 	char dirs[5][4200];     /* what b's paths point to */
-	char templates[4200];   /* where imports go: the state directory's templates/ */
+	char state_dir[4200];   /* imports go to its templates/ */
 	pid_t daemon;           /* the parent it serves */
 };
 

@@ -188,14 +188,20 @@ static int netd_may(const struct priv_req *r)
 static int import_req(struct privd *d, const struct priv_req *r, int srcfd,
 		      struct privd_reply *out, char *err, size_t errlen)
 {
+	/* The state directory's path is the configuration's; what is in it
+	 * the daemon's, so templates/ is taken beneath it, no symlink. */
 	struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
-	int dirfd = (int)syscall(SYS_openat2, AT_FDCWD, d->templates, &how, sizeof(how));
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int state = open(d->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dirfd = state < 0 ? -1 : (int)syscall(SYS_openat2, state, "templates", &how, sizeof(how));
 	if (dirfd < 0) {
 		int e = errno;
-		snprintf(err, errlen, "cannot open '%.300s': %s", d->templates, strerror(e));
+		snprintf(err, errlen, "cannot open '%.300s/templates': %s", d->state_dir, strerror(e));
+		if (state >= 0)
+			close(state);
 		return -e;
 	}
+	close(state);
 	struct image_limits lim = { .max_bytes = r->max_bytes };
 	int rc = image_import_start(srcfd, dirfd, r->name, &lim, &out->fd, err, errlen);
 	close(dirfd);
@@ -269,7 +275,7 @@ static int open_all(struct privd *d, const struct priv_config *c, char *err, siz
 	snprintf(d->dirs[2], sizeof(d->dirs[2]), "%s/snapshots", c->cache_dir);
 	snprintf(d->dirs[3], sizeof(d->dirs[3]), "%s/checkpoints", c->state_dir);
 	snprintf(d->dirs[4], sizeof(d->dirs[4]), "%s/" QEMU_BUILDS_DIR, c->cache_dir);
-	snprintf(d->templates, sizeof(d->templates), "%s/templates", c->state_dir);
+	snprintf(d->state_dir, sizeof(d->state_dir), "%s", c->state_dir);
 	d->b = (struct priv_bounds){ .jail = c->jail, .jail_first = c->jail_first,
 				     .jail_count = c->jail_count,
 				     .run_parents = { d->dirs[0], d->dirs[1], d->dirs[2] },

@@ -730,7 +730,9 @@ def test_a_pull_through_the_api_and_an_image_as_the_template(images, registries,
             sbx.kill()
     bobs = [x for x in d.http("GET", "/v1/templates", key=d.key_b).json()["templates"] if not x["public"]]
     assert len(bobs) == 1 and bobs[0]["source"] == ref and bobs[0]["state"] == "ready", bobs
-    # A registry not named insecure is spoken to over HTTPS only; an image it lacks is clear.
+    # A registry not named insecure is spoken to over HTTPS only (and never on an address of the
+    # host's or a private network: tests/unit/image's image_inward_addresses); an image it lacks is
+    # clear.
     other = f"127.0.0.1:{registries[1].port}/tools/bbox:v1"
     r = d.http("POST", "/v1/templates?wait=true", body={"name": "x", "image": other}, key=d.key_a)
     assert r.status in (422, 503) and "cannot reach" in r.json()["error"]["message"], r

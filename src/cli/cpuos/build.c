@@ -50,6 +50,7 @@ struct build {
 	/* the state the steps so far made */
 	json_t *env, *args, *labels, *cmd, *entrypoint;
 	char from[512], workdir[4096], user[256], health[4096];
+	int user_given; /* by USER or the base: else the template's default user is cpuos's */
 	unsigned expose;
 	unsigned char key[32];
 	char sbx[64]; /* the build sandbox, once made */
@@ -95,14 +96,13 @@ static int parse(struct build *b, char *text)
 		if (!*s || *s == '#' || *s == '\r')
 			continue;
 		int at = line;
-		/* continuation: the rest of the instruction on the lines after */
-		size_t len = strlen(s);
+		/* continuation: the rest of the instruction on the lines after
+		 * (a comment line among them is skipped, as docker does) */
 		char *joined = strdup(s);
-		while (joined && len && (joined[len - 1] == '\\' || (len > 1 && joined[len - 1] == '\r' &&
-								     joined[len - 2] == '\\'))) {
-			joined[len - (joined[len - 1] == '\r' ? 2 : 1)] = '\0';
-			if (!*p)
-				break;
+		size_t len = joined ? strlen(joined) : 0;
+		if (len && joined[len - 1] == '\r')
+			joined[--len] = '\0';
+		while (joined && len && joined[len - 1] == '\\' && *p) {
 			char *e2 = strchr(p, '\n');
 			line++;
 			if (e2)
@@ -111,16 +111,25 @@ static int parse(struct build *b, char *text)
 			p = e2 ? e2 + 1 : p + strlen(p);
 			while (*t == ' ' || *t == '\t')
 				t++;
+			size_t tl = strlen(t);
+			if (tl && t[tl - 1] == '\r')
+				t[--tl] = '\0';
 			if (*t == '#')
 				continue;
-			char *nj = realloc(joined, strlen(joined) + strlen(t) + 2);
-			if (!nj)
+			joined[--len] = '\0'; /* the backslash */
+			char *nj = realloc(joined, len + tl + 2);
+			if (!nj) {
+				free(joined);
+				joined = NULL;
 				break;
+			}
 			joined = nj;
-			strcat(joined, " ");
-			strcat(joined, t);
-			len = strlen(joined);
+			joined[len++] = ' ';
+			memcpy(joined + len, t, tl + 1);
+			len += tl;
 		}
+		if (joined && len && joined[len - 1] == '\\')
+			joined[--len] = '\0'; /* a continuation at the file's end */
 		if (!joined)
 			return cli_err("out of memory"), -1;
 		if (b->nsteps == MAX_STEPS) {
@@ -732,7 +741,7 @@ static int export(struct build *b, const char *dir)
 	json_object_set_new(b->labels, "cpuos.build.key", json_string(keyhex));
 	json_t *cfg = json_pack("{s:s,s:s,s:{s:o,s:s,s:s,s:O,s:O,s:O},s:{s:s,s:[s]}}", "architecture",
 				"amd64", "os", "linux", "config", "Env", envs, "WorkingDir", b->workdir,
-				"User", b->user, "Cmd", b->cmd ? b->cmd : json_null(), "Entrypoint",
+				"User", b->user_given ? b->user : "", "Cmd", b->cmd ? b->cmd : json_null(), "Entrypoint",
 				b->entrypoint ? b->entrypoint : json_null(), "Labels", b->labels,
 				"rootfs", "type", "layers", "diff_ids", ldigest);
 	char *text = json_dumps(cfg, JSON_COMPACT);
@@ -830,6 +839,31 @@ static int up_to_date(struct build *b)
 	return same;
 }
 
+/* The template FROM names, as GET /v1/templates shows it: by its name or
+ * id, or the account's pulled from that reference; NULL when there is
+ * none yet (a reference the first sandbox pulls). */
+static json_t *find_base(struct build *b)
+{
+	struct apath p;
+	apath_init(&p, "/v1/templates");
+	apath_seg(&p, b->from);
+	json_t *t = NULL, *list = NULL, *found = NULL;
+	if (api_json(b->a, "GET", &p, NULL, &t) == 0)
+		return t;
+	apath_init(&p, "/v1/templates");
+	if (api_json(b->a, "GET", &p, NULL, &list) == 0) {
+		size_t i;
+		json_t *v;
+		json_array_foreach(json_object_get(list, "templates"), i, v) {
+			if (!found && !strcmp(json_string_value(json_object_get(v, "source")) ?: "", b->from) &&
+			    json_is_true(json_object_get(v, "ready")))
+				found = json_incref(v);
+		}
+	}
+	json_decref(list);
+	return found;
+}
+
 /* ---- the steps ---- */
 
 /* The state an instruction sets, and its part of the key; 1 if it changes
@@ -839,8 +873,11 @@ static int plan(struct build *b, int i, char *exp, size_t en)
 	struct instr *in = &b->steps[i];
 	if (strcmp(in->kw, "RUN") && expand(b, in->args, exp, en) < 0)
 		return cli_err("Dockerfile line %d: an expansion too long", in->line), -1;
-	if (!strcmp(in->kw, "RUN"))
-		snprintf(exp, en, "%s", in->args); /* its shell expands */
+	if (!strcmp(in->kw, "RUN")) { /* its shell expands */
+		if (strlen(in->args) >= en)
+			return cli_err("Dockerfile line %d: RUN over %zu bytes", in->line, en - 1), -1;
+		memcpy(exp, in->args, strlen(in->args) + 1);
+	}
 	char what[16 + 16384];
 	snprintf(what, sizeof(what), "%s %s", in->kw, exp);
 	if (!strcmp(in->kw, "ARG")) {
@@ -868,6 +905,7 @@ static int plan(struct build *b, int i, char *exp, size_t en)
 		return 1;
 	} else if (!strcmp(in->kw, "USER")) {
 		snprintf(b->user, sizeof(b->user), "%s", exp);
+		b->user_given = 1;
 	} else if (!strcmp(in->kw, "CMD") || !strcmp(in->kw, "ENTRYPOINT")) {
 		json_t **to = !strcmp(in->kw, "CMD") ? &b->cmd : &b->entrypoint;
 		json_decref(*to);
@@ -996,13 +1034,22 @@ int tpl_dockerbuild(struct cli *c, const char *name, const char *dockerfile, con
 	if (!(b->a = cli_api(c)))
 		goto out;
 	api_set_timeout(b->a, 0);
-	/* The base's own config, which the new image extends. */
-	struct apath p;
-	apath_init(&p, "/v1/templates");
-	apath_seg(&p, b->from);
-	json_t *base = NULL;
-	if (api_json(b->a, "GET", &p, NULL, &base) == 0) {
+	/* The base's own config, which the new image extends, and what it
+	 * is (its id, digest and size: a base made again is another base). */
+	json_t *base = find_base(b);
+	char what[1024] = "";
+	if (base) {
 		json_t *img = json_object_get(base, "image");
+		snprintf(what, sizeof(what), "%s %s %lld %lld",
+			 json_string_value(json_object_get(base, "id")) ?: "",
+			 json_string_value(json_object_get(img, "digest")) ?: "",
+			 (long long)json_integer_value(json_object_get(base, "size_bytes")),
+			 (long long)json_integer_value(json_object_get(base, "created_ms")));
+		const char *u = json_string_value(json_object_get(img, "user"));
+		if (u && *u) {
+			snprintf(b->user, sizeof(b->user), "%s", u);
+			b->user_given = 1;
+		}
 		size_t k;
 		json_t *v;
 		json_array_foreach(json_object_get(img, "env"), k, v) {
@@ -1023,6 +1070,7 @@ int tpl_dockerbuild(struct cli *c, const char *name, const char *dockerfile, con
 	}
 	json_decref(base);
 	chain(b->key, "FROM", b->from, strlen(b->from));
+	chain(b->key, "BASE", what, strlen(what));
 	/* Plan every step (the keys), then start from the last one cached. */
 	struct step {
 		int fs;

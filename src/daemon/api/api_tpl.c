@@ -156,6 +156,8 @@ static int answer_create(struct req *r, int e, const struct store_tpl *t, const 
 		return reply_error(r, 413, "too_large", "%s", err);
 	if (e == -EINVAL || e == -ENOENT || e == -EACCES)
 		return reply_error(r, 422, "invalid_argument", "%s", err);
+	if (e == -EAGAIN)
+		return reply_error(r, 429, "too_many_requests", "%s", err);
 	if (e == -EPERM)
 		return reply_error(r, 501, "not_implemented", "%s", err);
 	return reply_error(r, 503, "unavailable", "%s", err);

@@ -793,6 +793,13 @@ void sbx_mgr_free(struct sbx_mgr *m)
 	if (!m)
 		return;
 	sbx_mgr_stop(m);
+	/* A template build that outlived the stop's wait still uses m: it is
+	 * left to the process's end rather than freed under it. */
+	pthread_mutex_lock(&m->mu);
+	int builds = m->tpl_builds;
+	pthread_mutex_unlock(&m->mu);
+	if (builds)
+		return;
 	sbx__pools_free(m);
 	for (unsigned b = 0; b < SBX_BUCKETS; b++)
 		while (m->table[b])

@@ -24,9 +24,11 @@
 #include "image/image.h"
 #include "priv/priv.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,7 @@
 
 #define WAIT_STEP_MS 200
 #define BUILD_WAIT_S 1800 /* the import's own limit (image.h) */
+#define MAX_BUILDS 2      /* an account's builds at once */
 
 struct build {
 	struct sbx_mgr *m;
@@ -143,10 +146,22 @@ static int import(struct sbx_mgr *m, int srcfd, const char *id, char *err, size_
 	} else {
 		return errbuf_set(err, errlen, -EPERM, "importing images needs cpuosd started as root");
 	}
-	if (r == 0) {
-		r = image_import_result(rfd, err, errlen);
-		close(rfd);
+	/* Its end, or the daemon's: an import left running ends by itself,
+	 * and the next daemon sweeps what it made (sbx__tpl_start). */
+	while (r == 0) {
+		struct pollfd pf = { .fd = rfd, .events = POLLIN };
+		int n = poll(&pf, 1, 1000);
+		if (n > 0) {
+			r = image_import_result(rfd, err, errlen);
+			break;
+		}
+		if (n < 0 && errno != EINTR)
+			r = errbuf_set(err, errlen, -errno, "cannot wait for the import: %s", strerror(errno));
+		else if (__atomic_load_n(&m->quit, __ATOMIC_RELAXED))
+			r = errbuf_set(err, errlen, -ECANCELED, "the daemon stopped during the import");
 	}
+	if (rfd >= 0)
+		close(rfd);
 	return r;
 }
 
@@ -179,7 +194,8 @@ static int build_run(struct build *b, long long *size, char *err, size_t errlen)
 	double t0 = clock_ms_f();
 	if (srcfd < 0) {
 		snprintf(layout, sizeof(layout), "%s/images/%s", m->cfg.state_dir, b->t.id);
-		struct image_pull_opts o = { .insecure = insecure(m, b->t.source),
+		int admins = insecure(m, b->t.source);
+		struct image_pull_opts o = { .insecure = admins, .public_only = !admins, .cancel = &m->quit,
 					     .username = b->username, .password = b->password,
 					     .max_bytes = m->cfg.image_max_bytes };
 		r = image_pull(b->t.source, layout, &o, err, errlen);
@@ -266,6 +282,13 @@ int sbx_tpl_create(struct sbx_mgr *m, const char *account, const struct sbx_tpl_
 	else if (q->image && (!*q->image || strlen(q->image) >= sizeof(out->source) ||
 			      !strcmp(q->image, "upload")))
 		r = errbuf_set(err, errlen, -EINVAL, "invalid image reference");
+	else if ((q->ready_port || q->ready_cmd) && !q->start_cmd && !q->start_image)
+		r = errbuf_set(err, errlen, -EINVAL, "a ready check needs a start command");
+	else if (!m->cfg.importer && geteuid() != 0)
+		r = errbuf_set(err, errlen, -EPERM, "importing images needs cpuosd started as root");
+	else if (store_tpl_building(m->store, account) >= MAX_BUILDS)
+		r = errbuf_set(err, errlen, -EAGAIN, "the account has %d templates being built: "
+			       "try again when one ended", MAX_BUILDS);
 	long long used = 0;
 	if (r == 0 && m->cfg.template_quota_bytes && store_tpl_usage(m->store, account, &used) == 0 &&
 	    (unsigned long long)used >= m->cfg.template_quota_bytes)
@@ -448,16 +471,42 @@ int sbx__tpl_resolve(struct sbx_mgr *m, const char *account, const char *templat
 	return 0;
 }
 
+/* What no ready template of this node's owns in templates/: a build the
+ * last daemon left (its import ended after it, or its row failed). */
+static void sweep(struct sbx_mgr *m, const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char id[64];
+		size_t n = strcspn(e->d_name, ".");
+		if (strncmp(e->d_name, SBX_TPL_PREFIX, strlen(SBX_TPL_PREFIX)) || n >= sizeof(id) ||
+		    strstr(e->d_name, ".work"))
+			continue; /* a running import's work is its own (and it removes it) */
+		snprintf(id, sizeof(id), "%.*s", (int)n, e->d_name);
+		struct store_tpl t;
+		if (store_tpl_get(m->store, id, &t) == 0 && !strcmp(t.state, "ready"))
+			continue;
+		unlinkat(dirfd(d), e->d_name, 0);
+		log_info("template files %s removed: no template of this node's has them", e->d_name);
+	}
+	if (d)
+		closedir(d);
+}
+
 void sbx__tpl_start(struct sbx_mgr *m)
 {
 	char dir[600];
 	snprintf(dir, sizeof(dir), "%s/templates", m->cfg.state_dir);
 	fs_mkdir_p(dir, 0755, (uid_t)-1, (gid_t)-1);
 	chmod(dir, 0755);
-	snprintf(dir, sizeof(dir), "%s/images", m->cfg.state_dir);
-	fs_mkdir_p(dir, 0700, (uid_t)-1, (gid_t)-1);
 	/* Builds the last daemon left: their pulls and imports are gone. */
 	store_tpl_fail_building(m->store, "the daemon restarted during the build");
+	sweep(m, dir);
+	/* Pulls it left (the uploads were unnamed files, gone with it). */
+	snprintf(dir, sizeof(dir), "%s/images", m->cfg.state_dir);
+	image_remove_tree(AT_FDCWD, dir);
+	fs_mkdir_p(dir, 0700, (uid_t)-1, (gid_t)-1);
 }
 
 int sbx_tpl_file(struct sbx_mgr *m, const char *id, const char *ext, char *out, size_t n)

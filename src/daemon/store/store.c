@@ -456,7 +456,7 @@ static const struct sql_migration migrations[] = {
       "CREATE INDEX deliveries_by_hook ON deliveries (webhook_id, seq);" },
     /* 15 -> 16: templates an account imported or pulled through the API
      * (store_tpl.c): its name for it, what it came from, where its build
-     * stands and what it weighs. */
+     * stands, what it weighs, and the node whose files it is. */
     { "CREATE TABLE templates ("
       " id TEXT PRIMARY KEY NOT NULL,"
       " account TEXT NOT NULL,"
@@ -466,6 +466,7 @@ static const struct sql_migration migrations[] = {
       " error TEXT NOT NULL DEFAULT '',"
       " size_bytes INTEGER NOT NULL DEFAULT 0,"
       " created_ms INTEGER NOT NULL,"
+      " node TEXT NOT NULL DEFAULT '',"
       " UNIQUE (account, name));",
       "CREATE TABLE templates ("
       " id TEXT PRIMARY KEY NOT NULL,"
@@ -476,6 +477,7 @@ static const struct sql_migration migrations[] = {
       " error TEXT NOT NULL DEFAULT '',"
       " size_bytes BIGINT NOT NULL DEFAULT 0,"
       " created_ms BIGINT NOT NULL,"
+      " node TEXT NOT NULL DEFAULT '',"
       " UNIQUE (account, name));" },
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -496,6 +496,7 @@ struct store_tpl {
 	char error[512];     /* why it failed */
 	long long size_bytes; /* its erofs image */
 	long long created_ms;
+	char node[64];       /* the node that holds its files ("" on a single host) */
 };
 
 /* Records a build begun (state "building"); a failed one of that name in
@@ -505,10 +506,13 @@ int store_tpl_insert(struct store *s, const struct store_tpl *t);
  * -ENOENT when it is not building (deleted meanwhile). */
 int store_tpl_finish(struct store *s, const char *id, const char *state, const char *error,
 		     long long size_bytes);
-/* At a start: builds the last daemon left unfinished are failed. */
+/* At a start: builds this node's last daemon left unfinished are failed. */
 int store_tpl_fail_building(struct store *s, const char *error);
-/* One by id; by an account's name for it; the newest of an account
- * pulled from source. 0 or -ENOENT, -EIO. */
+/* How many of an account's templates are being built, or -EIO. */
+int store_tpl_building(struct store *s, const char *account);
+/* One by id; by an account's name for it; an account's pulled from
+ * source (a ready one first, then one building, then the newest failed).
+ * 0 or -ENOENT, -EIO. */
 int store_tpl_get(struct store *s, const char *id, struct store_tpl *out);
 int store_tpl_by_name(struct store *s, const char *account, const char *name,
 		      struct store_tpl *out);

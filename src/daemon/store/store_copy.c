@@ -47,8 +47,8 @@ static const struct table tables[] = {
 	 * without (their deliveries begin again at its first event). */
 	{ "webhooks", "id, account, url, types, secret, created_ms", "ttttti", "created_ms, id", 0 },
 	/* Templates: their files stay in this node's state directory. */
-	{ "templates", "id, account, name, source, state, error, size_bytes, created_ms", "ttttttii",
-	  "created_ms, id", 0 },
+	{ "templates", "id, account, name, source, state, error, size_bytes, created_ms, node",
+	  "ttttttiit", "created_ms, id", 0 },
 };
 
 /* Copies table t's rows from one connection to the other: how many, or

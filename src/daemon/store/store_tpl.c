@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TPL_COLS "id, account, name, source, state, error, size_bytes, created_ms"
+#define TPL_COLS "id, account, name, source, state, error, size_bytes, created_ms, node"
 
 static int tpl_ok(const struct store_tpl *t)
 {
@@ -37,6 +37,8 @@ static int read_row(struct sql_stmt *st, struct store_tpl *t)
 	snprintf(t->error, sizeof(t->error), "%s", e ? e : "");
 	t->size_bytes = sql_col_int64(st, 6);
 	t->created_ms = sql_col_int64(st, 7);
+	const char *node = sql_col_text(st, 8);
+	snprintf(t->node, sizeof(t->node), "%s", node ? node : "");
 	return 0;
 }
 
@@ -58,7 +60,7 @@ int store_tpl_insert(struct store *s, const struct store_tpl *t)
 	st = NULL;
 	if (!r)
 		r = store__prep(s, "INSERT INTO templates (" TPL_COLS ") "
-				   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", &st);
+				   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)", &st);
 	if (!r) {
 		if (store__bind_text(st, 1, t->id) != SQL_OK ||
 		    store__bind_text(st, 2, t->account) != SQL_OK ||
@@ -67,7 +69,8 @@ int store_tpl_insert(struct store *s, const struct store_tpl *t)
 		    store__bind_text(st, 5, t->state) != SQL_OK ||
 		    store__bind_text(st, 6, t->error) != SQL_OK ||
 		    sql_bind_int64(st, 7, t->size_bytes) != SQL_OK ||
-		    sql_bind_int64(st, 8, t->created_ms) != SQL_OK)
+		    sql_bind_int64(st, 8, t->created_ms) != SQL_OK ||
+		    store__bind_text(st, 9, s->node) != SQL_OK)
 			r = -EIO;
 		else
 			r = store__step_done(st);
@@ -105,19 +108,37 @@ int store_tpl_finish(struct store *s, const char *id, const char *state, const c
 
 int store_tpl_fail_building(struct store *s, const char *error)
 {
-	const char *texts[] = { error };
+	const char *texts[] = { error, s->node };
 	int r = store__change(s, "UPDATE templates SET state = 'failed', error = ?1 "
-				 "WHERE state = 'building'", 1, texts);
+				 "WHERE state = 'building' AND node = ?2", 2, texts);
 	return r == -ENOENT ? 0 : r;
+}
+
+int store_tpl_building(struct store *s, const char *account)
+{
+	struct sql_stmt *st;
+	pthread_mutex_lock(&s->lock);
+	int r = store__prep(s, "SELECT COUNT(*) FROM templates WHERE account = ?1 "
+			       "AND state = 'building'", &st);
+	if (!r && (store__bind_text(st, 1, account) != SQL_OK || sql_step(st) != SQL_ROW))
+		r = -EIO;
+	if (!r)
+		r = (int)sql_col_int64(st, 0);
+	sql_finalize(st);
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 /* One row by where = ?1 (and account = ?2 when account is set). */
 static int get_one(struct store *s, const char *where, const char *v, const char *account,
 		   struct store_tpl *out)
 {
-	char sql[256];
+	char sql[512];
+	/* A reference pulled more than once: the ready one first, then one
+	 * being built, then the newest failure. */
 	snprintf(sql, sizeof(sql), "SELECT " TPL_COLS " FROM templates WHERE %s = ?1%s "
-		 "ORDER BY created_ms DESC", where, account ? " AND account = ?2" : "");
+		 "ORDER BY CASE state WHEN 'ready' THEN 0 WHEN 'building' THEN 1 ELSE 2 END, "
+		 "created_ms DESC", where, account ? " AND account = ?2" : "");
 	struct sql_stmt *st;
 	pthread_mutex_lock(&s->lock);
 	int r = store__prep(s, sql, &st);

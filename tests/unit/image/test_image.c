@@ -6,6 +6,7 @@
  * written by hand here (ustar, pax records where needed), so a test can
  * say what no archiver would write. */
 #include "image/image.h"
+#include "image/image_impl.h"
 #include "tests/lib/tap.h"
 
 #include <archive.h>
@@ -624,6 +625,27 @@ static void test_import(void)
 	close(dfd);
 }
 
+/* The addresses a pull for an account never reaches (pull.c). */
+static void test_inward(void)
+{
+	static const char *const in[] = { "127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.255",
+					  "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
+					  "::1", "::", "fd00::1", "fe80::1", "::ffff:127.0.0.1",
+					  "::ffff:169.254.169.254", "224.0.0.1", "nonsense", "198.18.0.2",
+					  "192.0.0.8", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "::7f00:1" };
+	static const char *const out[] = { "8.8.8.8", "172.32.0.1", "192.169.0.1", "100.128.0.1",
+					   "2001:4860:4860::8888", "::ffff:1.1.1.1", "198.20.0.1",
+					   "64:ff9b::808:808", "2002:808:808::1" };
+	int wrong = 0;
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++)
+		if (!image__inward(in[i]))
+			wrong++, t_note("%s taken for a public address", in[i]);
+	for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++)
+		if (image__inward(out[i]))
+			wrong++, t_note("%s taken for the host's own or a private one", out[i]);
+	CHECK(wrong == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
@@ -631,6 +653,7 @@ int main(int argc, char **argv)
 		{ "image_hostile", test_hostile },     { "image_limits", test_limits },
 		{ "image_oci_layout", test_oci_layout }, { "image_oci_lies", test_oci_lies },
 		{ "image_docker_save", test_docker_save }, { "image_import", test_import },
+		{ "image_inward_addresses", test_inward },
 		{ NULL, NULL },
 	};
 	t_fixture(setup, teardown);

@@ -1513,7 +1513,16 @@ static void test_templates(void)
 	CHECK(store_tpl_by_name(t.s, "carol", "web", &got) == -ENOENT);
 	CHECK(store_tpl_by_source(t.s, "bob", "127.0.0.1:5000/web:1", &got) == 0 &&
 	      !strcmp(got.id, b.id));
+	/* of two pulls of one reference, the one building (then ready), though older */
+	struct store_tpl a2 = a;
+	snprintf(a2.id, sizeof(a2.id), "tpl_00000000000000a2");
+	snprintf(a2.name, sizeof(a2.name), "web-again");
+	a2.created_ms = 2000;
+	CHECK(store_tpl_insert(t.s, &a2) == 0 && store_tpl_finish(t.s, a2.id, "failed", "x", 0) == 0);
+	CHECK(store_tpl_by_source(t.s, "alice", a.source, &got) == 0 && !strcmp(got.id, a.id));
 	CHECK(store_tpl_finish(t.s, a.id, "ready", NULL, 5 << 20) == 0);
+	CHECK(store_tpl_by_source(t.s, "alice", a.source, &got) == 0 && !strcmp(got.id, a.id));
+	CHECK(store_tpl_delete(t.s, a2.id) == 0);
 	CHECK(store_tpl_finish(t.s, a.id, "failed", "again", 0) == -ENOENT); /* not building */
 	CHECK(store_tpl_finish(t.s, b.id, "failed", "no such image", 0) == 0);
 	long long used = -1;
@@ -1525,6 +1534,7 @@ static void test_templates(void)
 	struct store_tpl c = b;
 	snprintf(c.id, sizeof(c.id), "tpl_00000000000000cc");
 	CHECK(store_tpl_insert(t.s, &c) == 0 && store_tpl_get(t.s, b.id, &got) == -ENOENT);
+	CHECK(store_tpl_building(t.s, "bob") == 1 && store_tpl_building(t.s, "alice") == 0);
 	/* a daemon's restart fails what was building */
 	CHECK(store_tpl_fail_building(t.s, "restarted") == 0);
 	CHECK(store_tpl_get(t.s, c.id, &got) == 0 && !strcmp(got.state, "failed"));
