@@ -51,6 +51,79 @@ struct pull {
 	size_t errlen;
 };
 
+/* The distribution spec's grammar. A host: labels of letters, digits
+ * and inner '-', joined by '.', and a port. */
+static int host_ok(const char *h)
+{
+	const char *colon = strchr(h, ':');
+	size_t n = colon ? (size_t)(colon - h) : strlen(h);
+	if (!n || n > 253 || (colon && (!colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+					 strlen(colon + 1) > 5)))
+		return 0;
+	for (size_t i = 0, label = 0; i <= n; i++) {
+		char c = i < n ? h[i] : '.';
+		if (c == '.') {
+			if (!label || h[i - 1] == '-')
+				return 0;
+			label = 0;
+		} else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			   (c == '-' && label)) {
+			label++;
+		} else {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* A repository: components of [a-z0-9] runs joined by '.', '_', "__" or
+ * dashes, separated by '/'. */
+static int component_ok(const char *c, size_t n)
+{
+	size_t i = 0;
+	for (;;) {
+		size_t run = i;
+		while (i < n && ((c[i] >= 'a' && c[i] <= 'z') || (c[i] >= '0' && c[i] <= '9')))
+			i++;
+		if (i == run)
+			return 0;
+		if (i == n)
+			return 1;
+		if (c[i] == '.')
+			i++;
+		else if (c[i] == '_')
+			i += i + 1 < n && c[i + 1] == '_' ? 2 : 1;
+		else if (c[i] == '-')
+			while (i < n && c[i] == '-')
+				i++;
+		else
+			return 0;
+	}
+}
+
+static int repo_ok(const char *r)
+{
+	for (;;) {
+		size_t n = strcspn(r, "/");
+		if (!component_ok(r, n))
+			return 0;
+		if (!r[n])
+			return 1;
+		r += n + 1;
+	}
+}
+
+/* A tag: a word character, then up to 127 of them, '.' and '-'; or a
+ * digest (sha256:, 64 hex). */
+static int tag_ok(const char *t)
+{
+	if (!strncmp(t, "sha256:", 7))
+		return strlen(t + 7) == 64 && strspn(t + 7, "0123456789abcdef") == 64;
+	size_t n = strlen(t);
+	return n && n <= 128 && t[0] != '.' && t[0] != '-' &&
+	       strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
+}
+
 /* [host/]repo[:tag][@sha256:...]; Docker Hub's names as docker takes them. */
 static int parse_ref(const char *s, struct ref *r)
 {
@@ -81,13 +154,15 @@ static int parse_ref(const char *s, struct ref *r)
 	}
 	char *colon = strrchr(name, ':');
 	if (colon) {
+		if (!colon[1])
+			return -EINVAL;
 		*colon = '\0';
 		if (!r->tag[0])
 			snprintf(r->tag, sizeof(r->tag), "%s", colon + 1);
 	}
 	if (!r->tag[0])
 		snprintf(r->tag, sizeof(r->tag), "latest");
-	if (!*name || name[0] == '/' || strstr(name, "//") || strstr(name, "..") || strchr(r->tag, '/'))
+	if (!host_ok(r->host) || !repo_ok(name) || !tag_ok(r->tag))
 		return -EINVAL;
 	if (!strcmp(r->host, "registry-1.docker.io") && !strchr(name, '/'))
 		snprintf(r->repo, sizeof(r->repo), "library/%s", name);

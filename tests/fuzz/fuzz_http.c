@@ -108,6 +108,7 @@ static void setup(void)
 	    .accel = QEMU_ACCEL_TCG,
 	    .max_sandboxes = 2,
 	    .max_output = 1 << 20,
+	    .images_off = 1, /* no pull, no import: fuzz_image has the unpacking */
 	};
 	if (sbx_mgr_new(&sc, g.store, &g.mgr) < 0)
 		BUG("cannot start the sandbox manager");

@@ -50,6 +50,9 @@ struct sbx_config {
 	unsigned long long image_max_bytes;      /* an image, unpacked (0: 4 GiB) */
 	unsigned long long template_quota_bytes; /* an account's templates (0: no limit) */
 	const char *insecure_registries; /* host[:port],...: plain HTTP allowed */
+	int images_off;        /* no template from an image here (the HTTP fuzzer's:
+				* no pull, no import): 501, and a reference is
+				* an unknown template */
 	const struct s3_conf *blob; /* an object store that keeps every pause
 				     * (lib/s3.h); NULL: pauses are local only */
 };

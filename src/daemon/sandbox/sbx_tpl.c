@@ -284,7 +284,7 @@ int sbx_tpl_create(struct sbx_mgr *m, const char *account, const struct sbx_tpl_
 		r = errbuf_set(err, errlen, -EINVAL, "invalid image reference");
 	else if ((q->ready_port || q->ready_cmd) && !q->start_cmd && !q->start_image)
 		r = errbuf_set(err, errlen, -EINVAL, "a ready check needs a start command");
-	else if (!m->cfg.importer && geteuid() != 0)
+	else if (m->cfg.images_off || (!m->cfg.importer && geteuid() != 0))
 		r = errbuf_set(err, errlen, -EPERM, "importing images needs cpuosd started as root");
 	else if (store_tpl_building(m->store, account) >= MAX_BUILDS)
 		r = errbuf_set(err, errlen, -EAGAIN, "the account has %d templates being built: "
@@ -440,7 +440,7 @@ int sbx__tpl_resolve(struct sbx_mgr *m, const char *account, const char *templat
 		snprintf(id, idlen, "%s", template);
 		return 0;
 	}
-	if (r < 0 && is_ref(template)) {
+	if (r < 0 && is_ref(template) && !m->cfg.images_off) {
 		/* An image by reference: the account's pull of it, or one now
 		 * (again, if the last one failed). */
 		r = store_tpl_by_source(m->store, account, template, &t);

@@ -625,7 +625,8 @@ static void test_import(void)
 	close(dfd);
 }
 
-/* The addresses a pull for an account never reaches (pull.c). */
+/* The addresses a pull for an account never reaches, and the references
+ * a pull takes (pull.c). */
 static void test_inward(void)
 {
 	static const char *const in[] = { "127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.255",
@@ -644,6 +645,24 @@ static void test_inward(void)
 		if (image__inward(out[i]))
 			wrong++, t_note("%s taken for the host's own or a private one", out[i]);
 	CHECK(wrong == 0);
+	/* References outside the distribution spec's grammar: refused before
+	 * any network (image_pull's -EINVAL). */
+	static const char *const bad[] = { "..././etc/passwd", "Upper/case", "a..b/c", "host:port/x",
+					   "-a.b/c", "a.b/-c", "a.b/c_", "a.b/c:", "a.b/c:.tag", "a.b//c",
+					   "a.b/c@sha256:12", "a.b/c___d", "" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (image_pull(bad[i], "/nonexistent/layout", &(struct image_pull_opts){ 0 }, err,
+			       sizeof(err)) != -EINVAL)
+			wrong++, t_note("'%s' taken for a reference", bad[i]);
+	/* and ones inside it, tried (a closed port on loopback: not -EINVAL) */
+	static const char *const good[] = { "127.0.0.1:1/tools/tiny:v1", "127.0.0.1:1/a__b/c-d.e:1.0-x",
+					    "127.0.0.1:1/x@sha256:0123456789abcdef0123456789abcdef"
+					    "0123456789abcdef0123456789abcdef" };
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		if (image_pull(good[i], "/nonexistent/layout", &(struct image_pull_opts){ .insecure = 1 },
+			       err, sizeof(err)) == -EINVAL)
+			wrong++, t_note("'%s' refused: %s", good[i], err);
+	CHECK(wrong == 0);
 }
 
 int main(int argc, char **argv)
@@ -653,7 +672,7 @@ int main(int argc, char **argv)
 		{ "image_hostile", test_hostile },     { "image_limits", test_limits },
 		{ "image_oci_layout", test_oci_layout }, { "image_oci_lies", test_oci_lies },
 		{ "image_docker_save", test_docker_save }, { "image_import", test_import },
-		{ "image_inward_addresses", test_inward },
+		{ "image_addresses_and_references", test_inward },
 		{ NULL, NULL },
 	};
 	t_fixture(setup, teardown);
