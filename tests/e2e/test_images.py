@@ -203,6 +203,10 @@ def images():
             bb = tar_of([("bin/busybox", f.read(), 0o755), ("bin/sh", None, "busybox"),
                          ("etc/marker", b"busybox\n", 0o644)])
         oci_layout(os.path.join(top, "bbox"), [bb], config_of([bb], cmd=["/bin/sh"]), gz=False)
+        # The same as `docker save` wrote it, with a second layer: an upload's other format.
+        bb_top = tar_of([("etc/marker", b"from docker save\n", 0o644)])
+        docker_save(os.path.join(top, "bbox-saved.tar.gz"), [bb, bb_top],
+                    config_of([bb, bb_top], workdir=""))
         # A heavier one, for quotas: 24 MB that no compression shrinks.
         fat = tar_of([("hello", hello, 0o755), ("ballast", os.urandom(24 << 20), 0o644)])
         oci_layout(os.path.join(top, "fat"), [fat], config_of([fat]), gz=False)
@@ -698,7 +702,7 @@ def test_an_uploaded_image_is_the_accounts_own(images, api_daemon):
 
 def test_a_docker_save_upload_builds_apart(images, api_daemon):
     d, top = api_daemon, images["top"]
-    with open(os.path.join(top, "saved.tar.gz"), "rb") as f:
+    with open(os.path.join(top, "bbox-saved.tar.gz"), "rb") as f:
         r = post_archive(d, d.key_a, "saved", f.read(), wait=False)
     assert r.status == 202 and r.json()["state"] == "building", r
     t = built(d, d.key_a, "saved")

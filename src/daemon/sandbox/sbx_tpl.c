@@ -325,8 +325,7 @@ int sbx_tpl_create(struct sbx_mgr *m, const char *account, const struct sbx_tpl_
 	*out = *t;
 	if (wait) {
 		r = build_finish(b, err, errlen);
-		if (r == 0 || store_tpl_get(m->store, t->id, out) < 0)
-			store_tpl_get(m->store, t->id, out);
+		store_tpl_get(m->store, t->id, out); /* as it ended */
 		build_free(b);
 		return r;
 	}
