@@ -880,6 +880,7 @@ RUN python3 -m pip install -q --no-index --find-links /tmp/wheels --break-system
         cpuos-probe \
     && python3 -c 'import cpuos_probe; print(cpuos_probe.VALUE)' > probe.txt
 COPY index.html ./
+ADD assets.tar.gz /srv/assets/
 EXPOSE 8000
 CMD ["python3", "-m", "http.server", "8000", "--directory", "/srv/app"]
 """
@@ -897,6 +898,7 @@ COPY server /usr/local/bin/server
 RUN echo 42 > probe.txt \
     && git --version > git.txt
 COPY index.html ./
+ADD assets.tar.gz /srv/assets/
 EXPOSE 8000
 CMD ["/usr/local/bin/server", "8000"]
 """
@@ -927,6 +929,10 @@ def test_a_dockerfile_build_with_a_cache(images, api_daemon, tmp_path):
     probe_wheel(str(ctx / "wheels"))
     shutil.copy(os.path.join(images["top"], "server"), ctx / "server")
     (ctx / "index.html").write_text("<h1>first</h1>\n")
+    with tarfile.open(ctx / "assets.tar.gz", "w:gz") as t:  # ADD unpacks it
+        info = tarfile.TarInfo("a.txt")
+        info.size = 7
+        t.addfile(info, io.BytesIO(b"added!\n"))
     python = not SANITIZER
     dockerfile = DOCKERFILE if python else DOCKERFILE_BASE
     (tmp_path / "Dockerfile").write_text(dockerfile)
@@ -956,14 +962,14 @@ def test_a_dockerfile_build_with_a_cache(images, api_daemon, tmp_path):
             assert page(sbx, "/probe.txt") == "42\n"
         else:
             assert page(sbx, "/") == "started once\n"
-        r = sbx.exec("echo $APP_GREETING; pwd; cat probe.txt index.html")
-        assert r.stdout == "hi\n/srv/app\n42\n<h1>first</h1>\n", r
+        r = sbx.exec("echo $APP_GREETING; pwd; cat probe.txt index.html /srv/assets/a.txt")
+        assert r.stdout == "hi\n/srv/app\n42\n<h1>first</h1>\nadded!\n", r
     finally:
         sbx.kill()
     # Nothing changed: the template stands, and nothing is exported.
     assert "is up to date" in build("--build-arg", "GREETING=hi")
-    # A step added after the rest: every step before it comes from its checkpoint (no pip run
-    # again), and its failure ends the build with its line; the template stays as it was.
+    # A step added after the rest: every step before it (5 that change files) comes from its
+    # checkpoint (no pip run again), and its failure ends the build with its line; the template stays as it was.
     (tmp_path / "Dockerfile").write_text(dockerfile + "RUN echo $APP_GREETING; exit 3\n")
     t0 = time.monotonic()
     r = run_cli(env, "templates", "build", "webapp", "-f", str(tmp_path / "Dockerfile"), str(ctx),
@@ -971,7 +977,7 @@ def test_a_dockerfile_build_with_a_cache(images, api_daemon, tmp_path):
     print(f"build with a failing step: {time.monotonic() - t0:.1f} s\n" + r.stderr[-3000:])
     line = len(dockerfile.split("\n"))
     assert r.returncode != 0 and f"line {line}: RUN exited 3" in r.stderr, r.stderr
-    assert r.stderr.count("CACHED") == 4 and "\nhi\n" in r.stderr, r.stderr
+    assert r.stderr.count("CACHED") == 5 and "\nhi\n" in r.stderr, r.stderr
     assert ("RUN python3 -m pip install" if python else "RUN echo 42") in r.stderr.split("CACHED")[2], r.stderr
     assert "WARNING: Running pip" not in r.stderr
     os.symlink("/etc", ctx / "link")

@@ -15,6 +15,8 @@
  */
 #include "cli/cpuos/tplbuild.h"
 #include "cli/cpuos/cli.h"
+#include "cli/cpuos/cmd_files.h"
+#include "cli/cpuos/dockerfile.h"
 #include "cli/cpuos/http.h"
 #include "common/clock.h"
 
@@ -35,16 +37,10 @@
 #define MAX_STEPS 256
 #define KEY_HEX 24 /* of the step hash, in checkpoint names */
 
-struct instr {
-	char kw[16];
-	char *args;
-	int line;
-};
-
 struct build {
 	struct api *a;
 	const char *name, *context;
-	struct instr steps[MAX_STEPS];
+	struct df_instr steps[MAX_STEPS];
 	int nsteps;
 	json_t *build_args; /* --build-arg */
 	/* the state the steps so far made */
@@ -74,205 +70,6 @@ static void chain(unsigned char *key, const char *what, const void *more, size_t
 		EVP_DigestUpdate(c, more, n);
 	EVP_DigestFinal_ex(c, key, NULL);
 	EVP_MD_CTX_free(c);
-}
-
-/* ---- the Dockerfile ---- */
-
-/* Lines joined at a trailing backslash, comments and blank lines dropped,
- * each instruction's keyword upper-cased. */
-static int parse(struct build *b, char *text)
-{
-	int line = 0;
-	char *p = text;
-	while (*p) {
-		char *end = strchr(p, '\n');
-		line++;
-		if (end)
-			*end = '\0';
-		char *s = p;
-		p = end ? end + 1 : p + strlen(p);
-		while (*s == ' ' || *s == '\t')
-			s++;
-		if (!*s || *s == '#' || *s == '\r')
-			continue;
-		int at = line;
-		/* continuation: the rest of the instruction on the lines after
-		 * (a comment line among them is skipped, as docker does) */
-		char *joined = strdup(s);
-		size_t len = joined ? strlen(joined) : 0;
-		if (len && joined[len - 1] == '\r')
-			joined[--len] = '\0';
-		while (joined && len && joined[len - 1] == '\\' && *p) {
-			char *e2 = strchr(p, '\n');
-			line++;
-			if (e2)
-				*e2 = '\0';
-			char *t = p;
-			p = e2 ? e2 + 1 : p + strlen(p);
-			while (*t == ' ' || *t == '\t')
-				t++;
-			size_t tl = strlen(t);
-			if (tl && t[tl - 1] == '\r')
-				t[--tl] = '\0';
-			if (*t == '#')
-				continue;
-			joined[--len] = '\0'; /* the backslash */
-			char *nj = realloc(joined, len + tl + 2);
-			if (!nj) {
-				free(joined);
-				joined = NULL;
-				break;
-			}
-			joined = nj;
-			joined[len++] = ' ';
-			memcpy(joined + len, t, tl + 1);
-			len += tl;
-		}
-		if (joined && len && joined[len - 1] == '\\')
-			joined[--len] = '\0'; /* a continuation at the file's end */
-		if (!joined)
-			return cli_err("out of memory"), -1;
-		if (b->nsteps == MAX_STEPS) {
-			free(joined);
-			cli_err("the Dockerfile has more than %d instructions", MAX_STEPS);
-			return -1;
-		}
-		struct instr *in = &b->steps[b->nsteps];
-		size_t k = strcspn(joined, " \t");
-		if (k >= sizeof(in->kw)) {
-			cli_err("Dockerfile line %d: unknown instruction '%.20s'", at, joined);
-			free(joined);
-			return -1;
-		}
-		for (size_t i = 0; i < k; i++)
-			in->kw[i] = (char)(joined[i] >= 'a' && joined[i] <= 'z' ? joined[i] - 32 : joined[i]);
-		in->kw[k] = '\0';
-		char *args = joined + k;
-		while (*args == ' ' || *args == '\t')
-			args++;
-		size_t al = strlen(args);
-		while (al && (args[al - 1] == ' ' || args[al - 1] == '\t' || args[al - 1] == '\r'))
-			args[--al] = '\0';
-		memmove(joined, args, al + 1);
-		in->args = joined;
-		in->line = at;
-		b->nsteps++;
-	}
-	return 0;
-}
-
-/* $NAME, ${NAME} and ${NAME:-default} from ENV, then ARG; "\$" is a '$'. */
-static int expand(const struct build *b, const char *in, char *out, size_t n)
-{
-	size_t o = 0;
-	for (const char *p = in; *p;) {
-		if (p[0] == '\\' && p[1] == '$') {
-			if (o + 1 >= n)
-				return -1;
-			out[o++] = '$';
-			p += 2;
-			continue;
-		}
-		if (*p != '$' || !(p[1] == '{' || p[1] == '_' || (p[1] >= 'A' && p[1] <= 'Z') ||
-				   (p[1] >= 'a' && p[1] <= 'z'))) {
-			if (o + 1 >= n)
-				return -1;
-			out[o++] = *p++;
-			continue;
-		}
-		char name[256], def[1024] = "";
-		int has_def = 0;
-		if (p[1] == '{') {
-			const char *close = strchr(p, '}');
-			if (!close || close - p - 2 >= (long)sizeof(name))
-				return -1;
-			snprintf(name, sizeof(name), "%.*s", (int)(close - p - 2), p + 2);
-			char *d = strstr(name, ":-");
-			if (d) {
-				snprintf(def, sizeof(def), "%s", d + 2);
-				*d = '\0';
-				has_def = 1;
-			}
-			p = close + 1;
-		} else {
-			size_t k = 1;
-			while (p[k] == '_' || (p[k] >= 'A' && p[k] <= 'Z') || (p[k] >= 'a' && p[k] <= 'z') ||
-			       (p[k] >= '0' && p[k] <= '9'))
-				k++;
-			if (k - 1 >= sizeof(name))
-				return -1;
-			snprintf(name, sizeof(name), "%.*s", (int)(k - 1), p + 1);
-			p += k;
-		}
-		const char *v = json_string_value(json_object_get(b->env, name));
-		if (!v)
-			v = json_string_value(json_object_get(b->args, name));
-		if ((!v || !*v) && has_def)
-			v = def;
-		size_t vl = v ? strlen(v) : 0;
-		if (o + vl >= n)
-			return -1;
-		memcpy(out + o, v ? v : "", vl);
-		o += vl;
-	}
-	out[o] = '\0';
-	return 0;
-}
-
-/* The exec form (a JSON array of strings), or the shell form as /bin/sh -c. */
-static json_t *argv_of(const char *args)
-{
-	if (args[0] == '[') {
-		json_t *a = json_loads(args, 0, NULL);
-		size_t i;
-		json_t *v;
-		int ok = json_is_array(a) && json_array_size(a);
-		json_array_foreach(a, i, v) ok = ok && json_is_string(v);
-		if (ok)
-			return a;
-		json_decref(a);
-	}
-	return json_pack("[sss]", "/bin/sh", "-c", args);
-}
-
-/* "K=V K2=V2" or "K V" into obj, values unquoted. */
-static int pairs(const char *s, json_t *obj)
-{
-	const char *sp = s + strcspn(s, " \t="), *p = s;
-	if (*sp != '=') { /* the old form: ENV K the rest */
-		if (!*sp || sp == s)
-			return -1;
-		char k[256];
-		snprintf(k, sizeof(k), "%.*s", (int)(sp - s), s);
-		while (*sp == ' ' || *sp == '\t')
-			sp++;
-		json_object_set_new(obj, k, json_string(sp));
-		return 0;
-	}
-	while (*p) {
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (!*p)
-			break;
-		const char *eq = strchr(p, '=');
-		if (!eq || eq == p || eq - p > 255)
-			return -1;
-		char k[256], v[8192];
-		size_t o = 0;
-		snprintf(k, sizeof(k), "%.*s", (int)(eq - p), p);
-		p = eq + 1;
-		char q = (*p == '"' || *p == '\'') ? *p++ : 0;
-		while (*p && (q ? *p != q : (*p != ' ' && *p != '\t')) && o + 1 < sizeof(v)) {
-			if (*p == '\\' && p[1] && q != '\'')
-				p++;
-			v[o++] = *p++;
-		}
-		if (q && *p == q)
-			p++;
-		v[o] = '\0';
-		json_object_set_new(obj, k, json_string(v));
-	}
-	return 0;
 }
 
 /* ---- the sandbox ---- */
@@ -403,9 +200,6 @@ static int save(struct build *b, const char *name)
 static pid_t tar_of(const char *dir, const char *what, const char *rename_to, const char *owner,
 		    int *fd)
 {
-	int p[2];
-	if (pipe(p) < 0)
-		return -1;
 	char ownopt[64], grpopt[64], xf[PATH_MAX + 32];
 	const char *colon = owner ? strchr(owner, ':') : NULL;
 	snprintf(ownopt, sizeof(ownopt), "--owner=%.*s", colon ? (int)(colon - owner) : 30,
@@ -428,30 +222,7 @@ static pid_t tar_of(const char *dir, const char *what, const char *rename_to, co
 	argv[n++] = "--";
 	argv[n++] = (char *)what;
 	argv[n] = NULL;
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(p[1], 1);
-		close(p[0]);
-		close(p[1]);
-		execvp("tar", argv);
-		_exit(127);
-	}
-	close(p[1]);
-	if (pid < 0) {
-		close(p[0]);
-		return -1;
-	}
-	*fd = p[0];
-	return pid;
-}
-
-static int tar_end(pid_t pid)
-{
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	return cli_tar_start(argv, 0, fd);
 }
 
 /* A source of a COPY: where it is and what tar takes. */
@@ -502,7 +273,7 @@ static int hash_src(const struct src *s, const char *rename_to, const char *owne
 	while ((n = read(fd, buf, sizeof(buf))) > 0)
 		EVP_DigestUpdate(c, buf, (size_t)n);
 	close(fd);
-	return tar_end(pid);
+	return cli_tar_end(pid);
 }
 
 /* COPY/ADD [--chown=UID:GID] SRC... DEST: parsed into srcs, dest and
@@ -540,7 +311,7 @@ static int copy_plan(struct build *b, const char *args, struct src **srcs, int *
 		return cli_err("COPY needs a source and a destination"), -1;
 	}
 	char exp[PATH_MAX];
-	if (expand(b, json_string_value(json_array_get(list, n - 1)), exp, sizeof(exp)) < 0) {
+	if (df_expand(b->env, b->args, json_string_value(json_array_get(list, n - 1)), exp, sizeof(exp)) < 0) {
 		json_decref(list);
 		return cli_err("COPY: the destination is too long"), -1;
 	}
@@ -558,7 +329,7 @@ static int copy_plan(struct build *b, const char *args, struct src **srcs, int *
 	for (size_t i = 0; r == 0 && i + 1 < n; i++) {
 		const char *rel = json_string_value(json_array_get(list, i));
 		char e2[PATH_MAX];
-		if (!rel || expand(b, rel, e2, sizeof(e2)) < 0 || resolve_src(b, e2, &(*srcs)[i]) < 0) {
+		if (!rel || df_expand(b->env, b->args, rel, e2, sizeof(e2)) < 0 || resolve_src(b, e2, &(*srcs)[i]) < 0) {
 			r = -1;
 			break;
 		}
@@ -606,47 +377,50 @@ static int copy_do(struct build *b, struct src *srcs, int nsrc, const char *dest
 		const char *ext = strrchr(s->what, '.');
 		int archive = add && !s->is_dir && ext &&
 			      (strstr(s->what, ".tar") || !strcmp(ext, ".tgz"));
+		char unpacked[] = "/tmp/cpuos-add-XXXXXX";
 		if (archive) {
-			/* ADD unpacks a local archive: it goes as it is to the
-			 * guest's tar, after the local one undid its compression */
-			int p[2];
-			if (pipe(p) < 0)
-				return -1;
+			/* ADD unpacks a local archive (plain or compressed: the
+			 * local tar tells which) here, and sends what it holds */
 			char file[PATH_MAX * 2];
 			snprintf(file, sizeof(file), "%s/%s", s->dir, s->what);
-			pid = fork();
-			if (pid == 0) {
-				dup2(p[1], 1);
-				close(p[0]);
-				close(p[1]);
-				char *argv[] = { "tar", "-cf", "-", "--numeric-owner", "--owner=0", "--group=0",
-						 "@", NULL };
-				char at[PATH_MAX * 2 + 2];
-				snprintf(at, sizeof(at), "@%s", file);
-				argv[6] = at;
-				execvp("tar", argv);
-				_exit(127);
+			char *argv[] = { "tar", "-xf", file, "-C", unpacked, "--no-same-owner", NULL };
+			int devnull;
+			if (!mkdtemp(unpacked))
+				return cli_err("cannot make a directory in /tmp: %s", strerror(errno)), -1;
+			pid = cli_tar_start(argv, 0, &devnull);
+			if (pid >= 0) {
+				close(devnull);
+				if (cli_tar_end(pid) < 0)
+					pid = -1;
 			}
-			close(p[1]);
-			fd = p[0];
+			pid = pid < 0 ? -1 : tar_of(unpacked, ".", NULL, owner[0] ? owner : NULL, &fd);
 		} else {
 			pid = tar_of(s->dir, s->what, rename_to, owner[0] ? owner : NULL, &fd);
 		}
+		int r = -1, t = -1;
+		if (pid >= 0) {
+			struct apath p;
+			apath_init(&p, "/v1/sandboxes");
+			apath_seg(&p, b->sbx);
+			apath_add(&p, "/files/archive");
+			apath_query(&p, "path", dir);
+			apath_query(&p, "user", "root");
+			r = api_upload(b->a, "PUT", &p, fd, NULL);
+			close(fd);
+			t = cli_tar_end(pid);
+		}
+		if (archive) {
+			char cmd[64];
+			snprintf(cmd, sizeof(cmd), "rm -rf '%s'", unpacked);
+			if (system(cmd) != 0)
+				cli_err("cannot remove '%s'", unpacked);
+		}
 		if (pid < 0)
-			return cli_err("cannot start tar: %s", strerror(errno)), -1;
-		struct apath p;
-		apath_init(&p, "/v1/sandboxes");
-		apath_seg(&p, b->sbx);
-		apath_add(&p, "/files/archive");
-		apath_query(&p, "path", dir);
-		apath_query(&p, "user", "root");
-		int r = api_upload(b->a, "PUT", &p, fd, NULL);
-		close(fd);
-		int t = tar_end(pid);
+			return -1;
 		if (r < 0)
 			return cli_api_fail(b->a), -1;
 		if (t < 0)
-			return cli_err("the local tar of '%s' failed", s->what), -1;
+			return -1;
 	}
 	return 0;
 }
@@ -807,11 +581,11 @@ static int upload(struct build *b, const char *dir, const struct tpl_start *st)
 	int fd;
 	pid_t pid = tar_of(dir, ".", NULL, NULL, &fd);
 	if (pid < 0)
-		return cli_err("cannot start tar: %s", strerror(errno)), -1;
+		return -1;
 	json_t *resp = NULL;
 	int r = api_upload(b->a, "POST", &p, fd, &resp);
 	close(fd);
-	tar_end(pid);
+	cli_tar_end(pid);
 	if (r < 0)
 		return cli_api_fail(b->a), -1;
 	fprintf(stderr, "#  template %s: %s, %lld MB\n", b->name,
@@ -870,8 +644,8 @@ static json_t *find_base(struct build *b)
  * files (a step to run), 0 if not, -1 on an error said. */
 static int plan(struct build *b, int i, char *exp, size_t en)
 {
-	struct instr *in = &b->steps[i];
-	if (strcmp(in->kw, "RUN") && expand(b, in->args, exp, en) < 0)
+	struct df_instr *in = &b->steps[i];
+	if (strcmp(in->kw, "RUN") && df_expand(b->env, b->args, in->args, exp, en) < 0)
 		return cli_err("Dockerfile line %d: an expansion too long", in->line), -1;
 	if (!strcmp(in->kw, "RUN")) { /* its shell expands */
 		if (strlen(in->args) >= en)
@@ -889,7 +663,7 @@ static int plan(struct build *b, int i, char *exp, size_t en)
 							      : eq ? eq + 1 : ""));
 		snprintf(what, sizeof(what), "ARG %s=%s", k, json_string_value(json_object_get(b->args, k)));
 	} else if (!strcmp(in->kw, "ENV") || !strcmp(in->kw, "LABEL")) {
-		if (pairs(exp, !strcmp(in->kw, "ENV") ? b->env : b->labels) < 0)
+		if (df_pairs(exp, !strcmp(in->kw, "ENV") ? b->env : b->labels) < 0)
 			return cli_err("Dockerfile line %d: %s needs KEY=VALUE", in->line, in->kw), -1;
 	} else if (!strcmp(in->kw, "WORKDIR")) {
 		if (exp[0] == '/')
@@ -909,7 +683,7 @@ static int plan(struct build *b, int i, char *exp, size_t en)
 	} else if (!strcmp(in->kw, "CMD") || !strcmp(in->kw, "ENTRYPOINT")) {
 		json_t **to = !strcmp(in->kw, "CMD") ? &b->cmd : &b->entrypoint;
 		json_decref(*to);
-		*to = argv_of(exp);
+		*to = df_argv(exp);
 	} else if (!strcmp(in->kw, "EXPOSE")) {
 		if (!b->expose)
 			b->expose = (unsigned)strtoul(exp, NULL, 10);
@@ -951,7 +725,7 @@ struct at {
 
 static int do_step(struct build *b, int i, const char *exp, const struct at *at)
 {
-	struct instr *in = &b->steps[i];
+	struct df_instr *in = &b->steps[i];
 	if (!strcmp(in->kw, "WORKDIR")) {
 		json_t *argv = json_pack("[sss]", "mkdir", "-p", at->cwd);
 		int r = run(b, argv, "/", "root", NULL);
@@ -959,7 +733,7 @@ static int do_step(struct build *b, int i, const char *exp, const struct at *at)
 		return r == 0 ? 0 : (cli_err("WORKDIR %s: mkdir exited %d", at->cwd, r), -1);
 	}
 	if (!strcmp(in->kw, "RUN")) {
-		json_t *argv = argv_of(exp);
+		json_t *argv = df_argv(exp);
 		int r = run(b, argv, at->cwd, at->user, at->env);
 		json_decref(argv);
 		if (r != 0)
@@ -1001,7 +775,7 @@ int tpl_dockerbuild(struct cli *c, const char *name, const char *dockerfile, con
 		goto out;
 	}
 	text[n] = '\0';
-	if (parse(b, text) < 0) {
+	if (df_parse(text, b->steps, MAX_STEPS, &b->nsteps) < 0) {
 		ret = EXIT_USAGE;
 		goto out;
 	}
@@ -1017,7 +791,7 @@ int tpl_dockerbuild(struct cli *c, const char *name, const char *dockerfile, con
 		ret = EXIT_USAGE;
 		goto out;
 	}
-	if (expand(b, b->steps[i].args, exp, sizeof(exp)) < 0)
+	if (df_expand(b->env, b->args, b->steps[i].args, exp, sizeof(exp)) < 0)
 		goto out;
 	exp[strcspn(exp, " \t")] = '\0'; /* "AS stage" */
 	if (strlen(exp) >= sizeof(b->from)) {
@@ -1129,7 +903,7 @@ int tpl_dockerbuild(struct cli *c, const char *name, const char *dockerfile, con
 	int total = b->nsteps - i - 1;
 	for (int k = i + 1; k < b->nsteps; k++) {
 		struct step *s = &steps[k];
-		struct instr *in = &b->steps[k];
+		struct df_instr *in = &b->steps[k];
 		int cached = k <= last_cached;
 		fprintf(stderr, "#%d/%d %s %.200s%s\n", k - i, total, in->kw, in->args,
 			cached ? (s->fs ? "  CACHED" : "") : "");

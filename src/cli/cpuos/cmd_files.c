@@ -92,7 +92,7 @@ out:
 
 /* Starts the local tar with argv, its stdin (to_tar) or stdout the other
  * end of a pipe returned in *fd: its pid, or -1 after saying why. */
-static pid_t start_tar(char *const argv[], int to_tar, int *fd)
+pid_t cli_tar_start(char *const argv[], int to_tar, int *fd)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0) {
@@ -117,7 +117,7 @@ static pid_t start_tar(char *const argv[], int to_tar, int *fd)
 }
 
 /* Waits for the local tar: 0 when it succeeded, else -1 after saying so. */
-static int end_tar(pid_t pid)
+int cli_tar_end(pid_t pid)
 {
 	int status;
 	while (waitpid(pid, &status, 0) < 0)
@@ -152,7 +152,7 @@ static int upload_dir(struct api *a, const char *local, const char *id, const ch
 	}
 	char *argv[] = { "tar", "-C", (char *)local, "-cf", "-", ".", NULL };
 	int fd;
-	pid_t pid = start_tar(argv, 0, &fd);
+	pid_t pid = cli_tar_start(argv, 0, &fd);
 	if (pid < 0)
 		return EXIT_API;
 	struct apath p;
@@ -164,7 +164,7 @@ static int upload_dir(struct api *a, const char *local, const char *id, const ch
 		apath_query(&p, "user", user);
 	int r = api_upload(a, "PUT", &p, fd, NULL);
 	close(fd);
-	int t = end_tar(pid);
+	int t = cli_tar_end(pid);
 	if (r < 0) {
 		cli_api_fail(a);
 		return EXIT_API;
@@ -190,7 +190,7 @@ static int tar_sink(void *arg, const char *p, size_t n)
 		 * bits, nothing over a directory that is there (even as root). */
 		char *argv[] = { "tar", "-C", (char *)u->dest, "-xf", "-", "--no-same-owner",
 				 "--no-same-permissions", "--no-overwrite-dir", NULL };
-		if ((u->pid = start_tar(argv, 1, &u->fd)) < 0)
+		if ((u->pid = cli_tar_start(argv, 1, &u->fd)) < 0)
 			return -EIO;
 	}
 	while (n) {
@@ -231,7 +231,7 @@ static int download_dir(struct api *a, const char *id, const char *rpath, const 
 	int r = api_download(a, &p, tar_sink, &u);
 	if (u.fd >= 0)
 		close(u.fd);
-	int t = u.pid > 0 ? end_tar(u.pid) : 0;
+	int t = u.pid > 0 ? cli_tar_end(u.pid) : 0;
 	if (r < 0 && api_error(a)[0])
 		cli_api_fail(a);
 	else if (r < 0)
