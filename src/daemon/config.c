@@ -65,6 +65,9 @@ static const char usage[] =
 	"                         limit (default 20480)\n"
 	"  --insecure-registry HOST[:PORT],...  registries pulled from over plain HTTP (a\n"
 	"                         local one); every other is HTTPS\n"
+	"  --builder PATH         the cpuos CLI that runs Dockerfile builds for the API, a\n"
+	"                         client of --listen (default: cpuos beside this binary;\n"
+	"                         'none' for no builds)\n"
 	"  --net on|off           a network per sandbox (default on; off: no NIC at all)\n"
 	"  --net-range CIDR       IPv4 range for the sandboxes' host-side addresses, /16 to\n"
 	"                         /24, one /30 each; give each daemon on a host its own\n"
@@ -191,6 +194,7 @@ static const struct opt table[] = {
 	OPT_INT_OF("image-max-mb", struct config, image_max_mb, 1, 1 << 20),
 	OPT_INT_OF("template-quota-mb", struct config, template_quota_mb, 0, 0),
 	OPT_TEXT_OF("insecure-registry", struct config, insecure_registries),
+	OPT_TEXT_OF("builder", struct config, builder),
 	OPT_ON_OFF_OF("net", struct config, net),
 	OPT_TEXT_OF("net-range", struct config, net_range),
 	OPT_FN_OF("net-default", set_net_default),
@@ -236,7 +240,9 @@ static void defaults(struct config *o)
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n > 0) {
 		exe[n] = '\0';
-		snprintf(o->guest_dir, sizeof(o->guest_dir), "%s/../guest", dirname(exe));
+		const char *dir = dirname(exe);
+		snprintf(o->guest_dir, sizeof(o->guest_dir), "%s/../guest", dir);
+		snprintf(o->builder, sizeof(o->builder), "%s/cpuos", dir);
 	}
 	o->max_sandboxes = 20;
 	o->overcommit = 1.5;

@@ -59,6 +59,7 @@ struct config {
 	 * that may speak plain HTTP (host[:port],...) */
 	long long image_max_mb, template_quota_mb;
 	char insecure_registries[1024];
+	char builder[PATH_MAX]; /* the CLI that runs API builds; "none" */
 };
 
 /* Fills c from the defaults, then every --config file, then the flags.

@@ -60,6 +60,20 @@ static int port_dial(void *arg, const char *id, const char *token, unsigned port
 
 /* --egress-trust's certificates, read while the file may be root's
  * alone: a malloc'd PEM text, or NULL with errno. */
+/* The URL a builder on this host reaches listen (HOST:PORT) at: an
+ * address for every interface is reached on loopback. */
+static void builder_url_of(const char *listen, char *out, size_t n)
+{
+	const char *colon = strrchr(listen, ':');
+	size_t hl = colon ? (size_t)(colon - listen) : 0;
+	if (!hl || (hl == 7 && !strncmp(listen, "0.0.0.0", 7)) || (hl == 1 && listen[0] == '*'))
+		snprintf(out, n, "http://127.0.0.1%s", colon ? colon : ":7070");
+	else if (hl == 4 && !strncmp(listen, "[::]", 4))
+		snprintf(out, n, "http://[::1]%s", colon);
+	else
+		snprintf(out, n, "http://%s", listen);
+}
+
 static char *read_trust(const char *path)
 {
 	FILE *f = fopen(path, "re");
@@ -750,7 +764,15 @@ int main(int argc, char **argv)
 		priv_close(priv);
 		return 1;
 	}
+	/* Builds run by a client of the TCP listener, not of a gated one. */
+	char builder_url[200] = "";
+	int builds = strcmp(o.builder, "none") && strcmp(o.listen, "none") && !cluster_secret[0] &&
+		     access(o.builder, X_OK) == 0;
+	if (builds)
+		builder_url_of(o.listen, builder_url, sizeof(builder_url));
 	struct sbx_config sc = {
+		.builder = builds ? o.builder : NULL, .builder_url = builds ? builder_url : NULL,
+		.node = o.node,
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
 		.qemu = o.qemu[0] ? o.qemu : NULL, .qemu_build = qbuild.id[0] ? &qbuild : NULL,
 		.accel = accel,

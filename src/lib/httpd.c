@@ -343,6 +343,32 @@ const char *httpd_query(struct httpd_req *r, const char *name, int *bad)
 	return v;
 }
 
+struct query_each {
+	const char *name;
+	int (*fn)(void *arg, const char *value);
+	void *arg;
+	int rc;
+};
+
+static enum MHD_Result query_one(void *cls, enum MHD_ValueKind kind, const char *key,
+				 const char *value)
+{
+	struct query_each *q = cls;
+	(void)kind;
+	if (!key || strcmp(key, q->name))
+		return MHD_YES;
+	q->rc = q->fn(q->arg, value ? value : "");
+	return q->rc ? MHD_NO : MHD_YES;
+}
+
+int httpd_query_each(struct httpd_req *r, const char *name,
+		     int (*fn)(void *arg, const char *value), void *arg)
+{
+	struct query_each q = { name, fn, arg, 0 };
+	MHD_get_connection_values(r->con, MHD_GET_ARGUMENT_KIND, query_one, &q);
+	return q.rc;
+}
+
 int httpd_fd(struct httpd_req *r)
 {
 	const union MHD_ConnectionInfo *ci =

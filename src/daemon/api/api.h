@@ -129,6 +129,11 @@ int api_templates(struct req *r);
 int api_tpl_get(struct req *r);
 int api_tpl_delete(struct req *r);
 int api_tpl_create(struct req *r, enum up_phase phase, const char *data, size_t n);
+/* api_build.c: Dockerfile builds the node runs */
+int api_build_create(struct req *r, enum up_phase phase, const char *data, size_t n);
+int api_build_get(struct req *r);
+int api_build_logs(struct req *r);
+int api_build_cancel(struct req *r);
 int api_health(struct req *r);
 int api_openapi(struct req *r);
 int api_keys_create(struct req *r);

@@ -113,6 +113,12 @@ const char *req_query(struct req *r, const char *name, int *bad)
 	return httpd_query(r->http, name, bad);
 }
 
+int req_query_each(struct req *r, const char *name, int (*fn)(void *arg, const char *value),
+		   void *arg)
+{
+	return httpd_query_each(r->http, name, fn, arg);
+}
+
 /* ---- the library's hooks ---- */
 
 static void on_start(struct httpd_req *h)

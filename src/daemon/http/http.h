@@ -134,5 +134,8 @@ int http_fd_gone(int fd);
 /* Query parameter name: its value, NULL if absent. A value holding a NUL
  * byte (%00) is reported through *bad, never silently cut. */
 const char *req_query(struct req *r, const char *name, int *bad);
+/* Each value of a repeated query parameter (httpd_query_each). */
+int req_query_each(struct req *r, const char *name, int (*fn)(void *arg, const char *value),
+		   void *arg);
 
 #endif

@@ -716,6 +716,7 @@ int sbx_mgr_new(const struct sbx_config *cfg, struct store *store, struct sbx_mg
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_mutex_init(&m->ckpt_fetch_mu, NULL);
 	pthread_mutex_init(&m->take_mu, NULL);
+	pthread_mutex_init(&m->builds_mu, NULL);
 	cond_init_mono(&m->state_cv);
 	cond_init_mono(&m->quit_cv);
 	pthread_cond_init(&m->killers_cv, NULL);
@@ -809,6 +810,8 @@ void sbx_mgr_free(struct sbx_mgr *m)
 	pthread_cond_destroy(&m->quit_cv);
 	pthread_mutex_destroy(&m->ckpt_fetch_mu);
 	pthread_mutex_destroy(&m->take_mu);
+	sbx__builds_free(m);
+	pthread_mutex_destroy(&m->builds_mu);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

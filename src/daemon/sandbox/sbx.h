@@ -55,6 +55,10 @@ struct sbx_config {
 				* an unknown template */
 	const struct s3_conf *blob; /* an object store that keeps every pause
 				     * (lib/s3.h); NULL: pauses are local only */
+	const char *builder;     /* the cpuos CLI that runs Dockerfile builds
+				  * (sbx_build.c); NULL: none here */
+	const char *builder_url; /* where it reaches this daemon's API */
+	const char *node;        /* this node's name; "" outside a cluster */
 };
 
 struct sbx_params {
@@ -114,6 +118,44 @@ int sbx_tpl_upload_fd(struct sbx_mgr *m);
  * is still being built). */
 int sbx_tpl_delete(struct sbx_mgr *m, const char *account, const char *name, char *err,
 		   size_t errlen);
+
+/* ---- Dockerfile builds the node runs (sbx_build.c) ---- */
+/* POST /v1/templates/{name}/build: the CLI's build (`cpuos templates
+ * build NAME -f DOCKERFILE -`), run here as a client of this daemon's API
+ * with a key of the account's that lives as long as the build, its
+ * context archive on its stdin and its output kept as the build's log. */
+struct sbx_build_req {
+	const char *name;       /* the template it makes */
+	const char *dockerfile; /* a path in the context (NULL: "Dockerfile") */
+	int context_fd;         /* the context archive (taken over, closed) */
+	int no_cache;
+	const char *const *build_args; /* "K=V" each */
+	size_t nbuild_args;
+	const char *start_cmd, *ready_cmd;
+	unsigned ready_port;
+};
+struct sbx_build_info {
+	char id[24];          /* "bld_" + 16 hex */
+	char name[64];
+	char state[16];       /* "building", "ready", "failed", "cancelled" */
+	int exit_code;        /* the builder's, once ended */
+	long long started_ms, ended_ms; /* wall clock; ended 0 while building */
+	long long log_bytes;  /* of its log, so far */
+	char error[512];      /* the builder's last error line, if it failed */
+};
+/* Starts it: 0 with *out, or -EINVAL (a bad request), -EBUSY (a build of
+ * that name runs), -EAGAIN (the account's limit of builds at once),
+ * -EPERM (no builds here: no builder, or no TCP listener), -errno. */
+int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_build_req *q,
+		    struct sbx_build_info *out, char *err, size_t errlen);
+/* The newest build of the account's template name: 0 with *out (and the
+ * path of its log in log[loglen], if log), or -ENOENT. */
+int sbx_build_get(struct sbx_mgr *m, const char *account, const char *name,
+		  struct sbx_build_info *out, char *log, size_t loglen);
+/* Whether build id still runs (its log may grow). */
+int sbx_build_running(struct sbx_mgr *m, const char *id);
+/* Cancels the build of name that runs: 0, -ENOENT (none runs). */
+int sbx_build_cancel(struct sbx_mgr *m, const char *account, const char *name);
 
 /* A sandbox's state. Stable: running, paused, stopped, lost (what the
  * store and the API show). Transitional: owned by the one thread that

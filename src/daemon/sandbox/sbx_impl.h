@@ -161,7 +161,9 @@ struct sbx_mgr {
 	int quit;
 	pthread_cond_t quit_cv;
 	int killers; /* expiry kill threads alive */
-	int tpl_builds; /* template builds running apart (sbx_tpl.c) */
+	int tpl_builds; /* template builds running apart (sbx_tpl.c, sbx_build.c) */
+	pthread_mutex_t builds_mu;   /* Dockerfile builds (sbx_build.c) */
+	struct sbx_dbuild *dbuilds;  /* under builds_mu, the newest first */
 	pthread_cond_t killers_cv;
 	/* Accounts of the sandboxes still booting: they count against the
 	 * quota before the store knows them, so parallel creates cannot
@@ -452,6 +454,10 @@ int sbx__template_snapshot(struct sbx_mgr *m, const struct store_sbx *row, char 
 /* At the manager's start: the state directory's templates/ and images/
  * made, builds a stopped daemon left failed. */
 void sbx__tpl_start(struct sbx_mgr *m);
+/* sbx_build.c: the last daemon's build directories, logs and keys (and
+ * the sandboxes those keys made) removed; the builds' records freed. */
+void sbx__builds_start(struct sbx_mgr *m);
+void sbx__builds_free(struct sbx_mgr *m);
 /* A deleted template's snapshots removed, their places free again. */
 void sbx__pool_forget(struct sbx_mgr *m, const char *template);
 /* sbx_tpl.c: the template a create names, as its sandbox records it:

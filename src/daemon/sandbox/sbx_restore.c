@@ -175,6 +175,7 @@ void sbx_mgr_restore(struct sbx_mgr *m)
 	if (m->cfg.net)
 		net_sweep(m->cfg.net); /* the namespaces of VMs that are gone */
 	sbx__snap_cleanup(m);
+	sbx__builds_start(m); /* after the sandboxes its builders left are known */
 	if (sbx__pools_start(m) < 0)
 		log_error("template snapshots and warm pools could not start");
 	char err[256];

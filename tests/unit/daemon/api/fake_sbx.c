@@ -481,3 +481,43 @@ int sbx_tpl_upload_fd(struct sbx_mgr *m)
 	(void)m;
 	return -ENOSYS;
 }
+
+/* Dockerfile builds: none here (the e2e tests run them). */
+int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_build_req *q,
+		    struct sbx_build_info *out, char *err, size_t errlen)
+{
+	(void)m;
+	(void)account;
+	(void)out;
+	if (q->context_fd >= 0)
+		close(q->context_fd);
+	snprintf(err, errlen, "no builds in the fake");
+	return -EPERM;
+}
+
+int sbx_build_get(struct sbx_mgr *m, const char *account, const char *name,
+		  struct sbx_build_info *out, char *log, size_t loglen)
+{
+	(void)m;
+	(void)account;
+	(void)name;
+	(void)out;
+	(void)log;
+	(void)loglen;
+	return -ENOENT;
+}
+
+int sbx_build_running(struct sbx_mgr *m, const char *id)
+{
+	(void)m;
+	(void)id;
+	return 0;
+}
+
+int sbx_build_cancel(struct sbx_mgr *m, const char *account, const char *name)
+{
+	(void)m;
+	(void)account;
+	(void)name;
+	return -ENOENT;
+}
