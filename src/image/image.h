@@ -37,6 +37,8 @@ struct image_limits {
 	unsigned long long max_bytes; /* unpacked, and the archive's blobs: 0 is 4 GiB */
 	unsigned long max_entries;    /* files, directories and links: 0 is 1,000,000 */
 	unsigned timeout_s;           /* the whole import (image_import): 0 is 1800 */
+	int as_caller;                /* entries are the caller's, whoever the archive
+				       * says owns them (a build's context) */
 };
 
 /* What an unpack used, so far. */

@@ -36,6 +36,7 @@ struct lctx {
 	int root;
 	unsigned long long max_bytes;
 	unsigned long max_entries;
+	int as_caller;
 	struct image_usage *used;
 	char *err;
 	size_t errlen;
@@ -225,9 +226,10 @@ static int count(struct lctx *c, const char *name, unsigned long long bytes)
 }
 
 /* Owner, mode and times of the node fd (not a symlink). */
-static int set_attrs(int fd, struct archive_entry *e)
+static int set_attrs(const struct lctx *c, int fd, struct archive_entry *e)
 {
-	if (fchown(fd, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e)) < 0)
+	if (!c->as_caller &&
+	    fchown(fd, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e)) < 0)
 		return -errno;
 	/* After the chown, which clears setuid and setgid. */
 	if (fchmod(fd, archive_entry_mode(e) & 07777) < 0)
@@ -301,8 +303,9 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 	la_int64_t size = archive_entry_size(e);
 	if (size < 0)
 		size = 0;
-	if (archive_entry_uid(e) < 0 || archive_entry_uid(e) >= IMAGE_ID_COUNT ||
-	    archive_entry_gid(e) < 0 || archive_entry_gid(e) >= IMAGE_ID_COUNT)
+	if (!c->as_caller &&
+	    (archive_entry_uid(e) < 0 || archive_entry_uid(e) >= IMAGE_ID_COUNT ||
+	     archive_entry_gid(e) < 0 || archive_entry_gid(e) >= IMAGE_ID_COUNT))
 		return refuse(c, -EINVAL, raw, "has an owner outside 0-65535");
 	int r = count(c, raw, (unsigned long long)size + ENTRY_COST);
 	if (r < 0)
@@ -376,7 +379,8 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 			r = -EINVAL;
 		else if (symlinkat(to, dfd, base) < 0)
 			r = -errno;
-		else if (fchownat(dfd, base, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e),
+		else if (!c->as_caller &&
+			 fchownat(dfd, base, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e),
 				  AT_SYMLINK_NOFOLLOW) < 0)
 			r = -errno;
 		else
@@ -397,7 +401,8 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 			/* fchown and fchmod do not take O_PATH descriptors. */
 			char proc[64];
 			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-			if (chown(proc, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e)) < 0 ||
+			if ((!c->as_caller && chown(proc, (uid_t)archive_entry_uid(e),
+						    (gid_t)archive_entry_gid(e)) < 0) ||
 			    chmod(proc, archive_entry_mode(e) & 07777) < 0)
 				r = -errno;
 			close(fd);
@@ -409,7 +414,7 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 		return refuse(c, -EINVAL, raw, "is of a kind no image has");
 	}
 	if (r == 0 && fd >= 0)
-		r = set_attrs(fd, e);
+		r = set_attrs(c, fd, e);
 	if (fd >= 0)
 		close(fd);
 	if (r == 0 && type != AE_IFDIR)
@@ -495,6 +500,7 @@ int image_layer_apply(int rootfd, int layerfd, const struct image_limits *lim,
 		.root = rootfd,
 		.max_bytes = lim && lim->max_bytes ? lim->max_bytes : DEFAULT_MAX_BYTES,
 		.max_entries = lim && lim->max_entries ? lim->max_entries : DEFAULT_MAX_ENTRIES,
+		.as_caller = lim && lim->as_caller,
 		.used = used,
 		.err = err,
 		.errlen = errlen,

@@ -990,3 +990,118 @@ def test_a_dockerfile_build_with_a_cache(images, api_daemon, tmp_path):
     assert r.returncode == 2 and "VOLUME is not supported" in r.stderr, r.stderr
     assert d.http("GET", "/v1/templates/webapp", key=d.key_a).json()["state"] == "ready"
     assert d.http("DELETE", "/v1/templates/webapp", key=d.key_a).status == 204
+
+
+def context_tar(files, gz=True):
+    """A build's context as a tar: {path: bytes, or ("symlink", target)}."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz" if gz else "w") as t:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.mtime = 1700000000
+            if isinstance(data, tuple):
+                info.type, info.linkname = tarfile.SYMTYPE, data[1]
+                t.addfile(info)
+            else:
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def post_build(d, key, name, data, **q):
+    qs = urllib.parse.urlencode(q, doseq=True)
+    return d.http("POST", f"/v1/templates/{name}/build?{qs}", body=data, key=key, timeout=900,
+                  headers={"Content-Type": "application/gzip"})
+
+
+def build_ended(d, key, name, timeout=600):
+    """GET /v1/templates/{name}/build until it ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = d.http("GET", f"/v1/templates/{name}/build", key=key)
+        assert r.status == 200, r
+        if r.json()["state"] != "building":
+            return r.json()
+        time.sleep(0.3)
+    pytest.fail(f"the build of {name} still runs after {timeout} s")
+
+
+API_DOCKERFILE = """FROM base
+ARG WHO=nobody
+COPY hello.txt /srv/hello.txt
+RUN echo "built by $WHO" > /srv/built.txt
+"""
+
+
+def test_a_dockerfile_build_run_by_the_daemon(api_daemon, tmp_path):
+    """POST /v1/templates/{name}/build: the context as a tar, the steps run by the node, the log
+    streamed with ?follow; the same build from the CLI with --remote is cached; a cancel stops a
+    step and what it ran."""
+    d = api_daemon
+    ctx = {"Dockerfile": API_DOCKERFILE.encode(), "hello.txt": b"hello from the context\n"}
+    # Bad requests: a clear 4xx, nothing started.
+    assert post_build(d, d.key_a, "Bad_Name", context_tar(ctx)).status == 422
+    assert post_build(d, d.key_a, "apibuilt", b"").status == 422
+    assert post_build(d, d.key_a, "apibuilt", context_tar(ctx), follow="maybe").status == 400
+    assert d.http("GET", "/v1/templates/apibuilt/build", key=d.key_a).status == 404
+    # Contexts that fail: the build's state and error say why; a hostile one wrote nothing out of
+    # its directory, and a Dockerfile that is a link out of the context is not read.
+    for files, why in (({"hello.txt": b"x"}, "cannot read 'Dockerfile'"),
+                       ({"Dockerfile": ("symlink", "/etc/passwd")}, "cannot read 'Dockerfile'"),
+                       ({"Dockerfile": b"FROM base\n", "../escaped": b"x"}, "../escaped")):
+        r = post_build(d, d.key_a, "apibuilt", context_tar(files), follow="true")
+        assert r.status == 200, r
+        b = build_ended(d, d.key_a, "apibuilt")
+        assert b["state"] == "failed" and why in b["error"], (b, r.body)
+        assert b"root:" not in r.body
+    assert not os.path.exists(os.path.join(d.state_dir, "builds", "escaped"))
+    # The build, its log streamed to its end.
+    t0 = time.monotonic()
+    r = post_build(d, d.key_a, "apibuilt", context_tar(ctx), follow="true", build_arg=["WHO=api"])
+    log = r.body.decode()
+    print(f"API build: {time.monotonic() - t0:.1f} s\n{log[-2000:]}")
+    assert r.status == 200 and "#2/3 COPY hello.txt" in log and "#  built apibuilt" in log, log
+    b = build_ended(d, d.key_a, "apibuilt")
+    assert b["state"] == "ready" and b["exit_code"] == 0 and b["log_bytes"] == len(r.body), b
+    part = d.http("GET", "/v1/templates/apibuilt/build/logs?offset=10", key=d.key_a)
+    assert part.status == 200 and part.body == r.body[10:]
+    assert d.http("GET", "/v1/templates/apibuilt/build", key=d.key_b).status == 404
+    assert d.http("GET", "/v1/templates/apibuilt/build/logs", key=d.key_b).status == 404
+    assert d.http("GET", "/v1/templates/apibuilt", key=d.key_a).json()["state"] == "ready"
+    sbx = cpuos.Sandbox.create(template="apibuilt", api_key=d.key_a, api_url=d.url)
+    try:
+        out = sbx.exec("cat /srv/hello.txt /srv/built.txt").stdout
+        assert out == "hello from the context\nbuilt by api\n", out
+    finally:
+        sbx.kill()
+    # Again, unchanged, from the CLI: --remote packs the directory (its files' times kept, the
+    # Dockerfile from outside it added), posts it (202) and follows the log; nothing is done.
+    cdir = tmp_path / "ctx"
+    cdir.mkdir()
+    (cdir / "hello.txt").write_bytes(ctx["hello.txt"])
+    os.utime(cdir / "hello.txt", (1700000000, 1700000000))
+    (tmp_path / "Dockerfile").write_text(API_DOCKERFILE)
+    env = {"CPUOS_API_URL": d.url, "CPUOS_API_KEY": d.key_a}
+    r = run_cli(env, "templates", "build", "apibuilt", "-f", str(tmp_path / "Dockerfile"), str(cdir),
+                "--build-arg", "WHO=api", "--remote")
+    assert r.returncode == 0 and "is up to date" in r.stderr, r.stderr
+    assert d.http("GET", "/v1/templates/apibuilt/build", key=d.key_a).json()["state"] == "ready"
+    # A step that would run for ten minutes, cancelled: its sandbox goes with it.
+    ctx["Dockerfile"] = (API_DOCKERFILE + "RUN touch /tmp/started; sleep 600\n").encode()
+    r = post_build(d, d.key_a, "apibuilt", context_tar(ctx), build_arg=["WHO=api"])
+    assert r.status == 202, r
+    assert post_build(d, d.key_a, "apibuilt", context_tar(ctx)).status == 409  # one at a time
+    deadline = time.monotonic() + 300
+    while b"#4/4 RUN" not in d.http("GET", "/v1/templates/apibuilt/build/logs", key=d.key_a).body:
+        assert time.monotonic() < deadline, "the long step did not start"
+        time.sleep(0.3)
+    assert d.http("DELETE", "/v1/templates/apibuilt/build", key=d.key_a).status == 202
+    b = build_ended(d, d.key_a, "apibuilt", timeout=120)
+    assert b["state"] == "cancelled" and "cancelled" in b["error"], b
+    assert d.http("DELETE", "/v1/templates/apibuilt/build", key=d.key_a).status == 409
+    left = [s for s in d.http("GET", "/v1/sandboxes", key=d.key_a).json()["sandboxes"]
+            if s.get("metadata", {}).get("cpuos.build") == "apibuilt" and s["state"] == "running"]
+    assert left == [], left
+    keys = d.http("GET", "/v1/keys", unix=True).json()["keys"]
+    assert not [k for k in keys if k["name"].startswith("cpuos-build/")], keys
+    assert d.http("DELETE", "/v1/templates/apibuilt", key=d.key_a).status == 204

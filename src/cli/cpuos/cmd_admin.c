@@ -55,6 +55,7 @@ static const char templates_usage[] =
     "usage: cpuos templates [ls] [--json]\n"
     "       cpuos templates build NAME...\n"
     "       cpuos templates build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--no-cache]\n"
+    "                             [--remote]\n"
     "                             [--start-cmd CMD] [--ready-port N | --ready-cmd CMD]\n"
     "       cpuos templates import NAME ARCHIVE [--max-size MB] [START]\n"
     "       cpuos templates pull NAME REFERENCE [--insecure] [--max-size MB] [START]\n"
@@ -80,7 +81,10 @@ static const char templates_usage[] =
     "CMD, ENTRYPOINT, EXPOSE, LABEL, HEALTHCHECK): each step runs in a sandbox and is\n"
     "checkpointed, so a later build starts after its last unchanged step. CMD is\n"
     "the template's start command when there is a ready check: --ready-*,\n"
-    "HEALTHCHECK CMD, or the first EXPOSE port.\n"
+    "HEALTHCHECK CMD, or the first EXPOSE port. CONTEXT may be a tar (plain, gzip\n"
+    "or zstd), or - for one on stdin; -f then names the Dockerfile inside it.\n"
+    "--remote sends the context to the daemon, which runs the build itself\n"
+    "(POST /v1/templates/NAME/build), and shows its log as it comes.\n"
     "`cpuos template` is the same command.\n";
 
 /* ---- up ---- */
@@ -539,7 +543,7 @@ static int build_dockerfile(struct cli *c, int argc, char **argv)
 {
 	const char *name = NULL, *file = NULL, *context = NULL;
 	struct tpl_start st = { 0 };
-	int no_cache = 0, r;
+	int no_cache = 0, remote = 0, r;
 	json_t *args = json_object();
 	for (int i = 2; i < argc; i++) {
 		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -552,6 +556,8 @@ static int build_dockerfile(struct cli *c, int argc, char **argv)
 			}
 		} else if (!strcmp(argv[i], "--no-cache")) {
 			no_cache = 1;
+		} else if (!strcmp(argv[i], "--remote")) {
+			remote = 1;
 		} else if (!strcmp(argv[i], "--start-cmd") && next && next[0]) {
 			st.cmd = argv[++i];
 		} else if (!strcmp(argv[i], "--ready-cmd") && next && next[0]) {
@@ -564,7 +570,7 @@ static int build_dockerfile(struct cli *c, int argc, char **argv)
 				return cli_usage_err("templates", "--ready-port needs a port (1 to 65535)");
 			}
 			st.ready_port = (unsigned)port;
-		} else if (argv[i][0] == '-' || (name && context)) {
+		} else if ((argv[i][0] == '-' && argv[i][1]) || (name && context)) {
 			json_decref(args);
 			return cli_usage_err("templates", "unexpected argument '%s'", argv[i]);
 		} else if (!name) {
@@ -577,7 +583,8 @@ static int build_dockerfile(struct cli *c, int argc, char **argv)
 		json_decref(args);
 		return cli_usage_err("templates", "templates build -f needs NAME and a Dockerfile");
 	}
-	r = tpl_dockerbuild(c, name, file, context ? context : ".", args, &st, no_cache);
+	r = (remote ? tpl_dockerbuild_remote : tpl_dockerbuild)(c, name, file, context ? context : ".",
+							       args, &st, no_cache);
 	json_decref(args);
 	return r;
 }

@@ -41,5 +41,10 @@ int tpl_pull(const char *name, const char *ref, int insecure, unsigned long long
 struct cli;
 int tpl_dockerbuild(struct cli *c, const char *name, const char *dockerfile, const char *context,
 		    json_t *build_args, const struct tpl_start *start, int no_cache);
+/* The same build run by the daemon (--remote: POST /v1/templates/NAME/
+ * build with the context as a tar), its log shown as it comes. */
+int tpl_dockerbuild_remote(struct cli *c, const char *name, const char *dockerfile,
+			   const char *context, json_t *build_args, const struct tpl_start *start,
+			   int no_cache);
 
 #endif
