@@ -765,13 +765,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Builds run by a client of the TCP listener, not of a gated one. */
-	char builder_url[200] = "";
+	char builder_url[200] = "", builder[PATH_MAX] = "";
 	int builds = strcmp(o.builder, "none") && strcmp(o.listen, "none") && !cluster_secret[0] &&
-		     access(o.builder, X_OK) == 0;
+		     realpath(o.builder, builder) && access(builder, X_OK) == 0;
 	if (builds)
 		builder_url_of(o.listen, builder_url, sizeof(builder_url));
 	struct sbx_config sc = {
-		.builder = builds ? o.builder : NULL, .builder_url = builds ? builder_url : NULL,
+		.builder = builds ? builder : NULL, .builder_url = builds ? builder_url : NULL,
 		.node = o.node,
 		.state_dir = o.state_dir, .guest_dir = o.guest_dir, .cache_dir = o.cache_dir,
 		.qemu = o.qemu[0] ? o.qemu : NULL, .qemu_build = qbuild.id[0] ? &qbuild : NULL,

@@ -187,8 +187,8 @@ static int whiteout(struct lctx *c, const char *raw)
 		return refuse(c, -EINVAL, raw, "leaves the image's root (..) or is too long");
 	const char *dir, *base;
 	split(path, &dir, &base);
-	if (strncmp(base, WH_PREFIX, strlen(WH_PREFIX)))
-		return 0;
+	if (c->as_caller || strncmp(base, WH_PREFIX, strlen(WH_PREFIX)))
+		return 0; /* a context's .wh.x is a file like any */
 	int fd = open_dir(c->root, dir, 0);
 	if (fd == -ENOENT)
 		return 0; /* hides what is not there */
@@ -226,13 +226,25 @@ static int count(struct lctx *c, const char *name, unsigned long long bytes)
 }
 
 /* Owner, mode and times of the node fd (not a symlink). */
+/* The mode an entry gets: its own, or for the caller's (a context) one
+ * its owner can always read, write and enter (else a 0555 directory
+ * refuses its own entries, a 0000 file its COPY, and neither can be
+ * removed), and no setuid or setgid bit. */
+static mode_t mode_of(const struct lctx *c, struct archive_entry *e)
+{
+	mode_t m = archive_entry_mode(e) & 07777;
+	if (!c->as_caller)
+		return m;
+	return (m & 01777) | (archive_entry_filetype(e) == AE_IFDIR ? 0700 : 0600);
+}
+
 static int set_attrs(const struct lctx *c, int fd, struct archive_entry *e)
 {
 	if (!c->as_caller &&
 	    fchown(fd, (uid_t)archive_entry_uid(e), (gid_t)archive_entry_gid(e)) < 0)
 		return -errno;
 	/* After the chown, which clears setuid and setgid. */
-	if (fchmod(fd, archive_entry_mode(e) & 07777) < 0)
+	if (fchmod(fd, mode_of(c, e)) < 0)
 		return -errno;
 	return 0;
 }
@@ -292,7 +304,7 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 		return 0; /* the root itself: ours */
 	const char *dir, *base;
 	split(path, &dir, &base);
-	if (!strncmp(base, WH_PREFIX, strlen(WH_PREFIX)))
+	if (!c->as_caller && !strncmp(base, WH_PREFIX, strlen(WH_PREFIX)))
 		return 0; /* the first pass's */
 	mode_t type = archive_entry_filetype(e);
 	const char *hard = archive_entry_hardlink(e);
@@ -403,7 +415,7 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 			if ((!c->as_caller && chown(proc, (uid_t)archive_entry_uid(e),
 						    (gid_t)archive_entry_gid(e)) < 0) ||
-			    chmod(proc, archive_entry_mode(e) & 07777) < 0)
+			    chmod(proc, mode_of(c, e)) < 0)
 				r = -errno;
 			close(fd);
 			fd = -1;
@@ -425,7 +437,7 @@ static int create(struct lctx *c, struct archive *a, struct archive_entry *e)
 	return r;
 }
 
-static struct archive *open_layer(int fd, char *err, size_t errlen)
+static struct archive *open_layer(int fd, int as_caller, char *err, size_t errlen)
 {
 	if (lseek(fd, 0, SEEK_SET) < 0) {
 		errbuf_set(err, errlen, -errno, "cannot read the layer: %s", strerror(errno));
@@ -438,6 +450,10 @@ static struct archive *open_layer(int fd, char *err, size_t errlen)
 	}
 	archive_read_support_filter_gzip(a);
 	archive_read_support_filter_zstd(a);
+	if (as_caller) { /* what ADD unpacks: xz and bzip2 too */
+		archive_read_support_filter_xz(a);
+		archive_read_support_filter_bzip2(a);
+	}
 	archive_read_support_format_tar(a);
 	if (archive_read_open_fd(a, fd, 64 * 1024) != ARCHIVE_OK) {
 		errbuf_set(err, errlen, -EINVAL, "the layer is not a tar: %s", archive_error_string(a));
@@ -450,7 +466,7 @@ static struct archive *open_layer(int fd, char *err, size_t errlen)
 /* Each entry of the layer at fd to fn; 0, or fn's or the tar's error. */
 static int each_entry(struct lctx *c, int fd, int pass)
 {
-	struct archive *a = open_layer(fd, c->err, c->errlen);
+	struct archive *a = open_layer(fd, c->as_caller, c->err, c->errlen);
 	if (!a)
 		return -EINVAL;
 	struct archive_entry *e;

@@ -347,25 +347,31 @@ struct query_each {
 	const char *name;
 	int (*fn)(void *arg, const char *value);
 	void *arg;
-	int rc;
+	int rc, *bad;
 };
 
 static enum MHD_Result query_one(void *cls, enum MHD_ValueKind kind, const char *key,
-				 const char *value)
+				 size_t key_size, const char *value, size_t value_size)
 {
 	struct query_each *q = cls;
 	(void)kind;
-	if (!key || strcmp(key, q->name))
+	if (!key || strlen(key) != key_size || strcmp(key, q->name))
 		return MHD_YES;
+	if (value && strlen(value) != value_size) {
+		if (q->bad)
+			*q->bad = 1;
+		q->rc = -1;
+		return MHD_NO;
+	}
 	q->rc = q->fn(q->arg, value ? value : "");
 	return q->rc ? MHD_NO : MHD_YES;
 }
 
 int httpd_query_each(struct httpd_req *r, const char *name,
-		     int (*fn)(void *arg, const char *value), void *arg)
+		     int (*fn)(void *arg, const char *value), void *arg, int *bad)
 {
-	struct query_each q = { name, fn, arg, 0 };
-	MHD_get_connection_values(r->con, MHD_GET_ARGUMENT_KIND, query_one, &q);
+	struct query_each q = { name, fn, arg, 0, bad };
+	MHD_get_connection_values_n(r->con, MHD_GET_ARGUMENT_KIND, query_one, &q);
 	return q.rc;
 }
 

@@ -181,9 +181,10 @@ const char *httpd_header(struct httpd_req *r, const char *name);
  * never silently cut. */
 const char *httpd_query(struct httpd_req *r, const char *name, int *bad);
 /* Each value of a query parameter that may repeat (?k=1&k=2), in order:
- * fn's first non-zero return ends the walk and is returned; 0 after all. */
+ * fn's first non-zero return ends the walk and is returned; 0 after all.
+ * A value holding a NUL byte (%00) ends it too, reported through *bad. */
 int httpd_query_each(struct httpd_req *r, const char *name,
-		     int (*fn)(void *arg, const char *value), void *arg);
+		     int (*fn)(void *arg, const char *value), void *arg, int *bad);
 /* The connection's descriptor (-1 if unknown), for waits that outlive a
  * handler: tcp_peer_gone tells whether its client left. */
 int httpd_fd(struct httpd_req *r);

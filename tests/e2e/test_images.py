@@ -993,13 +993,16 @@ def test_a_dockerfile_build_with_a_cache(images, api_daemon, tmp_path):
 
 
 def context_tar(files, gz=True):
-    """A build's context as a tar: {path: bytes, or ("symlink", target)}."""
+    """A build's context as a tar: {path: bytes, ("symlink", target) or ("fifo",)}."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz" if gz else "w") as t:
         for path, data in files.items():
             info = tarfile.TarInfo(path)
             info.mtime = 1700000000
-            if isinstance(data, tuple):
+            if isinstance(data, tuple) and data[0] == "fifo":
+                info.type = tarfile.FIFOTYPE
+                t.addfile(info)
+            elif isinstance(data, tuple):
                 info.type, info.linkname = tarfile.SYMTYPE, data[1]
                 t.addfile(info)
             else:
@@ -1026,6 +1029,8 @@ def build_ended(d, key, name, timeout=600):
     pytest.fail(f"the build of {name} still runs after {timeout} s")
 
 
+# FROM base: busybox's tar (an image as Alpine is) does not take the options the agent's COPY
+# passes it (docs/images.md, "Not yet").
 API_DOCKERFILE = """FROM base
 ARG WHO=nobody
 COPY hello.txt /srv/hello.txt
@@ -1044,10 +1049,13 @@ def test_a_dockerfile_build_run_by_the_daemon(api_daemon, tmp_path):
     assert post_build(d, d.key_a, "apibuilt", b"").status == 422
     assert post_build(d, d.key_a, "apibuilt", context_tar(ctx), follow="maybe").status == 400
     assert d.http("GET", "/v1/templates/apibuilt/build", key=d.key_a).status == 404
+    assert d.http("POST", "/v1/templates/apibuilt/build", body=context_tar(ctx),
+                  unix=True).status == 403  # the administrator is no account to build for
     # Contexts that fail: the build's state and error say why; a hostile one wrote nothing out of
     # its directory, and a Dockerfile that is a link out of the context is not read.
     for files, why in (({"hello.txt": b"x"}, "cannot read 'Dockerfile'"),
                        ({"Dockerfile": ("symlink", "/etc/passwd")}, "cannot read 'Dockerfile'"),
+                       ({"Dockerfile": ("fifo",)}, "cannot read 'Dockerfile'"),
                        ({"Dockerfile": b"FROM base\n", "../escaped": b"x"}, "../escaped")):
         r = post_build(d, d.key_a, "apibuilt", context_tar(files), follow="true")
         assert r.status == 200, r
@@ -1087,7 +1095,7 @@ def test_a_dockerfile_build_run_by_the_daemon(api_daemon, tmp_path):
     assert r.returncode == 0 and "is up to date" in r.stderr, r.stderr
     assert d.http("GET", "/v1/templates/apibuilt/build", key=d.key_a).json()["state"] == "ready"
     # A step that would run for ten minutes, cancelled: its sandbox goes with it.
-    ctx["Dockerfile"] = (API_DOCKERFILE + "RUN touch /tmp/started; sleep 600\n").encode()
+    ctx["Dockerfile"] = (API_DOCKERFILE + "RUN sleep 600\n").encode()
     r = post_build(d, d.key_a, "apibuilt", context_tar(ctx), build_arg=["WHO=api"])
     assert r.status == 202, r
     assert post_build(d, d.key_a, "apibuilt", context_tar(ctx)).status == 409  # one at a time

@@ -222,7 +222,11 @@ static int unpack_fd(int fd, const char *dir, const char *what)
 	int root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (root < 0)
 		return cli_err("cannot open '%s': %s", dir, strerror(errno)), -1;
-	struct image_limits lim = { .max_bytes = MAX_CONTEXT, .as_caller = 1 };
+	/* The daemon's builds: what it allows an image (--image-max-mb). */
+	const char *mb = getenv("CPUOS_BUILD_MAX_MB");
+	unsigned long long max = mb && strtoull(mb, NULL, 10) ? strtoull(mb, NULL, 10) << 20
+							      : MAX_CONTEXT;
+	struct image_limits lim = { .max_bytes = max, .as_caller = 1 };
 	struct image_usage used = { 0 };
 	char err[512];
 	int r = image_layer_apply(root, fd, &lim, &used, err, sizeof(err));
@@ -272,12 +276,19 @@ static int unpack_context(const char *archive, char *dir, size_t n)
 static FILE *open_beneath(const char *ctx, const char *rel)
 {
 	int dfd = open(ctx, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC,
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
 				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS };
 	int fd = dfd < 0 ? -1 : (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
 	int e = errno;
 	if (dfd >= 0)
 		close(dfd);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+			fcntl(fd, F_SETFL, O_RDONLY) < 0)) { /* a FIFO would never end */
+		close(fd);
+		fd = -1;
+		e = EINVAL;
+	}
 	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
 	if (fd >= 0 && !f)
 		close(fd);
@@ -1156,10 +1167,11 @@ int tpl_dockerbuild_remote(struct cli *c, const char *name, const char *dockerfi
 	apath_add(&p, "/build");
 	if (api_json(a, "GET", &p, NULL, &b) < 0)
 		return cli_api_fail(a);
-	const char *state = json_string_value(json_object_get(b, "state")) ?: "?";
+	const char *state = json_string_value(json_object_get(b, "state")) ?: "?",
+		   *why = json_string_value(json_object_get(b, "error"));
 	int ok = !strcmp(state, "ready");
 	if (!ok)
-		cli_err("the build %s", state);
+		cli_err("the build %s%s%s", state, why ? ": " : "", why ? why : "");
 	json_decref(b);
 	return ok ? 0 : 1;
 }

@@ -162,6 +162,22 @@ static void upload_free(struct req *r)
 	r->stream = NULL;
 }
 
+/* A build refused (sbx_build_start's errors), answered. */
+static int refused(struct req *r, int e, const char *err)
+{
+	if (e == -EINVAL)
+		return reply_error(r, 422, "invalid_argument", "%s", err);
+	if (e == -EACCES)
+		return reply_error(r, 403, "forbidden", "%s", err);
+	if (e == -EBUSY)
+		return reply_error(r, 409, "conflict", "%s", err);
+	if (e == -EAGAIN)
+		return reply_error(r, 429, "too_many_requests", "%s", err);
+	if (e == -EPERM)
+		return reply_error(r, 501, "not_implemented", "%s", err);
+	return reply_error(r, 503, "unavailable", "%s", err);
+}
+
 static int start_build(struct req *r, struct build_upload *up)
 {
 	int bad = 0, follow = want_follow(r);
@@ -173,7 +189,7 @@ static int start_build(struct req *r, struct build_upload *up)
 	char *end = NULL;
 	long p = port ? strtol(port, &end, 10) : 0;
 	struct args a = { .n = 0 };
-	req_query_each(r, "build_arg", take_arg, &a);
+	req_query_each(r, "build_arg", take_arg, &a, &bad);
 	if (bad || (port && (!*port || *end || p < 1 || p > 65535)) ||
 	    (nc && strcmp(nc, "true") && strcmp(nc, "false") && strcmp(nc, "1") && strcmp(nc, "0")))
 		return reply_error(r, 400, "bad_request", "bad query parameters");
@@ -193,16 +209,8 @@ static int start_build(struct req *r, struct build_upload *up)
 	struct sbx_build_info b;
 	char err[700], log[700];
 	int e = sbx_build_start(r->api->sbx, r->account, &q, &b, err, sizeof(err));
-	if (e == -EINVAL)
-		return reply_error(r, 422, "invalid_argument", "%s", err);
-	if (e == -EBUSY)
-		return reply_error(r, 409, "conflict", "%s", err);
-	if (e == -EAGAIN)
-		return reply_error(r, 429, "too_many_requests", "%s", err);
-	if (e == -EPERM)
-		return reply_error(r, 501, "not_implemented", "%s", err);
 	if (e < 0)
-		return reply_error(r, 503, "unavailable", "%s", err);
+		return refused(r, e, err);
 	if (follow && sbx_build_get(r->api->sbx, r->account, b.name, &b, log, sizeof(log)) == 0)
 		return send_log(r, log, b.id, 0, 1);
 	return reply_json(r, 202, build_json(&b));
@@ -221,12 +229,17 @@ int api_build_create(struct req *r, enum up_phase phase, const char *data, size_
 		if (cl && strtoull(cl, NULL, 10) > max)
 			return reply_error(r, 413, "too_large",
 					   "the context is %s bytes, over the limit of %llu", cl, max);
+		/* What would refuse it at the end, before its bytes come. */
+		char err[700];
+		int e = sbx_build_check(r->api->sbx, r->account, r->param[0], err, sizeof(err));
+		if (e < 0)
+			return refused(r, e, err);
 		if (!(up = calloc(1, sizeof(*up))))
 			return reply_error(r, 500, "internal", "out of memory");
 		up->fd = sbx_tpl_upload_fd(r->api->sbx);
 		r->stream = up;
 		if (up->fd < 0) {
-			int e = -up->fd;
+			e = -up->fd;
 			upload_free(r);
 			return reply_error(r, 503, "unavailable", "cannot keep the upload: %s",
 					   strerror(e));
@@ -280,8 +293,9 @@ int api_build_logs(struct req *r)
 		return 0;
 	const char *os = req_query(r, "offset", NULL);
 	char *end = NULL;
+	errno = 0;
 	long long offset = os ? strtoll(os, &end, 10) : 0;
-	if (os && (!*os || *end || offset < 0))
+	if (os && (!*os || *end || offset < 0 || offset > (1LL << 40) || errno))
 		return reply_error(r, 400, "bad_request", "offset must be a number of bytes, 0 or more");
 	struct sbx_build_info b;
 	char log[700];

@@ -114,9 +114,9 @@ const char *req_query(struct req *r, const char *name, int *bad)
 }
 
 int req_query_each(struct req *r, const char *name, int (*fn)(void *arg, const char *value),
-		   void *arg)
+		   void *arg, int *bad)
 {
-	return httpd_query_each(r->http, name, fn, arg);
+	return httpd_query_each(r->http, name, fn, arg, bad);
 }
 
 /* ---- the library's hooks ---- */

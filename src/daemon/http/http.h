@@ -136,6 +136,6 @@ int http_fd_gone(int fd);
 const char *req_query(struct req *r, const char *name, int *bad);
 /* Each value of a repeated query parameter (httpd_query_each). */
 int req_query_each(struct req *r, const char *name, int (*fn)(void *arg, const char *value),
-		   void *arg);
+		   void *arg, int *bad);
 
 #endif

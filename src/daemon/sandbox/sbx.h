@@ -144,10 +144,14 @@ struct sbx_build_info {
 	char error[512];      /* the builder's last error line, if it failed */
 };
 /* Starts it: 0 with *out, or -EINVAL (a bad request), -EBUSY (a build of
- * that name runs), -EAGAIN (the account's limit of builds at once),
- * -EPERM (no builds here: no builder, or no TCP listener), -errno. */
+ * that name runs), -EAGAIN (the account's or the node's limit of builds at
+ * once), -EPERM (no builds here: no builder, or no TCP listener), -EACCES
+ * (the administrator's socket: no account), -ESHUTDOWN, -errno. */
 int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_build_req *q,
 		    struct sbx_build_info *out, char *err, size_t errlen);
+/* The same refusals, before a context is received: 0 if it may start now. */
+int sbx_build_check(struct sbx_mgr *m, const char *account, const char *name, char *err,
+		    size_t errlen);
 /* The newest build of the account's template name: 0 with *out (and the
  * path of its log in log[loglen], if log), or -ENOENT. */
 int sbx_build_get(struct sbx_mgr *m, const char *account, const char *name,

@@ -27,7 +27,6 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/spawn.h"
-#include "image/image.h"
 #include "lib/db.h"
 
 #include <errno.h>
@@ -38,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -45,11 +45,14 @@
 
 #define BUILD_KEY_PREFIX "cpuos-build/"
 #define MAX_RUNNING 2        /* an account's builds at once */
+#define MAX_NODE 4           /* the node's, all accounts */
 #define KEEP_ENDED 64        /* ended builds remembered, all accounts */
 #define LOG_MAX (32LL << 20) /* a build's log, at most */
 #define BUILD_LIMIT_S 21600  /* a build's time (its sandbox's timeout) */
 #define TERM_GRACE_MS 10000  /* SIGTERM, then SIGKILL */
 #define MAX_ARGV 160
+#define LATE_SWEEPS 6        /* after the end, every LATE_SWEEP_S */
+#define LATE_SWEEP_S 5
 
 struct sbx_dbuild {
 	struct sbx_dbuild *next;
@@ -60,10 +63,11 @@ struct sbx_dbuild {
 	char dir[600], log[640];
 	int cancel; /* under builds_mu */
 	int running;
+	int killed; /* the thread's: the builder was stopped by a signal of ours */
 	/* for the thread */
 	int ctxfd, logfd;
 	char *argv[MAX_ARGV];
-	char *envp[8];
+	char *envp[9];
 };
 
 static long long wall_ms(void)
@@ -81,32 +85,56 @@ static void free_args(struct sbx_dbuild *b)
 		free(b->argv[i]);
 		b->argv[i] = NULL;
 	}
-	for (int i = 0; i < 8 && b->envp[i]; i++) {
+	for (int i = 0; i < 9 && b->envp[i]; i++) {
 		explicit_bzero(b->envp[i], strlen(b->envp[i]));
 		free(b->envp[i]);
 		b->envp[i] = NULL;
 	}
 }
 
-/* The sandboxes key_id made, killed: what a builder left. */
-static void kill_left(struct sbx_mgr *m, const char *account, const char *key_id)
+/* The sandboxes key_id made, killed: what a builder left. A sandbox busy
+ * settling (a checkpoint) is waited for. Returns how many it found. */
+static int kill_left(struct sbx_mgr *m, const char *account, const char *key_id)
 {
 	struct store_sbx *rows;
 	size_t n;
 	char next[128] = "";
+	int found = 0;
 	do {
 		if (store_sbx_list(m->store, account, NULL, NULL, 0, 100, next[0] ? next : NULL,
 				   &rows, &n, next, sizeof(next)) < 0) {
 			log_warn("cannot list the sandboxes of key %s", key_id);
-			return;
+			return found;
 		}
 		for (size_t i = 0; i < n; i++)
 			if (!strcmp(rows[i].key_id, key_id) && (!strcmp(rows[i].state, "running") ||
 								!strcmp(rows[i].state, "paused")))
-				if (sbx_kill(m, rows[i].id, "killed") == 0)
+			{
+				found++;
+				int r;
+				for (int t = 0; (r = sbx_kill(m, rows[i].id, "killed")) == -EBUSY &&
+						t < 10; t++)
+					;
+				if (r == 0)
 					log_info("sandbox %s, left by its builder: killed", rows[i].id);
+			}
 		store_sbx_free_list(rows, n);
 	} while (next[0]);
+	return found;
+}
+
+/* The removal of a build's tree, whatever its depth. */
+static void remove_dir(const char *dir)
+{
+	char *argv[] = { "rm", "-rf", "--one-file-system", "--", (char *)dir, NULL };
+	struct spawn_opts o = { .argv = argv, .fd = { -1, -1, -1 } };
+	pid_t pid;
+	int status = 1;
+	if (spawn(&o, &pid) == 0)
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+	if (status != 0)
+		log_warn("cannot remove '%s'", dir);
 }
 
 /* Copies what the builder wrote to the log (to LOG_MAX), keeping its last
@@ -128,6 +156,9 @@ static void take_output(struct sbx_dbuild *b, int logfd, const char *buf, size_t
 		if (buf[i] == '\n') {
 			line[*linelen] = '\0';
 			if (!strncmp(line, "cpuos: ", 7)) {
+				for (char *p = line; *p; p++)
+					if (*p < 0x20 || *p > 0x7e)
+						*p = '?'; /* a JSON string whole, not cut mid-character */
 				pthread_mutex_lock(&b->m->builds_mu);
 				snprintf(b->info.error, sizeof(b->info.error), "%s", line + 7);
 				pthread_mutex_unlock(&b->m->builds_mu);
@@ -144,6 +175,14 @@ static void take_output(struct sbx_dbuild *b, int logfd, const char *buf, size_t
 	}
 }
 
+/* In the builder, before its exec: it dies with the thread that waits
+ * for it (a daemon that crashed leaves no builder with a live key). */
+static int die_with_parent(const void *arg)
+{
+	(void)arg;
+	return prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ? -errno : 0;
+}
+
 /* Runs the builder to its end: its exit code, or -errno. */
 static int run_builder(struct sbx_dbuild *b, int logfd)
 {
@@ -153,7 +192,8 @@ static int run_builder(struct sbx_dbuild *b, int logfd)
 		return -errno;
 	pid_t pid;
 	struct spawn_opts o = { .argv = b->argv, .fd = { b->ctxfd, pfd[1], pfd[1] },
-				.new_session = 1, .cwd = b->dir, .envp = b->envp };
+				.new_session = 1, .cwd = b->dir, .envp = b->envp,
+				.pre_exec = die_with_parent };
 	int r = spawn(&o, &pid);
 	close(pfd[1]);
 	close(b->ctxfd);
@@ -176,10 +216,15 @@ static int run_builder(struct sbx_dbuild *b, int logfd)
 			else if (k == 0 || errno != EINTR)
 				open_ = 0;
 		}
-		pid_t w = waitpid(pid, &status, WNOHANG);
-		if (w == pid && !open_)
+		/* Ended? Not reaped yet: its group is killed below while its
+		 * id cannot be anyone else's. */
+		siginfo_t si = { 0 };
+		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno != EINTR)
 			break;
-		if (w == pid) {
+		int w = si.si_pid == pid;
+		if (w && !open_)
+			break;
+		if (w) {
 			/* Ended: what is left in the pipe (a grandchild holding it
 			 * open is not waited for). */
 			while ((n = poll(&pf, 1, 0)) > 0) {
@@ -198,6 +243,7 @@ static int run_builder(struct sbx_dbuild *b, int logfd)
 		if (!term_at && (cancel || quit || now > until)) {
 			kill(-pid, SIGTERM);
 			term_at = now;
+			b->killed = 1;
 			static const char by_cancel[] = "cpuos: the build was cancelled\n",
 					  by_stop[] = "cpuos: the daemon stopped during the build\n",
 					  by_time[] = "cpuos: the build ran out of time\n";
@@ -209,6 +255,8 @@ static int run_builder(struct sbx_dbuild *b, int logfd)
 	}
 	close(pfd[0]);
 	kill(-pid, SIGKILL); /* what it left in its session */
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -220,10 +268,18 @@ static void *build_main(void *arg)
 	int code = run_builder(b, b->logfd);
 	close(b->logfd);
 	b->logfd = -1;
-	kill_left(m, b->account, b->key_id);
-	if (store_key_delete(m->store, b->key_id) < 0)
-		log_warn("build %s: cannot delete its key %s", b->info.id, b->key_id);
-	image_remove_tree(AT_FDCWD, b->dir);
+	char account[128], key_id[32];
+	snprintf(account, sizeof(account), "%s", b->account);
+	snprintf(key_id, sizeof(key_id), "%s", b->key_id);
+	/* At the daemon's stop its sandboxes are left to the next one, which
+	 * finds the key (sbx__builds_start). */
+	int quit = __atomic_load_n(&m->quit, __ATOMIC_RELAXED), b_killed = b->killed;
+	if (!quit) {
+		kill_left(m, account, key_id);
+		if (store_key_delete(m->store, key_id) < 0)
+			log_warn("build %s: cannot delete its key %s", b->info.id, key_id);
+	}
+	remove_dir(b->dir);
 	free_args(b);
 	pthread_mutex_lock(&m->builds_mu);
 	b->info.exit_code = code;
@@ -242,6 +298,15 @@ static void *build_main(void *arg)
 		 b->info.id, b->info.state, (double)(b->info.ended_ms - b->info.started_ms) / 1000,
 		 b->info.error[0] ? ": " : "", b->info.error);
 	pthread_mutex_unlock(&m->builds_mu); /* b may be pruned from here on */
+	/* A create the builder had asked for when it was stopped ends after
+	 * it: its sandbox is looked for a while longer. */
+	for (int t = 0; !quit && b_killed && t < LATE_SWEEPS; t++) {
+		struct timespec ts = { LATE_SWEEP_S, 0 };
+		nanosleep(&ts, NULL);
+		quit = __atomic_load_n(&m->quit, __ATOMIC_RELAXED);
+		if (!quit && kill_left(m, account, key_id))
+			break;
+	}
 	pthread_mutex_lock(&m->mu);
 	m->tpl_builds--;
 	pthread_cond_broadcast(&m->killers_cv);
@@ -276,7 +341,7 @@ static int add_arg(struct sbx_dbuild *b, int *n, const char *a)
 
 static int add_env(struct sbx_dbuild *b, int *n, const char *k, const char *v)
 {
-	if (*n >= 7 || asprintf(&b->envp[*n], "%s=%s", k, v) < 0) {
+	if (*n >= 8 || asprintf(&b->envp[*n], "%s=%s", k, v) < 0) {
 		b->envp[*n] = NULL;
 		return -1;
 	}
@@ -307,15 +372,66 @@ static int build_args_ok(const struct sbx_build_req *q, char *err, size_t errlen
 	return 0;
 }
 
+/* Whether builds run here, for account. */
+static int usable(struct sbx_mgr *m, const char *account, char *err, size_t errlen)
+{
+	if (!m->cfg.builder || !m->cfg.builder_url)
+		return errbuf_set(err, errlen, -EPERM, "this node runs no builds (cpuosd --builder, "
+				  "and a --listen address for it to reach)");
+	if (m->cfg.images_off || (!m->cfg.importer && geteuid() != 0))
+		return errbuf_set(err, errlen, -EPERM, "importing images needs cpuosd started as root");
+	if (!strcmp(account, STORE_ADMIN_ACCOUNT))
+		return errbuf_set(err, errlen, -EACCES, "a build is an account's: ask with its key, "
+				  "not on the administrator's socket");
+	if (__atomic_load_n(&m->quit, __ATOMIC_RELAXED))
+		return errbuf_set(err, errlen, -ESHUTDOWN, "the daemon is stopping");
+	return 0;
+}
+
+/* Whether account may start a build of name now: one per name, MAX_RUNNING
+ * per account, MAX_NODE in all (under builds_mu). */
+static int admit(struct sbx_mgr *m, const char *account, const char *name, char *err,
+		 size_t errlen)
+{
+	int mine = 0, same = 0, all = 0;
+	for (struct sbx_dbuild *o = m->dbuilds; o; o = o->next)
+		if (o->running) {
+			all++;
+			if (!strcmp(o->account, account)) {
+				mine++;
+				same |= !strcmp(o->info.name, name);
+			}
+		}
+	if (same)
+		return errbuf_set(err, errlen, -EBUSY, "template '%s' is being built: follow that "
+				  "build, or cancel it", name);
+	if (mine >= MAX_RUNNING)
+		return errbuf_set(err, errlen, -EAGAIN, "the account has %d builds running: try "
+				  "again when one ended", MAX_RUNNING);
+	if (all >= MAX_NODE)
+		return errbuf_set(err, errlen, -EAGAIN, "this node runs %d builds, its most: try "
+				  "again when one ended", MAX_NODE);
+	return 0;
+}
+
+int sbx_build_check(struct sbx_mgr *m, const char *account, const char *name, char *err,
+		    size_t errlen)
+{
+	int r = usable(m, account, err, errlen);
+	if (r == 0) {
+		pthread_mutex_lock(&m->builds_mu);
+		r = admit(m, account, name, err, errlen);
+		pthread_mutex_unlock(&m->builds_mu);
+	}
+	return r;
+}
+
 int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_build_req *q,
 		    struct sbx_build_info *out, char *err, size_t errlen)
 {
 	int ctxfd = q->context_fd, r = build_args_ok(q, err, errlen);
-	if (r == 0 && (!m->cfg.builder || !m->cfg.builder_url))
-		r = errbuf_set(err, errlen, -EPERM, "this node runs no builds (cpuosd --builder, "
-				"and a --listen address for it to reach)");
-	if (r == 0 && (m->cfg.images_off || (!m->cfg.importer && geteuid() != 0)))
-		r = errbuf_set(err, errlen, -EPERM, "importing images needs cpuosd started as root");
+	if (r == 0)
+		r = usable(m, account, err, errlen);
 	struct sbx_dbuild *b = r == 0 ? calloc(1, sizeof(*b)) : NULL;
 	if (r == 0 && !b)
 		r = errbuf_set(err, errlen, -ENOMEM, "out of memory");
@@ -336,21 +452,9 @@ int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_bui
 		close(ctxfd);
 		return errbuf_set(err, errlen, -EIO, "cannot make a build id");
 	}
-	/* One at a time per name, MAX_RUNNING per account. */
 	pthread_mutex_lock(&m->builds_mu);
-	int mine = 0, same = 0;
-	for (struct sbx_dbuild *o = m->dbuilds; o; o = o->next)
-		if (o->running && !strcmp(o->account, account)) {
-			mine++;
-			same |= !strcmp(o->info.name, q->name);
-		}
-	if (same)
-		r = errbuf_set(err, errlen, -EBUSY, "template '%s' is being built: follow that build, "
-			       "or cancel it", q->name);
-	else if (mine >= MAX_RUNNING)
-		r = errbuf_set(err, errlen, -EAGAIN, "the account has %d builds running: try again "
-			       "when one ended", MAX_RUNNING);
-	else
+	r = admit(m, account, q->name, err, errlen);
+	if (r == 0)
 		b->running = 1; /* holds the name while it is set up */
 	if (r == 0) {
 		b->next = m->dbuilds;
@@ -376,7 +480,7 @@ int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_bui
 	else if (mkdir(b->dir, 0700) < 0)
 		r = errbuf_set(err, errlen, -errno, "cannot make '%s': %s", b->dir, strerror(errno));
 	else if ((r = store_key_create(m->store, kname, account, secret, &key)) < 0)
-		errbuf_set(err, errlen, r, "cannot make the build's key: %s", strerror(-r));
+		r = errbuf_set(err, errlen, -EIO, "cannot make the build's key: %s", strerror(-r));
 	else
 		snprintf(b->key_id, sizeof(b->key_id), "%s", key.id);
 	int na = 0, ne = 0, bad = 0;
@@ -388,34 +492,46 @@ int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_bui
 		bad |= add_arg(b, &na, fixed[i]);
 	if (q->no_cache)
 		bad |= add_arg(b, &na, "--no-cache");
+	/* An option and its value, in that order (each call takes the next
+	 * slot: || keeps the order | would not). */
 	for (size_t i = 0; i < q->nbuild_args; i++)
-		bad |= add_arg(b, &na, "--build-arg") | add_arg(b, &na, q->build_args[i]);
+		bad |= add_arg(b, &na, "--build-arg") || add_arg(b, &na, q->build_args[i]);
 	if (q->start_cmd)
-		bad |= add_arg(b, &na, "--start-cmd") | add_arg(b, &na, q->start_cmd);
+		bad |= add_arg(b, &na, "--start-cmd") || add_arg(b, &na, q->start_cmd);
 	if (q->ready_cmd)
-		bad |= add_arg(b, &na, "--ready-cmd") | add_arg(b, &na, q->ready_cmd);
+		bad |= add_arg(b, &na, "--ready-cmd") || add_arg(b, &na, q->ready_cmd);
 	if (q->ready_port)
-		bad |= add_arg(b, &na, "--ready-port") | add_arg(b, &na, port);
+		bad |= add_arg(b, &na, "--ready-port") || add_arg(b, &na, port);
 	const char *path = getenv("PATH");
-	bad |= add_env(b, &ne, "PATH", path ? path : "/usr/local/bin:/usr/bin:/bin") |
-	       add_env(b, &ne, "HOME", b->dir) | add_env(b, &ne, "TMPDIR", b->dir) |
-	       add_env(b, &ne, "LANG", "C.UTF-8") | add_env(b, &ne, "CPUOS_API_KEY", secret);
+	char max_mb[32];
+	snprintf(max_mb, sizeof(max_mb), "%llu",
+		 (m->cfg.image_max_bytes ? m->cfg.image_max_bytes : 4ULL << 30) >> 20);
+	bad |= add_env(b, &ne, "PATH", path ? path : "/usr/local/bin:/usr/bin:/bin") ||
+	       add_env(b, &ne, "HOME", b->dir) || add_env(b, &ne, "TMPDIR", b->dir) ||
+	       add_env(b, &ne, "LANG", "C.UTF-8") || add_env(b, &ne, "CPUOS_BUILD_MAX_MB", max_mb) ||
+	       add_env(b, &ne, "CPUOS_API_KEY", secret);
 	explicit_bzero(secret, sizeof(secret));
 	if (r == 0 && bad)
 		r = errbuf_set(err, errlen, -ENOMEM, "out of memory");
+	*out = b->info; /* before the thread, which may end and be pruned */
 	pthread_t t;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (r == 0) {
+		/* Counted where the stop waits for it, unless the stop began. */
 		pthread_mutex_lock(&m->mu);
-		m->tpl_builds++;
+		if (m->quit)
+			r = errbuf_set(err, errlen, -ESHUTDOWN, "the daemon is stopping");
+		else
+			m->tpl_builds++;
 		pthread_mutex_unlock(&m->mu);
-		if (pthread_create(&t, &attr, build_main, b) != 0) {
+		if (r == 0 && pthread_create(&t, &attr, build_main, b) != 0) {
 			pthread_mutex_lock(&m->mu);
 			m->tpl_builds--;
+			pthread_cond_broadcast(&m->killers_cv);
 			pthread_mutex_unlock(&m->mu);
-			r = errbuf_set(err, errlen, -EAGAIN, "cannot start the build's thread");
+			r = errbuf_set(err, errlen, -EIO, "cannot start the build's thread");
 		}
 	}
 	pthread_attr_destroy(&attr);
@@ -438,9 +554,8 @@ int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_bui
 		free(b);
 		return r;
 	}
-	log_info("template %s for '%s': build %s started", q->name, account, b->info.id);
+	log_info("template %s for '%s': build %s started", q->name, account, out->id);
 	pthread_mutex_lock(&m->builds_mu);
-	*out = b->info;
 	prune(m);
 	pthread_mutex_unlock(&m->builds_mu);
 	return 0;
@@ -494,7 +609,7 @@ void sbx__builds_start(struct sbx_mgr *m)
 {
 	char dir[600], prefix[128];
 	snprintf(dir, sizeof(dir), "%s/builds", m->cfg.state_dir);
-	image_remove_tree(AT_FDCWD, dir); /* the last daemon's logs and directories */
+	remove_dir(dir); /* the last daemon's logs and directories */
 	fs_mkdir_p(dir, 0700, (uid_t)-1, (gid_t)-1);
 	/* Its keys, and what they made. */
 	snprintf(prefix, sizeof(prefix), BUILD_KEY_PREFIX "%s/", m->cfg.node ? m->cfg.node : "");

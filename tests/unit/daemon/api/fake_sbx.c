@@ -495,6 +495,16 @@ int sbx_build_start(struct sbx_mgr *m, const char *account, const struct sbx_bui
 	return -EPERM;
 }
 
+int sbx_build_check(struct sbx_mgr *m, const char *account, const char *name, char *err,
+		    size_t errlen)
+{
+	(void)m;
+	(void)account;
+	(void)name;
+	snprintf(err, errlen, "no builds in the fake");
+	return -EPERM;
+}
+
 int sbx_build_get(struct sbx_mgr *m, const char *account, const char *name,
 		  struct sbx_build_info *out, char *log, size_t loglen)
 {
