@@ -234,6 +234,13 @@ def http_seeds():
         "templates_nokey": (0, req("GET", "/v1/templates")),
         "templates_badkey": (0, req("GET", "/v1/templates", headers=["Authorization: Bearer cpuos_nope"])),
         "templates_emptykey": (0, req("GET", "/v1/templates", headers=["Authorization: Bearer "])),
+        # builds the node runs (with images_off the fuzzer's daemon refuses them: 501)
+        "build_post": (key, req("POST", "/v1/templates/web/build?follow=true&build_arg=A%3D1&build_arg=B%00x",
+                                raw_body=b"\x1f\x8b\x08\x00" + b"\x00" * 16, ctype="application/gzip")),
+        "build_admin": (sock, req("POST", "/v1/templates/web/build", raw_body=b"x", ctype="application/x-tar")),
+        "build_get": (key, req("GET", "/v1/templates/web/build")),
+        "build_logs": (key, req("GET", "/v1/templates/web/build/logs?offset=99999999999999999999&follow=1")),
+        "build_cancel": (key, req("DELETE", "/v1/templates/web/build")),
         "keys_create": (sock, req("POST", "/v1/keys", {"name": "k1"})),
         "keys_create_tcp": (key, req("POST", "/v1/keys", {"name": "k1"})),
         "keys_create_badname": (sock, req("POST", "/v1/keys", {"name": 7})),

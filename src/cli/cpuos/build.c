@@ -214,7 +214,7 @@ static void remove_dir(const char *dir)
 		cli_err("cannot remove '%s'", dir);
 }
 
-/* The archive at fd (a tar, plain, gzip or zstd: a context, or what ADD
+/* The archive at fd (a tar, plain or compressed: a context, or what ADD
  * unpacks) into the empty directory dir, as an image's layer is: nothing
  * is made outside it, no device node, owned by us. what: for errors. */
 static int unpack_fd(int fd, const char *dir, const char *what)
