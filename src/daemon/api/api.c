@@ -217,6 +217,28 @@ int api_duration(struct req *r, json_t *v, const char *what, long long max_s, lo
 	return 0;
 }
 
+int api_upload_append(struct req *r, int fd, unsigned long long *size, unsigned long long max,
+		      const char *what, const char *data, size_t n)
+{
+	*size += n;
+	if (*size > max) {
+		reply_error(r, 413, "too_large", "the %s is over the limit of %llu bytes", what, max);
+		return -1;
+	}
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(fd, data + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			reply_error(r, 507, "insufficient_storage", "cannot keep the upload: %s",
+				    strerror(errno));
+			return -1;
+		}
+		off += (size_t)w;
+	}
+	return 0;
+}
+
 int api_str(struct req *r, const char *key, size_t max, const char **out)
 {
 	json_t *v = r->body ? json_object_get(r->body, key) : NULL;

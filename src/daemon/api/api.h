@@ -28,6 +28,11 @@ int api_resume_error(struct req *r, int e, const char *err);
 int api_uint(struct req *r, const char *key, long long min, long long max, long long *out);
 int api_duration(struct req *r, json_t *v, const char *what, long long max_s, long long *out);
 int api_str(struct req *r, const char *key, size_t max, const char **out);
+/* An upload's next n bytes appended to the file fd, *size counted against
+ * max: 0, or -1 answered (413 past max, what naming the body; 507 when it
+ * cannot be kept). */
+int api_upload_append(struct req *r, int fd, unsigned long long *size, unsigned long long max,
+		      const char *what, const char *data, size_t n);
 int api_bool(struct req *r, const char *key, int *out);
 /* An object of string values, at most max entries: its JSON text (malloc'd)
  * in *out, or NULL when absent. With env set, the names must be variable

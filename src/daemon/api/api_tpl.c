@@ -295,21 +295,8 @@ int api_tpl_create(struct req *r, enum up_phase phase, const char *data, size_t 
 			up->len += n;
 			return 0;
 		}
-		up->size += n;
-		if (up->size > max) {
+		if (api_upload_append(r, up->fd, &up->size, max, "archive", data, n) < 0)
 			up->failed = 1;
-			return reply_error(r, 413, "too_large", "the archive is over the limit of %llu bytes",
-					   max);
-		}
-		for (size_t off = 0; off < n;) {
-			ssize_t w = write(up->fd, data + off, n - off);
-			if (w < 0) {
-				up->failed = 1;
-				return reply_error(r, 507, "insufficient_storage", "cannot keep the upload: %s",
-						   strerror(errno));
-			}
-			off += (size_t)w;
-		}
 		return 0;
 	}
 	/* UP_END */
