@@ -68,6 +68,8 @@ IMAGE_LIBS := -larchive -lcurl -ljansson -lcrypto
 # The gateway talks to cpuosd through the CLI's client of its API.
 GATEWAY_SRCS := $(wildcard src/gateway/*.c) src/cli/cpuos/http.c
 GATEWAY_LIBS := -lmicrohttpd -lcurl -ljansson -lsqlite3 -lcrypto -lpthread
+# The E2B drop-in talks to cpuosd through the same client.
+E2B_SRCS := $(wildcard src/e2b/*.c) src/cli/cpuos/http.c
 # The API replica: placement and a relay, over the store.
 API_SRCS := $(wildcard src/api/*.c) $(wildcard src/daemon/store/*.c) $(SQL_SRCS) \
 	    src/daemon/ports/ports.c src/lib/workers.c src/lib/opts.c src/lib/loop.c
@@ -86,6 +88,7 @@ VM_CLI := $(BUILD)/bin/cpuos-vm
 DAEMON := $(BUILD)/bin/cpuosd
 CLI := $(BUILD)/bin/cpuos
 GATEWAY := $(BUILD)/bin/cpuos-gateway
+E2B := $(BUILD)/bin/cpuos-e2b
 API := $(BUILD)/bin/cpuos-api
 BENCH := $(BUILD)/bench/bench_vm $(BUILD)/bench/bench_api $(BUILD)/bench/bench_snap
 
@@ -139,7 +142,7 @@ AI_EXAMPLES := examples/ai-sdk/node_modules/.typechecked
 npm_ready = cd $(1) && { [ node_modules/.package-lock.json -nt package-lock.json ] || \
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; }
 
-all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(GATEWAY) $(API) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
+all: $(AGENT) $(INITRAMFS) $(VM_CLI) $(DAEMON) $(CLI) $(GATEWAY) $(E2B) $(API) $(UNIT_TESTS) $(VM_TESTS) $(FUZZ_REPLAY) $(BENCH) \
 	$(TS_SDK) $(AI_SDK) $(AI_EXAMPLES)
 
 $(TS_SDK): $(wildcard sdk/typescript/src/*.ts) $(wildcard sdk/typescript/*.json)
@@ -215,6 +218,10 @@ $(CLI): $(call obj,$(CLI_SRCS) $(IMAGE_SRCS) $(COMMON_SRCS))
 $(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(GATEWAY_LIBS)
+
+$(E2B): $(call obj,$(E2B_SRCS) src/lib/httpd.c src/lib/opts.c src/lib/workers.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmicrohttpd -lcurl -ljansson -lcrypto -lpthread
 
 $(API): $(call obj,$(API_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

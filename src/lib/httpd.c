@@ -44,6 +44,7 @@ struct conn {
 	struct MHD_Response *deferred; /* answered while the body streamed */
 	int in_body;
 	struct upgrade *upgrade; /* a 101 queued whose session has not begun */
+	char *extra[HTTPD_EXTRA_HEADERS][2]; /* httpd_add_header's, for the answer */
 	alignas(max_align_t) char app[]; /* the program's app_size bytes */
 };
 
@@ -62,6 +63,8 @@ static int queue(struct httpd_req *r, unsigned status, struct MHD_Response *resp
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
 	r->status = (int)status;
 	struct conn *c = conn_of(r);
+	for (int i = 0; i < HTTPD_EXTRA_HEADERS && c->extra[i][0]; i++)
+		MHD_add_response_header(resp, c->extra[i][0], c->extra[i][1]);
 	if (c->in_body) {
 		if (c->deferred)
 			MHD_destroy_response(c->deferred);
@@ -71,6 +74,22 @@ static int queue(struct httpd_req *r, unsigned status, struct MHD_Response *resp
 	enum MHD_Result ok = MHD_queue_response(r->con, status, resp);
 	MHD_destroy_response(resp);
 	return ok == MHD_YES ? 0 : -EIO;
+}
+
+int httpd_add_header(struct httpd_req *r, const char *name, const char *value)
+{
+	struct conn *c = conn_of(r);
+	int i = 0;
+	while (i < HTTPD_EXTRA_HEADERS && c->extra[i][0])
+		i++;
+	if (i == HTTPD_EXTRA_HEADERS)
+		return -ENOSPC;
+	if (!(c->extra[i][0] = strdup(name)) || !(c->extra[i][1] = strdup(value))) {
+		free(c->extra[i][0]);
+		c->extra[i][0] = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 int httpd_reply_verror(struct httpd_req *r, unsigned status, const char *type, const char *code,
@@ -390,10 +409,13 @@ int httpd_client_gone(struct httpd_req *r)
 /* ---- routing ---- */
 
 /* Matches path against pattern, capturing each {name} into r->param: 1
- * on a match. A capture is 1 to param_max - 1 bytes without a '/'. */
+ * on a match. A capture is 1 to param_max - 1 bytes without a '/'. A
+ * pattern "*" matches every path: a proxy's catch-all. */
 static int match(const char *pattern, const char *path, struct httpd_req *r, size_t param_max)
 {
 	int slot = 0;
+	if (!strcmp(pattern, "*"))
+		return 1;
 	while (*pattern && *path) {
 		if (*pattern == '{') {
 			const char *close = strchr(pattern, '}');
@@ -418,8 +440,9 @@ static const struct httpd_route *find_route(const struct httpd_config *cf, struc
 {
 	size_t param_max = cf->param_max && cf->param_max <= HTTPD_PARAM_MAX ? cf->param_max
 									     : HTTPD_PARAM_MAX;
+	const struct httpd_route *table = cf->ops->routes ? cf->ops->routes(r) : NULL;
 	*wrong_method = 0;
-	for (const struct httpd_route *rt = cf->routes; rt->path; rt++) {
+	for (const struct httpd_route *rt = table ? table : cf->routes; rt->path; rt++) {
 		if (!match(rt->path, r->url, r, param_max))
 			continue;
 		if (!strcmp(rt->method, r->method))
@@ -637,6 +660,8 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
 		MHD_destroy_response(c->deferred);
 	if (c->upgrade) /* the 101 never went out */
 		upgrade_drop(c->upgrade);
+	for (int i = 0; i < HTTPD_EXTRA_HEADERS; i++)
+		free(c->extra[i][0]), free(c->extra[i][1]);
 	buf_release(&c->body);
 	free(c);
 	*con_cls = NULL;

@@ -41,7 +41,8 @@ typedef int (*httpd_handler)(struct httpd_req *r);
 
 struct httpd_route {
 	const char *method;
-	const char *path;      /* "/v1/sandboxes/{id}/files": each {name} is captured */
+	const char *path;      /* "/v1/sandboxes/{id}/files": each {name} is captured;
+				* "*" matches any path */
 	unsigned flags;
 	httpd_handler handler; /* called unless ops.handle dispatches (then NULL) */
 	const void *data;      /* the program's, for ops.handle */
@@ -75,6 +76,10 @@ enum httpd_up { HTTPD_UP_BEGIN, HTTPD_UP_DATA, HTTPD_UP_END, HTTPD_UP_ABORT };
 struct httpd_ops {
 	/* A request begins (before its route): set up r->app. */
 	void (*start)(struct httpd_req *r);
+	/* The table to route r by (its headers are in), NULL for the
+	 * config's: a program that serves several sites on one listener
+	 * (by Host) picks the site's. */
+	const struct httpd_route *(*routes)(struct httpd_req *r);
 	/* The bearer key of a request that needs one: 0, or < 0 to refuse it
 	 * as invalid. */
 	int (*auth)(struct httpd_req *r, const char *key);
@@ -174,6 +179,10 @@ int httpd_reply_stream(struct httpd_req *r, unsigned status, const char *content
  * away closes fd, which its writer sees as EPIPE. */
 int httpd_reply_fd(struct httpd_req *r, unsigned status, const char *content_type, int fd);
 
+/* A header for r's answer, queued later by one of the reply functions:
+ * 0, -ENOSPC past HTTPD_EXTRA_HEADERS, -ENOMEM. Both strings are copied. */
+#define HTTPD_EXTRA_HEADERS 4
+int httpd_add_header(struct httpd_req *r, const char *name, const char *value);
 /* A request header's value, NULL if absent. */
 const char *httpd_header(struct httpd_req *r, const char *name);
 /* A query parameter's value ("" when it has none), NULL if absent. A

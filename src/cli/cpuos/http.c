@@ -33,6 +33,7 @@ struct api {
 	long status;
 	char code[64];
 	char error[768];
+	char message[640]; /* the daemon's own message of its last error answer */
 	char curl_err[CURL_ERROR_SIZE];
 };
 
@@ -48,9 +49,12 @@ struct req {
 	/* NDJSON */
 	api_line_fn line_fn;
 	void *line_arg;
+	int tell_open; /* line_fn(NULL, 0) once a 2xx answer's head is in */
 	struct buf line;
-	/* upload */
+	/* upload: fd's bytes, or src's when it is set */
 	int fd;
+	api_source_fn src;
+	void *src_arg;
 };
 
 int api_new(const char *url, const char *key, struct api **out)
@@ -137,6 +141,11 @@ const char *api_code(const struct api *a)
 const char *api_error(const struct api *a)
 {
 	return a->error;
+}
+
+const char *api_message(const struct api *a)
+{
+	return a->message[0] ? a->message : a->error;
 }
 
 static void apath_put(struct apath *p, const char *s, int encode)
@@ -242,9 +251,37 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
+/* The end of the answer's head (its empty line): a stream that was asked
+ * to is told it is open. */
+static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
+{
+	struct req *q = arg;
+	size_t n = size * nmemb;
+	long st = 0;
+	if ((n == 2 && p[0] == '\r' && p[1] == '\n') || (n == 1 && p[0] == '\n')) {
+		curl_easy_getinfo(q->a->h, CURLINFO_RESPONSE_CODE, &st);
+		if (st >= 200 && st < 300 && q->tell_open) {
+			q->tell_open = 0;
+			int r = q->line_fn(q->line_arg, NULL, 0);
+			if (r) {
+				q->sink_err = r;
+				return 0; /* aborts the transfer */
+			}
+		}
+	}
+	return n;
+}
+
 static size_t on_read(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct req *q = arg;
+	if (q->src) {
+		ssize_t n = q->src(q->src_arg, p, size * nmemb);
+		if (n >= 0)
+			return (size_t)n;
+		q->sink_err = (int)n;
+		return CURL_READFUNC_ABORT;
+	}
 	for (;;) {
 		ssize_t n = read(q->fd, p, size * nmemb);
 		if (n >= 0)
@@ -276,6 +313,7 @@ static void take_error(struct api *a, const struct buf *b)
 	const char *code = json_string_value(json_object_get(e, "code"));
 	const char *msg = json_string_value(json_object_get(e, "message"));
 	snprintf(a->code, sizeof(a->code), "%s", code ? code : "");
+	snprintf(a->message, sizeof(a->message), "%s", msg ? msg : "");
 	if (msg)
 		snprintf(a->error, sizeof(a->error), "%s (HTTP %ld %s)", msg, a->status, a->code);
 	else
@@ -326,7 +364,7 @@ static int perform(struct req *q, const char *method, const struct apath *path, 
 	CURLcode c;
 
 	a->status = 0;
-	a->code[0] = a->error[0] = a->curl_err[0] = '\0';
+	a->code[0] = a->error[0] = a->message[0] = a->curl_err[0] = '\0';
 	buf_init(&q->body, MAX_JSON_ANSWER - 1);
 	buf_init(&q->line, MAX_LINE - 1);
 	if (resp)
@@ -369,12 +407,14 @@ static int perform(struct req *q, const char *method, const struct apath *path, 
 	curl_easy_setopt(a->h, CURLOPT_TIMEOUT_MS, a->timeout_ms);
 	curl_easy_setopt(a->h, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(a->h, CURLOPT_WRITEDATA, q);
+	curl_easy_setopt(a->h, CURLOPT_HEADERFUNCTION, q->tell_open ? on_header : NULL);
+	curl_easy_setopt(a->h, CURLOPT_HEADERDATA, q->tell_open ? q : NULL);
 	if (q->tick) {
 		curl_easy_setopt(a->h, CURLOPT_NOPROGRESS, 0L);
 		curl_easy_setopt(a->h, CURLOPT_XFERINFOFUNCTION, on_progress);
 		curl_easy_setopt(a->h, CURLOPT_XFERINFODATA, q);
 	}
-	if (q->fd >= 0) {
+	if (q->fd >= 0 || q->src) {
 		struct stat st;
 		curl_easy_setopt(a->h, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(a->h, CURLOPT_READFUNCTION, on_read);
@@ -382,7 +422,7 @@ static int perform(struct req *q, const char *method, const struct apath *path, 
 		/* A regular file's length is known: send it, so the daemon can
 		 * refuse an oversized file (413) before reading it. Else chunked. */
 		off_t pos = lseek(q->fd, 0, SEEK_CUR);
-		if (fstat(q->fd, &st) == 0 && S_ISREG(st.st_mode) && pos >= 0)
+		if (!q->src && fstat(q->fd, &st) == 0 && S_ISREG(st.st_mode) && pos >= 0)
 			curl_easy_setopt(a->h, CURLOPT_INFILESIZE_LARGE,
 					 (curl_off_t)(st.st_size - pos));
 		if (strcmp(method, "PUT"))
@@ -482,10 +522,40 @@ int api_upload(struct api *a, const char *method, const struct apath *path, int 
 	return r;
 }
 
+int api_upload_from(struct api *a, const char *method, const struct apath *path, api_source_fn src,
+		    void *arg, json_t **resp)
+{
+	struct req q = {.a = a, .fd = -1, .src = src, .src_arg = arg};
+	return perform(&q, method, path, "application/octet-stream", NULL, 0, resp);
+}
+
 int api_download(struct api *a, const struct apath *path, api_sink_fn sink, void *arg)
 {
 	struct req q = {.a = a, .fd = -1, .sink = sink, .sink_arg = arg};
 	return perform(&q, "GET", path, NULL, NULL, 0, NULL);
+}
+
+int api_lines_open(struct api *a, const struct apath *path, api_line_fn fn, api_tick_fn tick,
+		   void *arg)
+{
+	struct req q = {
+	    .a = a, .fd = -1, .line_fn = fn, .line_arg = arg, .tick = tick, .tick_arg = arg,
+	    .tell_open = 1};
+	return perform(&q, "GET", path, NULL, NULL, 0, NULL);
+}
+
+int api_post_lines(struct api *a, const struct apath *path, json_t *body, api_line_fn fn,
+		   api_tick_fn tick, void *arg)
+{
+	struct req q = {
+	    .a = a, .fd = -1, .line_fn = fn, .line_arg = arg, .tick = tick, .tick_arg = arg,
+	    .tell_open = 1};
+	char *s = json_dumps(body, JSON_COMPACT);
+	if (!s)
+		return -ENOMEM;
+	int r = perform(&q, "POST", path, "application/json", s, strlen(s), NULL);
+	free(s);
+	return r;
 }
 
 int api_lines(struct api *a, const struct apath *path, api_line_fn fn, api_tick_fn tick, void *arg)

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 struct api;
 
@@ -70,11 +71,24 @@ int api_post_raw(struct api *a, const struct apath *path, const void *p, size_t 
 /* method path with the rest of fd as the body, streamed (chunked when fd is
  * not a regular file); *resp as in api_json. */
 int api_upload(struct api *a, const char *method, const struct apath *path, int fd, json_t **resp);
+/* Where an upload's bytes come from: up to max into p, 0 at the end, or
+ * -errno to abort the transfer (the request then fails with it). */
+typedef ssize_t (*api_source_fn)(void *arg, char *p, size_t max);
+/* As api_upload, the body read from src (chunked). */
+int api_upload_from(struct api *a, const char *method, const struct apath *path, api_source_fn src,
+		    void *arg, json_t **resp);
 /* GET path, handing the body to sink as it arrives. */
 int api_download(struct api *a, const struct apath *path, api_sink_fn sink, void *arg);
 /* GET path as NDJSON: fn gets each line (at most 16 MiB) as it arrives;
  * tick (may be NULL) is called while the stream is idle. */
 int api_lines(struct api *a, const struct apath *path, api_line_fn fn, api_tick_fn tick, void *arg);
+/* POST path with the JSON body, its answer read as api_lines_open does. */
+int api_post_lines(struct api *a, const struct apath *path, json_t *body, api_line_fn fn,
+		   api_tick_fn tick, void *arg);
+/* As api_lines, and fn(arg, NULL, 0) first, once the daemon answered 2xx
+ * (a watch is then in place). */
+int api_lines_open(struct api *a, const struct apath *path, api_line_fn fn, api_tick_fn tick,
+		   void *arg);
 
 /* HTTP status of the last answer, 0 when there was none. */
 long api_status(const struct api *a);
@@ -83,5 +97,8 @@ const char *api_code(const struct api *a);
 /* One readable line on the last failure: "no such sandbox (HTTP 404
  * not_found)" or "cannot connect to cpuosd at URL: ...". */
 const char *api_error(const struct api *a);
+/* The daemon's message of its last error answer alone ("no such
+ * sandbox"), else what api_error says. */
+const char *api_message(const struct api *a);
 
 #endif

@@ -1,0 +1,934 @@
+/*
+ * envd: the file side of a sandbox's envd plane on cpuosd's files API:
+ * GET and POST /files (raw bytes or multipart, as the SDK's versions send
+ * them), and filesystem.Filesystem's Stat, ListDir, MakeDir, Move,
+ * Remove, and WatchDir (a stream of FilesystemEvent), answered with
+ * envd's EntryInfo.
+ */
+#include "e2b/envd.h"
+
+#include "cli/cpuos/http.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "e2b/e2b.h"
+#include "e2b/process.h"
+#include "e2b/rpc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define MULTIPART_MAX (256u << 20) /* a multipart body is read whole, up to this */
+#define KEEPALIVE_MS  15000
+
+static void sbx_path(struct apath *p, const char *id, const char *sub)
+{
+	char sbx[24];
+	snprintf(sbx, sizeof(sbx), "sbx_%s", id);
+	apath_init(p, "/v1/sandboxes");
+	apath_seg(p, sbx);
+	apath_add(p, sub);
+}
+
+/* "-rw-r--r--" of a type and an octal mode string. */
+static void permissions(const char *type, unsigned mode, char out[11])
+{
+	static const char rwx[] = "rwxrwxrwx";
+	out[0] = !strcmp(type, "dir") ? 'd' : !strcmp(type, "symlink") ? 'l' : '-';
+	for (int i = 0; i < 9; i++)
+		out[1 + i] = mode & (0400u >> i) ? rwx[i] : '-';
+	out[10] = '\0';
+}
+
+static const char *owner_of(json_t *id)
+{
+	json_int_t v = json_integer_value(id);
+	return v == 0 ? "root" : v == 1000 ? "user" : "";
+}
+
+/* envd's EntryInfo of a cpuos entry. */
+static json_t *entry_info(json_t *e)
+{
+	const char *type = json_string_value(json_object_get(e, "type"));
+	const char *mode = json_string_value(json_object_get(e, "mode"));
+	unsigned m = mode ? (unsigned)strtoul(mode, NULL, 8) : 0;
+	char perm[11];
+	if (!type)
+		type = "other";
+	permissions(type, m, perm);
+	json_t *o = json_pack("{s:O?, s:s, s:O?, s:O?, s:i, s:s, s:s, s:s, s:O?}", "name",
+			      json_object_get(e, "name"), "type",
+			      !strcmp(type, "dir")       ? "FILE_TYPE_DIRECTORY"
+			      : !strcmp(type, "symlink") ? "FILE_TYPE_SYMLINK"
+			      : !strcmp(type, "file")    ? "FILE_TYPE_FILE"
+							 : "FILE_TYPE_UNSPECIFIED",
+			      "path", json_object_get(e, "path"), "size", json_object_get(e, "size"),
+			      "mode", (int)m, "permissions", perm, "owner",
+			      owner_of(json_object_get(e, "uid")), "group",
+			      owner_of(json_object_get(e, "gid")), "modifiedTime",
+			      json_object_get(e, "mtime"));
+	json_t *t = json_object_get(e, "target");
+	if (o && json_is_string(t))
+		json_object_set(o, "symlinkTarget", t);
+	return o;
+}
+
+/* One call to cpuosd for an RPC: 0 with *out, or -1 after answering. */
+static int fs_call(struct httpd_req *r, const char *method, struct apath *p, json_t *body,
+		   json_t **out)
+{
+	struct api *a;
+	if (e2b_api(r, &a) < 0) {
+		rpc_error(r, 0, 500, "out of memory");
+		return -1;
+	}
+	int rc = api_json(a, method, p, body, out);
+	if (rc < 0)
+		rpc_api_error(r, 0, a);
+	api_free(a);
+	return rc < 0 ? -1 : 0;
+}
+
+/* The message's path field (as given): NULL after answering. */
+static const char *msg_path(struct httpd_req *r, json_t *m, const char *field)
+{
+	const char *path = json_string_value(json_object_get(m, field));
+	if (!path || !*path) {
+		rpc_error(r, 0, 400, "%s is required", field);
+		return NULL;
+	}
+	return path;
+}
+
+static int stat_(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	int stream;
+	json_t *m = rpc_request(r, &stream), *out = NULL;
+	const char *path;
+	struct apath p;
+	if (!m || !(path = msg_path(r, m, "path")))
+		goto out;
+	sbx_path(&p, q->id, "/files/stat");
+	apath_query(&p, "path", path);
+	if (fs_call(r, "GET", &p, NULL, &out) == 0)
+		rpc_reply(r, json_pack("{s:o}", "entry", entry_info(out)));
+out:
+	json_decref(m), json_decref(out);
+	return 0;
+}
+
+static int list_dir(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	int stream;
+	json_t *m = rpc_request(r, &stream), *out = NULL;
+	const char *path;
+	struct apath p;
+	char d[16];
+	if (!m || !(path = msg_path(r, m, "path")))
+		goto out;
+	json_int_t depth = json_integer_value(json_object_get(m, "depth"));
+	snprintf(d, sizeof(d), "%lld", (long long)(depth < 1 ? 1 : depth > 16 ? 16 : depth));
+	sbx_path(&p, q->id, "/files/list");
+	apath_query(&p, "path", path);
+	apath_query(&p, "depth", d);
+	if (fs_call(r, "GET", &p, NULL, &out) == 0) {
+		json_t *arr = json_array(), *e;
+		size_t i;
+		json_array_foreach(json_object_get(out, "entries"), i, e)
+			json_array_append_new(arr, entry_info(e));
+		rpc_reply(r, json_pack("{s:o}", "entries", arr));
+	}
+out:
+	json_decref(m), json_decref(out);
+	return 0;
+}
+
+/* MakeDir {path}: made with its parents; one that exists is
+ * already_exists, as envd says it (the SDK then answers false). */
+static int make_dir(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	int stream;
+	json_t *m = rpc_request(r, &stream), *out = NULL, *body = NULL;
+	const char *path;
+	struct apath p;
+	struct api *a = NULL;
+	if (!m || !(path = msg_path(r, m, "path")))
+		goto out;
+	sbx_path(&p, q->id, "/files/stat");
+	apath_query(&p, "path", path);
+	if (e2b_api(r, &a) < 0) {
+		rpc_error(r, 0, 500, "out of memory");
+		goto out;
+	}
+	if (api_json(a, "GET", &p, NULL, &out) == 0) {
+		rpc_error_code(r, "already_exists", "'%s' already exists", path);
+		goto out;
+	} else if (api_status(a) != 404) {
+		rpc_api_error(r, 0, a);
+		goto out;
+	}
+	sbx_path(&p, q->id, "/files/mkdir");
+	body = json_pack("{s:s, s:b, s:s}", "path", path, "parents", 1, "user", q->user);
+	if (fs_call(r, "POST", &p, body, &out) == 0)
+		rpc_reply(r, json_pack("{s:o}", "entry", entry_info(out)));
+out:
+	api_free(a);
+	json_decref(m), json_decref(out), json_decref(body);
+	return 0;
+}
+
+static int move(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	int stream;
+	json_t *m = rpc_request(r, &stream), *out = NULL, *body = NULL;
+	const char *from, *to;
+	struct apath p;
+	if (!m || !(from = msg_path(r, m, "source")) || !(to = msg_path(r, m, "destination")))
+		goto out;
+	sbx_path(&p, q->id, "/files/rename");
+	body = json_pack("{s:s, s:s}", "from", from, "to", to);
+	if (fs_call(r, "POST", &p, body, &out) == 0)
+		rpc_reply(r, json_pack("{s:o}", "entry", entry_info(out)));
+out:
+	json_decref(m), json_decref(out), json_decref(body);
+	return 0;
+}
+
+static int remove_(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	int stream;
+	json_t *m = rpc_request(r, &stream);
+	const char *path;
+	struct apath p;
+	if (!m || !(path = msg_path(r, m, "path")))
+		goto out;
+	sbx_path(&p, q->id, "/files");
+	apath_query(&p, "path", path);
+	apath_query(&p, "recursive", "true");
+	if (fs_call(r, "DELETE", &p, NULL, NULL) == 0)
+		rpc_reply(r, json_object());
+out:
+	json_decref(m);
+	return 0;
+}
+
+/* ---- WatchDir: a stream of FilesystemEvent ---- */
+
+struct watch {
+	struct api *a;
+	struct apath path;
+	char dir[4097];
+	int fd;
+	long long last;
+};
+
+static void watch_free(void *arg)
+{
+	struct watch *w = arg;
+	api_free(w->a);
+	free(w);
+}
+
+/* envd's FilesystemEvent of one of cpuosd's watch lines under dir (the
+ * name relative to it), NULL for a line it has no event for. */
+static json_t *fs_event(const char *dir, const char *line, size_t n)
+{
+	static const char *const names[][2] = {
+		{ "create", "EVENT_TYPE_CREATE" }, { "write", "EVENT_TYPE_WRITE" },
+		{ "remove", "EVENT_TYPE_REMOVE" }, { "rename", "EVENT_TYPE_RENAME" },
+		{ "chmod", "EVENT_TYPE_CHMOD" },
+	};
+	json_t *j = json_loadb(line, n, 0, NULL), *ev = NULL;
+	const char *type = json_string_value(json_object_get(j, "type"));
+	const char *path = json_string_value(json_object_get(j, "path"));
+	const char *e2b = NULL;
+	for (size_t i = 0; type && i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(type, names[i][0]))
+			e2b = names[i][1];
+	if (e2b && path) {
+		size_t dl = strlen(dir);
+		const char *rel = !strncmp(path, dir, dl) && path[dl] == '/' ? path + dl + 1
+				  : !strcmp(dir, "/") && path[0] == '/' ? path + 1
+									: path;
+		ev = json_pack("{s:s, s:s}", "name", rel, "type", e2b);
+	}
+	json_decref(j);
+	return ev;
+}
+
+static int watch_line(void *arg, const char *line, size_t n)
+{
+	struct watch *w = arg;
+	w->last = clock_ms();
+	if (!line) /* the watch is in place */
+		return pump_msg(w->fd, json_pack("{s:{}}", "start")) < 0 ? -EPIPE : 0;
+	json_t *ev = fs_event(w->dir, line, n);
+	if (ev && pump_msg(w->fd, json_pack("{s:o}", "filesystem", ev)) < 0)
+		return -EPIPE;
+	return 0;
+}
+
+static int watch_tick(void *arg)
+{
+	struct watch *w = arg;
+	if (clock_ms() - w->last < KEEPALIVE_MS)
+		return 0;
+	w->last = clock_ms();
+	return pump_msg(w->fd, json_pack("{s:{}}", "keepalive")) < 0 ? -EPIPE : 0;
+}
+
+static void watch_run(int fd, void *arg)
+{
+	struct watch *w = arg;
+	w->fd = fd;
+	w->last = clock_ms();
+	int rc = api_lines_open(w->a, &w->path, watch_line, watch_tick, w);
+	if (rc == -EPIPE)
+		return;
+	if (rc < 0)
+		pump_end(fd, api_status(w->a) == 404 ? "not_found" : "unavailable", "%s",
+			 api_message(w->a));
+	else
+		pump_end(fd, NULL, NULL);
+}
+
+static int watch_dir(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	int stream;
+	json_t *m = rpc_request(r, &stream);
+	struct watch *w = NULL;
+	const char *path = m ? json_string_value(json_object_get(m, "path")) : NULL;
+	if (!m)
+		return 0;
+	if (!path || !*path || strlen(path) >= sizeof(w->dir)) {
+		rpc_error(r, stream, 400, "path is required");
+		goto out;
+	}
+	if (!(w = calloc(1, sizeof(*w))) || e2b_api(r, &w->a) < 0) {
+		free(w);
+		rpc_error(r, stream, 500, "out of memory");
+		goto out;
+	}
+	snprintf(w->dir, sizeof(w->dir), "%s", path);
+	size_t dl = strlen(w->dir);
+	while (dl > 1 && w->dir[dl - 1] == '/')
+		w->dir[--dl] = '\0';
+	sbx_path(&w->path, q->id, "/files/watch");
+	apath_query(&w->path, "path", path);
+	if (json_is_true(json_object_get(m, "recursive")))
+		apath_query(&w->path, "recursive", "true");
+	pump_start(r, "application/connect+json", watch_run, watch_free, w);
+out:
+	json_decref(m);
+	return 0;
+}
+
+/* ---- CreateWatcher, GetWatcherEvents, RemoveWatcher ----
+ * The sync SDK polls: a watcher is a watch cpuos-e2b keeps open, its
+ * events queued until asked for. One not asked for in WATCHER_IDLE_MS,
+ * or whose sandbox's watch ended, goes. */
+
+#define WATCHERS_MAX	256
+#define WATCHER_EVENTS	10000
+#define WATCHER_IDLE_MS (10 * 60 * 1000)
+
+struct watcher {
+	char id[24];
+	char sbx[E2B_ID_LEN + 1];
+	char dir[4097];
+	struct api *a;
+	struct apath path;
+	json_t *events;
+	int state; /* 0 starting, 1 open, -1 ended */
+	int stop, refs;
+	long long asked;
+	unsigned status; /* a failed start's, for its answer */
+	char error[256];
+};
+
+static pthread_mutex_t watchers_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watchers_cv = PTHREAD_COND_INITIALIZER;
+static struct watcher *watchers[WATCHERS_MAX];
+
+static void watcher_unref(struct watcher *w) /* under watchers_mu */
+{
+	if (--w->refs)
+		return;
+	api_free(w->a);
+	json_decref(w->events);
+	free(w);
+}
+
+static void watcher_forget(struct watcher *w) /* under watchers_mu */
+{
+	for (int i = 0; i < WATCHERS_MAX; i++)
+		if (watchers[i] == w) {
+			watchers[i] = NULL;
+			watcher_unref(w);
+		}
+}
+
+static int watcher_line(void *arg, const char *line, size_t n)
+{
+	struct watcher *w = arg;
+	json_t *ev = line ? fs_event(w->dir, line, n) : NULL;
+	pthread_mutex_lock(&watchers_mu);
+	int stop = w->stop;
+	if (!line) {
+		w->state = 1;
+		pthread_cond_broadcast(&watchers_cv);
+	} else if (ev && json_array_size(w->events) < WATCHER_EVENTS) {
+		json_array_append(w->events, ev);
+	}
+	pthread_mutex_unlock(&watchers_mu);
+	json_decref(ev);
+	return stop ? 1 : 0;
+}
+
+static int watcher_tick(void *arg)
+{
+	struct watcher *w = arg;
+	pthread_mutex_lock(&watchers_mu);
+	if (clock_ms() - w->asked > WATCHER_IDLE_MS)
+		w->stop = 1;
+	int stop = w->stop;
+	pthread_mutex_unlock(&watchers_mu);
+	return stop ? 1 : 0;
+}
+
+static void watcher_run(void *arg)
+{
+	struct watcher *w = arg;
+	int rc = api_lines_open(w->a, &w->path, watcher_line, watcher_tick, w);
+	pthread_mutex_lock(&watchers_mu);
+	if (rc < 0 && w->state == 0) {
+		w->status = api_status(w->a) >= 400 ? (unsigned)api_status(w->a) : 503;
+		snprintf(w->error, sizeof(w->error), "%s", api_message(w->a));
+	}
+	w->state = -1;
+	pthread_cond_broadcast(&watchers_cv);
+	if (w->stop)
+		watcher_forget(w);
+	watcher_unref(w);
+	pthread_mutex_unlock(&watchers_mu);
+}
+
+static int create_watcher(struct httpd_req *r)
+{
+	struct e2b *g = r->arg;
+	struct e2b_req *q = r->app;
+	int stream, slot = -1;
+	json_t *m = rpc_request(r, &stream);
+	const char *path = m ? json_string_value(json_object_get(m, "path")) : NULL;
+	struct watcher *w = NULL;
+	unsigned char rnd[8];
+	if (!m)
+		return 0;
+	if (!path || !*path || strlen(path) >= sizeof(w->dir)) {
+		rpc_error(r, 0, 400, "path is required");
+		goto out;
+	}
+	if (!(w = calloc(1, sizeof(*w))) || !(w->events = json_array()) || e2b_api(r, &w->a) < 0 ||
+	    getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+		if (w)
+			json_decref(w->events), api_free(w->a);
+		free(w);
+		rpc_error(r, 0, 500, "out of memory");
+		goto out;
+	}
+	snprintf(w->id, sizeof(w->id), "w%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+		 rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+	snprintf(w->sbx, sizeof(w->sbx), "%s", q->id);
+	snprintf(w->dir, sizeof(w->dir), "%s", path);
+	size_t dl = strlen(w->dir);
+	while (dl > 1 && w->dir[dl - 1] == '/')
+		w->dir[--dl] = '\0';
+	sbx_path(&w->path, q->id, "/files/watch");
+	apath_query(&w->path, "path", path);
+	if (json_is_true(json_object_get(m, "recursive")))
+		apath_query(&w->path, "recursive", "true");
+	w->asked = clock_ms();
+	w->refs = 2; /* the table's, the thread's */
+	pthread_mutex_lock(&watchers_mu);
+	for (int i = 0; i < WATCHERS_MAX && slot < 0; i++)
+		if (!watchers[i])
+			slot = i;
+	if (slot >= 0)
+		watchers[slot] = w;
+	pthread_mutex_unlock(&watchers_mu);
+	if (slot < 0) {
+		api_free(w->a), json_decref(w->events), free(w);
+		rpc_error(r, 0, 429, "too many watchers: remove some");
+		goto out;
+	}
+	if (workers_spawn(&g->pumps, watcher_run, w) < 0) {
+		pthread_mutex_lock(&watchers_mu);
+		w->refs = 1;
+		watcher_forget(w);
+		pthread_mutex_unlock(&watchers_mu);
+		rpc_error(r, 0, 503, "cannot start a watcher");
+		goto out;
+	}
+	pthread_mutex_lock(&watchers_mu);
+	while (!w->state)
+		pthread_cond_wait(&watchers_cv, &watchers_mu);
+	if (w->state > 0) {
+		rpc_reply(r, json_pack("{s:s}", "watcherId", w->id));
+	} else {
+		rpc_error(r, 0, w->status ? w->status : 503, "%s", w->error);
+		watcher_forget(w);
+	}
+	pthread_mutex_unlock(&watchers_mu);
+out:
+	json_decref(m);
+	return 0;
+}
+
+/* The watcher a message names, of this sandbox's: under watchers_mu, or
+ * NULL after answering not_found. */
+static struct watcher *watcher_of(struct httpd_req *r, json_t *m)
+{
+	struct e2b_req *q = r->app;
+	const char *id = json_string_value(json_object_get(m, "watcherId"));
+	for (int i = 0; id && i < WATCHERS_MAX; i++)
+		if (watchers[i] && !strcmp(watchers[i]->id, id) && !strcmp(watchers[i]->sbx, q->id))
+			return watchers[i];
+	rpc_error(r, 0, 404, "watcher '%s' not found", id ? id : "");
+	return NULL;
+}
+
+static int get_watcher_events(struct httpd_req *r)
+{
+	int stream;
+	json_t *m = rpc_request(r, &stream);
+	if (!m)
+		return 0;
+	pthread_mutex_lock(&watchers_mu);
+	struct watcher *w = watcher_of(r, m);
+	if (w) {
+		json_t *evs = w->events;
+		w->events = json_array();
+		w->asked = clock_ms();
+		rpc_reply(r, json_pack("{s:o}", "events", evs));
+		if (w->state < 0) /* its watch ended: it goes once drained */
+			watcher_forget(w);
+	}
+	pthread_mutex_unlock(&watchers_mu);
+	json_decref(m);
+	return 0;
+}
+
+static int remove_watcher(struct httpd_req *r)
+{
+	int stream;
+	json_t *m = rpc_request(r, &stream);
+	if (!m)
+		return 0;
+	pthread_mutex_lock(&watchers_mu);
+	struct watcher *w = watcher_of(r, m);
+	if (w) {
+		w->stop = 1; /* its thread ends at its next tick */
+		watcher_forget(w);
+		rpc_reply(r, json_object());
+	}
+	pthread_mutex_unlock(&watchers_mu);
+	json_decref(m);
+	return 0;
+}
+
+/* ---- /files ---- */
+
+/* GET /files?path=&username=: the file's bytes, streamed. */
+struct download {
+	struct api *a;
+	struct apath path;
+	int fd;
+};
+
+static void download_free(void *arg)
+{
+	struct download *d = arg;
+	api_free(d->a);
+	free(d);
+}
+
+static int download_sink(void *arg, const char *p, size_t n)
+{
+	struct download *d = arg;
+	return pump_put(d->fd, p, n);
+}
+
+static void download_run(int fd, void *arg)
+{
+	struct download *d = arg;
+	d->fd = fd;
+	api_download(d->a, &d->path, download_sink, d); /* a cut shows as a short body */
+}
+
+static int files_get(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	int bad = 0;
+	const char *path = httpd_query(r, "path", &bad);
+	struct download *d;
+	json_t *st = NULL;
+	if (bad || !path || !*path)
+		return e2b_reply_error(r, 400, "path is required");
+	if (!(d = calloc(1, sizeof(*d))) || e2b_api(r, &d->a) < 0) {
+		free(d);
+		return e2b_reply_error(r, 500, "out of memory");
+	}
+	/* Asked first, so that a missing file or a directory is a clean 4xx
+	 * and not a stream cut short. */
+	sbx_path(&d->path, q->id, "/files/stat");
+	apath_query(&d->path, "path", path);
+	if (api_json(d->a, "GET", &d->path, NULL, &st) < 0) {
+		e2b_reply_api_error(r, d->a);
+		download_free(d);
+		return 0;
+	}
+	const char *type = json_string_value(json_object_get(st, "type"));
+	int dir = type && !strcmp(type, "dir");
+	json_decref(st);
+	if (dir) {
+		download_free(d);
+		return e2b_reply_error(r, 400, "'%s' is a directory", path);
+	}
+	sbx_path(&d->path, q->id, "/files");
+	apath_query(&d->path, "path", path);
+	pump_start(r, "application/octet-stream", download_run, download_free, d);
+	return 0;
+}
+
+/* POST /files: raw bytes (?path=) stream to cpuosd as they come; a
+ * multipart body (each part's filename its path, or ?path= for one) is
+ * read whole first, up to MULTIPART_MAX. */
+struct upload {
+	int multipart;
+	struct buf body;
+	char boundary[80];
+	/* raw: a pipe to a worker that runs the PUT */
+	int wfd, rfd;
+	atomic_int aborted;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, refs, rc;
+	struct api *a;
+	struct apath path;
+	char target[4097];
+};
+
+static void up_unref(struct upload *u)
+{
+	pthread_mutex_lock(&u->mu);
+	int last = --u->refs == 0;
+	pthread_mutex_unlock(&u->mu);
+	if (!last)
+		return;
+	if (u->wfd >= 0)
+		close(u->wfd);
+	if (u->rfd >= 0)
+		close(u->rfd);
+	api_free(u->a);
+	buf_release(&u->body);
+	pthread_cond_destroy(&u->cv);
+	pthread_mutex_destroy(&u->mu);
+	free(u);
+}
+
+static ssize_t up_source(void *arg, char *p, size_t max)
+{
+	struct upload *u = arg;
+	for (;;) {
+		ssize_t n = read(u->rfd, p, max);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		/* The writer closes its end at the body's end, and also when
+		 * the client left: then the file must not be committed. */
+		if (n == 0 && atomic_load(&u->aborted))
+			return -ECANCELED;
+		return n;
+	}
+}
+
+static void up_run(void *arg)
+{
+	struct upload *u = arg;
+	int rc = api_upload_from(u->a, "PUT", &u->path, up_source, u, NULL);
+	pthread_mutex_lock(&u->mu);
+	u->rc = rc;
+	u->done = 1;
+	pthread_cond_broadcast(&u->cv);
+	pthread_mutex_unlock(&u->mu);
+	close(u->rfd); /* a writer still writing gets EPIPE */
+	u->rfd = -1;
+	up_unref(u);
+}
+
+static json_t *write_info(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return json_pack("{s:s, s:s, s:s}", "name", slash ? slash + 1 : path, "type", "file",
+			 "path", path);
+}
+
+static int up_begin(struct httpd_req *r)
+{
+	struct e2b *g = r->arg;
+	struct e2b_req *q = r->app;
+	const char *ct = httpd_header(r, "Content-Type");
+	const char *enc = httpd_header(r, "Content-Encoding");
+	int bad = 0;
+	const char *path = httpd_query(r, "path", &bad);
+	struct upload *u = calloc(1, sizeof(*u));
+	if (!u)
+		return e2b_reply_error(r, 500, "out of memory");
+	u->wfd = u->rfd = -1;
+	u->refs = 1;
+	pthread_mutex_init(&u->mu, NULL);
+	pthread_cond_init(&u->cv, NULL);
+	buf_init(&u->body, MULTIPART_MAX);
+	q->up = u;
+	if (bad)
+		return e2b_reply_error(r, 400, "invalid path");
+	if (enc && strcmp(enc, "identity"))
+		return e2b_reply_error(r, 415, "Content-Encoding '%s' is not taken: send the bytes "
+					       "as they are", enc);
+	if (ct && !strncmp(ct, "multipart/form-data", 19)) {
+		const char *b = strstr(ct, "boundary=");
+		size_t n;
+		if (!b || !(n = strcspn(b + 9, "; ")) || n > 70)
+			return e2b_reply_error(r, 400, "multipart without a boundary");
+		b += 9;
+		if (*b == '"' && n > 2)
+			b++, n -= 2;
+		snprintf(u->boundary, sizeof(u->boundary), "--%.*s", (int)n, b);
+		u->multipart = 1;
+		return 0;
+	}
+	if (!path || !*path || strlen(path) >= sizeof(u->target))
+		return e2b_reply_error(r, 400, "path is required for a raw upload");
+	snprintf(u->target, sizeof(u->target), "%s", path);
+	int fds[2];
+	if (e2b_api(r, &u->a) < 0 || pipe2(fds, O_CLOEXEC) < 0)
+		return e2b_reply_error(r, 500, "cannot start the upload");
+	u->rfd = fds[0], u->wfd = fds[1];
+	sbx_path(&u->path, q->id, "/files");
+	apath_query(&u->path, "path", path);
+	apath_query(&u->path, "user", q->user);
+	u->refs++;
+	if (workers_spawn(&g->pumps, up_run, u) < 0) {
+		u->refs--;
+		return e2b_reply_error(r, 503, "cannot start the upload");
+	}
+	return 0;
+}
+
+/* The raw upload's end: waits for the PUT and answers. */
+static int up_end_raw(struct httpd_req *r, struct upload *u)
+{
+	close(u->wfd);
+	u->wfd = -1;
+	pthread_mutex_lock(&u->mu);
+	while (!u->done)
+		pthread_cond_wait(&u->cv, &u->mu);
+	int rc = u->rc;
+	pthread_mutex_unlock(&u->mu);
+	if (rc < 0)
+		return e2b_reply_api_error(r, u->a);
+	return e2b_reply_json(r, 200, json_pack("[o]", write_info(u->target)));
+}
+
+static ssize_t mem_source(void *arg, char *p, size_t max)
+{
+	struct buf *b = arg; /* p: the rest, len: its bytes */
+	size_t n = b->len < max ? b->len : max;
+	memcpy(p, b->p, n);
+	b->p += n, b->len -= n;
+	return (ssize_t)n;
+}
+
+/* A multipart body, whole: each part with a filename is PUT. */
+static int up_end_multipart(struct httpd_req *r, struct upload *u)
+{
+	struct e2b_req *q = r->app;
+	int bad = 0;
+	const char *qpath = httpd_query(r, "path", &bad);
+	const char *p = u->body.p ? u->body.p : "", *end = p + u->body.len;
+	size_t bl = strlen(u->boundary);
+	json_t *out = json_array();
+	struct api *a = NULL;
+	int parts = 0;
+	if (e2b_api(r, &a) < 0) {
+		json_decref(out);
+		return e2b_reply_error(r, 500, "out of memory");
+	}
+	const char *at = memmem(p, (size_t)(end - p), u->boundary, bl);
+	while (at) {
+		const char *h = at + bl;
+		if (end - h >= 2 && !memcmp(h, "--", 2))
+			break; /* the closing boundary */
+		if (end - h < 2 || memcmp(h, "\r\n", 2))
+			goto bad;
+		h += 2;
+		const char *body = memmem(h, (size_t)(end - h), "\r\n\r\n", 4);
+		if (!body)
+			goto bad;
+		char head[2048], name[4097] = "";
+		size_t hl = (size_t)(body - h) < sizeof(head) - 1 ? (size_t)(body - h) : sizeof(head) - 1;
+		memcpy(head, h, hl);
+		head[hl] = '\0';
+		body += 4;
+		char delim[90];
+		snprintf(delim, sizeof(delim), "\r\n%s", u->boundary);
+		const char *next = memmem(body, (size_t)(end - body), delim, strlen(delim));
+		if (!next)
+			goto bad;
+		const char *fn = strstr(head, "filename=\"");
+		if (fn) {
+			fn += 10;
+			size_t n = strcspn(fn, "\"");
+			if (n >= sizeof(name))
+				goto bad;
+			memcpy(name, fn, n);
+			name[n] = '\0';
+		}
+		if (qpath && *qpath && parts == 0)
+			snprintf(name, sizeof(name), "%s", qpath);
+		if (fn || (qpath && *qpath)) {
+			if (name[0] != '/') {
+				api_free(a);
+				json_decref(out);
+				return e2b_reply_error(r, 400, "a part's path must be absolute: '%s'",
+						       name);
+			}
+			struct apath path;
+			struct buf src = { .p = (char *)body, .len = (size_t)(next - body) };
+			sbx_path(&path, q->id, "/files");
+			apath_query(&path, "path", name);
+			apath_query(&path, "user", q->user);
+			if (api_upload_from(a, "PUT", &path, mem_source, &src, NULL) < 0) {
+				e2b_reply_api_error(r, a);
+				api_free(a);
+				json_decref(out);
+				return 0;
+			}
+			json_array_append_new(out, write_info(name));
+			parts++;
+		}
+		at = next + 2;
+	}
+	api_free(a);
+	if (!parts) {
+		json_decref(out);
+		return e2b_reply_error(r, 400, "no file in the multipart body");
+	}
+	return e2b_reply_json(r, 200, out);
+bad:
+	api_free(a);
+	json_decref(out);
+	return e2b_reply_error(r, 400, "malformed multipart body");
+}
+
+int envd_upload(struct httpd_req *r, enum httpd_up phase, const char *data, size_t n)
+{
+	struct e2b_req *q = r->app;
+	struct upload *u = q->up;
+	switch (phase) {
+	case HTTPD_UP_BEGIN:
+		return up_begin(r);
+	case HTTPD_UP_DATA:
+		if (u->multipart) {
+			if (buf_add(&u->body, data, n) < 0)
+				return e2b_reply_error(r, 413, "a multipart body is at most %u MiB: "
+							       "send one file as raw bytes",
+						       MULTIPART_MAX >> 20);
+			return 0;
+		}
+		if (pump_put(u->wfd, data, n) < 0)
+			return up_end_raw(r, u); /* cpuosd refused it: its answer */
+		return 0;
+	case HTTPD_UP_END:
+		return u->multipart ? up_end_multipart(r, u) : up_end_raw(r, u);
+	case HTTPD_UP_ABORT:
+		break;
+	}
+	return 0;
+}
+
+void envd_upload_drop(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	struct upload *u = q->up;
+	if (!u)
+		return;
+	q->up = NULL;
+	atomic_store(&u->aborted, 1);
+	if (u->wfd >= 0)
+		close(u->wfd), u->wfd = -1;
+	up_unref(u);
+}
+
+static int health(struct httpd_req *r)
+{
+	return httpd_reply_empty(r, 204);
+}
+
+static int not_served(struct httpd_req *r)
+{
+	struct e2b_req *q = r->app;
+	return e2b_reply_error(r, 502, "port %u of sandbox %s is not served by cpuos-e2b: use "
+				       "cpuosd's port URLs", q->port, q->id);
+}
+
+static int envs(struct httpd_req *r)
+{
+	return e2b_reply_json(r, 200, json_object());
+}
+
+#define FS(name, h) { "POST", "/filesystem.Filesystem/" name, HTTPD_OPEN, h, NULL }
+#define PROC(name, h) { "POST", "/process.Process/" name, HTTPD_OPEN, h, NULL }
+const struct httpd_route e2b_envd_routes[] = {
+	{ "GET", "/health", HTTPD_OPEN, health, e2b_auth_none },
+	{ "GET", "/files", HTTPD_OPEN, files_get, e2b_auth_signed },
+	{ "POST", "/files", HTTPD_OPEN | HTTPD_UPLOAD, NULL, e2b_auth_signed },
+	{ "GET", "/envs", HTTPD_OPEN, envs, NULL },
+	FS("Stat", stat_),
+	FS("ListDir", list_dir),
+	FS("MakeDir", make_dir),
+	FS("Move", move),
+	FS("Remove", remove_),
+	FS("WatchDir", watch_dir),
+	FS("CreateWatcher", create_watcher),
+	FS("GetWatcherEvents", get_watcher_events),
+	FS("RemoveWatcher", remove_watcher),
+	PROC("Start", proc_start),
+	PROC("Connect", proc_connect),
+	PROC("List", proc_list),
+	PROC("SendInput", proc_send_input),
+	PROC("StreamInput", proc_stream_input),
+	PROC("SendSignal", proc_send_signal),
+	PROC("CloseStdin", proc_close_stdin),
+	PROC("Update", proc_update),
+	{ 0 },
+};
+
+#define ANY(m) { m, "*", HTTPD_OPEN, not_served, e2b_auth_none }
+const struct httpd_route e2b_port_routes[] = {
+	ANY("GET"), ANY("POST"), ANY("PUT"), ANY("DELETE"), ANY("PATCH"), ANY("HEAD"),
+	ANY("OPTIONS"), { 0 },
+};

@@ -1,0 +1,20 @@
+/* envd: a sandbox's envd plane (port 49983): /health, /files, and the
+ * filesystem.Filesystem RPCs (envd.c), with process.Process's
+ * (process.c) in its route table. */
+#ifndef CPUOS_E2B_ENVD_H
+#define CPUOS_E2B_ENVD_H
+
+#include "lib/httpd.h"
+
+#include <stddef.h>
+
+/* POST /files's body as it streams (httpd's upload hook, after the
+ * credentials were checked at HTTPD_UP_BEGIN). */
+int envd_upload(struct httpd_req *r, enum httpd_up phase, const char *data, size_t n);
+/* The request is over: what its upload held goes. */
+void envd_upload_drop(struct httpd_req *r);
+
+/* The table for a port cpuos-e2b does not serve itself. */
+extern const struct httpd_route e2b_port_routes[];
+
+#endif

@@ -1,0 +1,17 @@
+/* process: envd's process.Process RPCs (process.c), each a handler of
+ * envd's route table; every one answers once. */
+#ifndef CPUOS_E2B_PROCESS_H
+#define CPUOS_E2B_PROCESS_H
+
+struct httpd_req;
+
+int proc_start(struct httpd_req *r);
+int proc_connect(struct httpd_req *r);
+int proc_list(struct httpd_req *r);
+int proc_send_input(struct httpd_req *r);
+int proc_stream_input(struct httpd_req *r);
+int proc_send_signal(struct httpd_req *r);
+int proc_close_stdin(struct httpd_req *r);
+int proc_update(struct httpd_req *r);
+
+#endif
