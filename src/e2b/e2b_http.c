@@ -293,6 +293,7 @@ int e2b_http_start(struct e2b *g, struct httpd **out, char *err, size_t errlen)
 		.max_conns = MAX_CONNS,
 		.idle_s = CONN_IDLE_S,
 		.message_max = 768,
+		.no_route_open = 1,
 	};
 	return httpd_start(&c, out, err, errlen);
 }

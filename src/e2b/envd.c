@@ -891,6 +891,9 @@ static int health(struct httpd_req *r)
 static int not_served(struct httpd_req *r)
 {
 	struct e2b_req *q = r->app;
+	if (!q->port || !q->id[0])
+		return e2b_reply_error(r, 404, "E2b-Sandbox-Id and E2b-Sandbox-Port name no sandbox's "
+					       "port");
 	return e2b_reply_error(r, 502, "port %u of sandbox %s is not served by cpuos-e2b: use "
 				       "cpuosd's port URLs", q->port, q->id);
 }

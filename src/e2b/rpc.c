@@ -85,9 +85,9 @@ static int verror(struct httpd_req *r, int stream, unsigned status, const char *
 	json_decref(j);
 	if (!s)
 		return -ENOMEM;
-	return httpd_reply_buffer(r, connect_status_of(code) == status ? status
-								       : connect_status_of(code),
-				  "application/json", s, strlen(s));
+	/* Connect's clients go by the code; the status is the HTTP one
+	 * (415 for a codec it does not speak, as the protocol says). */
+	return httpd_reply_buffer(r, status, "application/json", s, strlen(s));
 }
 
 int rpc_error(struct httpd_req *r, int stream, unsigned status, const char *fmt, ...)

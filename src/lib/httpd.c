@@ -475,7 +475,8 @@ static int authenticate(const struct httpd_config *cf, struct httpd_req *r,
 				  "this listener serves the cluster's API replicas only");
 		return -1;
 	}
-	if (r->local || (rt && rt->flags & (HTTPD_OPEN | HTTPD_CLUSTER)))
+	if (r->local || (rt && rt->flags & (HTTPD_OPEN | HTTPD_CLUSTER)) ||
+	    (!rt && cf->no_route_open))
 		return 0;
 	const char *auth = httpd_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
 	const char *token = !auth && rt && rt->flags & HTTPD_QUERY_KEY

@@ -119,6 +119,9 @@ struct httpd_config {
 	 * gate_value (compared in constant time), else 403 not_internal: a
 	 * listener only the holders of a shared secret may use. */
 	const char *gate_header, *gate_value;
+	/* Set: a request that no route takes is 404 (or 405) without a key,
+	 * for a program whose routes all check their own credentials. */
+	int no_route_open;
 };
 
 /* One request as the program sees it. */

@@ -1,0 +1,165 @@
+"""cpuos-e2b refuses bad input on every route with a clear error in E2B's shape (the control
+plane's and envd's {"code": N, "message": ...}, Connect's {"code": "not_found", ...} or an
+end-of-stream error), and serves on: a wrong or missing key, another sandbox's token, another
+account's sandbox, unknown sandboxes and routes, malformed JSON, malformed and oversized Connect
+envelopes, what cpuos does not do (501)."""
+import json
+import struct
+
+import pytest
+
+from test_e2b import E2B_BIN, E2b
+
+
+@pytest.fixture(scope="module")
+def e2b(daemon):
+    if not E2B_BIN.exists():
+        pytest.fail(f"{E2B_BIN} does not exist: build it first (make all)", pytrace=False)
+    s = E2b(daemon)
+    yield s
+    s.close()
+
+
+def envelope(msg, flags=0):
+    body = json.dumps(msg).encode() if not isinstance(msg, bytes) else msg
+    return struct.pack(">BI", flags, len(body)) + body
+
+
+def frames(body):
+    """The envelopes of a Connect stream's answer: [(flags, message)]."""
+    out = []
+    while body:
+        flags, n = struct.unpack(">BI", body[:5])
+        out.append((flags, json.loads(body[5:5 + n])))
+        body = body[5 + n:]
+    return out
+
+
+def e2b_error(r, status):
+    assert r.status == status, r
+    j = r.json()
+    assert j["code"] == status and j["message"], j
+    return j["message"]
+
+
+def test_bad_input_on_every_route(e2b, daemon):
+    key = {"X-API-KEY": daemon.key_a}
+    # control plane: keys
+    assert "X-API-KEY" in e2b_error(e2b.http("GET", "/v2/sandboxes"), 401)
+    e2b_error(e2b.http("GET", "/v2/sandboxes", headers={"X-API-KEY": "cpuos_" + "0" * 64}), 401)
+    e2b_error(e2b.http("GET", "/v2/sandboxes", headers={"X-API-KEY": "x\u00e9"}), 401)
+    # unknown sandboxes, ids that are no sandbox's, routes
+    e2b_error(e2b.http("GET", "/sandboxes/0123456789abcdef", headers=key), 404)
+    e2b_error(e2b.http("GET", "/sandboxes/sbx_nope", headers=key), 404)
+    e2b_error(e2b.http("DELETE", "/sandboxes/0123456789abcdef", headers=key), 404)
+    e2b_error(e2b.http("POST", "/sandboxes/0123456789abcdef/pause", headers=key), 404)
+    e2b_error(e2b.http("POST", "/v2/sandboxes/0123456789abcdef/connect", body={}, headers=key), 404)
+    e2b_error(e2b.http("GET", "/nowhere", headers=key), 404)
+    e2b_error(e2b.http("PATCH", "/v2/sandboxes", headers=key), 405)
+    # malformed and invalid bodies
+    e2b_error(e2b.http("POST", "/v2/sandboxes", body=b"{not json", headers=key), 400)
+    e2b_error(e2b.http("POST", "/v2/sandboxes", body=[1], headers=key), 400)
+    e2b_error(e2b.http("POST", "/v2/sandboxes", body={"templateID": 7}, headers=key), 400)
+    e2b_error(e2b.http("POST", "/v2/sandboxes", body={"templateID": "base", "timeout": "x"},
+                       headers=key), 400)
+    e2b_error(e2b.http("POST", "/v2/sandboxes", body={"templateID": "no-such-template"},
+                       headers=key), 422)
+    e2b_error(e2b.http("POST", "/v2/sandboxes", body={"templateID": "base",
+                                                      "network": {"allowOut": "x"}}, headers=key), 400)
+    # what cpuos does not do
+    assert "not supported" in e2b_error(e2b.http("GET", "/volumes", headers=key), 501)
+    e2b_error(e2b.http("POST", "/v2/sandboxes", body={"templateID": "base",
+                                                      "volumeMounts": [{"name": "v", "path": "/v"}]},
+                       headers=key), 501)
+
+    # a sandbox of alice's, through the control plane
+    r = e2b.http("POST", "/v2/sandboxes", body={"templateID": "base", "timeout": 300,
+                                                "metadata": {"suite": "e2b"}}, headers=key)
+    assert r.status == 201, r
+    sbx = r.json()
+    sid, tok = sbx["sandboxID"], sbx["envdAccessToken"]
+    assert sbx["envdVersion"] and sbx["clientID"] and sbx["templateID"] == "base"
+    envd = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"}
+    ok = {**envd, "X-Access-Token": tok}
+    try:
+        # envd: no token, a forged one, another sandbox's id with this token
+        e2b_error(e2b.http("GET", f"/files?path=/etc/hostname", headers=envd), 401)
+        e2b_error(e2b.http("GET", f"/files?path=/etc/hostname",
+                           headers={**envd, "X-Access-Token": tok[:-4] + "AAAA"}), 401)
+        e2b_error(e2b.http("GET", f"/files?path=/etc/hostname",
+                           headers={**ok, "E2b-Sandbox-Id": "0123456789abcdef"}), 401)
+        e2b_error(e2b.http("GET", "/files?path=/etc/hostname",
+                           headers={**ok, "E2b-Sandbox-Port": "70000"}), 404)
+        # another account's key on alice's sandbox: as if it did not exist
+        r = e2b.http("POST", "/filesystem.Filesystem/Stat", body={"path": "/"},
+                     headers={**envd, "X-API-KEY": daemon.key_b})
+        assert r.status == 404 and r.json()["code"] == "not_found", r
+        e2b_error(e2b.http("GET", f"/sandboxes/{sid}", headers={"X-API-KEY": daemon.key_b}), 404)
+        # a signed URL that is not
+        e2b_error(e2b.http("GET", "/files?path=/etc/hostname&signature=v1_AAAA", headers=envd), 401)
+        # files: missing, a directory, no path
+        assert e2b.http("GET", "/files?path=/nope", headers=ok).status == 404
+        e2b_error(e2b.http("GET", "/files?path=/", headers=ok), 400)
+        e2b_error(e2b.http("GET", "/files", headers=ok), 400)
+        e2b_error(e2b.http("POST", "/files?path=/tmp/x", body=b"--b\r\n",
+                           headers={**ok, "Content-Type": "multipart/form-data; boundary=b"}), 400)
+        e2b_error(e2b.http("POST", "/files?path=/tmp/x", body=b"x",
+                           headers={**ok, "Content-Encoding": "br"}), 415)
+        # Connect, unary: not JSON, not an object, a wrong type, a missing field, a wrong content type
+        rpc = {**ok, "Content-Type": "application/json", "Connect-Protocol-Version": "1"}
+        for body in (b"{", b"[]"):
+            r = e2b.http("POST", "/filesystem.Filesystem/Stat", body=body, headers=rpc)
+            assert r.status == 400 and r.json()["code"] == "invalid_argument", r
+        r = e2b.http("POST", "/filesystem.Filesystem/Stat", body=b"{}", headers=rpc)
+        assert r.status == 400 and "path" in r.json()["message"], r
+        r = e2b.http("POST", "/filesystem.Filesystem/Stat", body=b"{}",
+                     headers={**rpc, "Content-Type": "application/proto"})
+        assert r.status == 415, r
+        r = e2b.http("POST", "/filesystem.Filesystem/Stat", body={"path": "/nope"}, headers=rpc)
+        assert r.status == 404 and r.json()["code"] == "not_found", r
+        r = e2b.http("POST", "/process.Process/SendSignal",
+                     body={"process": {"pid": 999999}, "signal": "SIGNAL_SIGKILL"}, headers=rpc)
+        assert r.status == 404 and r.json()["code"] == "not_found", r
+        r = e2b.http("POST", "/process.Process/SendSignal",
+                     body={"process": {"pid": -1}, "signal": "SIGNAL_SIGKILL"}, headers=rpc)
+        assert r.status == 400, r
+        r = e2b.http("POST", "/process.Process/Nope", body={}, headers=rpc)
+        assert r.status == 404, r
+        # Connect, streams: a short envelope, a length past the body, two messages, compressed,
+        # an oversize frame
+        st = {**ok, "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+        start = {"process": {"cmd": "/bin/true"}}
+        for body in (b"\x00\x00", envelope(start)[:-1], envelope(start) + envelope(start),
+                     envelope(start, flags=1), struct.pack(">BI", 0, 64 << 20) + b"{}"):
+            r = e2b.http("POST", "/process.Process/Start", body=body, headers=st)
+            assert r.status == 200 and r.headers["Content-Type"] == "application/connect+json", r
+            (flags, end), = frames(r.body)
+            assert flags == 2 and end["error"]["code"] == "invalid_argument", end
+        r = e2b.http("POST", "/process.Process/Start", body=b"\x00" * (2 << 20), headers=st)
+        assert r.status == 413 and r.json()["code"] == 413, r
+        # a command that cannot start ends its stream with cpuosd's reason
+        r = e2b.http("POST", "/process.Process/Start", headers=st,
+                     body=envelope({"process": {"cmd": "/nope"}}))
+        evs = frames(r.body)
+        assert evs[-1][0] == 2, evs
+        # and it serves on: a good stream
+        r = e2b.http("POST", "/process.Process/Start", headers=st,
+                     body=envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "echo ok"]}}))
+        evs = frames(r.body)
+        assert "start" in evs[0][1]["event"], evs
+        out = b"".join(__import__("base64").b64decode(m["event"]["data"]["stdout"])
+                       for f, m in evs if f == 0 and "data" in m["event"])
+        assert out == b"ok\n", evs
+        assert evs[-2][1]["event"]["end"].get("exitCode", 0) == 0 and evs[-1] == (2, {}), evs
+        # the interpreter's port: a bad body, a context that is not
+        ci = {**ok, "E2b-Sandbox-Port": "49999"}
+        e2b_error(e2b.http("POST", "/execute", body=b"[", headers=ci), 400)
+        e2b_error(e2b.http("POST", "/execute", body={"language": "python"}, headers=ci), 400)
+        e2b_error(e2b.http("POST", "/execute", body={"code": "1", "language": "cobol"}, headers=ci),
+                  422)
+        e2b_error(e2b.http("DELETE", "/contexts/nope", headers=ci), 404)
+        # a port cpuos-e2b does not serve
+        e2b_error(e2b.http("GET", "/", headers={**envd, "E2b-Sandbox-Port": "8080"}), 502)
+    finally:
+        assert e2b.http("DELETE", f"/sandboxes/{sid}", headers=key).status == 204
+    assert e2b.proc.poll() is None, e2b.log_tail()
