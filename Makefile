@@ -58,9 +58,11 @@ RUNNER_SRCS := $(wildcard src/runner/*.c)
 PRIV_SRCS := $(wildcard src/priv/*.c src/image/*.c)
 JAIL_SRCS := $(wildcard src/jail/*.c)
 VM_CLI_SRCS := src/cli/cpuos-vm.c
-DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c)
+# MCP's tools (src/mcp), over the CLI's client: `cpuos mcp` and cpuosd's /mcp.
+MCP_SRCS := $(wildcard src/mcp/*.c)
+DAEMON_SRCS := $(wildcard src/daemon/*.c src/daemon/*/*.c) $(MCP_SRCS) src/cli/cpuos/http.c
 STORE_SRCS := $(wildcard src/daemon/store/*.c) src/lib/sql.c
-CLI_SRCS := $(wildcard src/cli/cpuos/*.c)
+CLI_SRCS := $(wildcard src/cli/cpuos/*.c) $(MCP_SRCS)
 # Templates from OCI images (libarchive reads their tars, libcurl pulls
 # them from registries), run by the CLI.
 IMAGE_SRCS := $(wildcard src/image/*.c)
@@ -301,7 +303,7 @@ $(BUILD)/tests/test_sbx: $(call obj,$(SBX_TEST_SRCS))
 API_TEST_SRCS := tests/unit/daemon/api/test_api.c tests/unit/daemon/api/fake_sbx.c $(TEST_LIB) \
 	$(wildcard src/daemon/api/*.c src/daemon/http/*.c src/daemon/store/*.c src/daemon/ports/*.c) \
 	src/daemon/net/secret.c src/daemon/net/rules.c src/daemon/net/policy.c \
-	$(LIB_SRCS) src/lib/sql.c $(COMMON_SRCS)
+	$(MCP_SRCS) src/cli/cpuos/http.c $(LIB_SRCS) src/lib/sql.c $(COMMON_SRCS)
 $(BUILD)/tests/test_api: $(call obj,$(API_TEST_SRCS)) $(BUILD)/obj/gen/openapi.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)

@@ -765,7 +765,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Builds run by a client of the TCP listener, not of a gated one. */
-	char builder_url[200] = "", builder[PATH_MAX] = "";
+	char builder_url[200] = "", builder[PATH_MAX] = "", self_url[200];
+	builder_url_of(o.listen, self_url, sizeof(self_url));
 	int builds = strcmp(o.builder, "none") && strcmp(o.listen, "none") && !cluster_secret[0] &&
 		     realpath(o.builder, builder) && access(builder, X_OK) == 0;
 	if (builds)
@@ -835,6 +836,9 @@ int main(int argc, char **argv)
 		.price_memory_gib = (unsigned)o.price_memory_gib,
 		.price_storage_usd_per_gib_month = o.price_storage_gib_month,
 		.ports = ports, .tcp_fd = api_fd,
+		/* A gated listener takes only the replicas' calls: no MCP there. */
+		.self_url = strcmp(o.listen, "none") && !cluster_secret[0] ? self_url : NULL,
+		.self_socket = strcmp(o.socket, "none") ? o.socket : NULL,
 	};
 	int no_sock = !strcmp(o.socket, "none"), no_tcp = !strcmp(o.listen, "none");
 	if (!no_sock) {

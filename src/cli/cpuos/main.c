@@ -7,6 +7,7 @@
 #include "cli/cpuos/cmd_admin.h"
 #include "cli/cpuos/cmd_code.h"
 #include "cli/cpuos/cmd_files.h"
+#include "cli/cpuos/cmd_mcp.h"
 #include "cli/cpuos/cmd_net.h"
 #include "cli/cpuos/cmd_secret.h"
 #include "cli/cpuos/cmd_shell.h"
@@ -46,6 +47,7 @@ static const char usage[] =
     "  keys create|ls|rm       manage API keys (administrator)\n"
     "  nodes [ls|drain|undrain] the nodes sharing the database (administrator)\n"
     "  templates [ls|build|import]  list templates, build one, import an OCI image\n"
+    "  mcp                     serve cpuos's tools to an MCP client on stdio\n"
     "  version                 print the versions of cpuos and cpuosd\n"
     "Run 'cpuos COMMAND --help' for a command's options.\n"
     "\n"
@@ -90,6 +92,7 @@ static const struct command {
     {"usage", cmd_usage},     {"version", cmd_version},
     {"net", cmd_net},	      {"url", cmd_url},
     {"secret", cmd_secret},   {"nodes", cmd_nodes},
+    {"mcp", cmd_mcp},
 };
 
 int main(int argc, char **argv)

@@ -20,6 +20,7 @@
 
 const struct route api_routes[] = {
 	{ "GET", "/v1/health", api_health, NULL, 1, 0 },
+	{ "POST", "/mcp", api_mcp, NULL, 0, 0 },
 	{ "GET", "/v1/openapi.json", api_openapi, NULL, 1, 0 },
 	{ "GET", "/v1/templates", api_templates, NULL, 0, 0 },
 	{ "POST", "/v1/templates", NULL, api_tpl_create, 0, 0 },

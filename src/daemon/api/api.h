@@ -121,6 +121,7 @@ int api_secret_put(struct req *r);
 int api_secret_delete(struct req *r);
 /* Usage and metering (api_usage.c). */
 int api_usage(struct req *r);
+int api_mcp(struct req *r);
 int api_metrics(struct req *r);
 int api_sbx_metrics(struct req *r);
 int api_sbx_logs(struct req *r);

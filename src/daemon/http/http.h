@@ -44,6 +44,10 @@ struct api_ctx {
 				     * cpuos-cluster), as cpuos-api does */
 	int tcp_fd;                /* > 0: a socket listening on the TCP address already
 				    * (bound while root: a port below 1024), taken over */
+	/* Where this daemon reaches its own API, for what calls it as a
+	 * client (/mcp's tools): NULL where it cannot. */
+	const char *self_url;      /* http://HOST:PORT of the TCP listener */
+	const char *self_socket;   /* the Unix socket's path */
 };
 
 /* One request as handlers see it. */
