@@ -1,8 +1,9 @@
 """cpuos-e2b: E2B's own SDKs (PyPI `e2b` and `e2b-code-interpreter`, pinned versions in
-tests/e2e/e2b/requirements-*.txt, each in a virtualenv of its own under build/e2b-venv) against
+tests/e2e/e2b/requirements-*.txt, each in a virtualenv of its own under build/venv) against
 cpuos-e2b in front of the session's cpuosd, and bad input on every route. The SDK's calls are
-tests/e2e/e2b/client.py, as a user writes them; it prints one JSON line per call."""
-import hashlib
+tests/e2e/e2b/client.py, as a user writes them; it prints one JSON line per call. The same for
+E2B's JavaScript SDKs (npm `e2b` and `@e2b/code-interpreter`, pinned with lock files in
+tests/e2e/e2b/js-*/, installed under build/e2b-node): tests/e2e/e2b/client.mjs under node."""
 import http.client
 import json
 import os
@@ -17,31 +18,47 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, Response, free_port
+from pyvenv import venv_python
 
 E2B_BIN = Path(os.environ.get("CPUOS_E2B_BIN", ROOT / "build" / "bin" / "cpuos-e2b"))
 HERE = Path(__file__).resolve().parent / "e2b"
-VENVS = ROOT / "build" / "e2b-venv"
+NODE_DIRS = ROOT / "build" / "e2b-node"
 
 
 def venv(label):
-    """The virtualenv of requirements-LABEL.txt, made once per content of that file: its python."""
-    req = HERE / f"requirements-{label}.txt"
-    stamp_want = hashlib.sha256(req.read_bytes()).hexdigest()
-    d = VENVS / label
-    stamp = d / ".requirements"
-    py = d / "bin" / "python"
-    if stamp.exists() and stamp.read_text() == stamp_want and py.exists():
-        return str(py)
-    shutil.rmtree(d, ignore_errors=True)
-    r = subprocess.run(["python3", "-m", "venv", str(d)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"cannot make a virtualenv (python3-venv): {r.stderr.strip()}", pytrace=False)
-    r = subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "-r", str(req)], capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        pytest.fail(f"cannot install {req.name} from PyPI: {r.stderr.strip()[-500:]}", pytrace=False)
-    stamp.write_text(stamp_want)
-    return str(py)
+    """The virtualenv of tests/e2e/e2b/requirements-LABEL.txt: its python."""
+    return venv_python(HERE / f"requirements-{label}.txt")
+
+
+def node_dir(label):
+    """tests/e2e/e2b/LABEL/ installed with `npm ci` under build/e2b-node/LABEL, again only when its
+    lock file changed, with client.mjs beside its node_modules: that directory."""
+    src = HERE / label
+    d = NODE_DIRS / label
+    lock = d / "package-lock.json"
+    done = d / "node_modules" / ".package-lock.json"
+    if not (lock.exists() and lock.read_bytes() == (src / "package-lock.json").read_bytes()
+            and done.exists() and done.stat().st_mtime > lock.stat().st_mtime):
+        missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+        if missing:
+            pytest.fail(f"E2B's JavaScript SDK needs node and npm: {' and '.join(missing)} not on "
+                        "PATH", pytrace=False)
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        for name in ("package.json", "package-lock.json"):
+            shutil.copy(src / name, d / name)
+        try:
+            r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts",
+                                "--loglevel=error"], cwd=d, capture_output=True, text=True,
+                               timeout=600)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"npm ci of tests/e2e/e2b/{label} took over 600s", pytrace=False)
+        if r.returncode != 0 or not done.exists():
+            err = " ".join((r.stderr or r.stdout).split())[:400]  # npm says why first
+            pytest.fail(f"cannot install tests/e2e/e2b/{label} from npm (npm ci exit "
+                        f"{r.returncode}): {err}", pytrace=False)
+    shutil.copy(HERE / "client.mjs", d / "client.mjs")
+    return d
 
 
 class E2b:
@@ -126,9 +143,10 @@ def e2b(daemon):
             daemon.http("DELETE", f"/v1/sandboxes/{sbx['id']}", unix=True)
 
 
-def run_client(e2b, py, key, *which, timeout=600):
-    r = subprocess.run([py, str(HERE / "client.py"), *which], env=e2b.env(key), capture_output=True,
-                       text=True, timeout=timeout)
+def run_client(e2b, cmd, key, *which, timeout=600, cwd=None):
+    """Runs the client command list cmd (e.g. [python, client.py]) with `which` after it."""
+    r = subprocess.run([*cmd, *which], env=e2b.env(key), capture_output=True, text=True,
+                       timeout=timeout, cwd=cwd)
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     calls = [row for row in rows if "call" in row]
     failed = [f"{row['call']}: {row['error']}\n{row.get('trace', '')}" for row in calls if not row["ok"]]
@@ -143,4 +161,11 @@ def run_client(e2b, py, key, *which, timeout=600):
 @pytest.mark.parametrize("label", ["py-newest", "py-older"])
 def test_python_sdk(e2b, daemon, label):
     """Every call of client.py passes under each pinned version."""
-    run_client(e2b, venv(label), daemon.key_a)
+    run_client(e2b, [venv(label), str(HERE / "client.py")], daemon.key_a)
+
+
+@pytest.mark.parametrize("label", ["js-newest", "js-older"])
+def test_js_sdk(e2b, daemon, label):
+    """Every call of client.mjs passes under each pinned version of the JavaScript SDK."""
+    d = node_dir(label)
+    run_client(e2b, ["node", "client.mjs"], daemon.key_a, cwd=d)
