@@ -29,6 +29,11 @@ static const char usage[] =
 	"  --code-interpreter-template NAME\n"
 	"                           the template E2B's 'code-interpreter-v1' stands for\n"
 	"                           (default python)\n"
+	"  --port-urls TEMPLATE     where a request for any other port of a sandbox is sent\n"
+	"                           (307): cpuosd's port URL with {id} (the E2B id) and\n"
+	"                           {port}, as http://127.0.0.1:7071/sbx_{id}/{port} for its\n"
+	"                           --url-listen, or https://{port}-{id}.DOMAIN for its\n"
+	"                           --url-domain (default none: such requests get 502)\n"
 	"  --max-body-bytes N       largest JSON request body (default 1048576)\n"
 	"  --max-file-bytes N       largest file upload (default 10737418240)\n"
 	"  --log-level LEVEL        error, warn, info or debug (default info)\n"
@@ -42,6 +47,7 @@ static const struct opt table[] = {
 	OPT_TEXT_OF("state-dir", struct e2b_config, state_dir),
 	OPT_TEXT_OF("template", struct e2b_config, template_),
 	OPT_TEXT_OF("code-interpreter-template", struct e2b_config, interp_template),
+	OPT_TEXT_OF("port-urls", struct e2b_config, port_urls),
 	OPT_INT_OF("max-body-bytes", struct e2b_config, max_body_bytes, 1024, 1LL << 30),
 	OPT_INT_OF("max-file-bytes", struct e2b_config, max_file_bytes, 1, 1LL << 40),
 	OPT_TEXT_OF("log-level", struct e2b_config, log_level),
@@ -63,5 +69,13 @@ int e2b_config_parse(struct e2b_config *o, int argc, char **argv)
 	snprintf(o->log_level, sizeof(o->log_level), "info");
 	o->max_body_bytes = 1 << 20;
 	o->max_file_bytes = 10LL << 30;
-	return opts_parse(&spec, o, argc, argv, NULL);
+	int r = opts_parse(&spec, o, argc, argv, NULL);
+	if (r == 0 && o->port_urls[0] &&
+	    (strncmp(o->port_urls, "http", 4) || !strstr(o->port_urls, "{id}") ||
+	     !strstr(o->port_urls, "{port}"))) {
+		fprintf(stderr, "cpuos-e2b: invalid --port-urls '%s' (an http(s) URL with {id} and "
+				"{port})\n", o->port_urls);
+		return -1;
+	}
+	return r;
 }

@@ -38,6 +38,7 @@ struct e2b_config {
 	char state_dir[1024];  /* its secret, which seals access tokens */
 	char template_[128];   /* an E2B create without templateID gets it */
 	char interp_template[128]; /* "code-interpreter-v1" maps to it */
+	char port_urls[512];   /* cpuosd's port URL of {id} and {port}, for the other ports */
 	char log_level[16];
 	long long max_body_bytes, max_file_bytes;
 	char **args;

@@ -888,12 +888,39 @@ static int health(struct httpd_req *r)
 	return httpd_reply_empty(r, 204);
 }
 
+/* Any other port of a sandbox: a 307 to cpuosd's port URL for it (the
+ * method and body go along), which checks its traffic token or that the
+ * sandbox is public, as for any client of it. */
 static int not_served(struct httpd_req *r)
 {
+	const struct e2b *g = r->arg;
 	struct e2b_req *q = r->app;
 	if (!q->port || !q->id[0])
 		return e2b_reply_error(r, 404, "E2b-Sandbox-Id and E2b-Sandbox-Port name no sandbox's "
 					       "port");
+	if (g->cfg->port_urls[0]) {
+		struct buf b;
+		char port[16];
+		snprintf(port, sizeof(port), "%u", q->port);
+		buf_init(&b, 8192);
+		for (const char *t = g->cfg->port_urls; *t;) {
+			if (!strncmp(t, "{id}", 4))
+				buf_adds(&b, q->id), t += 4;
+			else if (!strncmp(t, "{port}", 6))
+				buf_adds(&b, port), t += 6;
+			else
+				buf_add(&b, t++, 1);
+		}
+		/* the request's own path and query, as it came */
+		if (b.len && b.p[b.len - 1] == '/' && r->url[0] == '/')
+			b.len--;
+		int bad = buf_adds(&b, r->url) < 0 || httpd_query_string(r, &b) < 0 || !b.p ||
+			  httpd_add_header(r, "Location", b.p) < 0;
+		buf_release(&b);
+		if (!bad)
+			return e2b_reply_json(r, 307, json_pack("{s:i, s:s}", "code", 307, "message",
+								"see Location"));
+	}
 	return e2b_reply_error(r, 502, "port %u of sandbox %s is not served by cpuos-e2b: use "
 				       "cpuosd's port URLs", q->port, q->id);
 }

@@ -308,6 +308,9 @@ static ssize_t fd_read(void *arg, char *buf, size_t max)
 	struct fd_reply *f = arg;
 	for (;;) {
 		int w = tcp_wait_peer(f->fd, POLLIN, f->conn, -1);
+		if (w == -ECONNRESET) /* the client left: no one to show a cut
+				       * to, and libmicrohttpd would log one */
+			return 0;
 		if (w < 0)
 			return -1;
 		ssize_t n = read(f->fd, buf, max);
@@ -392,6 +395,47 @@ int httpd_query_each(struct httpd_req *r, const char *name,
 	struct query_each q = { name, fn, arg, 0, bad };
 	MHD_get_connection_values_n(r->con, MHD_GET_ARGUMENT_KIND, query_one, &q);
 	return q.rc;
+}
+
+struct qs {
+	struct buf *b;
+	int n, err;
+};
+
+static void qs_put(struct qs *q, const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char e[3] = { '%', hex[c >> 4], hex[c & 15] };
+		int plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			    (c >= '0' && c <= '9') || strchr("-._~", c);
+		if ((plain ? buf_add(q->b, s, 1) : buf_add(q->b, e, 3)) < 0)
+			q->err = 1;
+	}
+}
+
+static enum MHD_Result qs_each(void *cls, enum MHD_ValueKind kind, const char *key,
+			       const char *value)
+{
+	(void)kind;
+	struct qs *q = cls;
+	if (buf_add(q->b, q->n++ ? "&" : "?", 1) < 0)
+		q->err = 1;
+	qs_put(q, key);
+	if (value) {
+		if (buf_add(q->b, "=", 1) < 0)
+			q->err = 1;
+		qs_put(q, value);
+	}
+	return MHD_YES;
+}
+
+int httpd_query_string(struct httpd_req *r, struct buf *b)
+{
+	struct qs q = { .b = b };
+	MHD_get_connection_values(r->con, MHD_GET_ARGUMENT_KIND, qs_each, &q);
+	return q.err ? -E2BIG : 0;
 }
 
 int httpd_fd(struct httpd_req *r)

@@ -197,6 +197,11 @@ const char *httpd_query(struct httpd_req *r, const char *name, int *bad);
  * A value holding a NUL byte (%00) ends it too, reported through *bad. */
 int httpd_query_each(struct httpd_req *r, const char *name,
 		     int (*fn)(void *arg, const char *value), void *arg, int *bad);
+/* Appends the request's query, "?k=v&..." as the client sent it, each
+ * part percent-encoded again (nothing when it had none): 0, or -E2BIG
+ * when b's cap was reached. */
+struct buf;
+int httpd_query_string(struct httpd_req *r, struct buf *b);
 /* The connection's descriptor (-1 if unknown), for waits that outlive a
  * handler: tcp_peer_gone tells whether its client left. */
 int httpd_fd(struct httpd_req *r);

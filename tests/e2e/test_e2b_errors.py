@@ -3,6 +3,7 @@ plane's and envd's {"code": N, "message": ...}, Connect's {"code": "not_found", 
 end-of-stream error), and serves on: a wrong or missing key, another sandbox's token, another
 account's sandbox, unknown sandboxes and routes, malformed JSON, malformed and oversized Connect
 envelopes, what cpuos does not do (501)."""
+import http.client
 import json
 import struct
 
@@ -15,7 +16,7 @@ from test_e2b import E2B_BIN, E2b
 def e2b(daemon):
     if not E2B_BIN.exists():
         pytest.fail(f"{E2B_BIN} does not exist: build it first (make all)", pytrace=False)
-    s = E2b(daemon)
+    s = E2b(daemon, "--port-urls", f"http://127.0.0.1:{daemon.url_port}/sbx_{{id}}/{{port}}")
     yield s
     s.close()
 
@@ -158,8 +159,19 @@ def test_bad_input_on_every_route(e2b, daemon):
         e2b_error(e2b.http("POST", "/execute", body={"code": "1", "language": "cobol"}, headers=ci),
                   422)
         e2b_error(e2b.http("DELETE", "/contexts/nope", headers=ci), 404)
-        # a port cpuos-e2b does not serve
-        e2b_error(e2b.http("GET", "/", headers={**envd, "E2b-Sandbox-Port": "8080"}), 502)
+        # any other port: sent to cpuosd's port URL, method, path and query as they came
+        r = e2b.http("POST", "/app/x?a=1&b=%2F", body=b"{}", headers={**envd, "E2b-Sandbox-Port": "8080"})
+        loc = f"http://127.0.0.1:{daemon.url_port}/sbx_{sid}/8080/app/x?a=1&b=%2F"
+        assert r.status == 307 and r.headers["Location"] == loc, r
+        r = e2b.http("GET", "/", headers={"Host": f"8080-{sid}.e2b.test"})
+        assert r.headers["Location"] == f"http://127.0.0.1:{daemon.url_port}/sbx_{sid}/8080/", r
+        # where cpuosd's proxy answers for the sandbox: nothing listens on 8080 there
+        host, _, rest = loc[len("http://"):].partition("/")
+        conn = http.client.HTTPConnection(host, timeout=60)
+        conn.request("GET", "/" + rest)
+        resp = conn.getresponse()
+        assert resp.status == 502 and b"port_closed" in resp.read(), resp.status
+        conn.close()
     finally:
         assert e2b.http("DELETE", f"/sandboxes/{sid}", headers=key).status == 204
     assert e2b.proc.poll() is None, e2b.log_tail()
