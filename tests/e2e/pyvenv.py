@@ -1,20 +1,21 @@
 """Virtualenvs of pinned PyPI packages for the tests that run a client as its users install it
-(E2B's SDKs, the MCP SDK): one per requirements file under build/venv, made again only when the
-file changes."""
+(E2B's SDKs, the MCP SDK): one per content of a requirements file, kept in
+$XDG_CACHE_HOME/cpuos-tests (~/.cache/cpuos-tests) so that a clean clone (CI's) finds them made."""
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpuos-tests"
 
 
 def venv_python(req):
     """The python of the virtualenv that holds requirements file req (a Path)."""
     want = hashlib.sha256(req.read_bytes()).hexdigest()
-    d = ROOT / "build" / "venv" / f"{req.parent.name}-{req.stem}"
+    d = CACHE / "venv" / f"{req.stem.removeprefix('requirements-')}-{want[:16]}"
     stamp, py = d / ".requirements", d / "bin" / "python"
     if stamp.exists() and stamp.read_text() == want and py.exists():
         return str(py)

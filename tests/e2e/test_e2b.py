@@ -1,9 +1,9 @@
 """cpuos-e2b: E2B's own SDKs (PyPI `e2b` and `e2b-code-interpreter`, pinned versions in
-tests/e2e/e2b/requirements-*.txt, each in a virtualenv of its own under build/venv) against
+tests/e2e/e2b/requirements-*.txt, each in a virtualenv of its own, cached: tests/e2e/pyvenv.py) against
 cpuos-e2b in front of the session's cpuosd, and bad input on every route. The SDK's calls are
 tests/e2e/e2b/client.py, as a user writes them; it prints one JSON line per call. The same for
 E2B's JavaScript SDKs (npm `e2b` and `@e2b/code-interpreter`, pinned with lock files in
-tests/e2e/e2b/js-*/, installed under build/e2b-node): tests/e2e/e2b/client.mjs under node."""
+tests/e2e/e2b/js-*/, installed under the same cache): tests/e2e/e2b/client.mjs under node."""
 import http.client
 import json
 import os
@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, Response, free_port
-from pyvenv import venv_python
+from pyvenv import CACHE, venv_python
 
 E2B_BIN = Path(os.environ.get("CPUOS_E2B_BIN", ROOT / "build" / "bin" / "cpuos-e2b"))
 HERE = Path(__file__).resolve().parent / "e2b"
-NODE_DIRS = ROOT / "build" / "e2b-node"
+NODE_DIRS = CACHE / "e2b-node"
 
 
 def venv(label):
@@ -31,7 +31,7 @@ def venv(label):
 
 
 def node_dir(label):
-    """tests/e2e/e2b/LABEL/ installed with `npm ci` under build/e2b-node/LABEL, again only when its
+    """tests/e2e/e2b/LABEL/ installed with `npm ci` in the cache (e2b-node/LABEL), again only when its
     lock file changed, with client.mjs beside its node_modules: that directory."""
     src = HERE / label
     d = NODE_DIRS / label
