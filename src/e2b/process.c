@@ -59,7 +59,6 @@ struct relay {
 	struct api *a;
 	char id[E2B_ID_LEN + 1];
 	long long pid;
-	int close_stdin; /* Start without stdin: closed first */
 	int fd;
 	long long last; /* when the client was last written to (ms) */
 	int ended;
@@ -134,11 +133,6 @@ static void relay_run(int fd, void *arg)
 	x->last = clock_ms();
 	if (pump_msg(fd, event("start", json_pack("{s:I}", "pid", (json_int_t)x->pid))) < 0)
 		return;
-	if (x->close_stdin) {
-		proc_path(&p, x->id, x->pid, "/stdin");
-		apath_query(&p, "eof", "true");
-		api_post_raw(x->a, &p, "", 0); /* one that ended already has no stdin */
-	}
 	proc_path(&p, x->id, x->pid, "/stream");
 	int rc = api_lines(x->a, &p, on_line, on_tick, x);
 	if (rc == -EPIPE)
@@ -152,7 +146,7 @@ static void relay_run(int fd, void *arg)
 			 rc < 0 ? api_error(x->a) : "the sandbox stopped");
 }
 
-static int relay_start(struct httpd_req *r, long long pid, int close_stdin)
+static int relay_start(struct httpd_req *r, long long pid)
 {
 	struct e2b_req *q = r->app;
 	struct relay *x = calloc(1, sizeof(*x));
@@ -162,7 +156,6 @@ static int relay_start(struct httpd_req *r, long long pid, int close_stdin)
 	}
 	snprintf(x->id, sizeof(x->id), "%s", q->id);
 	x->pid = pid;
-	x->close_stdin = close_stdin;
 	pump_start(r, "application/connect+json", relay_run, relay_free, x);
 	return 0;
 }
@@ -200,6 +193,9 @@ int proc_start(struct httpd_req *r)
 	if (cwd && *cwd)
 		json_object_set_new(req, "cwd", json_string(cwd));
 	json_t *size = json_object_get(json_object_get(m, "pty"), "size");
+	/* stdin: false (the SDK's default) is envd's /dev/null: end of file */
+	if (!size && !json_is_true(json_object_get(m, "stdin")))
+		json_object_set_new(req, "close_stdin", json_true());
 	if (size) {
 		json_t *rows = json_object_get(size, "rows"), *cols = json_object_get(size, "cols");
 		json_object_set_new(req, "pty",
@@ -227,7 +223,7 @@ int proc_start(struct httpd_req *r)
 		rpc_error(r, stream, 503, "cpuosd answered no process");
 		goto out;
 	}
-	relay_start(r, pid, !size && !json_is_true(json_object_get(m, "stdin")));
+	relay_start(r, pid);
 out:
 	api_free(a);
 	json_decref(m), json_decref(req), json_decref(out);
@@ -244,7 +240,7 @@ int proc_connect(struct httpd_req *r)
 	long long pid = selector_pid(r, stream, json_object_get(m, "process"));
 	json_decref(m);
 	if (pid)
-		relay_start(r, pid, 0);
+		relay_start(r, pid);
 	return 0;
 }
 

@@ -152,6 +152,15 @@ def test_bad_input_on_every_route(e2b, daemon):
                        for f, m in evs if f == 0 and "data" in m["event"])
         assert out == b"ok\n", evs
         assert evs[-2][1]["event"]["end"].get("exitCode", 0) == 0 and evs[-1] == (2, {}), evs
+        # cpuosd's close_stdin, which E2B's stdin: false is: only for a background process
+        # without stdin or a terminal
+        for body in ({"cmd": "cat", "close_stdin": True},
+                     {"cmd": "cat", "background": True, "close_stdin": True, "stdin": "x"},
+                     {"cmd": "cat", "background": True, "close_stdin": True,
+                      "pty": {"rows": 2, "cols": 2}},
+                     {"cmd": "cat", "background": True, "close_stdin": "yes"}):
+            r = daemon.http("POST", f"/v1/sandboxes/sbx_{sid}/exec", body=body, key=daemon.key_a)
+            assert r.status == 422 and r.json()["error"]["code"] == "invalid_argument", (body, r)
         # the interpreter's port: a bad body, a context that is not
         ci = {**ok, "E2b-Sandbox-Port": "49999"}
         e2b_error(e2b.http("POST", "/execute", body=b"[", headers=ci), 400)

@@ -69,7 +69,7 @@ struct exec_args {
 	json_t *argv;
 	long long timeout;
 	char *env;
-	int background, stream;
+	int background, stream, close_stdin;
 	uint32_t rows, cols; /* "pty": on a terminal of that size; 0 when not */
 	uint8_t *in; /* stdin bytes (text or decoded base64), or NULL */
 	size_t inlen;
@@ -107,6 +107,7 @@ static int parse_exec(struct req *r, struct exec_args *x)
 	    api_str(r, "user", 64, &x->user) < 0 || api_str(r, "stdin", MAX_STDIN, &in_text) < 0 ||
 	    api_str(r, "stdin_base64", MAX_STDIN / 3 * 4 + 4, &in_b64) < 0 ||
 	    api_bool(r, "background", &x->background) < 0 || api_bool(r, "stream", &x->stream) < 0 ||
+	    api_bool(r, "close_stdin", &x->close_stdin) < 0 ||
 	    api_duration(r, json_object_get(r->body, "timeout"), "timeout", MAX_EXEC_TIMEOUT_S, &x->timeout) < 0 ||
 	    api_str_map(r, "env", 256, 1, &x->env) < 0)
 		return -1;
@@ -124,6 +125,9 @@ static int parse_exec(struct req *r, struct exec_args *x)
 		bad = "give 'stdin' (text) or 'stdin_base64' (bytes), not both";
 	else if (x->background && x->stream)
 		bad = "'stream' is for foreground commands; a background process has its own stream";
+	else if (x->close_stdin && (!x->background || in_text || in_b64 ||
+				    json_object_get(r->body, "pty")))
+		bad = "'close_stdin' is for a background process without 'stdin' or 'pty'";
 	if (bad)
 		return reply_error(r, 422, "invalid_argument", "%s", bad), -1;
 	json_t *pty = json_object_get(r->body, "pty");
@@ -161,6 +165,7 @@ static int send_exec(struct req *r, struct sbx *s, struct sop *op, const struct 
 		.env = (const char *const *)env, .nenv = nenv, .cwd = x->cwd, .user = x->user,
 		.timeout_ms = (uint64_t)x->timeout * 1000, .with_stdin = x->in != NULL,
 		.background = x->background, .rows = x->rows, .cols = x->cols,
+		.no_stdin = x->close_stdin,
 	};
 	int e = api_send(r, s, op, &q, "the command is too large");
 	free(argv);

@@ -357,8 +357,9 @@ void sop_free(struct sbx *s, struct sop *op);
  * one. Each kind reads only the fields named beside it. */
 enum sbx_kind {
 	SBX_EXEC,        /* cmd (a shell command) or argv; env; cwd; user; timeout_ms;
-			  * with_stdin (stdin will come); background; rows and cols
-			  * (not 0: on a terminal of that size) */
+			  * with_stdin (stdin will come); background (its stdin open
+			  * for later, unless no_stdin); rows and cols (not 0: on a
+			  * terminal of that size) */
 	SBX_ATTACH,      /* proc: a background process's output and end */
 	SBX_WAIT,        /* proc */
 	SBX_SIGNAL,      /* proc, signo */
@@ -390,7 +391,7 @@ struct sbx_request {
 	const char *cwd, *user, *path, *path2, *context, *language, *code, *formats;
 	uint64_t timeout_ms; /* 0: none */
 	uint32_t proc, signo, mode, depth, rows, cols;
-	int with_stdin, background, parents, recursive;
+	int with_stdin, background, no_stdin, parents, recursive;
 };
 /* Sends req on op, which gets its credit window: 0, or -ECONNRESET (not
  * running), -EAGAIN (too many operations or streams open), -E2BIG (too

@@ -69,7 +69,7 @@ static int put_exec(struct sbx *s, struct pbuf *b, const struct sbx_request *q)
 		e = proto_put_u64(b, A_TIMEOUT_MS, q->timeout_ms);
 	/* Background at the agent too: it then keeps the process's output
 	 * and exit after the end, for stream, wait and the process list. */
-	if (!e && (q->background || q->with_stdin))
+	if (!e && ((q->background && !q->no_stdin) || q->with_stdin))
 		e = proto_put_u32(b, A_STDIN, 1);
 	if (!e && q->background)
 		e = proto_put_u32(b, A_BACKGROUND, 1);

@@ -49,6 +49,9 @@ def create(**kw):
 def run_echo(sbx):
     r = sbx.commands.run("echo hi; echo err >&2")
     need(r.exit_code == 0 and r.stdout == "hi\n" and r.stderr == "err\n", repr(r))
+    # without stdin=True a command reads end of file, as from envd's /dev/null
+    r = sbx.commands.run("cat; echo end", timeout=60)
+    need(r.stdout == "end\n", repr(r))
 
 
 @check("commands.run exit code")
