@@ -423,7 +423,7 @@ DOCDIR := $(PREFIX)/share/doc/cpuos
 install: all guest
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/guest/templates $(DESTDIR)$(DOCDIR) \
 	  $(DESTDIR)$(SYSTEMD_DIR) $(DESTDIR)/etc/cpuos
-	install -m 0755 $(DAEMON) $(CLI) $(GATEWAY) $(API) $(VM_CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(DAEMON) $(CLI) $(GATEWAY) $(E2B) $(API) $(VM_CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(KERNEL) $(INITRAMFS) $(DESTDIR)$(LIBDIR)/guest/
 	install -m 0755 $(AGENT) $(DESTDIR)$(LIBDIR)/guest/
 	install -m 0644 $(foreach t,$(TEMPLATES),$(BUILD)/guest/templates/$(t).erofs) \
@@ -463,7 +463,7 @@ test:
 # uploads of pauses cancelled by resumes, nodes' lease threads and takeovers,
 # cpuos-api's relay, routes and LISTEN threads (test_cluster),
 # beside the pool and expiry threads, the network's resolver and proxies,
-# the port proxy, the gateway's conversations, hostile clients, the webhook
+# the port proxy, the gateway's conversations, cpuos-e2b, hostile clients, the webhook
 # worker, watches re-attached across pauses, terminals' WebSocket threads;
 # not test_idle, 40 s of waiting for pauses, which ASan's run has);
 # the rest drive the same threads one request at a time. tests/tsan.supp silences
@@ -492,7 +492,11 @@ test-asan:
 	  tests/run.sh
 
 TSAN_E2E := $(addprefix tests/e2e/test_,$(addsuffix .py,sdk_api snapshots pause_sdk crash ports \
-	network secrets gateway hostile_clients objstore nodes cluster events watch terminals))
+	network secrets gateway hostile_clients objstore nodes cluster events watch terminals \
+	e2b_errors))
+# cpuos-e2b's relays, uploads and watchers under the newest Python SDK;
+# the other versions make the same calls.
+TSAN_E2E += tests/e2e/test_e2b.py::test_python_sdk[py-newest]
 # Two hostile clients of one stream each, against one request's thread:
 # nothing the concurrent ones do not show TSan, at a minute of its time;
 # ASan's run of the whole suite runs them.
@@ -517,7 +521,8 @@ TSAN_E2E += $(addprefix --deselect tests/e2e/test_crash.py::,test_pause_before_s
 test-tsan:
 	scripts/deps.sh
 	$(MAKE) BUILD=$(TSAN_BUILD) SANITIZE=thread $(TSAN_BUILD)/bin/cpuosd $(TSAN_BUILD)/bin/cpuos \
-	  $(TSAN_BUILD)/bin/cpuos-vm $(TSAN_BUILD)/bin/cpuos-gateway $(TSAN_BUILD)/bin/cpuos-api guest
+	  $(TSAN_BUILD)/bin/cpuos-vm $(TSAN_BUILD)/bin/cpuos-gateway $(TSAN_BUILD)/bin/cpuos-api \
+	  $(TSAN_BUILD)/bin/cpuos-e2b guest
 	BUILD_DIR=$(TSAN_BUILD) CPUOS_TESTS=e2e CPUOS_E2E='$(TSAN_E2E)' CPUOS_SANITIZER=thread \
 	  CPUOS_PAUSE_CYCLES=20 CPUOS_SANITIZER_LOGS=$(TSAN_LOGS) \
 	  TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(abspath tests/tsan.supp):log_path=$(TSAN_LOGS)/tsan \

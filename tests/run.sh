@@ -25,7 +25,7 @@
 #                  emptied first, and every report found there at the end
 #                  is printed and counted as a failure (gcc's UBSan beside
 #                  ASan reports on stderr instead: fatal all the same)
-#   CPUOSD_BIN, CPUOS_VM_BIN, CPUOS_CLI_BIN, CPUOS_GATEWAY_BIN, CPUOS_API_BIN  the binaries
+#   CPUOSD_BIN, CPUOS_VM_BIN, CPUOS_CLI_BIN, CPUOS_GATEWAY_BIN, CPUOS_API_BIN, CPUOS_E2B_BIN  the binaries
 #                  the end-to-end tests drive (default: those of BUILD_DIR)
 # A test source under tests/unit (at any depth), tests/vm or tests/fuzz
 # that the lists below do not name fails too, so no new test is silently
@@ -50,6 +50,7 @@ export CPUOS_VM_BIN=${CPUOS_VM_BIN:-$PWD/$BUILD_DIR/bin/cpuos-vm}
 export CPUOS_CLI_BIN=${CPUOS_CLI_BIN:-$PWD/$BUILD_DIR/bin/cpuos}
 export CPUOS_GATEWAY_BIN=${CPUOS_GATEWAY_BIN:-$PWD/$BUILD_DIR/bin/cpuos-gateway}
 export CPUOS_API_BIN=${CPUOS_API_BIN:-$PWD/$BUILD_DIR/bin/cpuos-api}
+export CPUOS_E2B_BIN=${CPUOS_E2B_BIN:-$PWD/$BUILD_DIR/bin/cpuos-e2b}
 mkdir -p "$CPUOS_RUN_DIR"
 
 # What each suite must find built; keep in step with the Makefile. The unit

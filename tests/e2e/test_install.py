@@ -24,7 +24,7 @@ def staged():
 
 def test_programs_guest_and_docs_are_installed(staged):
     prefix = os.path.join(staged, "usr/local")
-    for prog in ("cpuosd", "cpuos", "cpuos-gateway", "cpuos-api", "cpuos-vm"):
+    for prog in ("cpuosd", "cpuos", "cpuos-gateway", "cpuos-e2b", "cpuos-api", "cpuos-vm"):
         path = os.path.join(prefix, "bin", prog)
         assert os.access(path, os.X_OK), prog
         out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
@@ -41,7 +41,8 @@ def test_programs_guest_and_docs_are_installed(staged):
 def test_units_verify_and_configs_parse(staged, tmp_path):
     units = os.path.join(staged, "etc/systemd/system")
     checked = []
-    for name in ("cpuosd.service", "cpuos-gateway.service", "cpuos-api.service"):
+    for name in ("cpuosd.service", "cpuos-gateway.service", "cpuos-e2b.service",
+                 "cpuos-api.service"):
         with open(os.path.join(units, name)) as f:
             text = f.read()
         assert "@BINDIR@" not in text and "/usr/local/bin/" in text, name
@@ -57,7 +58,7 @@ def test_units_verify_and_configs_parse(staged, tmp_path):
     with open(conf) as f:
         assert "guest-dir = /usr/local/lib/cpuos/guest" in f.read()
     for prog, cfg in (("cpuosd", "cpuosd.conf"), ("cpuos-gateway", "gateway.conf"),
-                      ("cpuos-api", "api.conf")):
+                      ("cpuos-e2b", "e2b.conf"), ("cpuos-api", "api.conf")):
         out = subprocess.run([os.path.join(staged, "usr/local/bin", prog), "--config",
                               os.path.join(staged, "etc/cpuos", cfg), "--help"],
                              capture_output=True, text=True, timeout=30)

@@ -13,7 +13,7 @@ from conftest import ROOT
 from pyvenv import venv_python
 
 HERE = Path(__file__).resolve().parent / "mcp"
-CLI_BIN = ROOT / "build" / "bin" / "cpuos"
+CLI_BIN = Path(os.environ.get("CPUOS_CLI_BIN") or ROOT / "build" / "bin" / "cpuos")
 
 
 @pytest.fixture(scope="module")
