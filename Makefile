@@ -105,7 +105,7 @@ endif
 VM_TESTS := $(patsubst tests/vm/%.c,$(BUILD)/tests/%,$(wildcard tests/vm/test_*.c))
 # Fuzz targets: tests/fuzz/fuzz_NAME.c over the sources FUZZ_SRCS_NAME,
 # linked with FUZZ_LIBS_NAME; corpora in tests/fuzz/corpus/NAME.
-FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff image
+FUZZ_TARGETS := proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff image e2b
 FUZZ_SRCS_proto := src/common/proto.c
 FUZZ_SRCS_priv := src/priv/priv_msg.c src/common/proto.c
 FUZZ_SRCS_netd := src/daemon/net/netd_msg.c src/common/errbuf.c src/common/proto.c
@@ -119,6 +119,8 @@ FUZZ_SRCS_ramdiff := src/runner/ramdiff.c src/runner/qmp.c $(COMMON_SRCS)
 FUZZ_LIBS_ramdiff := -ljansson -lpthread
 FUZZ_SRCS_image := $(IMAGE_SRCS) $(COMMON_SRCS)
 FUZZ_LIBS_image := $(IMAGE_LIBS) -lpthread
+FUZZ_SRCS_e2b := src/e2b/connect.c src/e2b/multipart.c src/e2b/token.c src/common/buf.c
+FUZZ_LIBS_e2b := -ljansson -lcrypto
 FUZZ_SRCS_gateway := src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c src/common/buf.c
 FUZZ_LIBS_gateway := -ljansson
 # The egress side: the resolver's queries, the proxy's ClientHello and
@@ -230,6 +232,13 @@ $(API): $(call obj,$(API_SRCS) $(COMMON_SRCS))
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(API_LIBS)
 
 # The gateway's pure parts: event streams, turns, tool output.
+# cpuos-e2b's pure parts: envelopes, tokens, base64, multipart bodies.
+$(BUILD)/tests/test_e2b: $(call obj,tests/unit/e2b/test_e2b.c $(TEST_LIB) src/e2b/connect.c \
+	  src/e2b/token.c src/e2b/multipart.c src/e2b/rpc.c src/cli/cpuos/http.c src/lib/httpd.c \
+	  src/lib/workers.c $(COMMON_SRCS))
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmicrohttpd -lcurl -ljansson -lcrypto -lpthread
+
 $(BUILD)/tests/test_gateway: $(call obj,tests/unit/gateway/test_gateway.c $(TEST_LIB) src/gateway/sse.c src/gateway/turn.c src/gateway/tool.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ljansson -lpthread

@@ -74,10 +74,11 @@ UNIT_TESTS=(
 	test_ports                         # daemon/ports
 	test_snapblob                      # daemon/blob, with a real object store
 	test_gateway test_gateway_store    # gateway
+	test_e2b                           # e2b
 	test_image                         # image
 )
 VM_TESTS=(test_vm test_snap)
-FUZZ_TARGETS=(proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff image)
+FUZZ_TARGETS=(proto agentc http priv gateway dns proxy_sni proxy_head netd ramdiff image e2b)
 
 passed=0 failed=0
 # A test source that none of the lists above names would never run.

@@ -11,6 +11,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "e2b/e2b.h"
+#include "e2b/multipart.h"
 #include "e2b/process.h"
 #include "e2b/rpc.h"
 
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -618,7 +620,7 @@ static int files_get(struct httpd_req *r)
 struct upload {
 	int multipart;
 	struct buf body;
-	char boundary[80];
+	char boundary[MP_BOUNDARY_MAX + 3];
 	/* raw: a pipe to a worker that runs the PUT */
 	int wfd, rfd;
 	atomic_int aborted;
@@ -708,15 +710,9 @@ static int up_begin(struct httpd_req *r)
 	if (enc && strcmp(enc, "identity"))
 		return e2b_reply_error(r, 415, "Content-Encoding '%s' is not taken: send the bytes "
 					       "as they are", enc);
-	if (ct && !strncmp(ct, "multipart/form-data", 19)) {
-		const char *b = strstr(ct, "boundary=");
-		size_t n;
-		if (!b || !(n = strcspn(b + 9, "; ")) || n > 70)
-			return e2b_reply_error(r, 400, "multipart without a boundary");
-		b += 9;
-		if (*b == '"' && n > 2)
-			b++, n -= 2;
-		snprintf(u->boundary, sizeof(u->boundary), "--%.*s", (int)n, b);
+	if (ct && !strncasecmp(ct, "multipart/", 10)) {
+		if (multipart_boundary(ct, u->boundary) < 0)
+			return e2b_reply_error(r, 400, "multipart/form-data without a boundary");
 		u->multipart = 1;
 		return 0;
 	}
@@ -762,86 +758,61 @@ static ssize_t mem_source(void *arg, char *p, size_t max)
 	return (ssize_t)n;
 }
 
-/* A multipart body, whole: each part with a filename is PUT. */
+/* A multipart body, whole: each part with a filename (or the first,
+ * with ?path=) is PUT there. */
+struct parts {
+	struct httpd_req *r;
+	struct api *a;
+	const char *qpath;
+	json_t *out;
+	int n;
+};
+
+static int put_part(void *arg, const struct mp_part *mp)
+{
+	struct parts *ps = arg;
+	struct e2b_req *q = ps->r->app;
+	const char *name = ps->qpath && *ps->qpath && ps->n == 0 ? ps->qpath
+			   : mp->has_filename		   ? mp->filename
+							   : NULL;
+	if (!name)
+		return 0; /* a form field: nothing to write */
+	if (name[0] != '/') {
+		e2b_reply_error(ps->r, 400, "a part's path must be absolute: '%s'", name);
+		return -EINVAL;
+	}
+	struct apath path;
+	struct buf src = { .p = (char *)mp->data, .len = mp->len };
+	sbx_path(&path, q->id, "/files");
+	apath_query(&path, "path", name);
+	apath_query(&path, "user", q->user);
+	if (api_upload_from(ps->a, "PUT", &path, mem_source, &src, NULL) < 0) {
+		e2b_reply_api_error(ps->r, ps->a);
+		return -EIO;
+	}
+	json_array_append_new(ps->out, write_info(name));
+	ps->n++;
+	return 0;
+}
+
 static int up_end_multipart(struct httpd_req *r, struct upload *u)
 {
-	struct e2b_req *q = r->app;
 	int bad = 0;
-	const char *qpath = httpd_query(r, "path", &bad);
-	const char *p = u->body.p ? u->body.p : "", *end = p + u->body.len;
-	size_t bl = strlen(u->boundary);
-	json_t *out = json_array();
-	struct api *a = NULL;
-	int parts = 0;
-	if (e2b_api(r, &a) < 0) {
-		json_decref(out);
-		return e2b_reply_error(r, 500, "out of memory");
+	struct parts ps = { .r = r, .qpath = httpd_query(r, "path", &bad), .out = json_array() };
+	if (bad || !ps.out || e2b_api(r, &ps.a) < 0) {
+		json_decref(ps.out);
+		return e2b_reply_error(r, bad ? 400 : 500, bad ? "invalid path" : "out of memory");
 	}
-	const char *at = memmem(p, (size_t)(end - p), u->boundary, bl);
-	while (at) {
-		const char *h = at + bl;
-		if (end - h >= 2 && !memcmp(h, "--", 2))
-			break; /* the closing boundary */
-		if (end - h < 2 || memcmp(h, "\r\n", 2))
-			goto bad;
-		h += 2;
-		const char *body = memmem(h, (size_t)(end - h), "\r\n\r\n", 4);
-		if (!body)
-			goto bad;
-		char head[2048], name[4097] = "";
-		size_t hl = (size_t)(body - h) < sizeof(head) - 1 ? (size_t)(body - h) : sizeof(head) - 1;
-		memcpy(head, h, hl);
-		head[hl] = '\0';
-		body += 4;
-		char delim[90];
-		snprintf(delim, sizeof(delim), "\r\n%s", u->boundary);
-		const char *next = memmem(body, (size_t)(end - body), delim, strlen(delim));
-		if (!next)
-			goto bad;
-		const char *fn = strstr(head, "filename=\"");
-		if (fn) {
-			fn += 10;
-			size_t n = strcspn(fn, "\"");
-			if (n >= sizeof(name))
-				goto bad;
-			memcpy(name, fn, n);
-			name[n] = '\0';
-		}
-		if (qpath && *qpath && parts == 0)
-			snprintf(name, sizeof(name), "%s", qpath);
-		if (fn || (qpath && *qpath)) {
-			if (name[0] != '/') {
-				api_free(a);
-				json_decref(out);
-				return e2b_reply_error(r, 400, "a part's path must be absolute: '%s'",
-						       name);
-			}
-			struct apath path;
-			struct buf src = { .p = (char *)body, .len = (size_t)(next - body) };
-			sbx_path(&path, q->id, "/files");
-			apath_query(&path, "path", name);
-			apath_query(&path, "user", q->user);
-			if (api_upload_from(a, "PUT", &path, mem_source, &src, NULL) < 0) {
-				e2b_reply_api_error(r, a);
-				api_free(a);
-				json_decref(out);
-				return 0;
-			}
-			json_array_append_new(out, write_info(name));
-			parts++;
-		}
-		at = next + 2;
-	}
-	api_free(a);
-	if (!parts) {
-		json_decref(out);
-		return e2b_reply_error(r, 400, "no file in the multipart body");
-	}
-	return e2b_reply_json(r, 200, out);
-bad:
-	api_free(a);
-	json_decref(out);
-	return e2b_reply_error(r, 400, "malformed multipart body");
+	int rc = multipart_each(u->body.p ? u->body.p : "", u->body.len, u->boundary, put_part, &ps);
+	api_free(ps.a);
+	if (rc == -EINVAL && !r->status)
+		e2b_reply_error(r, 400, "malformed multipart body");
+	else if (!rc && !ps.n)
+		e2b_reply_error(r, 400, "no file in the multipart body");
+	else if (!rc)
+		return e2b_reply_json(r, 200, ps.out);
+	json_decref(ps.out);
+	return 0;
 }
 
 int envd_upload(struct httpd_req *r, enum httpd_up phase, const char *data, size_t n)

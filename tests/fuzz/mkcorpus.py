@@ -10,6 +10,9 @@ http: raw requests for every route of api_routes (src/daemon/api/api.c), with ba
 priv: the privileged helper's requests, each kind well-formed and the ones it must
       refuse (a shell for QEMU, /etc as a run directory, ..); the first byte is the
       descriptors that came with it.
+e2b: what cpuos-e2b reads from its clients: multipart bodies (the SDKs' uploads, broken ones), Connect
+      envelopes (one, several, short, oversized), access tokens (forged, cut), multipart
+      Content-Types; the first byte picks which (fuzz_e2b.c).
 gateway: an upstream's streamed and whole answers (text, tool calls in pieces, errors, broken
       events) and cpuosd's execution objects (figures, errors, hostile images); the first
       byte is how many bytes fuzz_gateway feeds the event parser at a time, less one.
@@ -472,6 +475,35 @@ def netd_seeds():
     }
 
 
+def e2b_seeds():
+    import struct
+
+    def env(msg, flags=0):
+        b = json.dumps(msg).encode() if not isinstance(msg, bytes) else msg
+        return struct.pack(">BI", flags, len(b)) + b
+
+    part = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="/home/user/a.txt"\r\n'
+            b"Content-Type: text/plain\r\n\r\nhello\r\n")
+    return {
+        "mp_one": b"\0" + part + b"--b--\r\n",
+        "mp_two": b"\0" + part + part.replace(b"a.txt", b"b.bin") + b"--b--",
+        "mp_field": b'\0--b\r\nContent-Disposition: form-data; name="x"\r\n\r\nv\r\n--b--',
+        "mp_unclosed": b"\0" + part,
+        "mp_no_blank": b"\0--b\r\nContent-Disposition: form-data\r\n--b--",
+        "mp_quote": b'\0--b\r\nContent-Disposition: form-data; filename="/a\r\n\r\nx\r\n--b--',
+        "env_start": b"\1" + env({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi"]}}),
+        "env_stream": b"\1" + env({"start": {"process": {"pid": 7}}}) + env({"data": {"input": {"stdin": "aGkK"}}}) + env({}, 2),
+        "env_short": b"\1\0\0\0\0\x09{}",
+        "env_huge": b"\1\0\xff\xff\xff\xff{}",
+        "tok_forged": b"\2e2bt_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "tok_cut": b"\2e2bt_",
+        "tok_bad_alphabet": b"\2e2bt_!!!!****",
+        "ct_quoted": b'\3multipart/form-data; boundary="a b"',
+        "ct_plain": b"\3multipart/form-data; boundary=0123456789abcdef",
+        "ct_none": b"\3multipart/form-data; charset=utf-8",
+    }
+
+
 def gateway_seeds():
     def events(*objs, done=True, sep="\n\n"):
         text = "".join(f"data: {json.dumps(o) if not isinstance(o, str) else o}{sep}" for o in objs)
@@ -697,7 +729,7 @@ def image_seeds():
 
 
 TARGETS = {"image": image_seeds, "proto": proto_seeds, "agentc": agentc_seeds, "http": http_seeds, "priv": priv_seeds,
-           "gateway": gateway_seeds, "dns": dns_seeds, "proxy_sni": proxy_sni_seeds,
+           "gateway": gateway_seeds, "e2b": e2b_seeds, "dns": dns_seeds, "proxy_sni": proxy_sni_seeds,
            "proxy_head": proxy_head_seeds, "netd": netd_seeds, "ramdiff": ramdiff_seeds}
 
 if __name__ == "__main__":
