@@ -242,6 +242,11 @@ def http_seeds():
                                 raw_body=b"\x1f\x8b\x08\x00" + b"\x00" * 16, ctype="application/gzip")),
         "build_admin": (sock, req("POST", "/v1/templates/web/build", raw_body=b"x", ctype="application/x-tar")),
         "build_get": (key, req("GET", "/v1/templates/web/build")),
+        # MCP (the fuzzer's daemon has no listener of its own to call: 501)
+        "mcp_call": (key, req("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                               "params": {"name": "run_command",
+                                                          "arguments": {"sandbox_id": "sbx_0", "command": "id"}}})),
+        "mcp_admin": (sock, req("POST", "/mcp", {"jsonrpc": "2.0", "method": "notifications/initialized"})),
         "build_logs": (key, req("GET", "/v1/templates/web/build/logs?offset=99999999999999999999&follow=1")),
         "build_cancel": (key, req("DELETE", "/v1/templates/web/build")),
         "keys_create": (sock, req("POST", "/v1/keys", {"name": "k1"})),
