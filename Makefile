@@ -225,7 +225,7 @@ $(GATEWAY): $(call obj,$(GATEWAY_SRCS) $(LIB_SRCS) $(COMMON_SRCS))
 
 $(E2B): $(call obj,$(E2B_SRCS) src/lib/httpd.c src/lib/opts.c src/lib/workers.c $(COMMON_SRCS))
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmicrohttpd -lcurl -ljansson -lcrypto -lpthread
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lmicrohttpd -lcurl -ljansson -lcrypto -lz -lpthread
 
 $(API): $(call obj,$(API_SRCS) $(COMMON_SRCS))
 	@mkdir -p $(@D)

@@ -7,6 +7,7 @@
 #include "cli/cpuos/http.h"
 #include "common/cidr.h"
 #include "e2b/e2b.h"
+#include "e2b/envd.h"
 #include "e2b/token.h"
 #include "lib/httpd.h"
 
@@ -608,10 +609,15 @@ static int health(struct httpd_req *r)
 #define R(m, p, h) { m, p, HTTPD_OPEN, h, NULL }
 const struct httpd_route e2b_control_routes[] = {
 	{ "GET", "/health", HTTPD_OPEN, health, e2b_auth_none },
+	/* signed URLs made for E2B_SANDBOX_URL name no sandbox: the
+	 * signature finds it */
+	{ "GET", "/files", HTTPD_OPEN, envd_files_get, e2b_auth_signed },
+	{ "POST", "/files", HTTPD_OPEN | HTTPD_UPLOAD, NULL, e2b_auth_signed },
 	R("POST", "/sandboxes", create),
 	R("POST", "/v2/sandboxes", create),
 	R("GET", "/sandboxes", list),
 	R("GET", "/v2/sandboxes", list),
+	R("GET", "/sandboxes/metrics", unsupported), /* before {id}, which would take it */
 	R("GET", "/sandboxes/{id}", get),
 	R("DELETE", "/sandboxes/{id}", kill_),
 	R("POST", "/sandboxes/{id}/timeout", set_timeout),
@@ -627,7 +633,6 @@ const struct httpd_route e2b_control_routes[] = {
 	/* What cpuos does not do answers 501, named so the SDK says why. */
 	R("GET", "/sandboxes/{id}/logs", unsupported),
 	R("GET", "/v2/sandboxes/{id}/logs", unsupported),
-	R("GET", "/sandboxes/metrics", unsupported),
 	R("GET", "/volumes", unsupported),
 	R("POST", "/volumes", unsupported),
 	R("GET", "/volumes/{id}", unsupported),

@@ -47,12 +47,14 @@ struct e2b_config {
 
 struct tokens;
 
+/* Set once a stop began: streams and watchers end at their next tick. */
+extern atomic_int e2b_stopping;
+
 struct e2b {
 	const struct e2b_config *cfg;
 	unsigned char secret[32];
 	struct tokens *tokens;  /* sandbox -> its envd access token, for signed URLs */
 	struct workers pumps;   /* threads that relay cpuosd's streams */
-	atomic_int stopping;
 };
 
 /* Which plane a request is for. */
@@ -64,7 +66,10 @@ struct e2b_req {
 	unsigned port;
 	char id[E2B_ID_LEN + 1];      /* the data plane's sandbox */
 	char key[E2B_KEY_MAX];        /* the cpuos key it acts with */
-	char user[E2B_USER_MAX];      /* envd: the guest user ("user" unless said) */
+	/* envd: the guest user: "Authorization: Basic base64(user:)", else
+	 * ?username=, else "user"; on a signed URL, the signed username only */
+	char user[E2B_USER_MAX];
+	int signed_url;               /* authorised by a signed URL: its path alone */
 	void *up;                     /* an upload's state */
 };
 

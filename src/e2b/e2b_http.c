@@ -17,6 +17,7 @@
 #include "lib/httpd.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,8 @@ static const struct httpd_route *pick_routes(struct httpd_req *r)
 		char *end;
 		unsigned long p = sport ? strtoul(sport, &end, 10) : E2B_ENVD_PORT;
 		/* An id or port that names no sandbox's is no route there. */
-		if (strlen(sid) != E2B_ID_LEN || (sport && (*end || !p || p > 65535)))
+		char cid[24];
+		if (e2b_cpuos_id(sid, cid) < 0 || (sport && (*end || !p || p > 65535)))
 			return e2b_port_routes;
 		snprintf(q->id, sizeof(q->id), "%s", sid);
 		q->port = (unsigned)p;
@@ -141,6 +143,72 @@ static int envd_user(struct httpd_req *r)
 	return 0;
 }
 
+/* A signed URL being checked: its signature against a token's. */
+struct signed_url {
+	const char *path, *op, *user, *sig;
+	long long exp;
+};
+
+static int signature_of(void *arg, const char *token)
+{
+	const struct signed_url *u = arg;
+	char want[64];
+	tok_url_signature(u->path, u->op, u->user, token, u->exp, want);
+	size_t n = strlen(want);
+	return strlen(u->sig) == n && CRYPTO_memcmp(want, u->sig, n) == 0;
+}
+
+/* A signed URL's sandbox and token (into known): its sandbox's, or on the
+ * one address of E2B_SANDBOX_URL (no sandbox named), any sandbox's whose
+ * token made the signature. 0, or -1 after refusing. */
+static int signed_url(struct httpd_req *r, const char *sig, char known[TOK_MAX])
+{
+	struct e2b *g = r->arg;
+	struct e2b_req *q = r->app;
+	int bad = 0;
+	const char *exp = httpd_query(r, "signature_expiration", &bad);
+	struct signed_url u = {
+		.path = httpd_query(r, "path", &bad),
+		.op = !strcmp(r->method, "GET") ? "read" : "write",
+		.user = httpd_query(r, "username", &bad), /* "" when not given */
+		.sig = sig,
+		.exp = exp ? atoll(exp) : 0,
+	};
+	char id[24];
+	if (bad || !u.path) {
+		e2b_reply_error(r, 400, "a signed URL needs its path");
+		return -1;
+	}
+	if (!u.user)
+		u.user = "";
+	/* Each token seen is tried (4096 at most, as many SHA-256s): a key's
+	 * signature, whoever's key it is. */
+	int rc = tokens_find(g->tokens, q->id[0] ? q->id : NULL, signature_of, &u, id, known);
+	if (rc < 0) {
+		e2b_reply_error(r, 401, "invalid signature (or made before cpuos-e2b restarted: "
+					"connect to the sandbox and make a new one)");
+		return -1;
+	}
+	if (!q->id[0]) {
+		snprintf(q->id, sizeof(q->id), "%.16s", id);
+		q->plane = E2B_ENVD;
+		q->port = E2B_ENVD_PORT;
+	}
+	if (u.exp && u.exp < (long long)time(NULL)) {
+		e2b_reply_error(r, 401, "signature expired");
+		return -1;
+	}
+	/* What was signed is all it may do: its user (not a Basic header's),
+	 * its path (not a multipart part's). */
+	if (strlen(u.user) >= sizeof(q->user)) {
+		e2b_reply_error(r, 400, "invalid username");
+		return -1;
+	}
+	snprintf(q->user, sizeof(q->user), "%s", *u.user ? u.user : "user");
+	q->signed_url = 1;
+	return 0;
+}
+
 /* The key of a data-plane request: from its access token, or from the
  * token its signed URL was made with. 0, or -1 after refusing. */
 static int sandbox_key(struct httpd_req *r)
@@ -152,26 +220,13 @@ static int sandbox_key(struct httpd_req *r)
 	int bad = 0;
 	const char *sig = httpd_query(r, "signature", &bad);
 	if (!tok && sig && !bad && r->route->data == e2b_auth_signed) {
-		const char *path = httpd_query(r, "path", &bad);
-		const char *exp = httpd_query(r, "signature_expiration", &bad);
-		const char *user = httpd_query(r, "username", &bad); /* "" when not given */
-		long long e = exp ? atoll(exp) : 0;
-		char want[64];
-		if (bad || !path || tokens_get(g->tokens, q->id, known) < 0) {
-			e2b_reply_error(r, 401, "this signed URL cannot be checked here: ask for a new one");
+		if (signed_url(r, sig, known) < 0)
 			return -1;
-		}
-		tok_url_signature(path, !strcmp(r->method, "GET") ? "read" : "write",
-				  user ? user : "", known, e, want);
-		if (strcmp(want, sig)) {
-			e2b_reply_error(r, 401, "invalid signature");
-			return -1;
-		}
-		if (e && e < (long long)time(NULL)) {
-			e2b_reply_error(r, 401, "signature expired");
-			return -1;
-		}
 		tok = known;
+	}
+	if (!q->id[0]) {
+		e2b_reply_error(r, 404, "no sandbox named: send E2b-Sandbox-Id and E2b-Sandbox-Port");
+		return -1;
 	}
 	/* The interpreter's context calls carry only the traffic token,
 	 * which is the same token. */
@@ -202,7 +257,9 @@ static int handle(struct httpd_req *r)
 	if (r->route->data != e2b_auth_none) {
 		if (q->plane != E2B_CONTROL && envd_user(r) < 0)
 			return 0;
-		rc = q->plane == E2B_CONTROL ? control_key(r) : sandbox_key(r);
+		/* the control plane's /files: a signed URL on E2B_SANDBOX_URL */
+		rc = q->plane == E2B_CONTROL && r->route->data != e2b_auth_signed ? control_key(r)
+										  : sandbox_key(r);
 		if (rc < 0)
 			return 0;
 	}
@@ -213,12 +270,10 @@ static int handle(struct httpd_req *r)
 
 static int upload(struct httpd_req *r, enum httpd_up phase, const char *data, size_t n)
 {
-	struct e2b_req *q = r->app;
 	if (phase == HTTPD_UP_BEGIN && (envd_user(r) < 0 || sandbox_key(r) < 0))
 		return 0;
 	if (r->status && phase != HTTPD_UP_ABORT)
 		return 0;
-	(void)q;
 	return envd_upload(r, phase, data, n);
 }
 

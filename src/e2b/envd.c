@@ -25,6 +25,7 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define MULTIPART_MAX (256u << 20) /* a multipart body is read whole, up to this */
 #define KEEPALIVE_MS  15000
@@ -284,6 +285,8 @@ static int watch_line(void *arg, const char *line, size_t n)
 static int watch_tick(void *arg)
 {
 	struct watch *w = arg;
+	if (atomic_load(&e2b_stopping))
+		return -ESHUTDOWN;
 	if (clock_ms() - w->last < KEEPALIVE_MS)
 		return 0;
 	w->last = clock_ms();
@@ -298,6 +301,10 @@ static void watch_run(int fd, void *arg)
 	int rc = api_lines_open(w->a, &w->path, watch_line, watch_tick, w);
 	if (rc == -EPIPE)
 		return;
+	if (rc == -ESHUTDOWN) {
+		pump_end(fd, "unavailable", "cpuos-e2b is stopping");
+		return;
+	}
 	if (rc < 0)
 		pump_end(fd, api_status(w->a) == 404 ? "not_found" : "unavailable", "%s",
 			 api_message(w->a));
@@ -331,7 +338,7 @@ static int watch_dir(struct httpd_req *r)
 	apath_query(&w->path, "path", path);
 	if (json_is_true(json_object_get(m, "recursive")))
 		apath_query(&w->path, "recursive", "true");
-	pump_start(r, "application/connect+json", watch_run, watch_free, w);
+	pump_start(r, 200, "application/connect+json", HTTPD_SIZE_UNKNOWN, watch_run, watch_free, w);
 out:
 	json_decref(m);
 	return 0;
@@ -342,9 +349,10 @@ out:
  * events queued until asked for. One not asked for in WATCHER_IDLE_MS,
  * or whose sandbox's watch ended, goes. */
 
-#define WATCHERS_MAX	256
-#define WATCHER_EVENTS	10000
-#define WATCHER_IDLE_MS (10 * 60 * 1000)
+#define WATCHERS_MAX	    1024
+#define WATCHERS_PER_SANDBOX 32
+#define WATCHER_EVENTS	    10000
+#define WATCHER_IDLE_MS	    (10 * 60 * 1000)
 
 struct watcher {
 	char id[24];
@@ -354,6 +362,7 @@ struct watcher {
 	struct apath path;
 	json_t *events;
 	int state; /* 0 starting, 1 open, -1 ended */
+	int opened; /* was open once: its create answered its id */
 	int stop, refs;
 	long long asked;
 	unsigned status; /* a failed start's, for its answer */
@@ -389,7 +398,7 @@ static int watcher_line(void *arg, const char *line, size_t n)
 	pthread_mutex_lock(&watchers_mu);
 	int stop = w->stop;
 	if (!line) {
-		w->state = 1;
+		w->state = w->opened = 1;
 		pthread_cond_broadcast(&watchers_cv);
 	} else if (ev && json_array_size(w->events) < WATCHER_EVENTS) {
 		json_array_append(w->events, ev);
@@ -403,7 +412,7 @@ static int watcher_tick(void *arg)
 {
 	struct watcher *w = arg;
 	pthread_mutex_lock(&watchers_mu);
-	if (clock_ms() - w->asked > WATCHER_IDLE_MS)
+	if (clock_ms() - w->asked > WATCHER_IDLE_MS || atomic_load(&e2b_stopping))
 		w->stop = 1;
 	int stop = w->stop;
 	pthread_mutex_unlock(&watchers_mu);
@@ -464,15 +473,27 @@ static int create_watcher(struct httpd_req *r)
 	w->asked = clock_ms();
 	w->refs = 2; /* the table's, the thread's */
 	pthread_mutex_lock(&watchers_mu);
-	for (int i = 0; i < WATCHERS_MAX && slot < 0; i++)
-		if (!watchers[i])
+	int mine = 0;
+	for (int i = 0; i < WATCHERS_MAX; i++) {
+		struct watcher *o = watchers[i];
+		/* what ended, or went unasked, goes now: a client that left
+		 * never removes its watchers */
+		if (o && (o->state < 0 || clock_ms() - o->asked > WATCHER_IDLE_MS)) {
+			o->stop = 1;
+			watcher_forget(o);
+			o = NULL;
+		}
+		if (!o && slot < 0)
 			slot = i;
-	if (slot >= 0)
+		mine += o && !strcmp(o->sbx, q->id);
+	}
+	if (slot >= 0 && mine < WATCHERS_PER_SANDBOX)
 		watchers[slot] = w;
 	pthread_mutex_unlock(&watchers_mu);
-	if (slot < 0) {
+	if (slot < 0 || mine >= WATCHERS_PER_SANDBOX) {
 		api_free(w->a), json_decref(w->events), free(w);
-		rpc_error(r, 0, 429, "too many watchers: remove some");
+		rpc_error(r, 0, 429, "too many watchers%s: remove some",
+			  mine >= WATCHERS_PER_SANDBOX ? " on this sandbox" : "");
 		goto out;
 	}
 	if (workers_spawn(&g->pumps, watcher_run, w) < 0) {
@@ -486,10 +507,11 @@ static int create_watcher(struct httpd_req *r)
 	pthread_mutex_lock(&watchers_mu);
 	while (!w->state)
 		pthread_cond_wait(&watchers_cv, &watchers_mu);
-	if (w->state > 0) {
+	if (w->opened) { /* its events wait for the next get, even if it ended */
 		rpc_reply(r, json_pack("{s:s}", "watcherId", w->id));
 	} else {
-		rpc_error(r, 0, w->status ? w->status : 503, "%s", w->error);
+		rpc_error(r, 0, w->status ? w->status : 503, "%s",
+			  w->error[0] ? w->error : "the watch did not start");
 		watcher_forget(w);
 	}
 	pthread_mutex_unlock(&watchers_mu);
@@ -557,6 +579,8 @@ struct download {
 	struct api *a;
 	struct apath path;
 	int fd;
+	unsigned long long skip, left; /* bytes to drop, then to send: the range, or
+					* the size stat said (the Content-Length) */
 };
 
 static void download_free(void *arg)
@@ -569,17 +593,68 @@ static void download_free(void *arg)
 static int download_sink(void *arg, const char *p, size_t n)
 {
 	struct download *d = arg;
-	return pump_put(d->fd, p, n);
+	size_t drop = d->skip < n ? (size_t)d->skip : n;
+	d->skip -= drop, p += drop, n -= drop;
+	if (n > d->left)
+		n = (size_t)d->left;
+	d->left -= n;
+	if (n && pump_put(d->fd, p, n) < 0)
+		return -EPIPE;
+	return d->left || d->skip ? 0 : -ECANCELED; /* the range is sent: stop */
+}
+
+/* A Range header of one range, "bytes=A-B", "bytes=A-" or "bytes=-N",
+ * for a file of size bytes: 1 with [*from, *to], 0 to send it whole (no
+ * header, or one this does not take: several ranges, other units), -1
+ * when it lies past the end (416). */
+static int range_of(const char *h, unsigned long long size, unsigned long long *from,
+		    unsigned long long *to)
+{
+	char *end;
+	if (!h || strncmp(h, "bytes=", 6) || strchr(h, ','))
+		return 0;
+	h += 6;
+	if (*h == '-') { /* the last N bytes */
+		errno = 0;
+		unsigned long long n = strtoull(h + 1, &end, 10);
+		if (end == h + 1 || *end || errno)
+			return 0;
+		if (!n || !size)
+			return -1;
+		*from = n >= size ? 0 : size - n;
+		*to = size - 1;
+		return 1;
+	}
+	errno = 0;
+	unsigned long long a = strtoull(h, &end, 10), b;
+	if (end == h || *end != '-' || errno || *h < '0' || *h > '9')
+		return 0;
+	h = end + 1;
+	if (!*h) {
+		b = size ? size - 1 : 0;
+	} else {
+		b = strtoull(h, &end, 10);
+		if (*end || errno || *h < '0' || *h > '9' || b < a)
+			return 0;
+	}
+	if (a >= size)
+		return -1;
+	*from = a;
+	*to = b >= size ? size - 1 : b;
+	return 1;
 }
 
 static void download_run(int fd, void *arg)
 {
 	struct download *d = arg;
 	d->fd = fd;
-	api_download(d->a, &d->path, download_sink, d); /* a cut shows as a short body */
+	/* A failure or a file cut short ends the pipe before the
+	 * Content-Length: the connection is cut, which the client sees. */
+	if (d->left)
+		api_download(d->a, &d->path, download_sink, d);
 }
 
-static int files_get(struct httpd_req *r)
+int envd_files_get(struct httpd_req *r)
 {
 	struct e2b_req *q = r->app;
 	int bad = 0;
@@ -603,14 +678,33 @@ static int files_get(struct httpd_req *r)
 	}
 	const char *type = json_string_value(json_object_get(st, "type"));
 	int dir = type && !strcmp(type, "dir");
+	json_int_t size = json_integer_value(json_object_get(st, "size"));
 	json_decref(st);
 	if (dir) {
 		download_free(d);
 		return e2b_reply_error(r, 400, "'%s' is a directory", path);
 	}
+	unsigned long long from = 0, to = 0;
+	char cr[96];
+	int rg = range_of(httpd_header(r, "Range"), size > 0 ? (unsigned long long)size : 0, &from,
+			  &to);
+	if (rg < 0) {
+		download_free(d);
+		snprintf(cr, sizeof(cr), "bytes */%lld", (long long)size);
+		httpd_add_header(r, "Content-Range", cr);
+		return e2b_reply_error(r, 416, "the range lies past the end of '%s'", path);
+	}
+	httpd_add_header(r, "Accept-Ranges", "bytes");
+	d->skip = 0, d->left = size > 0 ? (unsigned long long)size : 0;
+	if (rg > 0) {
+		d->skip = from, d->left = to - from + 1;
+		snprintf(cr, sizeof(cr), "bytes %llu-%llu/%lld", from, to, (long long)size);
+		httpd_add_header(r, "Content-Range", cr);
+	}
 	sbx_path(&d->path, q->id, "/files");
 	apath_query(&d->path, "path", path);
-	pump_start(r, "application/octet-stream", download_run, download_free, d);
+	pump_start(r, rg > 0 ? 206 : 200, "application/octet-stream", d->left, download_run,
+		   download_free, d);
 	return 0;
 }
 
@@ -630,6 +724,10 @@ struct upload {
 	struct api *a;
 	struct apath path;
 	char target[4097];
+	/* Content-Encoding: gzip, inflated as it comes, bounded */
+	z_stream z;
+	int gz, gz_end;
+	unsigned long long inflated;
 };
 
 static void up_unref(struct upload *u)
@@ -645,6 +743,8 @@ static void up_unref(struct upload *u)
 		close(u->rfd);
 	api_free(u->a);
 	buf_release(&u->body);
+	if (u->gz)
+		inflateEnd(&u->z);
 	pthread_cond_destroy(&u->cv);
 	pthread_mutex_destroy(&u->mu);
 	free(u);
@@ -707,9 +807,14 @@ static int up_begin(struct httpd_req *r)
 	q->up = u;
 	if (bad)
 		return e2b_reply_error(r, 400, "invalid path");
-	if (enc && strcmp(enc, "identity"))
-		return e2b_reply_error(r, 415, "Content-Encoding '%s' is not taken: send the bytes "
-					       "as they are", enc);
+	if (enc && !strcasecmp(enc, "gzip")) {
+		if (inflateInit2(&u->z, 16 + MAX_WBITS) != Z_OK) /* gzip's header, not zlib's */
+			return e2b_reply_error(r, 500, "out of memory");
+		u->gz = 1;
+	} else if (enc && strcasecmp(enc, "identity")) {
+		return e2b_reply_error(r, 415, "Content-Encoding '%s' is not taken: gzip, or the "
+					       "bytes as they are", enc);
+	}
 	if (ct && !strncasecmp(ct, "multipart/", 10)) {
 		if (multipart_boundary(ct, u->boundary) < 0)
 			return e2b_reply_error(r, 400, "multipart/form-data without a boundary");
@@ -772,11 +877,14 @@ static int put_part(void *arg, const struct mp_part *mp)
 {
 	struct parts *ps = arg;
 	struct e2b_req *q = ps->r->app;
-	const char *name = ps->qpath && *ps->qpath && ps->n == 0 ? ps->qpath
-			   : mp->has_filename		   ? mp->filename
-							   : NULL;
-	if (!name)
+	if (!mp->has_filename && !(ps->qpath && *ps->qpath && ps->n == 0))
 		return 0; /* a form field: nothing to write */
+	/* A signed URL writes its one signed path, never a part's name. */
+	if (q->signed_url && (ps->n || !ps->qpath)) {
+		e2b_reply_error(ps->r, 403, "a signed upload URL writes one file, at its path");
+		return -EPERM;
+	}
+	const char *name = ps->qpath && *ps->qpath && ps->n == 0 ? ps->qpath : mp->filename;
 	if (name[0] != '/') {
 		e2b_reply_error(ps->r, 400, "a part's path must be absolute: '%s'", name);
 		return -EINVAL;
@@ -805,13 +913,61 @@ static int up_end_multipart(struct httpd_req *r, struct upload *u)
 	}
 	int rc = multipart_each(u->body.p ? u->body.p : "", u->body.len, u->boundary, put_part, &ps);
 	api_free(ps.a);
-	if (rc == -EINVAL && !r->status)
-		e2b_reply_error(r, 400, "malformed multipart body");
-	else if (!rc && !ps.n)
-		e2b_reply_error(r, 400, "no file in the multipart body");
-	else if (!rc)
+	if (!rc && ps.n)
 		return e2b_reply_json(r, 200, ps.out);
 	json_decref(ps.out);
+	if (r->status) /* a part's refusal */
+		return 0;
+	return e2b_reply_error(r, 400, rc ? "malformed multipart body" : "no file in the multipart body");
+}
+
+/* Answers an upload's failure: a raw upload's PUT is aborted first, so
+ * nothing of it is written. */
+static int up_fail(struct httpd_req *r, struct upload *u, unsigned status, const char *msg)
+{
+	if (!u->multipart && u->wfd >= 0) {
+		atomic_store(&u->aborted, 1);
+		close(u->wfd);
+		u->wfd = -1;
+	}
+	return e2b_reply_error(r, status, "%s", msg);
+}
+
+/* Bytes of the body as they are (inflated already, if they were not). */
+static int up_take(struct httpd_req *r, struct upload *u, const char *data, size_t n)
+{
+	const struct e2b *g = r->arg;
+	if ((u->inflated += n) > (unsigned long long)g->cfg->max_file_bytes)
+		return up_fail(r, u, 413, "the file is over --max-file-bytes");
+	if (u->multipart) {
+		if (buf_add(&u->body, data, n) < 0)
+			return up_fail(r, u, 413, "a multipart body is at most 256 MiB: send one "
+						  "file as raw bytes");
+		return 0;
+	}
+	if (pump_put(u->wfd, data, n) < 0)
+		return up_end_raw(r, u); /* cpuosd refused it: its answer */
+	return 0;
+}
+
+/* Bytes of a gzip body: inflated in pieces, each taken. */
+static int up_inflate(struct httpd_req *r, struct upload *u, const char *data, size_t n)
+{
+	char out[64 * 1024];
+	u->z.next_in = (Bytef *)data;
+	u->z.avail_in = (uInt)n;
+	while (u->z.avail_in && !u->gz_end) {
+		u->z.next_out = (Bytef *)out;
+		u->z.avail_out = sizeof(out);
+		int z = inflate(&u->z, Z_NO_FLUSH);
+		if (z != Z_OK && z != Z_STREAM_END && !(z == Z_BUF_ERROR && u->z.avail_out))
+			return up_fail(r, u, 400, "the body is not gzip");
+		if (z == Z_STREAM_END)
+			u->gz_end = 1;
+		size_t got = sizeof(out) - u->z.avail_out;
+		if (got && (up_take(r, u, out, got) < 0 || r->status))
+			return 0;
+	}
 	return 0;
 }
 
@@ -823,17 +979,12 @@ int envd_upload(struct httpd_req *r, enum httpd_up phase, const char *data, size
 	case HTTPD_UP_BEGIN:
 		return up_begin(r);
 	case HTTPD_UP_DATA:
-		if (u->multipart) {
-			if (buf_add(&u->body, data, n) < 0)
-				return e2b_reply_error(r, 413, "a multipart body is at most %u MiB: "
-							       "send one file as raw bytes",
-						       MULTIPART_MAX >> 20);
-			return 0;
-		}
-		if (pump_put(u->wfd, data, n) < 0)
-			return up_end_raw(r, u); /* cpuosd refused it: its answer */
-		return 0;
+		if (!u->gz)
+			return up_take(r, u, data, n);
+		return up_inflate(r, u, data, n);
 	case HTTPD_UP_END:
+		if (u->gz && !u->gz_end)
+			return up_fail(r, u, 400, "the gzip body ends before its end");
 		return u->multipart ? up_end_multipart(r, u) : up_end_raw(r, u);
 	case HTTPD_UP_ABORT:
 		break;
@@ -885,7 +1036,18 @@ static int not_served(struct httpd_req *r)
 		/* the request's own path and query, as it came */
 		if (b.len && b.p[b.len - 1] == '/' && r->url[0] == '/')
 			b.len--;
-		int bad = buf_adds(&b, r->url) < 0 || httpd_query_string(r, &b) < 0 || !b.p ||
+		/* the path as libmicrohttpd decoded it, encoded again ("%3F"
+		 * stays in the path, a CR or LF cannot end the header) */
+		static const char hex[] = "0123456789ABCDEF";
+		int bad = 0;
+		for (const unsigned char *c = (const unsigned char *)r->url; *c && !bad; c++) {
+			char e[3] = { '%', hex[*c >> 4], hex[*c & 15] };
+			bad = strchr("/-._~!$&'()*+,;=:@", *c) || (*c >= '0' && *c <= '9') ||
+					      ((*c | 32) >= 'a' && (*c | 32) <= 'z')
+				      ? buf_add(&b, c, 1) < 0
+				      : buf_add(&b, e, 3) < 0;
+		}
+		bad = bad || httpd_query_string(r, &b) < 0 || !b.p ||
 			  httpd_add_header(r, "Location", b.p) < 0;
 		buf_release(&b);
 		if (!bad)
@@ -905,7 +1067,7 @@ static int envs(struct httpd_req *r)
 #define PROC(name, h) { "POST", "/process.Process/" name, HTTPD_OPEN, h, NULL }
 const struct httpd_route e2b_envd_routes[] = {
 	{ "GET", "/health", HTTPD_OPEN, health, e2b_auth_none },
-	{ "GET", "/files", HTTPD_OPEN, files_get, e2b_auth_signed },
+	{ "GET", "/files", HTTPD_OPEN, envd_files_get, e2b_auth_signed },
 	{ "POST", "/files", HTTPD_OPEN | HTTPD_UPLOAD, NULL, e2b_auth_signed },
 	{ "GET", "/envs", HTTPD_OPEN, envs, NULL },
 	FS("Stat", stat_),

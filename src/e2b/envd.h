@@ -11,6 +11,9 @@
 /* POST /files's body as it streams (httpd's upload hook, after the
  * credentials were checked at HTTPD_UP_BEGIN). */
 int envd_upload(struct httpd_req *r, enum httpd_up phase, const char *data, size_t n);
+/* GET /files: the file's bytes (a route of envd's, and of the control
+ * plane's for signed URLs on E2B_SANDBOX_URL's one address). */
+int envd_files_get(struct httpd_req *r);
 /* The request is over: what its upload held goes. */
 void envd_upload_drop(struct httpd_req *r);
 

@@ -97,10 +97,21 @@ static int exec_line(void *arg, const char *line, size_t n)
 	return out && put_line(x->fd, out) < 0 ? -EPIPE : 0;
 }
 
+static int exec_tick(void *arg)
+{
+	(void)arg;
+	return atomic_load(&e2b_stopping) ? -ESHUTDOWN : 0;
+}
+
 static void exec_run(void *arg)
 {
 	struct exec *x = arg;
-	api_post_lines(x->a, &x->path, x->body, exec_line, NULL, x);
+	int rc = api_post_lines(x->a, &x->path, x->body, exec_line, exec_tick, x);
+	/* A stream cut after it opened (the sandbox died, cpuosd went away)
+	 * says so: E2B's protocol has no end line to miss. */
+	if (rc < 0 && rc != -EPIPE && x->state > 0)
+		put_line(x->fd, json_pack("{s:s, s:s, s:s}", "type", "error", "name", "StreamCut",
+					  "value", api_error(x->a), "traceback", ""));
 	set_state(x, -1); /* no effect once open */
 	close(x->fd);
 	x->fd = -1;
@@ -178,7 +189,10 @@ static int execute(struct httpd_req *r)
 	} else {
 		close(fds[0]);
 		/* the worker is done with the handle once it failed */
-		e2b_reply_api_error(r, x->a);
+		if (api_status(x->a) || api_error(x->a)[0])
+			e2b_reply_api_error(r, x->a);
+		else
+			e2b_reply_error(r, 500, "the execution did not start");
 	}
 	exec_unref(x);
 	return 0;

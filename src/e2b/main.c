@@ -12,6 +12,7 @@
 #include "lib/httpd.h"
 
 #include <curl/curl.h>
+#include <stdlib.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -67,9 +68,13 @@ static int load_secret(const char *dir, unsigned char secret[32])
 	return 0;
 }
 
+atomic_int e2b_stopping;
+
 static int serve(const struct e2b_config *o)
 {
-	struct e2b g = { .cfg = o };
+	/* Static: a stream's thread that outlives the drain still finds it. */
+	static struct e2b g;
+	g.cfg = o;
 	struct httpd *http = NULL;
 	char err[512];
 	int rc = 1, busy = 0;
@@ -96,13 +101,15 @@ static int serve(const struct e2b_config *o)
 	while (read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)
 		;
 	log_info("signal %u: stopping", si.ssi_signo);
-	atomic_store(&g.stopping, 1);
+	atomic_store(&e2b_stopping, 1);
 	httpd_stop(http);
 	busy = workers_drain(&g.pumps, STOP_WAIT_MS) < 0;
 	if (busy)
 		log_warn("%u streams still running at exit", workers_count(&g.pumps));
 	rc = busy;
 stop:
+	if (busy) /* threads still run on what the frees below would take */
+		_exit(rc);
 	if (!busy) {
 		tokens_free(g.tokens);
 		workers_release(&g.pumps);

@@ -86,8 +86,9 @@ static int on_line(void *arg, const char *line, size_t n)
 		return 0;
 	}
 	if (!strcmp(type, "stdout") || !strcmp(type, "stderr")) {
-		const char *d = json_string_value(json_object_get(j, "data"));
-		char *b = b64_encode(d ? d : "", d ? strlen(d) : 0);
+		json_t *data = json_object_get(j, "data");
+		const char *d = json_string_value(data);
+		char *b = b64_encode(d ? d : "", d ? json_string_length(data) : 0); /* NULs too */
 		if (b)
 			ev = event("data", json_pack("{s:s}", type, b));
 		free(b);
@@ -119,6 +120,8 @@ static int on_line(void *arg, const char *line, size_t n)
 static int on_tick(void *arg)
 {
 	struct relay *x = arg;
+	if (atomic_load(&e2b_stopping))
+		return -ESHUTDOWN;
 	if (clock_ms() - x->last < KEEPALIVE_MS)
 		return 0;
 	x->last = clock_ms();
@@ -139,6 +142,8 @@ static void relay_run(int fd, void *arg)
 		return;
 	if (x->ended)
 		pump_end(fd, NULL, NULL);
+	else if (rc == -ESHUTDOWN) /* the process goes on: Connect finds it */
+		pump_end(fd, "unavailable", "cpuos-e2b is stopping");
 	else if (rc < 0 && api_status(x->a) == 404)
 		pump_end(fd, "not_found", "process %lld not found", x->pid);
 	else
@@ -156,7 +161,7 @@ static int relay_start(struct httpd_req *r, long long pid)
 	}
 	snprintf(x->id, sizeof(x->id), "%s", q->id);
 	x->pid = pid;
-	pump_start(r, "application/connect+json", relay_run, relay_free, x);
+	pump_start(r, 200, "application/connect+json", HTTPD_SIZE_UNKNOWN, relay_run, relay_free, x);
 	return 0;
 }
 

@@ -1,5 +1,6 @@
 /* process: envd's process.Process RPCs (process.c), each a handler of
- * envd's route table; every one answers once. */
+ * envd's route table: each answers exactly once, with a stream (a pump)
+ * or an error, and returns 0. */
 #ifndef CPUOS_E2B_PROCESS_H
 #define CPUOS_E2B_PROCESS_H
 

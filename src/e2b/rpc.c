@@ -190,8 +190,8 @@ static void pump_run(void *arg)
 	free(p);
 }
 
-int pump_start(struct httpd_req *r, const char *content_type, void (*fn)(int fd, void *arg),
-	       void (*free_arg)(void *arg), void *arg)
+int pump_start(struct httpd_req *r, unsigned status, const char *content_type, uint64_t size,
+	       void (*fn)(int fd, void *arg), void (*free_arg)(void *arg), void *arg)
 {
 	struct e2b *g = r->arg;
 	struct pump *p = malloc(sizeof(*p));
@@ -203,7 +203,7 @@ int pump_start(struct httpd_req *r, const char *content_type, void (*fn)(int fd,
 	*p = (struct pump){ .fd = fds[1], .fn = fn, .free_arg = free_arg, .arg = arg };
 	if ((rc = workers_spawn(&g->pumps, pump_run, p)) < 0)
 		goto fail;
-	return httpd_reply_fd(r, 200, content_type, fds[0]);
+	return httpd_reply_fd_sized(r, status, content_type, fds[0], size);
 fail:
 	if (fds[0] >= 0)
 		close(fds[0]), close(fds[1]);

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct api;
 struct httpd_req;
@@ -36,11 +37,12 @@ char *b64_encode(const void *p, size_t n);
 long b64_decode(const char *s, char *out, size_t max);
 
 /* Runs fn(fd, arg) in a thread of the server's, fd the write end of a
- * pipe whose read end answers r (200, content_type) as fn writes it; fd
+ * pipe whose read end answers r (status, content_type, a Content-Length of
+ * size unless HTTPD_SIZE_UNKNOWN) as fn writes it; fd
  * is closed after fn. free_arg(arg) follows fn, or runs at once when no
  * thread could start (and then r has its error). 0 or -errno. */
-int pump_start(struct httpd_req *r, const char *content_type, void (*fn)(int fd, void *arg),
-	       void (*free_arg)(void *arg), void *arg);
+int pump_start(struct httpd_req *r, unsigned status, const char *content_type, uint64_t size,
+	       void (*fn)(int fd, void *arg), void (*free_arg)(void *arg), void *arg);
 /* Writes all of p: 0, or -EPIPE when the client went away. */
 int pump_put(int fd, const void *p, size_t n);
 /* Writes msg as one envelope (steals msg): as pump_put. */

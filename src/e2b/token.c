@@ -78,8 +78,19 @@ static int gcm(int enc, const unsigned char secret[32], const unsigned char *non
 	return ok ? 0 : -1;
 }
 
+/* The secret's two keys, apart: one for the nonces' HMAC, one for AES. */
+static int subkey(const unsigned char secret[32], const char *use, unsigned char out[32])
+{
+	unsigned len = 0;
+	return HMAC(EVP_sha256(), secret, 32, (const unsigned char *)use, strlen(use), out, &len) &&
+			       len == 32
+		       ? 0
+		       : -1;
+}
+
 int tok_seal(const unsigned char secret[32], const char *id, const char *key, char out[TOK_MAX])
 {
+	unsigned char knonce[32], kseal[32];
 	size_t n = strlen(key);
 	unsigned char blob[NONCE_LEN + KEY_MAX + TAG_LEN], mac[EVP_MAX_MD_SIZE];
 	unsigned maclen = 0;
@@ -93,13 +104,18 @@ int tok_seal(const unsigned char secret[32], const char *id, const char *key, ch
 		return -EINVAL;
 	memcpy(in, id, il + 1);
 	memcpy(in + il + 1, key, n);
-	int ok = HMAC(EVP_sha256(), secret, 32, in, il + 1 + n, mac, &maclen) != NULL;
+	int ok = subkey(secret, "cpuos-e2b nonce", knonce) == 0 &&
+		 subkey(secret, "cpuos-e2b seal", kseal) == 0 &&
+		 HMAC(EVP_sha256(), knonce, 32, in, il + 1 + n, mac, &maclen) != NULL;
 	explicit_bzero(in, sizeof(in));
+	explicit_bzero(knonce, sizeof(knonce));
+	if (ok) {
+		memcpy(blob, mac, NONCE_LEN);
+		ok = gcm(1, kseal, blob, id, (const unsigned char *)key, (int)n, blob + NONCE_LEN,
+			 blob + NONCE_LEN + n) == 0;
+	}
+	explicit_bzero(kseal, sizeof(kseal));
 	if (!ok)
-		return -EIO;
-	memcpy(blob, mac, NONCE_LEN);
-	if (gcm(1, secret, blob, id, (const unsigned char *)key, (int)n, blob + NONCE_LEN,
-		blob + NONCE_LEN + n) < 0)
 		return -EIO;
 	memcpy(out, TOK_PREFIX, sizeof(TOK_PREFIX));
 	b64(b64url, blob, NONCE_LEN + n + TAG_LEN, out + sizeof(TOK_PREFIX) - 1);
@@ -117,8 +133,17 @@ int tok_open(const unsigned char secret[32], const char *id, const char *token, 
 	if (n < NONCE_LEN + TAG_LEN + 1 || (size_t)(n - NONCE_LEN - TAG_LEN) >= keylen)
 		return -EACCES;
 	size_t kn = (size_t)n - NONCE_LEN - TAG_LEN;
-	if (gcm(0, secret, blob, id, blob + NONCE_LEN, (int)kn, (unsigned char *)key,
-		blob + NONCE_LEN + kn) < 0) {
+	/* One token, one spelling: the unused low bits of its last character
+	 * are 0, as tok_seal writes them. */
+	char again[TOK_MAX];
+	b64(b64url, blob, (size_t)n, again);
+	unsigned char kseal[32];
+	int ok = !strcmp(again, token + sizeof(TOK_PREFIX) - 1) &&
+		 subkey(secret, "cpuos-e2b seal", kseal) == 0 &&
+		 gcm(0, kseal, blob, id, blob + NONCE_LEN, (int)kn, (unsigned char *)key,
+		     blob + NONCE_LEN + kn) == 0;
+	explicit_bzero(kseal, sizeof(kseal));
+	if (!ok) {
 		explicit_bzero(key, keylen);
 		return -EACCES;
 	}
@@ -187,24 +212,27 @@ void tokens_put(struct tokens *t, const char *id, const char *token)
 {
 	pthread_mutex_lock(&t->mu);
 	size_t i = 0;
-	while (i < TOKENS_MAX && strcmp(t->slot[i].id, id))
+	while (i < TOKENS_MAX && (strcmp(t->slot[i].id, id) || strcmp(t->slot[i].token, token)))
 		i++;
-	if (i == TOKENS_MAX)
+	if (i == TOKENS_MAX) { /* a new one takes the oldest's slot */
 		i = t->next, t->next = (t->next + 1) % TOKENS_MAX;
-	snprintf(t->slot[i].id, sizeof(t->slot[i].id), "%s", id);
-	snprintf(t->slot[i].token, sizeof(t->slot[i].token), "%s", token);
+		snprintf(t->slot[i].id, sizeof(t->slot[i].id), "%s", id);
+		snprintf(t->slot[i].token, sizeof(t->slot[i].token), "%s", token);
+	}
 	pthread_mutex_unlock(&t->mu);
 }
 
-int tokens_get(struct tokens *t, const char *id, char out[TOK_MAX])
+int tokens_find(struct tokens *t, const char *id, int (*match)(void *arg, const char *token),
+		void *arg, char found[24], char out[TOK_MAX])
 {
 	int rc = -ENOENT;
 	pthread_mutex_lock(&t->mu);
-	for (size_t i = 0; i < TOKENS_MAX; i++)
-		if (t->slot[i].id[0] && !strcmp(t->slot[i].id, id)) {
+	for (size_t i = 0; i < TOKENS_MAX && rc; i++)
+		if (t->slot[i].id[0] && (!id || !strcmp(t->slot[i].id, id)) &&
+		    match(arg, t->slot[i].token)) {
+			memcpy(found, t->slot[i].id, 24);
 			memcpy(out, t->slot[i].token, TOK_MAX);
 			rc = 0;
-			break;
 		}
 	pthread_mutex_unlock(&t->mu);
 	return rc;

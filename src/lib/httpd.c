@@ -191,7 +191,8 @@ static void stream_free(void *cls)
 
 /* A streamed answer whose reader asks for block bytes at a time. */
 static struct MHD_Response *stream_response(ssize_t (*read)(void *arg, char *buf, size_t max),
-					    void (*done)(void *arg), void *arg, size_t block)
+					    void (*done)(void *arg), void *arg, size_t block,
+					    uint64_t size)
 {
 	struct stream_reply *s = malloc(sizeof(*s));
 	if (!s) {
@@ -199,8 +200,8 @@ static struct MHD_Response *stream_response(ssize_t (*read)(void *arg, char *buf
 		return NULL;
 	}
 	*s = (struct stream_reply){ .read = read, .done = done, .arg = arg };
-	struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, block,
-								      stream_read, s, stream_free);
+	struct MHD_Response *resp = MHD_create_response_from_callback(size, block, stream_read, s,
+								      stream_free);
 	if (!resp)
 		stream_free(s);
 	return resp;
@@ -210,7 +211,7 @@ int httpd_reply_stream(struct httpd_req *r, unsigned status, const char *content
 		       ssize_t (*read)(void *arg, char *buf, size_t max), void (*done)(void *arg),
 		       void *arg)
 {
-	struct MHD_Response *resp = stream_response(read, done, arg, STREAM_BLOCK);
+	struct MHD_Response *resp = stream_response(read, done, arg, STREAM_BLOCK, MHD_SIZE_UNKNOWN);
 	if (!resp)
 		return httpd_refuse(r, HTTPD_INTERNAL, 500, "out of memory");
 	return queue(r, status, resp, content_type);
@@ -308,9 +309,6 @@ static ssize_t fd_read(void *arg, char *buf, size_t max)
 	struct fd_reply *f = arg;
 	for (;;) {
 		int w = tcp_wait_peer(f->fd, POLLIN, f->conn, -1);
-		if (w == -ECONNRESET) /* the client left: no one to show a cut
-				       * to, and libmicrohttpd would log one */
-			return 0;
 		if (w < 0)
 			return -1;
 		ssize_t n = read(f->fd, buf, max);
@@ -329,13 +327,19 @@ static void fd_done(void *arg)
 
 int httpd_reply_fd(struct httpd_req *r, unsigned status, const char *content_type, int fd)
 {
+	return httpd_reply_fd_sized(r, status, content_type, fd, HTTPD_SIZE_UNKNOWN);
+}
+
+int httpd_reply_fd_sized(struct httpd_req *r, unsigned status, const char *content_type, int fd,
+			 uint64_t size)
+{
 	struct fd_reply *f = malloc(sizeof(*f));
 	if (!f) {
 		close(fd);
 		return httpd_refuse(r, HTTPD_INTERNAL, 500, "out of memory");
 	}
 	*f = (struct fd_reply){ .fd = fd, .conn = httpd_fd(r) };
-	struct MHD_Response *resp = stream_response(fd_read, fd_done, f, FD_BLOCK);
+	struct MHD_Response *resp = stream_response(fd_read, fd_done, f, FD_BLOCK, size);
 	if (!resp)
 		return httpd_refuse(r, HTTPD_INTERNAL, 500, "out of memory");
 	/* An event stream is not to be held back by a proxy or a cache. */

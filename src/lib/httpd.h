@@ -181,6 +181,12 @@ int httpd_reply_stream(struct httpd_req *r, unsigned status, const char *content
  * (no caching, no buffering by a proxy); takes fd. A client that goes
  * away closes fd, which its writer sees as EPIPE. */
 int httpd_reply_fd(struct httpd_req *r, unsigned status, const char *content_type, int fd);
+#define HTTPD_SIZE_UNKNOWN UINT64_MAX /* libmicrohttpd's MHD_SIZE_UNKNOWN */
+/* The same with a Content-Length of size bytes: an fd that ends before
+ * them cuts the connection, which the client sees as a short body, not
+ * as the end of one (a download whose source failed). */
+int httpd_reply_fd_sized(struct httpd_req *r, unsigned status, const char *content_type, int fd,
+			 uint64_t size);
 
 /* A header for r's answer, queued later by one of the reply functions:
  * 0, -ENOSPC past HTTPD_EXTRA_HEADERS, -ENOMEM. Both strings are copied. */

@@ -277,22 +277,27 @@ static json_t *t_read(struct api *a, json_t *args)
 	char *text = malloc(3 * b.len + 1);
 	json_t *r = NULL;
 	if (text) {
-		utf8_sanitize((const uint8_t *)(b.p ? b.p : ""), b.len, text);
-		r = text_result(text, 0);
+		size_t n = utf8_sanitize((const uint8_t *)(b.p ? b.p : ""), b.len, text);
+		r = text_result("", 0);
+		json_t *item = json_array_get(json_object_get(r, "content"), 0);
+		json_object_set_new(item, "text", json_stringn(text, n)); /* NULs too */
 	}
 	free(text);
 	buf_release(&b);
 	return r ? r : fail("out of memory");
 }
 
-static ssize_t from_string(void *arg, char *p, size_t max)
+struct bytes {
+	const char *p;
+	size_t n;
+};
+
+static ssize_t from_bytes(void *arg, char *p, size_t max)
 {
-	const char **s = arg;
-	size_t n = strlen(*s);
-	if (n > max)
-		n = max;
-	memcpy(p, *s, n);
-	*s += n;
+	struct bytes *b = arg;
+	size_t n = b->n < max ? b->n : max;
+	memcpy(p, b->p, n);
+	b->p += n, b->n -= n;
 	return (ssize_t)n;
 }
 
@@ -305,7 +310,8 @@ static json_t *t_write(struct api *a, json_t *args)
 	if (!path || !content)
 		return fail("path and content are required (strings)");
 	apath_query(&p, "path", path);
-	if (api_upload_from(a, "PUT", &p, from_string, &content, &out) < 0)
+	struct bytes b = { content, json_string_length(json_object_get(args, "content")) };
+	if (api_upload_from(a, "PUT", &p, from_bytes, &b, &out) < 0)
 		return api_fail(a);
 	return json_result(out);
 }

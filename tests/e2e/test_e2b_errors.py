@@ -3,8 +3,11 @@ plane's and envd's {"code": N, "message": ...}, Connect's {"code": "not_found", 
 end-of-stream error), and serves on: a wrong or missing key, another sandbox's token, another
 account's sandbox, unknown sandboxes and routes, malformed JSON, malformed and oversized Connect
 envelopes, what cpuos does not do (501)."""
+import base64
+import hashlib
 import http.client
 import json
+import urllib.parse
 import struct
 
 import pytest
@@ -98,6 +101,53 @@ def test_bad_input_on_every_route(e2b, daemon):
         e2b_error(e2b.http("GET", f"/sandboxes/{sid}", headers={"X-API-KEY": daemon.key_b}), 404)
         # a signed URL that is not
         e2b_error(e2b.http("GET", "/files?path=/etc/hostname&signature=v1_AAAA", headers=envd), 401)
+        # a signed URL does what was signed and no more: its user (not a Basic header's), its one
+        # path (not a second part's)
+        def signed(path, op, user=""):
+            raw = f"{path}:{op}:{user}:{tok}".encode()
+            sig = "v1_" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
+            return f"/files?path={urllib.parse.quote(path, safe='')}&signature={urllib.parse.quote(sig, safe='')}"
+        part = lambda name, data: (f'--x\r\nContent-Disposition: form-data; name="file"; '
+                                   f'filename="{name}"\r\n\r\n').encode() + data + b"\r\n"
+        mp = {"Content-Type": "multipart/form-data; boundary=x"}
+        r = e2b.http("POST", signed("/tmp/as.txt", "write"), body=part("/tmp/as.txt", b"x") + b"--x--",
+                     headers={**mp, "Authorization": "Basic cm9vdDo="})  # root:
+        assert r.status == 200, r
+        r = e2b.http("POST", "/filesystem.Filesystem/Stat", body={"path": "/tmp/as.txt"},
+                     headers={**ok, "Content-Type": "application/json"})
+        assert r.json()["entry"]["owner"] == "user", r  # the signed user's, not the header's
+        r = e2b.http("POST", signed("/tmp/one.txt", "write"), headers=mp,
+                     body=part("/tmp/one.txt", b"1") + part("/tmp/two.txt", b"2") + b"--x--")
+        assert r.status == 403, r
+        assert e2b.http("GET", "/files?path=/tmp/two.txt", headers=ok).status == 404
+        r = e2b.http("GET", signed("/tmp/one.txt", "read"), headers=envd)
+        assert r.status == 200 and r.body == b"1", r
+        # on the one address of E2B_SANDBOX_URL (no sandbox header), the signature finds it
+        r = e2b.http("GET", signed("/tmp/one.txt", "read"))
+        assert r.status == 200 and r.body == b"1", r
+        e2b_error(e2b.http("GET", signed("/tmp/one.txt", "write")), 401)
+        # ranges of a file
+        assert e2b.http("POST", "/files?path=/tmp/r.txt", body=b"hello",
+                        headers={**ok, "Content-Type": "application/octet-stream"}).status == 200
+        for rng, status, body, cr in (("bytes=1-3", 206, b"ell", "bytes 1-3/5"),
+                                      ("bytes=-2", 206, b"lo", "bytes 3-4/5"),
+                                      ("bytes=3-", 206, b"lo", "bytes 3-4/5"),
+                                      ("bytes=2-99", 206, b"llo", "bytes 2-4/5"),
+                                      ("bytes=0-0,2-3", 200, b"hello", None),
+                                      ("items=1-2", 200, b"hello", None)):
+            r = e2b.http("GET", "/files?path=/tmp/r.txt", headers={**ok, "Range": rng})
+            assert (r.status, r.body, r.headers.get("Content-Range")) == (status, body, cr), (rng, r)
+        r = e2b.http("GET", "/files?path=/tmp/r.txt", headers={**ok, "Range": "bytes=5-"})
+        assert r.status == 416 and r.headers["Content-Range"] == "bytes */5", r
+        # a gzip body that is not, or is cut short: nothing is written
+        import gzip as gz
+        r = e2b.http("POST", "/files?path=/tmp/g.txt", body=b"not gzip at all",
+                     headers={**ok, "Content-Encoding": "gzip"})
+        assert r.status == 400, r
+        r = e2b.http("POST", "/files?path=/tmp/g.txt", body=gz.compress(b"x" * 100000)[:-20],
+                     headers={**ok, "Content-Encoding": "gzip"})
+        assert r.status == 400 and "before its end" in r.json()["message"], r
+        assert e2b.http("GET", "/files?path=/tmp/g.txt", headers=ok).status == 404
         # files: missing, a directory, no path
         assert e2b.http("GET", "/files?path=/nope", headers=ok).status == 404
         e2b_error(e2b.http("GET", "/files?path=/", headers=ok), 400)
@@ -172,6 +222,11 @@ def test_bad_input_on_every_route(e2b, daemon):
         r = e2b.http("POST", "/app/x?a=1&b=%2F", body=b"{}", headers={**envd, "E2b-Sandbox-Port": "8080"})
         loc = f"http://127.0.0.1:{daemon.url_port}/sbx_{sid}/8080/app/x?a=1&b=%2F"
         assert r.status == 307 and r.headers["Location"] == loc, r
+        r = e2b.http("GET", "/a%3Fb%0D%0Ac", headers={**envd, "E2b-Sandbox-Port": "8080"})
+        assert r.headers["Location"].endswith("/8080/a%3Fb%0D%0Ac"), r
+        # an id that is no sandbox's (not 16 hex) never becomes part of a Location
+        e2b_error(e2b.http("GET", "/", headers={"E2b-Sandbox-Id": "@evil.example/#x",
+                                                "E2b-Sandbox-Port": "8080"}), 404)
         r = e2b.http("GET", "/", headers={"Host": f"8080-{sid}.e2b.test"})
         assert r.headers["Location"] == f"http://127.0.0.1:{daemon.url_port}/sbx_{sid}/8080/", r
         # where cpuosd's proxy answers for the sandbox: nothing listens on 8080 there

@@ -101,10 +101,40 @@ def files_rw(sbx):
     need(sbx.files.read("/tmp/e2b/c2") == "2", "write_files")
 
 
+@check("files.write gzip")
+def files_gzip(sbx):
+    text = "zipped " * 5000
+    sbx.files.write("/tmp/e2b/gz.txt", text, gzip=True)
+    need(sbx.files.read("/tmp/e2b/gz.txt") == text, "gzip upload read back")
+
+
+@check("download_url/upload_url (signed)")
+def files_signed(sbx):
+    import urllib.request
+    url = sbx.download_url("/tmp/e2b/a.txt", use_signature_expiration=600)
+    need("signature=" in url, url)
+    need(urllib.request.urlopen(url, timeout=60).read() == b"hello", url)
+    up = sbx.upload_url("/tmp/e2b/up.txt", use_signature_expiration=600)
+    body = (b"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"up.txt\"\r\n\r\n"
+            b"uploaded\r\n--x--\r\n")
+    req = urllib.request.Request(up, data=body, method="POST",
+                                 headers={"Content-Type": "multipart/form-data; boundary=x"})
+    urllib.request.urlopen(req, timeout=60).read()
+    need(sbx.files.read("/tmp/e2b/up.txt") == "uploaded", "upload_url")
+    # a changed path is refused
+    bad = url.replace("a.txt", "b.bin")
+    try:
+        urllib.request.urlopen(bad, timeout=60)
+    except urllib.error.HTTPError as e:
+        need(e.code == 401, e.code)
+        return
+    raise AssertionError("a forged signed URL was served")
+
+
 @check("files.list/exists/get_info/make_dir/rename/remove")
 def files_meta(sbx):
     names = sorted(e.name for e in sbx.files.list("/tmp/e2b"))
-    need(names == ["a.txt", "b.bin", "c1", "c2"], names)
+    need(names == ["a.txt", "b.bin", "c1", "c2", "gz.txt", "up.txt"], names)
     need(sbx.files.exists("/tmp/e2b/a.txt") and not sbx.files.exists("/tmp/e2b/none"), "exists")
     i = sbx.files.get_info("/tmp/e2b/a.txt")
     need(i.size == 5 and i.type.value == "file", repr(i))
@@ -220,7 +250,8 @@ def main():
     if "sdk" in which:
         sbx = create()
         if sbx:
-            for fn in (run_echo, run_fail, run_background, run_stdin, files_rw, files_meta,
+            for fn in (run_echo, run_fail, run_background, run_stdin, files_rw, files_gzip,
+                       files_signed, files_meta,
                        files_watch, pty, timeout, metrics, listing):
                 fn(sbx)
             again = pause_connect(sbx)

@@ -93,6 +93,16 @@ static void tokens_seal_one_sandbox(void)
 	bad[10] = bad[10] == 'A' ? 'B' : 'A';
 	CHECK(tok_open(secret, "3f9a0c1d2e4b5a69", bad, key, sizeof(key)) == -EACCES);
 	CHECK(tok_open(secret, "3f9a0c1d2e4b5a69", tok, key, 5) == -EACCES);
+	/* one spelling: the last character with other unused low bits is
+	 * another string for the same bytes (the key's 18 bytes and 28 leave
+	 * 46, whose last base64 character has 4 unused bits), refused */
+	size_t last = strlen(tok) - 1;
+	static const char alpha[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	int v = (int)(strchr(alpha, tok[last]) - alpha);
+	snprintf(bad, sizeof(bad), "%s", tok);
+	bad[last] = alpha[v ^ 1];
+	CHECK(tok_open(secret, "3f9a0c1d2e4b5a69", bad, key, sizeof(key)) == -EACCES);
 	/* another key's token differs */
 	CHECK(tok_seal(secret, "3f9a0c1d2e4b5a69", "cpuos_key_of_bob", again) == 0);
 	CHECK(strcmp(tok, again) != 0);
@@ -115,22 +125,31 @@ static void url_signature_as_the_sdk(void)
 	CHECK(strcmp(sig, with_exp) && !strncmp(with_exp, "v1_", 3));
 }
 
+static int is(void *arg, const char *token)
+{
+	return !strcmp(arg, token);
+}
+
 static void recent_tokens(void)
 {
 	struct tokens *t;
-	char out[TOK_MAX];
+	char out[TOK_MAX], id[24];
 	CHECK(tokens_new(&t) == 0);
-	CHECK(tokens_get(t, "a", out) == -ENOENT);
+	CHECK(tokens_find(t, "a", is, "one", id, out) == -ENOENT);
 	tokens_put(t, "a", "one");
-	tokens_put(t, "a", "two");
-	CHECK(tokens_get(t, "a", out) == 0 && !strcmp(out, "two"));
-	char id[24];
+	tokens_put(t, "a", "two"); /* another key's, on the same sandbox */
+	tokens_put(t, "a", "one");
+	CHECK(tokens_find(t, "a", is, "one", id, out) == 0 && !strcmp(out, "one"));
+	CHECK(tokens_find(t, "a", is, "two", id, out) == 0 && !strcmp(id, "a"));
+	CHECK(tokens_find(t, "b", is, "two", id, out) == -ENOENT);
+	CHECK(tokens_find(t, NULL, is, "two", id, out) == 0 && !strcmp(id, "a"));
+	char name[24];
 	for (int i = 0; i < 5000; i++) { /* past the ring: the oldest go */
-		snprintf(id, sizeof(id), "id%d", i);
-		tokens_put(t, id, "x");
+		snprintf(name, sizeof(name), "id%d", i);
+		tokens_put(t, name, "x");
 	}
-	CHECK(tokens_get(t, "a", out) == -ENOENT);
-	CHECK(tokens_get(t, "id4999", out) == 0);
+	CHECK(tokens_find(t, "a", is, "one", id, out) == -ENOENT);
+	CHECK(tokens_find(t, "id4999", is, "x", id, out) == 0);
 	tokens_free(t);
 }
 
