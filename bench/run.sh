@@ -20,6 +20,7 @@ python3 bench/bench_jail.py 10
 python3 bench/bench_pool.py 10
 python3 bench/bench_code.py 5
 python3 bench/bench_gateway.py 500
+python3 bench/bench_e2b.py 15
 python3 bench/bench_objstore.py 6
 python3 bench/bench_cluster.py 5
 python3 bench/bench_move.py 3
