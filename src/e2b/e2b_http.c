@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "e2b/e2b.h"
 #include "e2b/envd.h"
+#include "e2b/process.h"
 #include "e2b/rpc.h"
 #include "e2b/token.h"
 #include "lib/httpd.h"
@@ -274,13 +275,18 @@ static int upload(struct httpd_req *r, enum httpd_up phase, const char *data, si
 		return 0;
 	if (r->status && phase != HTTPD_UP_ABORT)
 		return 0;
+	if (!strcmp(r->route->path, "/process.Process/StreamInput"))
+		return proc_stream_input_up(r, phase, data, n);
 	return envd_upload(r, phase, data, n);
 }
 
 static void finish(struct httpd_req *r)
 {
 	struct e2b_req *q = r->app;
-	envd_upload_drop(r);
+	if (r->route && !strcmp(r->route->path, "/process.Process/StreamInput"))
+		proc_stream_input_drop(r);
+	else
+		envd_upload_drop(r);
 	explicit_bzero(q->key, sizeof(q->key));
 }
 

@@ -1083,7 +1083,7 @@ const struct httpd_route e2b_envd_routes[] = {
 	PROC("Connect", proc_connect),
 	PROC("List", proc_list),
 	PROC("SendInput", proc_send_input),
-	PROC("StreamInput", proc_stream_input),
+	{ "POST", "/process.Process/StreamInput", HTTPD_OPEN | HTTPD_UPLOAD, NULL, NULL },
 	PROC("SendSignal", proc_send_signal),
 	PROC("CloseStdin", proc_close_stdin),
 	PROC("Update", proc_update),

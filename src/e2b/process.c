@@ -7,7 +7,9 @@
  * while it is silent. A pid is cpuosd's (the agent's) process id.
  */
 #include "cli/cpuos/http.h"
+#include "common/buf.h"
 #include "common/clock.h"
+#include "e2b/connect.h"
 #include "e2b/e2b.h"
 #include "e2b/process.h"
 #include "e2b/rpc.h"
@@ -398,7 +400,138 @@ out:
 	return 0;
 }
 
-int proc_stream_input(struct httpd_req *r)
+/* ---- StreamInput: a client stream, read as it comes ----
+ * Its envelopes: {"start": {"process": {"pid"}}} first, then {"data":
+ * {"input": {"stdin" | "pty": base64}}} (each written to the process as it
+ * arrives) and {"keepalive": {}}. The answer, at the end: one empty
+ * message and the end of the stream (an error ends it early). */
+
+struct input {
+	struct buf pending; /* bytes of an envelope not whole yet */
+	struct api *a;
+	long long pid;
+	char *bytes;
+};
+
+void proc_stream_input_drop(struct httpd_req *r)
 {
-	return rpc_error(r, 1, 501, "StreamInput is not served over HTTP/1.1: use SendInput");
+	struct e2b_req *q = r->app;
+	struct input *in = q->up;
+	if (!in)
+		return;
+	q->up = NULL;
+	buf_release(&in->pending);
+	api_free(in->a);
+	free(in->bytes);
+	free(in);
+}
+
+/* One message: 0, or -1 after answering. */
+static int input_msg(struct httpd_req *r, struct input *in, const char *msg, size_t len)
+{
+	struct e2b_req *q = r->app;
+	json_t *m = json_loadb(msg, len, 0, NULL);
+	json_t *start = json_object_get(m, "start"), *data = json_object_get(m, "data");
+	const char *why = NULL;
+	long n = -1;
+	if (!json_is_object(m))
+		why = "a message is not a JSON object";
+	else if (start && in->pid)
+		why = "start came twice";
+	else if (data && !in->pid)
+		why = "data before start";
+	if (why) {
+		json_decref(m);
+		rpc_error(r, 1, 400, "%s", why);
+		return -1;
+	}
+	if (start) {
+		in->pid = selector_pid(r, 1, json_object_get(start, "process"));
+		json_decref(m);
+		return in->pid ? 0 : -1;
+	}
+	if (data) {
+		json_t *i = json_object_get(data, "input");
+		const char *b = json_string_value(json_object_get(i, "stdin"));
+		if (!b)
+			b = json_string_value(json_object_get(i, "pty"));
+		n = b ? b64_decode(b, in->bytes, STDIN_MAX + 1) : -1;
+	}
+	json_decref(m);
+	if (!data) /* a keepalive */
+		return 0;
+	if (n < 0) {
+		rpc_error(r, 1, 400, "input.stdin or input.pty: base64 of at most 1 MiB");
+		return -1;
+	}
+	struct apath p;
+	proc_path(&p, q->id, in->pid, "/stdin");
+	if (api_post_raw(in->a, &p, in->bytes, (size_t)n) < 0) {
+		rpc_api_error(r, 1, in->a);
+		return -1;
+	}
+	return 0;
+}
+
+int proc_stream_input_up(struct httpd_req *r, enum httpd_up phase, const char *data, size_t n)
+{
+	struct e2b_req *q = r->app;
+	struct input *in = q->up;
+	if (phase == HTTPD_UP_BEGIN) {
+		const char *ct = httpd_header(r, "Content-Type");
+		if (!ct || strncmp(ct, "application/connect+json", 24))
+			return rpc_error(r, 0, 415, "StreamInput is a stream of application/connect+json");
+		if (!(in = calloc(1, sizeof(*in))) || !(in->bytes = malloc(STDIN_MAX + 1)) ||
+		    e2b_api(r, &in->a) < 0) {
+			if (in)
+				free(in->bytes);
+			free(in);
+			return rpc_error(r, 1, 500, "out of memory");
+		}
+		buf_init(&in->pending, CONNECT_MSG_MAX + 5);
+		q->up = in;
+		return 0;
+	}
+	if (!in || phase == HTTPD_UP_ABORT)
+		return 0;
+	if (phase == HTTPD_UP_DATA && buf_add(&in->pending, data, n) < 0)
+		return rpc_error(r, 1, 400, "message too large");
+	size_t at = 0;
+	const char *base = in->pending.p ? in->pending.p : "";
+	for (;;) {
+		unsigned flags;
+		const char *msg;
+		size_t len, used;
+		int rc = connect_unframe(base + at, in->pending.len - at, CONNECT_MSG_MAX,
+					 &flags, &msg, &len, &used);
+		if (rc == -EMSGSIZE)
+			return rpc_error(r, 1, 400, "message too large");
+		if (rc < 0)
+			break;
+		at += used;
+		if (flags & CONNECT_COMPRESSED)
+			return rpc_error(r, 1, 400, "compressed messages are not taken");
+		if (!(flags & CONNECT_END) && input_msg(r, in, msg, len) < 0)
+			return 0;
+	}
+	/* what was taken goes; a partial envelope waits for more */
+	if (at) {
+		memmove(in->pending.p, in->pending.p + at, in->pending.len - at);
+		in->pending.len -= at;
+	}
+	if (phase != HTTPD_UP_END)
+		return 0;
+	if (in->pending.len)
+		return rpc_error(r, 1, 400, "the stream ends inside a message");
+	if (!in->pid)
+		return rpc_error(r, 1, 400, "no start message");
+	struct buf b;
+	buf_init(&b, 0);
+	if (connect_frame(&b, 0, "{}", 2) < 0 || connect_frame_end(&b, NULL, NULL) < 0) {
+		buf_release(&b);
+		return rpc_error(r, 1, 500, "out of memory");
+	}
+	size_t len;
+	char *p = buf_detach(&b, &len);
+	return httpd_reply_buffer(r, 200, "application/connect+json", p, len);
 }

@@ -186,6 +186,14 @@ def test_bad_input_on_every_route(e2b, daemon):
             assert r.status == 200 and r.headers["Content-Type"] == "application/connect+json", r
             (flags, end), = frames(r.body)
             assert flags == 2 and end["error"]["code"] == "invalid_argument", end
+        # a client stream (StreamInput): data before start, a cut envelope, a wrong codec
+        for body in (envelope({"data": {"input": {"stdin": "eA=="}}}), envelope({"x": 1})[:-1],
+                     envelope({"start": {"process": {"pid": 999999}}}) +
+                     envelope({"data": {"input": {"stdin": "eA=="}}})):
+            r = e2b.http("POST", "/process.Process/StreamInput", body=body, headers=st)
+            (flags, end), = frames(r.body)
+            assert flags == 2 and end["error"]["code"] in ("invalid_argument", "not_found"), (body, end)
+        assert e2b.http("POST", "/process.Process/StreamInput", body=b"{}", headers=rpc).status == 415
         r = e2b.http("POST", "/process.Process/Start", body=b"\x00" * (2 << 20), headers=st)
         assert r.status == 413 and r.json()["code"] == 413, r
         # a command that cannot start ends its stream with cpuosd's reason

@@ -76,16 +76,20 @@ def run_background(sbx):
 
 @check("commands.send_stdin + kill")
 def run_stdin(sbx):
-    h = sbx.commands.run("read x; echo got $x; sleep 600", background=True, stdin=True)
+    h = sbx.commands.run("read x; read y; echo got $x $y; sleep 600", background=True, stdin=True)
     sbx.commands.send_stdin(h.pid, "abc\n")
+    if hasattr(sbx.commands, "stream_input"):  # a client stream (StreamInput)
+        sbx.commands.stream_input(h.pid, ["d", b"ef\n"])
+    else:
+        sbx.commands.send_stdin(h.pid, "def\n")
     deadline = time.monotonic() + 60
     seen = []
     for stdout, _, _ in h:
         if stdout:
             seen.append(stdout)
-        if "got abc" in "".join(seen) or time.monotonic() > deadline:
+        if "got abc def" in "".join(seen) or time.monotonic() > deadline:
             break
-    need("got abc" in "".join(seen), seen)
+    need("got abc def" in "".join(seen), seen)
     need(sbx.commands.kill(h.pid), "kill returned false")
 
 
