@@ -2,8 +2,7 @@
  * envd: the file side of a sandbox's envd plane on cpuosd's files API:
  * GET and POST /files (raw bytes or multipart, as the SDK's versions send
  * them), and filesystem.Filesystem's Stat, ListDir, MakeDir, Move,
- * Remove, and WatchDir (a stream of FilesystemEvent), answered with
- * envd's EntryInfo.
+ * Remove (watches: watch.c), answered with envd's EntryInfo.
  */
 #include "e2b/envd.h"
 
@@ -14,6 +13,7 @@
 #include "e2b/multipart.h"
 #include "e2b/process.h"
 #include "e2b/rpc.h"
+#include "e2b/watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,9 +28,8 @@
 #include <zlib.h>
 
 #define MULTIPART_MAX (256u << 20) /* a multipart body is read whole, up to this */
-#define KEEPALIVE_MS  15000
 
-static void sbx_path(struct apath *p, const char *id, const char *sub)
+void envd_sbx_path(struct apath *p, const char *id, const char *sub)
 {
 	char sbx[24];
 	snprintf(sbx, sizeof(sbx), "sbx_%s", id);
@@ -118,7 +117,7 @@ static int stat_(struct httpd_req *r)
 	struct apath p;
 	if (!m || !(path = msg_path(r, m, "path")))
 		goto out;
-	sbx_path(&p, q->id, "/files/stat");
+	envd_sbx_path(&p, q->id, "/files/stat");
 	apath_query(&p, "path", path);
 	if (fs_call(r, "GET", &p, NULL, &out) == 0)
 		rpc_reply(r, json_pack("{s:o}", "entry", entry_info(out)));
@@ -139,7 +138,7 @@ static int list_dir(struct httpd_req *r)
 		goto out;
 	json_int_t depth = json_integer_value(json_object_get(m, "depth"));
 	snprintf(d, sizeof(d), "%lld", (long long)(depth < 1 ? 1 : depth > 16 ? 16 : depth));
-	sbx_path(&p, q->id, "/files/list");
+	envd_sbx_path(&p, q->id, "/files/list");
 	apath_query(&p, "path", path);
 	apath_query(&p, "depth", d);
 	if (fs_call(r, "GET", &p, NULL, &out) == 0) {
@@ -166,7 +165,7 @@ static int make_dir(struct httpd_req *r)
 	struct api *a = NULL;
 	if (!m || !(path = msg_path(r, m, "path")))
 		goto out;
-	sbx_path(&p, q->id, "/files/stat");
+	envd_sbx_path(&p, q->id, "/files/stat");
 	apath_query(&p, "path", path);
 	if (e2b_api(r, &a) < 0) {
 		rpc_error(r, 0, 500, "out of memory");
@@ -179,7 +178,7 @@ static int make_dir(struct httpd_req *r)
 		rpc_api_error(r, 0, a);
 		goto out;
 	}
-	sbx_path(&p, q->id, "/files/mkdir");
+	envd_sbx_path(&p, q->id, "/files/mkdir");
 	body = json_pack("{s:s, s:b, s:s}", "path", path, "parents", 1, "user", q->user);
 	if (fs_call(r, "POST", &p, body, &out) == 0)
 		rpc_reply(r, json_pack("{s:o}", "entry", entry_info(out)));
@@ -198,7 +197,7 @@ static int move(struct httpd_req *r)
 	struct apath p;
 	if (!m || !(from = msg_path(r, m, "source")) || !(to = msg_path(r, m, "destination")))
 		goto out;
-	sbx_path(&p, q->id, "/files/rename");
+	envd_sbx_path(&p, q->id, "/files/rename");
 	body = json_pack("{s:s, s:s}", "from", from, "to", to);
 	if (fs_call(r, "POST", &p, body, &out) == 0)
 		rpc_reply(r, json_pack("{s:o}", "entry", entry_info(out)));
@@ -216,358 +215,12 @@ static int remove_(struct httpd_req *r)
 	struct apath p;
 	if (!m || !(path = msg_path(r, m, "path")))
 		goto out;
-	sbx_path(&p, q->id, "/files");
+	envd_sbx_path(&p, q->id, "/files");
 	apath_query(&p, "path", path);
 	apath_query(&p, "recursive", "true");
 	if (fs_call(r, "DELETE", &p, NULL, NULL) == 0)
 		rpc_reply(r, json_object());
 out:
-	json_decref(m);
-	return 0;
-}
-
-/* ---- WatchDir: a stream of FilesystemEvent ---- */
-
-struct watch {
-	struct api *a;
-	struct apath path;
-	char dir[4097];
-	int fd;
-	long long last;
-};
-
-static void watch_free(void *arg)
-{
-	struct watch *w = arg;
-	api_free(w->a);
-	free(w);
-}
-
-/* envd's FilesystemEvent of one of cpuosd's watch lines under dir (the
- * name relative to it), NULL for a line it has no event for. */
-static json_t *fs_event(const char *dir, const char *line, size_t n)
-{
-	static const char *const names[][2] = {
-		{ "create", "EVENT_TYPE_CREATE" }, { "write", "EVENT_TYPE_WRITE" },
-		{ "remove", "EVENT_TYPE_REMOVE" }, { "rename", "EVENT_TYPE_RENAME" },
-		{ "chmod", "EVENT_TYPE_CHMOD" },
-	};
-	json_t *j = json_loadb(line, n, 0, NULL), *ev = NULL;
-	const char *type = json_string_value(json_object_get(j, "type"));
-	const char *path = json_string_value(json_object_get(j, "path"));
-	const char *e2b = NULL;
-	for (size_t i = 0; type && i < sizeof(names) / sizeof(names[0]); i++)
-		if (!strcmp(type, names[i][0]))
-			e2b = names[i][1];
-	if (e2b && path) {
-		size_t dl = strlen(dir);
-		const char *rel = !strncmp(path, dir, dl) && path[dl] == '/' ? path + dl + 1
-				  : !strcmp(dir, "/") && path[0] == '/' ? path + 1
-									: path;
-		ev = json_pack("{s:s, s:s}", "name", rel, "type", e2b);
-	}
-	json_decref(j);
-	return ev;
-}
-
-static int watch_line(void *arg, const char *line, size_t n)
-{
-	struct watch *w = arg;
-	w->last = clock_ms();
-	if (!line) /* the watch is in place */
-		return pump_msg(w->fd, json_pack("{s:{}}", "start")) < 0 ? -EPIPE : 0;
-	json_t *ev = fs_event(w->dir, line, n);
-	if (ev && pump_msg(w->fd, json_pack("{s:o}", "filesystem", ev)) < 0)
-		return -EPIPE;
-	return 0;
-}
-
-static int watch_tick(void *arg)
-{
-	struct watch *w = arg;
-	if (atomic_load(&e2b_stopping))
-		return -ESHUTDOWN;
-	if (clock_ms() - w->last < KEEPALIVE_MS)
-		return 0;
-	w->last = clock_ms();
-	return pump_msg(w->fd, json_pack("{s:{}}", "keepalive")) < 0 ? -EPIPE : 0;
-}
-
-static void watch_run(int fd, void *arg)
-{
-	struct watch *w = arg;
-	w->fd = fd;
-	w->last = clock_ms();
-	int rc = api_lines_open(w->a, &w->path, watch_line, watch_tick, w);
-	if (rc == -EPIPE)
-		return;
-	if (rc == -ESHUTDOWN) {
-		pump_end(fd, "unavailable", "cpuos-e2b is stopping");
-		return;
-	}
-	if (rc < 0)
-		pump_end(fd, api_status(w->a) == 404 ? "not_found" : "unavailable", "%s",
-			 api_message(w->a));
-	else
-		pump_end(fd, NULL, NULL);
-}
-
-static int watch_dir(struct httpd_req *r)
-{
-	struct e2b_req *q = r->app;
-	int stream;
-	json_t *m = rpc_request(r, &stream);
-	struct watch *w = NULL;
-	const char *path = m ? json_string_value(json_object_get(m, "path")) : NULL;
-	if (!m)
-		return 0;
-	if (!path || !*path || strlen(path) >= sizeof(w->dir)) {
-		rpc_error(r, stream, 400, "path is required");
-		goto out;
-	}
-	if (!(w = calloc(1, sizeof(*w))) || e2b_api(r, &w->a) < 0) {
-		free(w);
-		rpc_error(r, stream, 500, "out of memory");
-		goto out;
-	}
-	snprintf(w->dir, sizeof(w->dir), "%s", path);
-	size_t dl = strlen(w->dir);
-	while (dl > 1 && w->dir[dl - 1] == '/')
-		w->dir[--dl] = '\0';
-	sbx_path(&w->path, q->id, "/files/watch");
-	apath_query(&w->path, "path", path);
-	if (json_is_true(json_object_get(m, "recursive")))
-		apath_query(&w->path, "recursive", "true");
-	pump_start(r, 200, "application/connect+json", HTTPD_SIZE_UNKNOWN, watch_run, watch_free, w);
-out:
-	json_decref(m);
-	return 0;
-}
-
-/* ---- CreateWatcher, GetWatcherEvents, RemoveWatcher ----
- * The sync SDK polls: a watcher is a watch cpuos-e2b keeps open, its
- * events queued until asked for. One not asked for in WATCHER_IDLE_MS,
- * or whose sandbox's watch ended, goes. */
-
-#define WATCHERS_MAX	    1024
-#define WATCHERS_PER_SANDBOX 32
-#define WATCHER_EVENTS	    10000
-#define WATCHER_IDLE_MS	    (10 * 60 * 1000)
-
-struct watcher {
-	char id[24];
-	char sbx[E2B_ID_LEN + 1];
-	char dir[4097];
-	struct api *a;
-	struct apath path;
-	json_t *events;
-	int state; /* 0 starting, 1 open, -1 ended */
-	int opened; /* was open once: its create answered its id */
-	int stop, refs;
-	long long asked;
-	unsigned status; /* a failed start's, for its answer */
-	char error[256];
-};
-
-static pthread_mutex_t watchers_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t watchers_cv = PTHREAD_COND_INITIALIZER;
-static struct watcher *watchers[WATCHERS_MAX];
-
-static void watcher_unref(struct watcher *w) /* under watchers_mu */
-{
-	if (--w->refs)
-		return;
-	api_free(w->a);
-	json_decref(w->events);
-	free(w);
-}
-
-static void watcher_forget(struct watcher *w) /* under watchers_mu */
-{
-	for (int i = 0; i < WATCHERS_MAX; i++)
-		if (watchers[i] == w) {
-			watchers[i] = NULL;
-			watcher_unref(w);
-		}
-}
-
-static int watcher_line(void *arg, const char *line, size_t n)
-{
-	struct watcher *w = arg;
-	json_t *ev = line ? fs_event(w->dir, line, n) : NULL;
-	pthread_mutex_lock(&watchers_mu);
-	int stop = w->stop;
-	if (!line) {
-		w->state = w->opened = 1;
-		pthread_cond_broadcast(&watchers_cv);
-	} else if (ev && json_array_size(w->events) < WATCHER_EVENTS) {
-		json_array_append(w->events, ev);
-	}
-	pthread_mutex_unlock(&watchers_mu);
-	json_decref(ev);
-	return stop ? 1 : 0;
-}
-
-static int watcher_tick(void *arg)
-{
-	struct watcher *w = arg;
-	pthread_mutex_lock(&watchers_mu);
-	if (clock_ms() - w->asked > WATCHER_IDLE_MS || atomic_load(&e2b_stopping))
-		w->stop = 1;
-	int stop = w->stop;
-	pthread_mutex_unlock(&watchers_mu);
-	return stop ? 1 : 0;
-}
-
-static void watcher_run(void *arg)
-{
-	struct watcher *w = arg;
-	int rc = api_lines_open(w->a, &w->path, watcher_line, watcher_tick, w);
-	pthread_mutex_lock(&watchers_mu);
-	if (rc < 0 && w->state == 0) {
-		w->status = api_status(w->a) >= 400 ? (unsigned)api_status(w->a) : 503;
-		snprintf(w->error, sizeof(w->error), "%s", api_message(w->a));
-	}
-	w->state = -1;
-	pthread_cond_broadcast(&watchers_cv);
-	if (w->stop)
-		watcher_forget(w);
-	watcher_unref(w);
-	pthread_mutex_unlock(&watchers_mu);
-}
-
-static int create_watcher(struct httpd_req *r)
-{
-	struct e2b *g = r->arg;
-	struct e2b_req *q = r->app;
-	int stream, slot = -1;
-	json_t *m = rpc_request(r, &stream);
-	const char *path = m ? json_string_value(json_object_get(m, "path")) : NULL;
-	struct watcher *w = NULL;
-	unsigned char rnd[8];
-	if (!m)
-		return 0;
-	if (!path || !*path || strlen(path) >= sizeof(w->dir)) {
-		rpc_error(r, 0, 400, "path is required");
-		goto out;
-	}
-	if (!(w = calloc(1, sizeof(*w))) || !(w->events = json_array()) || e2b_api(r, &w->a) < 0 ||
-	    getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
-		if (w)
-			json_decref(w->events), api_free(w->a);
-		free(w);
-		rpc_error(r, 0, 500, "out of memory");
-		goto out;
-	}
-	snprintf(w->id, sizeof(w->id), "w%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
-		 rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-	snprintf(w->sbx, sizeof(w->sbx), "%s", q->id);
-	snprintf(w->dir, sizeof(w->dir), "%s", path);
-	size_t dl = strlen(w->dir);
-	while (dl > 1 && w->dir[dl - 1] == '/')
-		w->dir[--dl] = '\0';
-	sbx_path(&w->path, q->id, "/files/watch");
-	apath_query(&w->path, "path", path);
-	if (json_is_true(json_object_get(m, "recursive")))
-		apath_query(&w->path, "recursive", "true");
-	w->asked = clock_ms();
-	w->refs = 2; /* the table's, the thread's */
-	pthread_mutex_lock(&watchers_mu);
-	int mine = 0;
-	for (int i = 0; i < WATCHERS_MAX; i++) {
-		struct watcher *o = watchers[i];
-		/* what ended, or went unasked, goes now: a client that left
-		 * never removes its watchers */
-		if (o && (o->state < 0 || clock_ms() - o->asked > WATCHER_IDLE_MS)) {
-			o->stop = 1;
-			watcher_forget(o);
-			o = NULL;
-		}
-		if (!o && slot < 0)
-			slot = i;
-		mine += o && !strcmp(o->sbx, q->id);
-	}
-	if (slot >= 0 && mine < WATCHERS_PER_SANDBOX)
-		watchers[slot] = w;
-	pthread_mutex_unlock(&watchers_mu);
-	if (slot < 0 || mine >= WATCHERS_PER_SANDBOX) {
-		api_free(w->a), json_decref(w->events), free(w);
-		rpc_error(r, 0, 429, "too many watchers%s: remove some",
-			  mine >= WATCHERS_PER_SANDBOX ? " on this sandbox" : "");
-		goto out;
-	}
-	if (workers_spawn(&g->pumps, watcher_run, w) < 0) {
-		pthread_mutex_lock(&watchers_mu);
-		w->refs = 1;
-		watcher_forget(w);
-		pthread_mutex_unlock(&watchers_mu);
-		rpc_error(r, 0, 503, "cannot start a watcher");
-		goto out;
-	}
-	pthread_mutex_lock(&watchers_mu);
-	while (!w->state)
-		pthread_cond_wait(&watchers_cv, &watchers_mu);
-	if (w->opened) { /* its events wait for the next get, even if it ended */
-		rpc_reply(r, json_pack("{s:s}", "watcherId", w->id));
-	} else {
-		rpc_error(r, 0, w->status ? w->status : 503, "%s",
-			  w->error[0] ? w->error : "the watch did not start");
-		watcher_forget(w);
-	}
-	pthread_mutex_unlock(&watchers_mu);
-out:
-	json_decref(m);
-	return 0;
-}
-
-/* The watcher a message names, of this sandbox's: under watchers_mu, or
- * NULL after answering not_found. */
-static struct watcher *watcher_of(struct httpd_req *r, json_t *m)
-{
-	struct e2b_req *q = r->app;
-	const char *id = json_string_value(json_object_get(m, "watcherId"));
-	for (int i = 0; id && i < WATCHERS_MAX; i++)
-		if (watchers[i] && !strcmp(watchers[i]->id, id) && !strcmp(watchers[i]->sbx, q->id))
-			return watchers[i];
-	rpc_error(r, 0, 404, "watcher '%s' not found", id ? id : "");
-	return NULL;
-}
-
-static int get_watcher_events(struct httpd_req *r)
-{
-	int stream;
-	json_t *m = rpc_request(r, &stream);
-	if (!m)
-		return 0;
-	pthread_mutex_lock(&watchers_mu);
-	struct watcher *w = watcher_of(r, m);
-	if (w) {
-		json_t *evs = w->events;
-		w->events = json_array();
-		w->asked = clock_ms();
-		rpc_reply(r, json_pack("{s:o}", "events", evs));
-		if (w->state < 0) /* its watch ended: it goes once drained */
-			watcher_forget(w);
-	}
-	pthread_mutex_unlock(&watchers_mu);
-	json_decref(m);
-	return 0;
-}
-
-static int remove_watcher(struct httpd_req *r)
-{
-	int stream;
-	json_t *m = rpc_request(r, &stream);
-	if (!m)
-		return 0;
-	pthread_mutex_lock(&watchers_mu);
-	struct watcher *w = watcher_of(r, m);
-	if (w) {
-		w->stop = 1; /* its thread ends at its next tick */
-		watcher_forget(w);
-		rpc_reply(r, json_object());
-	}
-	pthread_mutex_unlock(&watchers_mu);
 	json_decref(m);
 	return 0;
 }
@@ -669,7 +322,7 @@ int envd_files_get(struct httpd_req *r)
 	}
 	/* Asked first, so that a missing file or a directory is a clean 4xx
 	 * and not a stream cut short. */
-	sbx_path(&d->path, q->id, "/files/stat");
+	envd_sbx_path(&d->path, q->id, "/files/stat");
 	apath_query(&d->path, "path", path);
 	if (api_json(d->a, "GET", &d->path, NULL, &st) < 0) {
 		e2b_reply_api_error(r, d->a);
@@ -701,7 +354,7 @@ int envd_files_get(struct httpd_req *r)
 		snprintf(cr, sizeof(cr), "bytes %llu-%llu/%lld", from, to, (long long)size);
 		httpd_add_header(r, "Content-Range", cr);
 	}
-	sbx_path(&d->path, q->id, "/files");
+	envd_sbx_path(&d->path, q->id, "/files");
 	apath_query(&d->path, "path", path);
 	pump_start(r, rg > 0 ? 206 : 200, "application/octet-stream", d->left, download_run,
 		   download_free, d);
@@ -828,7 +481,7 @@ static int up_begin(struct httpd_req *r)
 	if (e2b_api(r, &u->a) < 0 || pipe2(fds, O_CLOEXEC) < 0)
 		return e2b_reply_error(r, 500, "cannot start the upload");
 	u->rfd = fds[0], u->wfd = fds[1];
-	sbx_path(&u->path, q->id, "/files");
+	envd_sbx_path(&u->path, q->id, "/files");
 	apath_query(&u->path, "path", path);
 	apath_query(&u->path, "user", q->user);
 	u->refs++;
@@ -891,7 +544,7 @@ static int put_part(void *arg, const struct mp_part *mp)
 	}
 	struct apath path;
 	struct buf src = { .p = (char *)mp->data, .len = mp->len };
-	sbx_path(&path, q->id, "/files");
+	envd_sbx_path(&path, q->id, "/files");
 	apath_query(&path, "path", name);
 	apath_query(&path, "user", q->user);
 	if (api_upload_from(ps->a, "PUT", &path, mem_source, &src, NULL) < 0) {
@@ -1076,9 +729,9 @@ const struct httpd_route e2b_envd_routes[] = {
 	FS("Move", move),
 	FS("Remove", remove_),
 	FS("WatchDir", watch_dir),
-	FS("CreateWatcher", create_watcher),
-	FS("GetWatcherEvents", get_watcher_events),
-	FS("RemoveWatcher", remove_watcher),
+	FS("CreateWatcher", watch_create),
+	FS("GetWatcherEvents", watch_events),
+	FS("RemoveWatcher", watch_remove),
 	PROC("Start", proc_start),
 	PROC("Connect", proc_connect),
 	PROC("List", proc_list),

@@ -11,6 +11,9 @@
 /* POST /files's body as it streams (httpd's upload hook, after the
  * credentials were checked at HTTPD_UP_BEGIN). */
 int envd_upload(struct httpd_req *r, enum httpd_up phase, const char *data, size_t n);
+struct apath;
+/* p = "/v1/sandboxes/sbx_<id>" and sub after it, for cpuosd. */
+void envd_sbx_path(struct apath *p, const char *id, const char *sub);
 /* GET /files: the file's bytes (a route of envd's, and of the control
  * plane's for signed URLs on E2B_SANDBOX_URL's one address). */
 int envd_files_get(struct httpd_req *r);
